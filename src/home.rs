@@ -1,0 +1,123 @@
+//! The home folder, `$SHINYCTL_HOME` (default `~/.shinyctl`), and every path
+//! under it.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The home folder and the paths under it.
+#[derive(Debug, Clone)]
+pub struct Home {
+    /// `$SHINYCTL_HOME`, or `~/.shinyctl`.
+    pub root: PathBuf,
+}
+
+impl Home {
+    /// The home named by `$SHINYCTL_HOME`, else `~/.shinyctl`.
+    pub fn from_env() -> Home {
+        let root = match std::env::var_os("SHINYCTL_HOME") {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => {
+                let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
+                home.join(".shinyctl")
+            }
+        };
+        Home { root }
+    }
+
+    /// A home at an explicit folder (tests).
+    pub fn at(root: impl Into<PathBuf>) -> Home {
+        Home { root: root.into() }
+    }
+
+    /// Creates the home, `logs/`, `proxy/` and `scratch/`, mode 0700.
+    pub fn ensure(&self) -> io::Result<()> {
+        for dir in [self.root.clone(), self.logs_dir(), self.proxy_dir(), self.scratch_root()] {
+            fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+        }
+        fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700))?;
+        Ok(())
+    }
+
+    /// The socket the command talks to.
+    pub fn api_sock(&self) -> PathBuf {
+        self.root.join("api.sock")
+    }
+    /// The log of the daemon and of the load balancer.
+    pub fn api_log(&self) -> PathBuf {
+        self.root.join("api.log")
+    }
+    /// Every app the daemon manages.
+    pub fn registry(&self) -> PathBuf {
+        self.root.join("registry.json")
+    }
+    /// Held by the running daemon, so only one runs per home.
+    pub fn serve_lock(&self) -> PathBuf {
+        self.root.join("serve.lock")
+    }
+    /// The copies' logs.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+    /// Copy 1's log is `logs/<group>-<name>.log`; copy N's `…@N.log`.
+    pub fn copy_log(&self, group: &str, name: &str, copy: u32) -> PathBuf {
+        if copy == 1 {
+            self.logs_dir().join(format!("{group}-{name}.log"))
+        } else {
+            self.logs_dir().join(format!("{group}-{name}@{copy}.log"))
+        }
+    }
+    /// The load balancer's folder.
+    pub fn proxy_dir(&self) -> PathBuf {
+        self.root.join("proxy")
+    }
+    /// The load balancer's socket, where the daemon pushes the table.
+    pub fn proxy_sock(&self) -> PathBuf {
+        self.proxy_dir().join("proxy.sock")
+    }
+    /// Held by the running load balancer.
+    pub fn proxy_lock(&self) -> PathBuf {
+        self.proxy_dir().join("lock")
+    }
+    /// 32 random bytes, mode 0600: the sticky cookie's HMAC key.
+    pub fn cookie_key(&self) -> PathBuf {
+        self.proxy_dir().join("cookie.key")
+    }
+    /// The last copies table pushed, for people to read.
+    pub fn proxy_table(&self) -> PathBuf {
+        self.proxy_dir().join("table.json")
+    }
+    /// The load balancer's settings (timeouts, limits), for people to read.
+    pub fn proxy_settings(&self) -> PathBuf {
+        self.proxy_dir().join("settings.json")
+    }
+    /// The copies' own disks.
+    pub fn scratch_root(&self) -> PathBuf {
+        self.root.join("scratch")
+    }
+    /// Copy N's own disk (`SHINYCTL_SCRATCH`).
+    pub fn scratch_dir(&self, group: &str, name: &str, copy: u32) -> PathBuf {
+        self.scratch_root().join(format!("{group}-{name}")).join(copy.to_string())
+    }
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it, fsync,
+/// rename, then fsync of the folder.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    {
+        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}

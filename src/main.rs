@@ -1,0 +1,105 @@
+//! shinyctl: one binary, three processes — the command, the daemon
+//! (`shinyctl serve`) and the load balancer (`shinyctl proxy`).
+
+mod cli;
+mod home;
+mod manifest;
+mod model;
+mod procfs;
+mod proxy;
+mod reconcile;
+mod serve;
+mod uds;
+
+use clap::{Parser, Subcommand};
+
+/// Run R Shiny apps on a machine of your own.
+#[derive(Parser)]
+#[command(name = "shinyctl", version = model::BUILD, about, disable_version_flag = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Every subcommand.
+#[derive(Subcommand)]
+enum Command {
+    /// Apply a manifest: start the app, or change it to match.
+    Apply {
+        /// The manifest (YAML).
+        #[arg(short = 'f', long = "file")]
+        file: std::path::PathBuf,
+        /// Stop what is replaced or removed at once, without draining.
+        #[arg(long)]
+        now: bool,
+    },
+    /// Show every app's copies, or one app's.
+    Status {
+        /// Only this app.
+        app: Option<String>,
+        /// The same facts as JSON, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start new copies from the manifest as it is now; the old ones drain.
+    Restart {
+        /// The app.
+        app: String,
+        /// Stop the old copies as soon as the new ones are ready.
+        #[arg(long)]
+        now: bool,
+    },
+    /// Stop an app's copies and forget it.
+    Delete {
+        /// The app.
+        app: String,
+        /// Stop every copy at once, without draining.
+        #[arg(long)]
+        now: bool,
+    },
+    /// Print a copy's log.
+    Logs {
+        /// The app.
+        app: String,
+        /// The copy (default 1).
+        #[arg(long, default_value_t = 1)]
+        copy: u32,
+        /// Keep printing as the log grows.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
+    /// Run the daemon (shinyctl-api).
+    Serve {
+        /// Detach: start the daemon in the background and return once it answers.
+        #[arg(short = 'd', long)]
+        detach: bool,
+    },
+    /// Run the load balancer (started by serve, not by people).
+    #[command(hide = true)]
+    Proxy,
+    /// Print the version.
+    Version,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let home = home::Home::from_env();
+    let result = match cli.command {
+        Command::Apply { file, now } => cli::apply::run(&home, &file, now),
+        Command::Status { app, json } => cli::status::run(&home, app.as_deref(), json),
+        Command::Restart { app, now } => cli::restart::run(&home, &app, now),
+        Command::Delete { app, now } => cli::delete::run(&home, &app, now),
+        Command::Logs { app, copy, follow } => cli::logs::run(&home, &app, copy, follow),
+        Command::Serve { detach: true } => serve::detach(&home),
+        Command::Serve { detach: false } => serve::run(home),
+        Command::Proxy => proxy::run(home),
+        Command::Version => {
+            println!("shinyctl {}", model::BUILD);
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("shinyctl: {e:#}");
+        std::process::exit(1);
+    }
+}

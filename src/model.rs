@@ -1,0 +1,379 @@
+//! The types that cross a process boundary: the API between the command and
+//! the daemon, the copies table the daemon pushes to the load balancer, the
+//! load balancer's statistics, and the files the daemon records
+//! (`state.json`, `registry.json`).
+//!
+//! Everything here is plain data with serde derives; no I/O lives in this file.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::manifest::AppSpec;
+
+/// The build identity of this binary: a load balancer of another build is
+/// replaced on upgrade.
+pub const BUILD: &str = env!("CARGO_PKG_VERSION");
+
+/// How a copy is treated by the load balancer. Worked out anew on every
+/// cycle and never stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// One of the oldest `replicas` ready copies: takes new visitors.
+    Active,
+    /// A ready spare: no new visitors while every active copy is up.
+    Warm,
+    /// Being replaced: keeps its visitors, gets no new ones.
+    Draining,
+}
+
+impl Role {
+    /// The word status prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Active => "active",
+            Role::Warm => "warm",
+            Role::Draining => "draining",
+        }
+    }
+}
+
+/// How the load balancer picks a copy for a visitor who has none yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum LbPolicy {
+    /// The copy with the fewest open connections.
+    #[default]
+    LeastConn,
+    /// Each active copy in turn.
+    RoundRobin,
+    /// Any active copy.
+    Random,
+    /// Always the oldest active copy.
+    First,
+}
+
+impl LbPolicy {
+    /// Every accepted spelling, for error messages.
+    pub const ALLOWED: &'static str = "least-conn, round-robin, random, first";
+
+    /// Parses the manifest spelling.
+    pub fn parse(s: &str) -> Option<LbPolicy> {
+        match s {
+            "least-conn" => Some(LbPolicy::LeastConn),
+            "round-robin" => Some(LbPolicy::RoundRobin),
+            "random" => Some(LbPolicy::Random),
+            "first" => Some(LbPolicy::First),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a copy that exited comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartPolicy {
+    /// After any exit.
+    #[default]
+    Always,
+    /// Only after a non-zero exit (or a signal).
+    OnFailure,
+    /// Never.
+    Never,
+}
+
+impl RestartPolicy {
+    /// Every accepted spelling, for error messages.
+    pub const ALLOWED: &'static str = "always, on-failure, never";
+
+    /// Parses the manifest spelling.
+    pub fn parse(s: &str) -> Option<RestartPolicy> {
+        match s {
+            "always" => Some(RestartPolicy::Always),
+            "on-failure" => Some(RestartPolicy::OnFailure),
+            "never" => Some(RestartPolicy::Never),
+            _ => None,
+        }
+    }
+
+    /// The manifest spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartPolicy::Always => "always",
+            RestartPolicy::OnFailure => "on-failure",
+            RestartPolicy::Never => "never",
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The copies table: daemon → load balancer
+// ---------------------------------------------------------------------------
+
+/// The whole copies table for every app, pushed by the daemon to the load
+/// balancer (`PUT /table` on `proxy/proxy.sock`) and swapped in memory.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProxyTable {
+    /// One entry per app, each with its own listening port.
+    pub apps: Vec<ProxyApp>,
+}
+
+/// One app as the load balancer sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProxyApp {
+    /// The app's name, used when telling the daemon about a stand-in.
+    pub name: String,
+    /// The listen address (`host` in the manifest).
+    pub host: String,
+    /// The app's public port; the sticky cookie is `lb_<port>`.
+    pub port: u16,
+    /// How new visitors are spread over the active copies.
+    pub policy: LbPolicy,
+    /// How long a request may be held while no copy can take it, in ms.
+    pub request_timeout_ms: u64,
+    /// The copies that may receive traffic: ready ones, each with its role.
+    pub copies: Vec<ProxyCopy>,
+}
+
+/// One ready copy in the table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyCopy {
+    /// The copy number, what the sticky cookie names.
+    pub copy: u32,
+    /// The copy's own port on 127.0.0.1.
+    pub port: u16,
+    /// How the load balancer treats it.
+    pub role: Role,
+    /// The copy's process, so a cookie for a copy number that was restarted
+    /// as another process is still honoured (same copy), while its
+    /// connection counters start anew.
+    pub pid: u32,
+}
+
+/// What the load balancer reports about itself (`GET /stats`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProxyStats {
+    /// The load balancer's build ([`BUILD`]).
+    pub build: String,
+    /// Its process ID.
+    pub pid: u32,
+    /// Its resident memory, in bytes.
+    pub rss_bytes: u64,
+    /// One entry per app in its table.
+    pub apps: Vec<AppTraffic>,
+}
+
+/// Traffic of one app.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AppTraffic {
+    /// The app's name.
+    pub name: String,
+    /// Unix time in ms of the last request the app received, 0 if none.
+    pub last_request_ms: u64,
+    /// Open connections and sessions per copy.
+    pub copies: Vec<CopyTraffic>,
+}
+
+/// Open connections and sessions of one copy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CopyTraffic {
+    /// The copy number.
+    pub copy: u32,
+    /// Requests in flight plus open WebSockets.
+    pub connections: u64,
+    /// Open WebSockets (a Shiny session is one).
+    pub sessions: u64,
+}
+
+/// The load balancer tells the daemon that a copy refused a connection and
+/// a warm copy stood in (`POST /v1/apps/<app>/stand-in` on `api.sock`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StandIn {
+    /// The copy that refused.
+    pub down: u32,
+    /// The warm copy that took the request, if there was one.
+    pub stand_in: Option<u32>,
+}
+
+// ---------------------------------------------------------------------------
+// Files the daemon records
+// ---------------------------------------------------------------------------
+
+/// An app's `state.json`: what happened, never what should happen.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AppState {
+    /// The app's name when this was written.
+    pub app: String,
+    /// Raised by `restart`; copies started before it are outdated.
+    pub revision: u64,
+    /// The number the next new copy gets; copy numbers are never reused.
+    pub next_copy: u32,
+    /// Set by `restart --now` (or `apply --now`): outdated and removed copies
+    /// stop as soon as the new ones are ready, without draining.
+    #[serde(default)]
+    pub stop_now: bool,
+    /// Every copy the daemon knows of, running or not.
+    pub copies: Vec<CopyRecord>,
+}
+
+/// One copy's identity and history.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CopyRecord {
+    /// The copy number, from 1.
+    pub copy: u32,
+    /// Its process, while it has one.
+    pub pid: Option<u32>,
+    /// The process's start time in clock ticks since boot (field 22 of
+    /// `/proc/<pid>/stat`), so a reused PID is never taken for the copy.
+    pub pid_start: Option<u64>,
+    /// Its port on 127.0.0.1 (kept while it is down, so it comes back there).
+    pub port: u16,
+    /// The revision it runs.
+    pub revision: u64,
+    /// The hash of the settings it was started with.
+    pub settings: String,
+    /// Unix ms when its current process started.
+    pub started_ms: Option<u64>,
+    /// Crashes since it last stayed up for a minute.
+    pub crashes: u32,
+    /// How its last process ended.
+    pub last_exit: Option<Exit>,
+    /// Unix ms when it began to drain.
+    pub drain_started_ms: Option<u64>,
+    /// Unix ms when it was told to stop; it is forgotten once its process is gone.
+    pub stop_started_ms: Option<u64>,
+    /// Why it is left down on purpose (restart-policy), shown under status.
+    pub left_down: Option<String>,
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exit {
+    /// Unix ms when the exit was seen.
+    pub at_ms: u64,
+    /// The exit status, when the process exited.
+    pub code: Option<i32>,
+    /// The signal that ended it, when it was killed.
+    pub signal: Option<i32>,
+}
+
+impl Exit {
+    /// True for a clean exit with status 0. An exit whose status is unknown
+    /// (an adopted process) counts as a failure.
+    pub fn success(&self) -> bool {
+        self.code == Some(0) && self.signal.is_none()
+    }
+
+    /// "exited with status 1", "was killed by signal 9", …
+    pub fn describe(&self) -> String {
+        match (self.code, self.signal) {
+            (_, Some(sig)) => format!("was killed by signal {sig}"),
+            (Some(code), None) => format!("exited with status {code}"),
+            (None, None) => "exited".to_string(),
+        }
+    }
+}
+
+/// `registry.json`: every app the daemon manages.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Registry {
+    /// The applied spec of each app, by app name.
+    pub apps: BTreeMap<String, AppSpec>,
+}
+
+// ---------------------------------------------------------------------------
+// The API: command ↔ daemon
+// ---------------------------------------------------------------------------
+
+/// `POST /v1/apply`: the manifest as the user wrote it; the daemon parses
+/// and validates it, so the same rules hold however it is reached.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApplyRequest {
+    /// The manifest's absolute path.
+    pub path: String,
+    /// Its text.
+    pub text: String,
+    /// Stop what is replaced or removed at once, without draining.
+    #[serde(default)]
+    pub now: bool,
+}
+
+/// What a command that changes things answers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ActionReply {
+    /// One line for the person who ran the command.
+    pub message: String,
+}
+
+/// An error answer from the API (any non-2xx status).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApiError {
+    /// What went wrong and what to do next.
+    pub error: String,
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// The daemon's process ID.
+    pub daemon_pid: u32,
+    /// The load balancer's process ID, when it runs.
+    pub proxy_pid: Option<u32>,
+    /// The load balancer's resident memory, in bytes.
+    pub proxy_rss_bytes: Option<u64>,
+    /// Every app, by name.
+    pub apps: Vec<AppStatus>,
+}
+
+/// One app in status.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AppStatus {
+    /// The app's name.
+    pub name: String,
+    /// Its group.
+    pub group: String,
+    /// Its public port.
+    pub port: u16,
+    /// Its current revision.
+    pub revision: u64,
+    /// Its copies, by copy number.
+    pub copies: Vec<CopyStatus>,
+    /// Lines a person must know (draining, a copy that doesn't start, …).
+    pub notes: Vec<String>,
+}
+
+/// One copy in status: one row of the table.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CopyStatus {
+    /// The copy number.
+    pub copy: u32,
+    /// Its role; none while it starts or is down.
+    pub role: Option<Role>,
+    /// Its own port on 127.0.0.1.
+    pub copy_port: u16,
+    /// Its process, when it has one.
+    pub pid: Option<u32>,
+    /// alive, stopping, crash-looping, exited, asleep.
+    pub status: String,
+    /// Ready to take visitors.
+    pub ready: bool,
+    /// Resident memory of its process tree, in bytes.
+    pub mem_bytes: Option<u64>,
+    /// Open WebSocket sessions through the load balancer.
+    pub sessions: u64,
+    /// Crashes since it last stayed up for a minute.
+    pub crashes: u32,
+    /// When its process started, RFC 3339 in local time.
+    pub started: Option<String>,
+    /// Runs another revision or other settings than the manifest.
+    pub outdated: bool,
+    /// Its log file.
+    pub log: String,
+}
+
+/// `GET /v1/apps/<app>/logs?copy=N`: where a copy's log is.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LogsReply {
+    /// The log file's path.
+    pub path: String,
+}

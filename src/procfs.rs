@@ -1,0 +1,1 @@
+//! Reading /proc: process liveness, start times, memory, socket ownership.

@@ -1,0 +1,1 @@
+//! The pure heart: `decide(spec, state, observed, now) -> Plan`.
