@@ -1,1 +1,567 @@
 //! Reading /proc: process liveness, start times, memory, socket ownership.
+//!
+//! Every function reads the live system and never panics: a process that is
+//! gone (or a file that can't be read) gives `None`, `false`, an empty list
+//! or [`PortOwner::Free`]. The parsing of each /proc file is a pure function
+//! of its text, tested on its own.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::sync::OnceLock;
+
+// ---------------------------------------------------------------------------
+// /proc/<pid>/stat
+// ---------------------------------------------------------------------------
+
+/// The fields of `/proc/<pid>/stat` after the command name, split on
+/// blanks: index 0 is field 3 (state), index 1 field 4 (ppid), index 19
+/// field 22 (starttime). The command name, in parentheses, may itself hold
+/// blanks and parentheses, so the split starts after the *last* `)`.
+fn stat_fields(stat: &str) -> Option<Vec<&str>> {
+    let close = stat.rfind(')')?;
+    Some(stat[close + 1..].split_ascii_whitespace().collect())
+}
+
+/// State (field 3), ppid (field 4) and start ticks (field 22) from the text
+/// of a `/proc/<pid>/stat` file.
+fn parse_stat(stat: &str) -> Option<(char, u32, u64)> {
+    let f = stat_fields(stat)?;
+    let state = f.first()?.chars().next()?;
+    let ppid = f.get(1)?.parse().ok()?;
+    let start = f.get(19)?.parse().ok()?;
+    Some((state, ppid, start))
+}
+
+fn read_stat(pid: u32) -> Option<(char, u32, u64)> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The process's start time in clock ticks since boot: field 22 of
+/// `/proc/<pid>/stat`. With the PID, it names a process for good: a reused
+/// PID has another start time. `None` when there is no such process.
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    read_stat(pid).map(|(_, _, start)| start)
+}
+
+/// True when process `pid` exists, started at `start_ticks` (so it is the
+/// same process, not a reused PID), and is neither a zombie (`Z`) nor dead
+/// (`X`/`x`).
+pub fn is_alive(pid: u32, start_ticks: u64) -> bool {
+    match read_stat(pid) {
+        Some((state, _, start)) => start == start_ticks && !matches!(state, 'Z' | 'X' | 'x'),
+        None => false,
+    }
+}
+
+/// Every process as (pid, ppid), from `/proc/*/stat`.
+fn all_parents() -> Vec<(u32, u32)> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let (_, ppid, _) = read_stat(pid)?;
+        Some((pid, ppid))
+    })
+    .collect()
+}
+
+/// `root` and every descendant of it in a (pid, ppid) list, root first,
+/// then breadth first. Pure; cycles can't loop it.
+fn descendants_in(root: u32, procs: &[(u32, u32)]) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for &(pid, ppid) in procs {
+        if pid != ppid {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    let mut out = vec![root];
+    let mut seen: HashSet<u32> = HashSet::from([root]);
+    let mut i = 0;
+    while i < out.len() {
+        if let Some(kids) = children.get(&out[i]) {
+            for &k in kids {
+                if seen.insert(k) {
+                    out.push(k);
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// `pid` and all its descendants (children, their children, …), `pid`
+/// first, found by scanning the ppid of every `/proc/*/stat`. Empty when
+/// `pid` does not exist. A process that double-forked away (reparented to
+/// init) is no longer a descendant.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    if read_stat(pid).is_none() {
+        return Vec::new();
+    }
+    descendants_in(pid, &all_parents())
+}
+
+// ---------------------------------------------------------------------------
+// Memory
+// ---------------------------------------------------------------------------
+
+/// The system's page size in bytes.
+fn page_size() -> u64 {
+    static PAGE: OnceLock<u64> = OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if n > 0 {
+            n as u64
+        } else {
+            4096
+        }
+    })
+}
+
+/// Resident pages (field 2) from the text of `/proc/<pid>/statm`.
+fn parse_statm_resident(statm: &str) -> Option<u64> {
+    statm.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// The resident memory of one process, in bytes (`/proc/<pid>/statm`
+/// resident pages × page size). `None` when there is no such process.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let statm = fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    Some(parse_statm_resident(&statm)? * page_size())
+}
+
+/// The resident memory of `pid` and all its descendants, summed, in bytes
+/// (what status shows as a copy's MEM: R and whatever it started). `None`
+/// when `pid` does not exist. Pages shared between the processes are
+/// counted once per process, as `ps` and `top` do.
+pub fn tree_rss_bytes(pid: u32) -> Option<u64> {
+    let tree = descendants(pid);
+    if tree.is_empty() {
+        return None;
+    }
+    let own = rss_bytes(pid)?;
+    Some(own + tree.iter().skip(1).filter_map(|&p| rss_bytes(p)).sum::<u64>())
+}
+
+// ---------------------------------------------------------------------------
+// Sockets
+// ---------------------------------------------------------------------------
+
+/// The inodes of the TCP sockets in LISTEN state (`st` 0A) on local port
+/// `port`, from the text of `/proc/net/tcp` or `/proc/net/tcp6`, any local
+/// address.
+fn parse_listening(table: &str, port: u16) -> Vec<u64> {
+    let mut out = Vec::new();
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_ascii_whitespace().collect();
+        // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+        if f.len() < 10 || f[3] != "0A" {
+            continue;
+        }
+        let Some((_, hex_port)) = f[1].rsplit_once(':') else {
+            continue;
+        };
+        if u16::from_str_radix(hex_port, 16).ok() != Some(port) {
+            continue;
+        }
+        if let Ok(inode) = f[9].parse::<u64>() {
+            if inode != 0 {
+                out.push(inode);
+            }
+        }
+    }
+    out
+}
+
+/// The inodes of every TCP socket listening on `port` (IPv4 and IPv6, any
+/// local address), in the network namespace of this process. Several when,
+/// say, one program listens on 127.0.0.1 and another on `::1`, or with
+/// SO_REUSEPORT.
+pub fn listening_inodes(port: u16) -> Vec<u64> {
+    let mut out = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        if let Ok(text) = fs::read_to_string(table) {
+            for inode in parse_listening(&text, port) {
+                if !out.contains(&inode) {
+                    out.push(inode);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The inode of a TCP socket listening on `port` (LISTEN, any local
+/// address, IPv4 first then IPv6), or `None` when nobody listens there.
+pub fn listening_inode(port: u16) -> Option<u64> {
+    listening_inodes(port).into_iter().next()
+}
+
+/// The socket inodes among the open files of `pid` (`socket:[N]` links in
+/// `/proc/<pid>/fd`). Empty when the process is gone or not ours to read.
+fn socket_inodes_of(pid: u32) -> HashSet<u64> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return HashSet::new();
+    };
+    dir.filter_map(|e| {
+        let link = fs::read_link(e.ok()?.path()).ok()?;
+        parse_socket_link(link.to_str()?)
+    })
+    .collect()
+}
+
+/// `socket:[123]` → 123.
+fn parse_socket_link(link: &str) -> Option<u64> {
+    link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// True when `pid` or one of its descendants has socket `inode` open
+/// (an fd linking to `socket:[inode]`).
+pub fn owns_socket(pid: u32, inode: u64) -> bool {
+    descendants(pid)
+        .into_iter()
+        .any(|p| socket_inodes_of(p).contains(&inode))
+}
+
+/// Who listens on a port, as seen from a process tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortOwner {
+    /// Every socket listening on the port belongs to the process tree.
+    Ours,
+    /// Some socket listening on the port belongs to another process.
+    Other,
+    /// Nobody listens on the port.
+    Free,
+}
+
+/// Who listens on `port`: the process tree of `pid` ([`PortOwner::Ours`]),
+/// someone else ([`PortOwner::Other`]), or nobody ([`PortOwner::Free`]).
+/// When several sockets listen on the port, it is `Ours` only if all of
+/// them are the tree's: a stranger sharing the port could take the copy's
+/// connections.
+pub fn port_owned_by(port: u16, pid: u32) -> PortOwner {
+    let inodes = listening_inodes(port);
+    if inodes.is_empty() {
+        return PortOwner::Free;
+    }
+    let ours: HashSet<u64> = descendants(pid)
+        .into_iter()
+        .flat_map(socket_inodes_of)
+        .collect();
+    if inodes.iter().all(|i| ours.contains(i)) {
+        PortOwner::Ours
+    } else {
+        PortOwner::Other
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Clocks and times
+// ---------------------------------------------------------------------------
+
+/// `btime` (seconds since the epoch) from the text of `/proc/stat`.
+fn parse_btime(stat: &str) -> Option<u64> {
+    stat.lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// When the machine booted, in Unix ms (`btime` of `/proc/stat` × 1000;
+/// read once per process, so every start time this process computes uses
+/// the same boot time). 0 when /proc/stat can't be read.
+pub fn boot_time_ms() -> u64 {
+    static BOOT: OnceLock<u64> = OnceLock::new();
+    *BOOT.get_or_init(|| {
+        fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| parse_btime(&s))
+            .map(|s| s * 1000)
+            .unwrap_or(0)
+    })
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, almost always 100): the
+/// unit of [`start_ticks`].
+pub fn clock_ticks() -> u64 {
+    static TICKS: OnceLock<u64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        if n > 0 {
+            n as u64
+        } else {
+            100
+        }
+    })
+}
+
+/// Unix ms at `ticks` clock ticks after a boot at `boot_ms`.
+fn ticks_to_unix_ms(boot_ms: u64, ticks: u64, ticks_per_sec: u64) -> u64 {
+    let tps = ticks_per_sec.max(1);
+    boot_ms + ticks / tps * 1000 + (ticks % tps) * 1000 / tps
+}
+
+/// When process `pid` started, in Unix ms (boot time + its start ticks).
+/// Accurate to about a second (btime is whole seconds). `None` when there
+/// is no such process.
+pub fn started_unix_ms(pid: u32) -> Option<u64> {
+    let ticks = start_ticks(pid)?;
+    Some(ticks_to_unix_ms(boot_time_ms(), ticks, clock_ticks()))
+}
+
+/// Days since 1970-01-01 → (year, month 1-12, day 1-31), proleptic
+/// Gregorian (Howard Hinnant's civil_from_days).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// `unix_ms` as RFC 3339 at a fixed UTC offset, to the second, with the
+/// offset always written as `+HH:MM`/`-HH:MM` (never `Z`):
+/// `rfc3339_at_offset(0, 3600)` is `1970-01-01T01:00:00+01:00`. Pure.
+pub fn rfc3339_at_offset(unix_ms: u64, offset_secs: i64) -> String {
+    let local = (unix_ms / 1000) as i64 + offset_secs;
+    let days = local.div_euclid(86_400);
+    let secs = local.rem_euclid(86_400);
+    let (y, mo, d) = civil_from_days(days);
+    let sign = if offset_secs < 0 { '-' } else { '+' };
+    let off_min = offset_secs.unsigned_abs() / 60;
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}{sign}{:02}:{:02}",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60,
+        off_min / 60,
+        off_min % 60
+    )
+}
+
+/// The local time zone's UTC offset at `unix_secs`, in seconds east of UTC
+/// (`localtime_r`'s `tm_gmtoff`, so TZ and summer time are honoured). 0 when
+/// it can't be worked out.
+pub fn local_offset_secs(unix_secs: i64) -> i64 {
+    let t = unix_secs as libc::time_t;
+    // SAFETY: an all-zero tm is valid, and localtime_r writes only to it.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::localtime_r(&t, &mut tm) };
+    if r.is_null() {
+        0
+    } else {
+        tm.tm_gmtoff as i64
+    }
+}
+
+/// `unix_ms` as local time in RFC 3339 with its offset, to the second, like
+/// `2026-10-27T10:00:01+02:00` (UTC is written `+00:00`, not `Z`): the
+/// STARTED column of status.
+pub fn local_rfc3339(unix_ms: u64) -> String {
+    let secs = (unix_ms / 1000) as i64;
+    rfc3339_at_offset(unix_ms, local_offset_secs(secs))
+}
+
+/// Bytes as whole MiB, rounded to the nearest, with an `M`: `142M`. Anything
+/// above 0 but under half a MiB still shows `1M` (a process is never shown
+/// as using nothing); 0 shows `0M`. Large values stay in M (`10240M`).
+pub fn format_mem(bytes: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    let mib = if bytes == 0 {
+        0
+    } else {
+        ((bytes / MIB) + u64::from(bytes % MIB >= MIB / 2)).max(1)
+    };
+    format!("{mib}M")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn stat_parsing_survives_odd_command_names() {
+        let stat = "1234 (we ird) (name)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0";
+        assert_eq!(parse_stat(stat), Some(('S', 1, 987654)));
+        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("1 (x) Z 0"), None);
+    }
+
+    #[test]
+    fn own_process_start_ticks_and_liveness() {
+        let me = std::process::id();
+        let t = start_ticks(me).expect("own stat");
+        assert!(is_alive(me, t));
+        assert!(!is_alive(me, t + 1), "another start time is another process");
+        assert_eq!(start_ticks(u32::MAX), None);
+        assert!(!is_alive(u32::MAX, t));
+    }
+
+    #[test]
+    fn zombie_is_not_alive() {
+        let child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        let ticks = start_ticks(pid);
+        // Not waited for: once it exits it stays a zombie until reaped.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while read_stat(pid).map(|s| s.0) != Some('Z') && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        if let Some(t) = ticks {
+            assert!(!is_alive(pid, t));
+        }
+        let mut child = child;
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn descendants_include_self_and_children() {
+        let me = std::process::id();
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().expect("spawn sleep");
+        let d = descendants(me);
+        assert_eq!(d.first(), Some(&me));
+        assert!(d.contains(&child.id()), "{d:?} lacks {}", child.id());
+        assert!(descendants(u32::MAX).is_empty());
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn descendants_in_walks_the_tree() {
+        let procs = [(1, 0), (10, 1), (11, 10), (12, 11), (20, 1), (30, 30), (13, 10)];
+        assert_eq!(descendants_in(10, &procs), vec![10, 11, 13, 12]);
+        assert_eq!(descendants_in(12, &procs), vec![12]);
+        assert_eq!(descendants_in(30, &procs), vec![30]);
+    }
+
+    #[test]
+    fn memory_of_own_process() {
+        let me = std::process::id();
+        let rss = rss_bytes(me).expect("own statm");
+        assert!(rss > 0);
+        assert!(tree_rss_bytes(me).unwrap() >= rss);
+        assert_eq!(rss_bytes(u32::MAX), None);
+        assert_eq!(tree_rss_bytes(u32::MAX), None);
+        assert_eq!(parse_statm_resident("100 25 3 1 0 20 0"), Some(25));
+    }
+
+    #[test]
+    fn listening_table_parsing() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4242 1 0000000000000000 100 0 0 10 0\n   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000  1000        0 4343 1 0000000000000000 20 4 30 10 -1\n   2: 00000000:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 99 1 0000000000000000 100 0 0 10 0\n";
+        assert_eq!(parse_listening(table, 8080), vec![4242]);
+        assert_eq!(parse_listening(table, 80), vec![99]);
+        assert!(parse_listening(table, 81).is_empty());
+        assert_eq!(parse_socket_link("socket:[4242]"), Some(4242));
+        assert_eq!(parse_socket_link("pipe:[4242]"), None);
+    }
+
+    #[test]
+    fn own_listener_is_found_and_ours() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let me = std::process::id();
+        let inode = listening_inode(port).expect("the test's listener is in /proc/net/tcp");
+        assert!(owns_socket(me, inode));
+        assert_eq!(port_owned_by(port, me), PortOwner::Ours);
+        // pid 1 (or whatever is 1 in this namespace) is not this process's tree.
+        if me != 1 && !descendants(1).is_empty() && !descendants(1).contains(&me) {
+            assert!(!owns_socket(1, inode));
+            assert_eq!(port_owned_by(port, 1), PortOwner::Other);
+        }
+        drop(l);
+        // A port just freed (nobody else should grab it this instant).
+        assert_eq!(listening_inode(port), None);
+        assert_eq!(port_owned_by(port, me), PortOwner::Free);
+    }
+
+    #[test]
+    fn own_ipv6_listener_is_found() {
+        let Ok(l) = TcpListener::bind("[::1]:0") else {
+            return; // no IPv6 here
+        };
+        let port = l.local_addr().unwrap().port();
+        assert!(listening_inode(port).is_some());
+        assert_eq!(port_owned_by(port, std::process::id()), PortOwner::Ours);
+    }
+
+    #[test]
+    fn other_listener_in_a_child_is_ours_from_parent_not_from_child_alone() {
+        // The tree of this test process includes its own sockets; a sibling
+        // process (a child `sleep`) does not own them.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        // The child inherits no fds from Rust's std (CLOEXEC), so it owns nothing.
+        assert_eq!(port_owned_by(port, child.id()), PortOwner::Other);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn clocks_and_start_time() {
+        assert!(clock_ticks() > 0);
+        let boot = boot_time_ms();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        assert!(boot > 0 && boot < now);
+        let started = started_unix_ms(std::process::id()).unwrap();
+        // Started within the last hour, give or take btime's rounding.
+        assert!(started <= now + 2000, "{started} > {now}");
+        assert!(started + 3_600_000 > now);
+        assert_eq!(parse_btime("cpu 1 2\nbtime 1700000000\nprocesses 5\n"), Some(1_700_000_000));
+        assert_eq!(ticks_to_unix_ms(1_000_000, 250, 100), 1_002_500);
+        assert_eq!(started_unix_ms(u32::MAX), None);
+    }
+
+    #[test]
+    fn rfc3339_formatting() {
+        assert_eq!(rfc3339_at_offset(0, 0), "1970-01-01T00:00:00+00:00");
+        assert_eq!(rfc3339_at_offset(0, 3600), "1970-01-01T01:00:00+01:00");
+        // 2026-10-27T08:00:01Z
+        let ms = 1_793_088_001_000 + 999;
+        assert_eq!(rfc3339_at_offset(ms, 7200), "2026-10-27T10:00:01+02:00");
+        assert_eq!(rfc3339_at_offset(ms, -(3 * 3600 + 1800)), "2026-10-27T04:30:01-03:30");
+        assert_eq!(rfc3339_at_offset(951_782_400_000, 0), "2000-02-29T00:00:00+00:00");
+        assert_eq!(rfc3339_at_offset(1_704_067_199_000, 0), "2023-12-31T23:59:59+00:00");
+    }
+
+    #[test]
+    fn local_rfc3339_shape() {
+        let ms = 1_793_088_001_000;
+        let s = local_rfc3339(ms);
+        let b = s.as_bytes();
+        assert_eq!(s.len(), 25, "{s}");
+        for (i, c) in [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':'), (22, b':')] {
+            assert_eq!(b[i], c, "{s}");
+        }
+        assert!(b[19] == b'+' || b[19] == b'-', "{s}");
+        assert!(!s.contains('Z'));
+        for i in [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 23, 24] {
+            assert!(b[i].is_ascii_digit(), "{s}");
+        }
+        assert_eq!(s, rfc3339_at_offset(ms, local_offset_secs(ms as i64 / 1000)));
+    }
+
+    #[test]
+    fn mem_formatting() {
+        const MIB: u64 = 1024 * 1024;
+        assert_eq!(format_mem(0), "0M");
+        assert_eq!(format_mem(1), "1M");
+        assert_eq!(format_mem(MIB / 3), "1M");
+        assert_eq!(format_mem(MIB), "1M");
+        assert_eq!(format_mem(142 * MIB), "142M");
+        assert_eq!(format_mem(142 * MIB + MIB / 2), "143M");
+        assert_eq!(format_mem(142 * MIB + MIB / 2 - 1), "142M");
+        assert_eq!(format_mem(10 * 1024 * MIB), "10240M");
+    }
+}

@@ -1,5 +1,22 @@
-//! `shinyctl apply`.
-use crate::home::Home;
+//! `shinyctl apply -f FILE [--now]`.
+
 use std::path::Path;
-/// Runs `apply`.
-pub fn run(home: &Home, file: &Path, now: bool) -> anyhow::Result<()> { let _ = (home, file, now); todo!() }
+
+use hyper::Method;
+
+use crate::home::Home;
+use crate::model::ApplyRequest;
+
+/// Reads and checks the manifest here (so a bad one starts nothing), starts
+/// the daemon when it isn't running, and hands the manifest to it.
+pub fn run(home: &Home, file: &Path, now: bool) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: cannot read the manifest: {e}", file.display()))?;
+    let path = std::path::absolute(file)?;
+    crate::manifest::parse(&path, &text)?;
+    if !crate::serve::api_answers(home) {
+        eprintln!("shinyctl serve is not running; starting it.");
+        crate::serve::spawn_daemon(home)?;
+    }
+    let body = serde_json::to_vec(&ApplyRequest { path: path.to_string_lossy().into_owned(), text, now })?;
+    super::act(home, Method::POST, "/v1/apply", Some(body))
+}

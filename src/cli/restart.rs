@@ -1,4 +1,11 @@
-//! `shinyctl restart`.
+//! `shinyctl restart APP [--now]`.
+
+use hyper::Method;
+
 use crate::home::Home;
-/// Runs `restart`.
-pub fn run(home: &Home, app: &str, now: bool) -> anyhow::Result<()> { let _ = (home, app, now); todo!() }
+
+/// Asks for a redeploy; returns at once.
+pub fn run(home: &Home, app: &str, now: bool) -> anyhow::Result<()> {
+    let q = if now { "?now=1" } else { "" };
+    super::act(home, Method::POST, &format!("/v1/apps/{app}/restart{q}"), None)
+}

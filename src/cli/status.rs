@@ -1,4 +1,185 @@
-//! `shinyctl status`.
+//! `shinyctl status [APP] [--json]`: the table of staying-up.txt, the memory
+//! line under it, and a line for anything a person must know.
+
+use hyper::Method;
+
 use crate::home::Home;
-/// Runs `status`.
-pub fn run(home: &Home, app: Option<&str>, json: bool) -> anyhow::Result<()> { let _ = (home, app, json); todo!() }
+use crate::model::{Role, StatusReport};
+use crate::procfs::format_mem;
+
+/// The columns, as documented.
+const COLUMNS: [&str; 11] = ["NAME", "COPY", "ROLE", "PORT", "PID", "STATUS", "READY", "MEM", "SESSIONS", "CRASHES", "STARTED"];
+
+/// Prints status, or its JSON.
+pub fn run(home: &Home, app: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let path = match app {
+        Some(a) => format!("/v1/status?app={a}"),
+        None => "/v1/status".to_string(),
+    };
+    let bytes = super::call(home, Method::GET, &path, None)?;
+    if json {
+        println!("{}", String::from_utf8_lossy(&bytes));
+        return Ok(());
+    }
+    let report: StatusReport = serde_json::from_slice(&bytes)?;
+    print!("{}", render(&report));
+    Ok(())
+}
+
+/// Renders the report as people read it.
+pub fn render(report: &StatusReport) -> String {
+    if report.apps.is_empty() {
+        return "No apps yet. Start one with: shinyctl apply -f app.yaml\n".to_string();
+    }
+    let dash = |s: Option<String>| s.unwrap_or_else(|| "-".to_string());
+    let mut rows: Vec<Vec<String>> = vec![COLUMNS.iter().map(|c| c.to_string()).collect()];
+    for app in &report.apps {
+        for c in &app.copies {
+            rows.push(vec![
+                app.name.clone(),
+                c.copy.to_string(),
+                dash(c.role.map(|r| r.as_str().to_string())),
+                app.port.to_string(),
+                dash(c.pid.map(|p| p.to_string())),
+                c.status.clone(),
+                if c.ready { "ready".into() } else { "-".into() },
+                dash(c.mem_bytes.map(format_mem)),
+                c.sessions.to_string(),
+                if c.crashes == 0 { "-".into() } else { c.crashes.to_string() },
+                dash(c.started.clone()),
+            ]);
+        }
+    }
+    let widths: Vec<usize> = (0..COLUMNS.len()).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}", w = widths[i] + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out.push('\n');
+    out.push_str(&memory_line(report));
+    out.push('\n');
+    let notes: Vec<&String> = report.apps.iter().flat_map(|a| a.notes.iter()).collect();
+    if !notes.is_empty() {
+        out.push('\n');
+        for n in notes {
+            out.push_str(n);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// "Memory: 420M in 3 R processes (1 warm, 1 draining), plus 41M for the load balancer."
+fn memory_line(report: &StatusReport) -> String {
+    let copies = report.apps.iter().flat_map(|a| a.copies.iter()).filter(|c| c.pid.is_some());
+    let (mut total, mut n, mut warm, mut draining) = (0u64, 0usize, 0usize, 0usize);
+    for c in copies {
+        total += c.mem_bytes.unwrap_or(0);
+        n += 1;
+        match c.role {
+            Some(Role::Warm) => warm += 1,
+            Some(Role::Draining) => draining += 1,
+            _ => {}
+        }
+    }
+    let mut parts = Vec::new();
+    if warm > 0 {
+        parts.push(format!("{warm} warm"));
+    }
+    if draining > 0 {
+        parts.push(format!("{draining} draining"));
+    }
+    let mut line = format!("Memory: {} in {n} R {}", format_mem(total), if n == 1 { "process" } else { "processes" });
+    if !parts.is_empty() {
+        line.push_str(&format!(" ({})", parts.join(", ")));
+    }
+    match report.proxy_rss_bytes {
+        Some(rss) => line.push_str(&format!(", plus {} for the load balancer.", format_mem(rss))),
+        None => line.push_str("; the load balancer is not running."),
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AppStatus, CopyStatus};
+
+    const M: u64 = 1 << 20;
+
+    fn copy(copy: u32, role: Role, pid: u32, mem: u64, sessions: u64, started: &str) -> CopyStatus {
+        CopyStatus {
+            copy,
+            role: Some(role),
+            copy_port: 20000 + copy as u16,
+            pid: Some(pid),
+            status: "alive".into(),
+            ready: true,
+            mem_bytes: Some(mem * M),
+            sessions,
+            crashes: 0,
+            started: Some(started.into()),
+            outdated: false,
+            log: String::new(),
+        }
+    }
+
+    #[test]
+    fn renders_the_table_of_staying_up() {
+        let report = StatusReport {
+            daemon_pid: 1,
+            proxy_pid: Some(2),
+            proxy_rss_bytes: Some(41 * M),
+            apps: vec![AppStatus {
+                name: "hello".into(),
+                group: "default".into(),
+                port: 8765,
+                revision: 2,
+                copies: vec![
+                    copy(1, Role::Draining, 61429, 142, 2, "2026-10-27T10:00:01+02:00"),
+                    copy(3, Role::Active, 61501, 140, 1, "2026-10-27T11:30:05+02:00"),
+                    copy(4, Role::Warm, 61502, 138, 0, "2026-10-27T11:30:05+02:00"),
+                ],
+                notes: vec!["hello: copy 1 is draining with 2 sessions; it stops when they end, or in 15m at the latest.".into()],
+            }],
+        };
+        let expected = "\
+NAME   COPY  ROLE      PORT  PID    STATUS  READY  MEM   SESSIONS  CRASHES  STARTED
+hello  1     draining  8765  61429  alive   ready  142M  2         -        2026-10-27T10:00:01+02:00
+hello  3     active    8765  61501  alive   ready  140M  1         -        2026-10-27T11:30:05+02:00
+hello  4     warm      8765  61502  alive   ready  138M  0         -        2026-10-27T11:30:05+02:00
+
+Memory: 420M in 3 R processes (1 warm, 1 draining), plus 41M for the load balancer.
+
+hello: copy 1 is draining with 2 sessions; it stops when they end, or in 15m at the latest.
+";
+        assert_eq!(render(&report), expected);
+    }
+
+    #[test]
+    fn a_starting_copy_shows_dashes() {
+        let mut c = copy(1, Role::Active, 7, 50, 0, "x");
+        c.role = None;
+        c.ready = false;
+        c.crashes = 2;
+        c.status = "crash-looping".into();
+        let report = StatusReport {
+            apps: vec![AppStatus { name: "a".into(), port: 1, copies: vec![c], ..Default::default() }],
+            ..Default::default()
+        };
+        let text = render(&report);
+        let row = text.lines().nth(1).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells, ["a", "1", "-", "1", "7", "crash-looping", "-", "50M", "0", "2", "x"]);
+        assert!(text.contains("Memory: 50M in 1 R process; the load balancer is not running."));
+    }
+}

@@ -1,1 +1,381 @@
-//! The pure heart: `decide(spec, state, observed, now) -> Plan`.
+//! The pure heart of the cycle: [`decide`] takes the app's spec, what was
+//! recorded, what was observed and the time, and returns what to record, the
+//! roles, and what to start and stop. It does no I/O and reads no clock, so
+//! it is tested with tables that read like the timelines in staying-up.txt.
+//!
+//! It is idempotent: called twice with the same inputs it plans the same, and
+//! it does not care why it was called (a tick, a command, an exit).
+
+use std::collections::BTreeMap;
+
+use crate::manifest::AppSpec;
+use crate::model::{AppState, CopyRecord, Exit, RestartPolicy, Role};
+
+#[cfg(test)]
+mod tests;
+
+/// How long a draining copy is kept even with no sessions, for a page that
+/// opens its WebSocket just after it loaded.
+pub const SETTLE_MS: u64 = 10_000;
+/// The first restart waits this long; each crash doubles it.
+pub const BACKOFF_START_MS: u64 = 2_000;
+/// Restarts never wait longer than this.
+pub const BACKOFF_MAX_MS: u64 = 60_000;
+/// A copy that stays up this long has its crash count cleared.
+pub const STAYED_UP_MS: u64 = 60_000;
+/// A copy still not ready after this long is worth a line under status.
+pub const SLOW_START_MS: u64 = 60_000;
+
+/// What the observe step saw of one copy's process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Process {
+    /// The recorded process runs; `ready` once its port answers HTTP from a
+    /// socket of its own.
+    Running {
+        /// Its port answers HTTP and the socket is its own.
+        ready: bool,
+    },
+    /// The recorded process is gone.
+    Exited(Exit),
+}
+
+/// What the observe step saw of one copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    /// Its process.
+    pub process: Process,
+    /// Requests in flight plus open WebSockets, from the load balancer.
+    pub connections: u64,
+    /// Open WebSockets, from the load balancer.
+    pub sessions: u64,
+}
+
+/// Everything observed of an app's copies, by copy number. A copy with a
+/// recorded process but no entry is taken as running and not ready.
+pub type Observed = BTreeMap<u32, Seen>;
+
+/// What to do to a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Start a process for this copy (its record is already in the plan's
+    /// state; a port of 0 means: pick a free one).
+    Start(u32),
+    /// Stop this copy's process: SIGTERM to its group, SIGKILL after 10 s.
+    Stop(u32),
+}
+
+/// The outcome of one decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// What to record in state.json.
+    pub state: AppState,
+    /// The ready copies that take traffic, with their roles: active ones
+    /// oldest first, then warm, then draining. This is the copies table.
+    pub roles: Vec<(u32, Role)>,
+    /// What to start and stop.
+    pub actions: Vec<Action>,
+    /// When a timer runs out (a backoff, a settle, a drain-timeout) and the
+    /// cycle should run again, in unix ms.
+    pub wake_at_ms: Option<u64>,
+}
+
+/// How long a copy waits before its restart after `crashes` crashes.
+pub fn backoff_ms(crashes: u32) -> u64 {
+    let doublings = crashes.saturating_sub(1).min(16);
+    (BACKOFF_START_MS << doublings).min(BACKOFF_MAX_MS)
+}
+
+/// Where a copy stands this cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    /// No process: waiting for its restart, or left down.
+    Down,
+    /// Its process runs and is not ready yet.
+    Starting,
+    /// Its process runs and is ready.
+    Ready,
+}
+
+/// Decides one cycle for one app. Pure: no I/O, no clock.
+pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64) -> Plan {
+    let settings = spec.settings_hash();
+    let mut st = state.clone();
+    st.app = spec.name.clone();
+    if st.next_copy == 0 {
+        st.next_copy = st.copies.iter().map(|c| c.copy + 1).max().unwrap_or(1);
+    }
+    let mut actions = Vec::new();
+    let mut wake: Option<u64> = None;
+    let mut wake_at = |t: u64| wake = Some(wake.map_or(t, |w| w.min(t)));
+
+    // 1. Fold in what happened: exits, copies that stayed up.
+    st.copies.retain_mut(|rec| fold_observation(rec, observed.get(&rec.copy), spec.restart_policy, now_ms));
+
+    let phase = |rec: &CopyRecord| -> Phase {
+        match (rec.pid, observed.get(&rec.copy).map(|s| s.process)) {
+            (None, _) => Phase::Down,
+            (Some(_), Some(Process::Running { ready: true })) => Phase::Ready,
+            (Some(_), _) => Phase::Starting,
+        }
+    };
+    let conns = |copy: u32| observed.get(&copy).map_or(0, |s| s.connections);
+    let revision = st.revision;
+    let is_current = |rec: &CopyRecord| rec.revision == revision && rec.settings == settings;
+    // Copies still in play: not being stopped and not draining.
+    let serving = |rec: &CopyRecord| rec.stop_started_ms.is_none() && rec.drain_started_ms.is_none();
+
+    // 2. The switch: the new version serves once `replicas` of its copies are ready.
+    let ready_current = st.copies.iter().filter(|r| is_current(r) && serving(r) && phase(r) == Phase::Ready).count();
+    let outdated_left = st.copies.iter().any(|r| !is_current(r) && serving(r));
+    let switched = !outdated_left || ready_current >= spec.replicas as usize;
+
+    // 3. Outdated copies: before the switch they keep serving (and come back
+    // if they crash, since the new version may be broken), except copies of a
+    // version in between that never served: a redeploy during another goes
+    // straight to the newest. After the switch, they drain or stop.
+    if !switched {
+        let version = |r: &CopyRecord| (r.revision, r.settings.clone());
+        let serving_versions: Vec<(u64, String)> =
+            st.copies.iter().filter(|r| !is_current(r) && serving(r) && phase(r) == Phase::Ready).map(version).collect();
+        if !serving_versions.is_empty() {
+            for rec in st.copies.iter_mut() {
+                if !is_current(rec) && serving(rec) && phase(rec) != Phase::Ready && !serving_versions.contains(&version(rec)) {
+                    rec.stop_started_ms = Some(now_ms);
+                }
+            }
+        }
+    } else {
+        let outdated_roles = roles_of(&st, spec.replicas, |r| !is_current(r) && serving(r) && phase(r) == Phase::Ready);
+        for rec in st.copies.iter_mut().filter(|r| !is_current(r) && serving(r)) {
+            match phase(rec) {
+                Phase::Down => rec.stop_started_ms = Some(now_ms),
+                Phase::Starting => rec.stop_started_ms = Some(now_ms),
+                Phase::Ready => {
+                    let was_warm = outdated_roles.get(&rec.copy) == Some(&Role::Warm);
+                    if st.stop_now || (was_warm && conns(rec.copy) == 0) {
+                        rec.stop_started_ms = Some(now_ms);
+                    } else {
+                        rec.drain_started_ms = Some(now_ms);
+                    }
+                }
+            }
+        }
+    }
+
+    // 4. Scaling: how many current copies there should be. Before the
+    // switch only the ones that will serve start; the spares follow it.
+    let target = if switched { spec.replicas + spec.warm_replicas } else { spec.replicas } as usize;
+    let mut current: Vec<usize> = (0..st.copies.len()).filter(|&i| is_current(&st.copies[i]) && serving(&st.copies[i])).collect();
+    if current.len() > target {
+        let roles = roles_of(&st, spec.replicas, |r| is_current(r) && serving(r) && phase(r) == Phase::Ready);
+        // Removal order: no process, still starting, then ready ones with the
+        // fewest open sessions, a warm copy before an active one when they tie.
+        current.sort_by_key(|&i| {
+            let rec = &st.copies[i];
+            let p = phase(rec);
+            let active = roles.get(&rec.copy) == Some(&Role::Active);
+            (p, if p == Phase::Ready { conns(rec.copy) } else { 0 }, active, std::cmp::Reverse(rec.started_ms), std::cmp::Reverse(rec.copy))
+        });
+        for &i in &current[..current.len() - target] {
+            let rec = &mut st.copies[i];
+            if phase(rec) == Phase::Ready && !st.stop_now {
+                rec.drain_started_ms = Some(now_ms);
+            } else {
+                rec.stop_started_ms = Some(now_ms);
+            }
+        }
+    } else {
+        for _ in current.len()..target {
+            let copy = st.next_copy;
+            st.next_copy += 1;
+            st.copies.push(CopyRecord {
+                copy,
+                revision: st.revision,
+                settings: settings.clone(),
+                ..CopyRecord::default()
+            });
+        }
+    }
+
+    // 5. Draining copies stop when their sessions are gone (after the
+    // settle), at drain-timeout, or at once with --now.
+    for rec in st.copies.iter_mut().filter(|r| r.stop_started_ms.is_none()) {
+        let Some(since) = rec.drain_started_ms else { continue };
+        if phase(rec) != Phase::Ready {
+            rec.stop_started_ms = Some(now_ms);
+            continue;
+        }
+        let settle_end = since + SETTLE_MS;
+        let timeout_end = since.saturating_add(spec.drain_timeout_ms);
+        let idle = conns(rec.copy) == 0;
+        if st.stop_now || now_ms >= timeout_end || (idle && now_ms >= settle_end) {
+            rec.stop_started_ms = Some(now_ms);
+        } else {
+            wake_at(if idle { settle_end.min(timeout_end) } else { timeout_end });
+        }
+    }
+
+    // 6. Processes: stop what was told to stop; start what has no process
+    // once its backoff is over.
+    for rec in &st.copies {
+        if rec.stop_started_ms.is_some() {
+            if rec.pid.is_some() {
+                actions.push(Action::Stop(rec.copy));
+            }
+            continue;
+        }
+        if rec.pid.is_some() || rec.left_down.is_some() || rec.drain_started_ms.is_some() {
+            continue;
+        }
+        let restart_at = match rec.last_exit {
+            Some(exit) if rec.crashes > 0 => exit.at_ms + backoff_ms(rec.crashes),
+            _ => now_ms,
+        };
+        if now_ms >= restart_at {
+            actions.push(Action::Start(rec.copy));
+        } else {
+            wake_at(restart_at);
+        }
+    }
+    // A copy told to stop that has no process is gone for good.
+    st.copies.retain(|r| r.stop_started_ms.is_none() || r.pid.is_some());
+    if st.copies.iter().all(|r| is_current(r) && r.drain_started_ms.is_none()) {
+        st.stop_now = false;
+    }
+
+    // 7. Roles, worked out anew: the oldest `replicas` ready copies of the
+    // version that serves are active, the rest warm; draining ones drain.
+    let serves = |r: &CopyRecord| if switched { is_current(r) } else { !is_current(r) };
+    let mut roles: Vec<(u32, Role)> = Vec::new();
+    let ready_serving = by_age(&st, |r| serving(r) && phase(r) == Phase::Ready && serves(r));
+    let ready_other = by_age(&st, |r| serving(r) && phase(r) == Phase::Ready && !serves(r));
+    for (n, copy) in ready_serving.iter().chain(ready_other.iter()).enumerate() {
+        roles.push((*copy, if n < spec.replicas as usize { Role::Active } else { Role::Warm }));
+    }
+    for copy in by_age(&st, |r| r.stop_started_ms.is_none() && r.drain_started_ms.is_some() && phase(r) == Phase::Ready) {
+        roles.push((copy, Role::Draining));
+    }
+    // Keep the table's order: active oldest first, then warm, then draining.
+    roles.sort_by_key(|(_, role)| *role as u8);
+
+    Plan { state: st, roles, actions, wake_at_ms: wake }
+}
+
+/// Folds one observation into a copy's record. Returns false when the copy
+/// is to be forgotten (it was being stopped and its process is gone).
+fn fold_observation(rec: &mut CopyRecord, seen: Option<&Seen>, policy: RestartPolicy, now_ms: u64) -> bool {
+    if rec.pid.is_none() {
+        return rec.stop_started_ms.is_none();
+    }
+    match seen.map(|s| s.process) {
+        Some(Process::Exited(exit)) => {
+            rec.pid = None;
+            rec.pid_start = None;
+            rec.last_exit = Some(exit);
+            if rec.stop_started_ms.is_some() {
+                return false;
+            }
+            if rec.drain_started_ms.is_some() {
+                // A draining copy that dies is not brought back.
+                rec.stop_started_ms = Some(now_ms);
+                return false;
+            }
+            rec.crashes += 1;
+            match policy {
+                RestartPolicy::Never => {
+                    rec.left_down = Some(format!("it {} and restart-policy is never", exit.describe()));
+                }
+                RestartPolicy::OnFailure if exit.success() => {
+                    rec.left_down = Some(format!("it {} and restart-policy is on-failure", exit.describe()));
+                }
+                _ => {}
+            }
+        }
+        Some(Process::Running { ready: true }) => {
+            if rec.crashes > 0 && rec.started_ms.is_some_and(|s| now_ms.saturating_sub(s) >= STAYED_UP_MS) {
+                rec.crashes = 0;
+            }
+        }
+        _ => {}
+    }
+    true
+}
+
+/// The copies that pass `keep`, oldest first (by start, then copy number).
+fn by_age(st: &AppState, keep: impl Fn(&CopyRecord) -> bool) -> Vec<u32> {
+    let mut v: Vec<&CopyRecord> = st.copies.iter().filter(|r| keep(r)).collect();
+    v.sort_by_key(|r| (r.started_ms.unwrap_or(u64::MAX), r.copy));
+    v.into_iter().map(|r| r.copy).collect()
+}
+
+/// Active and warm among the copies that pass `keep`: the oldest `replicas` are active.
+fn roles_of(st: &AppState, replicas: u32, keep: impl Fn(&CopyRecord) -> bool) -> BTreeMap<u32, Role> {
+    by_age(st, keep)
+        .into_iter()
+        .enumerate()
+        .map(|(n, c)| (c, if n < replicas as usize { Role::Active } else { Role::Warm }))
+        .collect()
+}
+
+/// Formats a span for people: `15m`, `4m30s`, `45s`, `1h`.
+pub fn human_duration(ms: u64) -> String {
+    let s = ms.div_ceil(1000);
+    match (s / 3600, (s % 3600) / 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, 0, _) => format!("{h}h"),
+        (h, m, _) => format!("{h}h{m}m"),
+    }
+}
+
+/// The lines status prints under the table for one app: draining copies and
+/// how long they have left, copies that don't start, copies left down.
+pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64, log_of: &dyn Fn(u32) -> String) -> Vec<String> {
+    let settings = spec.settings_hash();
+    let name = &spec.name;
+    let mut out = Vec::new();
+    let redeploying = state.copies.iter().any(|r| (r.revision != state.revision || r.settings != settings) && r.drain_started_ms.is_none() && r.stop_started_ms.is_none());
+    for rec in &state.copies {
+        let seen = observed.get(&rec.copy);
+        let ready = matches!(seen.map(|s| s.process), Some(Process::Running { ready: true }));
+        if let Some(since) = rec.drain_started_ms {
+            if rec.stop_started_ms.is_none() {
+                let sessions = seen.map_or(0, |s| s.sessions);
+                let left = (since + spec.drain_timeout_ms).saturating_sub(now_ms);
+                let plural = if sessions == 1 { "session" } else { "sessions" };
+                out.push(format!(
+                    "{name}: copy {} is draining with {sessions} {plural}; it stops when they end, or in {} at the latest.",
+                    rec.copy,
+                    human_duration(left)
+                ));
+            }
+            continue;
+        }
+        if let Some(why) = &rec.left_down {
+            out.push(format!("{name}: copy {} is left down: {why}. Its log: {}", rec.copy, log_of(rec.copy)));
+            continue;
+        }
+        let current = rec.revision == state.revision && rec.settings == settings;
+        if rec.crashes > 0 && !ready {
+            let exit = rec.last_exit.map(|e| e.describe()).unwrap_or_else(|| "exited".into());
+            let times = if rec.crashes == 1 { "once".to_string() } else { format!("{} times", rec.crashes) };
+            let lead = if current && redeploying {
+                format!("{name}: copy {} doesn't start: it {exit} ({times}); the old copies keep serving.", rec.copy)
+            } else {
+                format!("{name}: copy {} is crash-looping: it {exit} ({times}).", rec.copy)
+            };
+            out.push(format!("{lead} Its log: {}", log_of(rec.copy)));
+        } else if rec.pid.is_some() && !ready && rec.stop_started_ms.is_none() {
+            if let Some(started) = rec.started_ms.filter(|s| now_ms.saturating_sub(*s) >= SLOW_START_MS) {
+                out.push(format!(
+                    "{name}: copy {} has been starting for {} and is not ready. Its log: {}",
+                    rec.copy,
+                    human_duration(now_ms - started),
+                    log_of(rec.copy)
+                ));
+            }
+        }
+    }
+    out
+}

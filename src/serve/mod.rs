@@ -1,9 +1,509 @@
-//! The daemon, `shinyctl serve` (shinyctl-api): the cycle and its I/O.
+//! The daemon, `shinyctl serve` (shinyctl-api). For each app, every 5 s and
+//! at once on any event, it runs the cycle: observe, decide, record, push,
+//! act. Only the daemon writes state (`state.json`, `registry.json`,
+//! `proxy/table.json`).
+
+mod act;
+mod api;
+mod proxy_ctl;
+mod record;
+mod status;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Mutex};
 
 use crate::home::Home;
+use crate::manifest::AppSpec;
+use crate::model::{AppState, CopyTraffic, Exit, ProxyApp, ProxyCopy, ProxyTable, Role};
+use crate::procfs;
+use crate::reconcile::{self, Action, Observed, Process, Seen};
 
-/// `serve -d`: starts the daemon in the background and returns once it answers.
-pub fn detach(home: &Home) -> anyhow::Result<()> { let _ = home; todo!() }
+pub use act::now_ms;
 
-/// Runs the daemon in the foreground until SIGTERM.
-pub fn run(home: Home) -> anyhow::Result<()> { let _ = home; todo!() }
+/// How often the cycle runs when nothing happens.
+pub const TICK: Duration = Duration::from_secs(5);
+/// Copy logs rotate past this size.
+pub const LOG_ROTATE_BYTES: u64 = 1 << 30;
+
+/// Something happened: the cycle runs at once for the app it names.
+#[derive(Debug)]
+pub enum Event {
+    /// A command changed the app (apply, restart, delete).
+    Changed {
+        /// The app.
+        app: String,
+    },
+    /// A watched process ended.
+    Exit {
+        /// The app it belongs to.
+        app: String,
+        /// Its PID.
+        pid: u32,
+        /// How it ended.
+        exit: Exit,
+    },
+    /// A copy's port answers from its own socket.
+    Ready {
+        /// The app.
+        app: String,
+        /// The copy's process.
+        pid: u32,
+    },
+    /// The load balancer saw a copy refuse a connection.
+    StandIn {
+        /// The app.
+        app: String,
+        /// The copy that refused.
+        down: u32,
+    },
+    /// The load balancer's process ended.
+    ProxyExit,
+}
+
+/// The daemon's in-memory view of one app.
+pub struct AppRt {
+    /// The applied spec.
+    pub spec: AppSpec,
+    /// What is recorded in state.json (the last plan's state).
+    pub state: AppState,
+    /// Processes seen ready (port answers from their own socket), by PID.
+    pub ready: HashSet<u32>,
+    /// Processes with a readiness probe running.
+    pub probing: HashSet<u32>,
+    /// Processes with an exit watcher.
+    pub watched: HashSet<u32>,
+    /// Processes told to stop.
+    pub stopping: HashSet<u32>,
+    /// Exits seen and not yet folded into the state, by PID.
+    pub exits: HashMap<u32, Exit>,
+    /// The last roles decided, for the copies table and status.
+    pub roles: Vec<(u32, Role)>,
+    /// When a timer in the last plan runs out.
+    pub wake_at_ms: Option<u64>,
+    /// Deleted: forgotten once its copies are gone.
+    pub deleting: bool,
+}
+
+impl AppRt {
+    /// An app as loaded or applied.
+    pub fn new(spec: AppSpec, state: AppState) -> AppRt {
+        AppRt {
+            spec,
+            state,
+            ready: HashSet::new(),
+            probing: HashSet::new(),
+            watched: HashSet::new(),
+            stopping: HashSet::new(),
+            exits: HashMap::new(),
+            roles: Vec::new(),
+            wake_at_ms: None,
+            deleting: false,
+        }
+    }
+}
+
+/// Everything the daemon holds, behind one lock.
+pub struct Daemon {
+    /// The home folder.
+    pub home: Home,
+    /// Every app, by name.
+    pub apps: BTreeMap<String, AppRt>,
+    /// Where events go.
+    pub events: mpsc::UnboundedSender<Event>,
+    /// The load balancer.
+    pub proxy: proxy_ctl::ProxyCtl,
+    /// The last traffic figures from the load balancer, by app then copy.
+    pub traffic: HashMap<String, HashMap<u32, CopyTraffic>>,
+}
+
+/// The daemon as shared between the loop and the API.
+pub type Shared = Arc<Mutex<Daemon>>;
+
+/// `serve -d`: starts `shinyctl serve` in its own session and returns once
+/// its API answers.
+pub fn detach(home: &Home) -> anyhow::Result<()> {
+    if api::answers(home) {
+        println!("shinyctl serve is already running ({}).", home.api_sock().display());
+        return Ok(());
+    }
+    spawn_daemon(home)?;
+    println!("shinyctl serve started; it answers on {}.", home.api_sock().display());
+    Ok(())
+}
+
+/// Starts the daemon in the background (its command line is exactly
+/// `…/shinyctl serve`) and waits until its API answers.
+pub fn spawn_daemon(home: &Home) -> anyhow::Result<()> {
+    home.ensure()?;
+    let exe = std::env::current_exe()?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(home.api_log())?;
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.arg("serve")
+        .env("SHINYCTL_HOME", &home.root)
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
+        if api::answers(home) {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            anyhow::bail!("shinyctl serve exited at start ({status}); see {}", home.api_log().display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    anyhow::bail!("shinyctl serve did not answer within 15 s; see {}", home.api_log().display())
+}
+
+/// Runs the daemon in the foreground until SIGTERM or SIGINT. Stopping it
+/// stops only the daemon: the copies and the load balancer keep running.
+pub fn run(home: Home) -> anyhow::Result<()> {
+    home.ensure()?;
+    let lock = record::lock_exclusive(&home.serve_lock())
+        .map_err(|_| anyhow::anyhow!("shinyctl serve is already running for {}", home.root.display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let (writer, _guard) = tracing_appender::non_blocking(tracing_appender::rolling::never(&home.root, "api.log"));
+    tracing_subscriber::fmt().with_writer(writer).with_ansi(false).with_target(false).init();
+    let result = rt.block_on(run_async(home));
+    drop(lock);
+    result
+}
+
+async fn run_async(home: Home) -> anyhow::Result<()> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let listener = api::bind(&home)?;
+    let proxy = proxy_ctl::ProxyCtl::new(&home)?;
+    let mut daemon = Daemon { home: home.clone(), apps: BTreeMap::new(), events: tx.clone(), proxy, traffic: HashMap::new() };
+    daemon.load()?;
+    tracing::info!(pid = std::process::id(), apps = daemon.apps.len(), "shinyctl serve started");
+    let shared: Shared = Arc::new(Mutex::new(daemon));
+    {
+        let mut guard = shared.lock().await;
+        let d = &mut *guard;
+        d.proxy.ensure(&d.home, &tx).await;
+    }
+    tokio::spawn(api::serve(listener, shared.clone()));
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut next_tick = tokio::time::Instant::now();
+    loop {
+        let mut due: HashSet<String> = HashSet::new();
+        let mut all = false;
+        let wake = {
+            let d = shared.lock().await;
+            d.next_wake(next_tick)
+        };
+        tokio::select! {
+            ev = rx.recv() => {
+                let Some(ev) = ev else { break };
+                let mut d = shared.lock().await;
+                d.note_event(ev, &mut due, &mut all).await;
+                while let Ok(ev) = rx.try_recv() {
+                    d.note_event(ev, &mut due, &mut all).await;
+                }
+            }
+            _ = tokio::time::sleep_until(wake) => {
+                if tokio::time::Instant::now() >= next_tick {
+                    all = true;
+                    next_tick = tokio::time::Instant::now() + TICK;
+                } else {
+                    let d = shared.lock().await;
+                    let now = now_ms();
+                    due.extend(d.apps.iter().filter(|(_, a)| a.wake_at_ms.is_some_and(|w| w <= now)).map(|(n, _)| n.clone()));
+                }
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+        let mut guard = shared.lock().await;
+        let d = &mut *guard;
+        if all {
+            due.extend(d.apps.keys().cloned());
+            d.proxy.ensure(&d.home, &d.events).await;
+            d.rotate_logs();
+        }
+        d.refresh_traffic().await;
+        for app in due {
+            d.cycle(&app);
+        }
+        d.push().await;
+    }
+    tracing::info!("shinyctl serve stopping; the copies and the load balancer keep running");
+    let _ = std::fs::remove_file(home.api_sock());
+    Ok(())
+}
+
+impl Daemon {
+    /// Loads registry.json and each app's state.json, and adopts the
+    /// processes they name that still run (same PID and start time).
+    fn load(&mut self) -> anyhow::Result<()> {
+        let registry = record::load_registry(&self.home)?;
+        for (name, spec) in registry.apps {
+            let state = record::load_state(&spec.state_file).unwrap_or_default();
+            self.apps.insert(name.clone(), AppRt::new(spec, state));
+            self.adopt(&name);
+        }
+        Ok(())
+    }
+
+    /// Watches and probes the running processes an app's state names.
+    fn adopt(&mut self, name: &str) {
+        let events = self.events.clone();
+        let Some(app) = self.apps.get_mut(name) else { return };
+        for rec in &app.state.copies {
+            let (Some(pid), Some(start)) = (rec.pid, rec.pid_start) else { continue };
+            if procfs::is_alive(pid, start) && app.watched.insert(pid) {
+                tracing::info!(app = name, copy = rec.copy, pid, "adopted copy");
+                act::watch_exit(name.to_string(), pid, events.clone());
+            }
+        }
+    }
+
+    /// When the loop should wake next: the tick, or an app's timer.
+    fn next_wake(&self, next_tick: tokio::time::Instant) -> tokio::time::Instant {
+        let now = now_ms();
+        let soonest = self.apps.values().filter_map(|a| a.wake_at_ms).min();
+        match soonest {
+            Some(w) if w <= now => tokio::time::Instant::now(),
+            Some(w) => next_tick.min(tokio::time::Instant::now() + Duration::from_millis(w - now)),
+            None => next_tick,
+        }
+    }
+
+    /// Folds an event into the in-memory view and marks its app due.
+    async fn note_event(&mut self, ev: Event, due: &mut HashSet<String>, all: &mut bool) {
+        match ev {
+            Event::Changed { app } => {
+                due.insert(app);
+            }
+            Event::Exit { app, pid, exit } => {
+                if let Some(a) = self.apps.get_mut(&app) {
+                    tracing::info!(app, pid, "{}", exit.describe());
+                    a.exits.insert(pid, exit);
+                    a.ready.remove(&pid);
+                }
+                due.insert(app);
+            }
+            Event::Ready { app, pid } => {
+                if let Some(a) = self.apps.get_mut(&app) {
+                    a.probing.remove(&pid);
+                    a.ready.insert(pid);
+                }
+                due.insert(app);
+            }
+            Event::StandIn { app, down } => {
+                if let Some(a) = self.apps.get_mut(&app) {
+                    // Not ready until it answers again (if it is alive at all).
+                    if let Some(pid) = a.state.copies.iter().find(|r| r.copy == down).and_then(|r| r.pid) {
+                        a.ready.remove(&pid);
+                    }
+                }
+                due.insert(app);
+            }
+            Event::ProxyExit => {
+                tracing::warn!("the load balancer exited; starting it again");
+                self.proxy.forget();
+                let home = self.home.clone();
+                let events = self.events.clone();
+                self.proxy.ensure(&home, &events).await;
+                *all = true;
+            }
+        }
+    }
+
+    /// Reads open connections and sessions per copy from the load balancer.
+    async fn refresh_traffic(&mut self) {
+        if let Some(stats) = self.proxy.stats(&self.home).await {
+            self.traffic = stats.apps.into_iter().map(|a| (a.name, a.copies.into_iter().map(|c| (c.copy, c)).collect())).collect();
+        }
+    }
+
+    /// Observe: what each recorded process is doing now.
+    fn observe(&mut self, name: &str) -> Observed {
+        let events = self.events.clone();
+        let traffic = self.traffic.get(name).cloned().unwrap_or_default();
+        let Some(app) = self.apps.get_mut(name) else { return Observed::new() };
+        let mut observed = Observed::new();
+        for rec in &app.state.copies {
+            let Some(pid) = rec.pid else { continue };
+            let process = if let Some(exit) = app.exits.get(&pid) {
+                Process::Exited(*exit)
+            } else if !rec.pid_start.is_some_and(|s| procfs::is_alive(pid, s)) {
+                // Gone while nobody watched (the daemon was down): status unknown.
+                Process::Exited(Exit { at_ms: now_ms(), code: None, signal: None })
+            } else {
+                if app.watched.insert(pid) {
+                    act::watch_exit(name.to_string(), pid, events.clone());
+                }
+                let ready = app.ready.contains(&pid);
+                if !ready && app.probing.insert(pid) {
+                    act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, events.clone());
+                }
+                Process::Running { ready }
+            };
+            let t = traffic.get(&rec.copy);
+            observed.insert(
+                rec.copy,
+                Seen { process, connections: t.map_or(0, |t| t.connections), sessions: t.map_or(0, |t| t.sessions) },
+            );
+        }
+        observed
+    }
+
+    /// One cycle for one app: observe, decide, record, (push happens for
+    /// all apps after the cycles), act.
+    fn cycle(&mut self, name: &str) {
+        let observed = self.observe(name);
+        let now = now_ms();
+        let home = self.home.clone();
+        let taken: Vec<u16> = self.apps.values().flat_map(|a| a.state.copies.iter().map(|r| r.port)).collect();
+        let events = self.events.clone();
+        let Some(app) = self.apps.get_mut(name) else { return };
+        let mut spec = app.spec.clone();
+        if app.deleting {
+            spec.replicas = 0;
+            spec.warm_replicas = 0;
+        }
+        let plan = reconcile::decide(&spec, &app.state, &observed, now);
+        let before = std::mem::replace(&mut app.state, plan.state);
+        app.roles = plan.roles;
+        app.wake_at_ms = plan.wake_at_ms;
+        // Exits are folded in; forget them and the PIDs they were about.
+        for pid in before.copies.iter().filter_map(|r| r.pid) {
+            if !app.state.copies.iter().any(|r| r.pid == Some(pid)) || app.exits.contains_key(&pid) {
+                app.exits.remove(&pid);
+                app.ready.remove(&pid);
+                app.probing.remove(&pid);
+                app.watched.remove(&pid);
+                app.stopping.remove(&pid);
+            }
+        }
+        if app.state != before {
+            record::save_state(&app.spec.state_file, &app.state);
+        }
+        // Act.
+        let mut changed = false;
+        for action in plan.actions {
+            match action {
+                Action::Start(copy) => {
+                    let Some(rec) = app.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
+                    match act::start_copy(&home, &app.spec, rec, &taken) {
+                        Ok(()) => {
+                            let pid = rec.pid.unwrap_or(0);
+                            tracing::info!(app = name, copy, pid, port = rec.port, "started copy");
+                            app.watched.insert(pid);
+                            act::watch_exit(name.to_string(), pid, events.clone());
+                            app.probing.insert(pid);
+                            act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, events.clone());
+                        }
+                        Err(e) => {
+                            tracing::error!(app = name, copy, "cannot start copy: {e:#}");
+                            // Counted like a crash, so it is retried after a backoff.
+                            rec.crashes += 1;
+                            rec.last_exit = Some(Exit { at_ms: now, code: Some(127), signal: None });
+                            let _ = events.send(Event::Changed { app: name.to_string() });
+                        }
+                    }
+                    changed = true;
+                }
+                Action::Stop(copy) => {
+                    let Some(rec) = app.state.copies.iter().find(|r| r.copy == copy) else { continue };
+                    let Some(pid) = rec.pid else { continue };
+                    if app.stopping.insert(pid) {
+                        tracing::info!(app = name, copy, pid, "stopping copy");
+                        act::stop_process(pid, rec.pid_start);
+                    }
+                }
+            }
+        }
+        if changed {
+            record::save_state(&app.spec.state_file, &app.state);
+        }
+        if app.deleting && app.state.copies.is_empty() {
+            let _ = std::fs::remove_file(&app.spec.state_file);
+            self.apps.remove(name);
+            tracing::info!(app = name, "deleted");
+        }
+    }
+
+    /// The copies table for every app, from the last roles.
+    fn table(&self) -> ProxyTable {
+        let apps = self
+            .apps
+            .values()
+            .filter(|a| !a.deleting)
+            .map(|a| ProxyApp {
+                name: a.spec.name.clone(),
+                host: a.spec.host.clone(),
+                port: a.spec.port,
+                policy: a.spec.lb_policy,
+                request_timeout_ms: a.spec.request_timeout_ms,
+                copies: a
+                    .roles
+                    .iter()
+                    .filter_map(|(copy, role)| {
+                        let rec = a.state.copies.iter().find(|r| r.copy == *copy)?;
+                        Some(ProxyCopy { copy: *copy, port: rec.port, role: *role, pid: rec.pid? })
+                    })
+                    .collect(),
+            })
+            .collect();
+        ProxyTable { apps }
+    }
+
+    /// Push: sends the copies table to the load balancer when it changed.
+    async fn push(&mut self) {
+        let table = self.table();
+        let home = self.home.clone();
+        self.proxy.push(&home, table).await;
+    }
+
+    /// Rotates copy logs past 1 GiB by copy-and-truncate, so a copy that
+    /// writes while the daemon is down loses nothing.
+    fn rotate_logs(&self) {
+        for app in self.apps.values() {
+            for rec in &app.state.copies {
+                let path = self.home.copy_log(&app.spec.group, &app.spec.name, rec.copy);
+                if let Err(e) = record::rotate_if_larger(&path, LOG_ROTATE_BYTES) {
+                    tracing::warn!(log = %path.display(), "cannot rotate: {e}");
+                }
+            }
+        }
+    }
+
+    /// Saves registry.json from the apps held (those not being deleted).
+    fn save_registry(&self) -> anyhow::Result<()> {
+        let apps = self.apps.iter().filter(|(_, a)| !a.deleting).map(|(n, a)| (n.clone(), a.spec.clone())).collect();
+        record::save_registry(&self.home, &crate::model::Registry { apps })
+    }
+}
+
+/// The path of a copy's log, for messages.
+pub fn log_path(home: &Home, spec: &AppSpec, copy: u32) -> String {
+    home.copy_log(&spec.group, &spec.name, copy).display().to_string()
+}
+
+/// True when a path is the same file as another, by canonical path.
+pub fn same_path(a: &Path, b: &Path) -> bool {
+    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+/// True when a daemon answers on the home's socket.
+pub fn api_answers(home: &Home) -> bool {
+    api::answers(home)
+}

@@ -1,0 +1,177 @@
+//! Which copy a request goes to. Pure: the caller hands in what it knows
+//! (each copy's role, whether it is known to be down, its open connections,
+//! a round-robin counter and a random number) and gets an index back. No
+//! clock, no socket, no lock.
+
+use crate::model::{LbPolicy, Role};
+
+/// One copy as the balancer sees it, in table order (oldest first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// How the daemon wants the copy treated.
+    pub role: Role,
+    /// It refused a connection since the table last named its process.
+    pub down: bool,
+    /// Requests in flight plus open WebSockets.
+    pub connections: u64,
+}
+
+/// Why a copy is being picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// A visitor without a copy: an active copy, else (none up) a warm one.
+    NewVisitor,
+    /// The visitor's copy is down: a warm copy stands in, else another
+    /// active one.
+    StandIn,
+}
+
+/// Picks the copy for a request among `copies` (table order), or `None`
+/// when no copy may take it. Draining copies and copies known to be down
+/// are never picked. `rr` is the app's round-robin counter (the caller
+/// advances it) and `random` any random number.
+pub fn pick(policy: LbPolicy, copies: &[Candidate], need: Need, rr: usize, random: u64) -> Option<usize> {
+    pick_by(policy, copies.len(), |i| copies[i], need, rr, random)
+}
+
+/// [`pick`] over `len` copies described by `copy(i)`, so the caller need
+/// not gather them into a slice first (no allocation per request).
+pub fn pick_by(
+    policy: LbPolicy,
+    len: usize,
+    copy: impl Fn(usize) -> Candidate,
+    need: Need,
+    rr: usize,
+    random: u64,
+) -> Option<usize> {
+    let (first, second) = match need {
+        Need::NewVisitor => (Role::Active, Role::Warm),
+        Need::StandIn => (Role::Warm, Role::Active),
+    };
+    pick_role(policy, len, &copy, first, rr, random).or_else(|| pick_role(policy, len, &copy, second, rr, random))
+}
+
+/// Applies the policy to the copies of one role that are up.
+fn pick_role(
+    policy: LbPolicy,
+    len: usize,
+    copy: &impl Fn(usize) -> Candidate,
+    role: Role,
+    rr: usize,
+    random: u64,
+) -> Option<usize> {
+    let usable = || (0..len).map(|i| (i, copy(i))).filter(|(_, c)| c.role == role && !c.down);
+    match policy {
+        LbPolicy::First => usable().next().map(|(i, _)| i),
+        LbPolicy::LeastConn => {
+            let mut best: Option<(usize, u64)> = None;
+            for (i, c) in usable() {
+                // Strictly fewer: ties go to the older copy (earlier in the table).
+                if best.map_or(true, |(_, n)| c.connections < n) {
+                    best = Some((i, c.connections));
+                }
+            }
+            best.map(|(i, _)| i)
+        }
+        LbPolicy::RoundRobin | LbPolicy::Random => {
+            // Counting, then walking to the nth, keeps this free of allocation.
+            let count = usable().count();
+            if count == 0 {
+                return None;
+            }
+            let n = match policy {
+                LbPolicy::RoundRobin => rr % count,
+                _ => (random % count as u64) as usize,
+            };
+            usable().nth(n).map(|(i, _)| i)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(role: Role, down: bool, connections: u64) -> Candidate {
+        Candidate { role, down, connections }
+    }
+
+    const A: Role = Role::Active;
+    const W: Role = Role::Warm;
+    const D: Role = Role::Draining;
+
+    #[test]
+    fn least_conn_takes_the_fewest_and_ties_go_to_the_oldest() {
+        let copies = [c(A, false, 3), c(A, false, 1), c(A, false, 1), c(W, false, 0)];
+        assert_eq!(pick(LbPolicy::LeastConn, &copies, Need::NewVisitor, 0, 0), Some(1));
+        let tied = [c(A, false, 2), c(A, false, 2)];
+        assert_eq!(pick(LbPolicy::LeastConn, &tied, Need::NewVisitor, 7, 9), Some(0));
+    }
+
+    #[test]
+    fn round_robin_walks_the_active_copies_in_turn() {
+        let copies = [c(A, false, 0), c(W, false, 0), c(A, false, 5), c(D, false, 0), c(A, false, 0)];
+        let picked: Vec<_> = (0..6).map(|rr| pick(LbPolicy::RoundRobin, &copies, Need::NewVisitor, rr, 0).unwrap()).collect();
+        assert_eq!(picked, vec![0, 2, 4, 0, 2, 4]);
+    }
+
+    #[test]
+    fn random_stays_among_active_copies() {
+        let copies = [c(W, false, 0), c(A, false, 0), c(D, false, 0), c(A, false, 0)];
+        for r in 0..20u64 {
+            let i = pick(LbPolicy::Random, &copies, Need::NewVisitor, 0, r).unwrap();
+            assert!(i == 1 || i == 3, "picked {i}");
+        }
+        assert_eq!(pick(LbPolicy::Random, &copies, Need::NewVisitor, 0, 0), Some(1));
+        assert_eq!(pick(LbPolicy::Random, &copies, Need::NewVisitor, 0, 1), Some(3));
+    }
+
+    #[test]
+    fn first_is_always_the_oldest_active_copy() {
+        let copies = [c(D, false, 0), c(W, false, 0), c(A, false, 9), c(A, false, 0)];
+        for rr in 0..4 {
+            assert_eq!(pick(LbPolicy::First, &copies, Need::NewVisitor, rr, rr as u64), Some(2));
+        }
+    }
+
+    #[test]
+    fn down_copies_are_skipped() {
+        let copies = [c(A, true, 0), c(A, false, 4)];
+        for policy in [LbPolicy::LeastConn, LbPolicy::RoundRobin, LbPolicy::Random, LbPolicy::First] {
+            for n in 0..4 {
+                assert_eq!(pick(policy, &copies, Need::NewVisitor, n, n as u64), Some(1), "{policy:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_warm_copy_takes_new_visitors_only_when_no_active_copy_is_up() {
+        let copies = [c(A, true, 0), c(W, false, 0), c(D, false, 0)];
+        for policy in [LbPolicy::LeastConn, LbPolicy::RoundRobin, LbPolicy::Random, LbPolicy::First] {
+            assert_eq!(pick(policy, &copies, Need::NewVisitor, 3, 5), Some(1), "{policy:?}");
+        }
+        let up = [c(A, false, 100), c(W, false, 0)];
+        assert_eq!(pick(LbPolicy::LeastConn, &up, Need::NewVisitor, 0, 0), Some(0));
+    }
+
+    #[test]
+    fn the_stand_in_is_a_warm_copy_first_then_another_active() {
+        let copies = [c(A, true, 0), c(A, false, 0), c(W, false, 7)];
+        assert_eq!(pick(LbPolicy::LeastConn, &copies, Need::StandIn, 0, 0), Some(2));
+        let warm_down = [c(A, true, 0), c(A, false, 0), c(W, true, 0)];
+        assert_eq!(pick(LbPolicy::LeastConn, &warm_down, Need::StandIn, 0, 0), Some(1));
+        let two_warm = [c(A, true, 0), c(W, false, 2), c(W, false, 1)];
+        assert_eq!(pick(LbPolicy::LeastConn, &two_warm, Need::StandIn, 0, 0), Some(2));
+        assert_eq!(pick(LbPolicy::First, &two_warm, Need::StandIn, 0, 0), Some(1));
+    }
+
+    #[test]
+    fn draining_copies_never_get_new_visitors() {
+        let copies = [c(D, false, 0), c(D, false, 0)];
+        for policy in [LbPolicy::LeastConn, LbPolicy::RoundRobin, LbPolicy::Random, LbPolicy::First] {
+            assert_eq!(pick(policy, &copies, Need::NewVisitor, 0, 0), None);
+            assert_eq!(pick(policy, &copies, Need::StandIn, 0, 0), None);
+        }
+        assert_eq!(pick(LbPolicy::LeastConn, &[], Need::NewVisitor, 0, 0), None);
+    }
+}

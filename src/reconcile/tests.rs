@@ -1,0 +1,461 @@
+//! Timelines from staying-up.txt, played against [`decide`] with a fake
+//! clock and a fake world: a started process becomes a record with a PID, a
+//! stopped one exits, and the test says when a copy is ready or dies.
+
+use super::*;
+use crate::model::{LbPolicy, RestartPolicy};
+use std::path::PathBuf;
+
+const S: u64 = 1000;
+
+fn spec(replicas: u32, warm: u32) -> AppSpec {
+    AppSpec {
+        name: "hello".into(),
+        group: "default".into(),
+        manifest: PathBuf::from("/srv/hello/app.yaml"),
+        working_dir: PathBuf::from("/srv/hello"),
+        entrypoint: "app.R".into(),
+        port: 8765,
+        host: "0.0.0.0".into(),
+        replicas,
+        warm_replicas: warm,
+        lb_policy: LbPolicy::LeastConn,
+        drain_timeout_ms: 15 * 60 * S,
+        restart_policy: RestartPolicy::Always,
+        env: Default::default(),
+        state_file: PathBuf::from("/srv/hello/state.json"),
+        idle_timeout_ms: 300 * S,
+        request_timeout_ms: 30 * S,
+        r_path: "R".into(),
+    }
+}
+
+/// A fake world around `decide`: it plays the act step.
+struct Sim {
+    spec: AppSpec,
+    state: AppState,
+    world: Observed,
+    now: u64,
+    plan: Option<Plan>,
+}
+
+impl Sim {
+    fn new(replicas: u32, warm: u32) -> Sim {
+        Sim { spec: spec(replicas, warm), state: AppState::default(), world: Observed::new(), now: 1_000_000, plan: None }
+    }
+
+    /// Moves the clock to `t` seconds after the start.
+    fn at(&mut self, secs: u64) -> &mut Self {
+        self.now = 1_000_000 + secs * S;
+        self
+    }
+
+    /// Runs one cycle and plays its actions: a start gives the copy a
+    /// process, a stop ends it (seen on the next cycle).
+    fn cycle(&mut self) -> &mut Self {
+        let plan = decide(&self.spec, &self.state, &self.world, self.now);
+        self.state = plan.state.clone();
+        for action in &plan.actions {
+            match *action {
+                Action::Start(copy) => {
+                    let rec = self.state.copies.iter_mut().find(|r| r.copy == copy).expect("started copy has a record");
+                    rec.pid = Some(1000 + copy);
+                    rec.started_ms = Some(self.now);
+                    rec.left_down = None;
+                    self.world.insert(copy, Seen { process: Process::Running { ready: false }, connections: 0, sessions: 0 });
+                }
+                Action::Stop(copy) => {
+                    let exit = Exit { at_ms: self.now, code: None, signal: Some(15) };
+                    self.world.insert(copy, Seen { process: Process::Exited(exit), connections: 0, sessions: 0 });
+                }
+            }
+        }
+        self.world.retain(|copy, _| self.state.copies.iter().any(|r| r.copy == *copy));
+        self.plan = Some(plan);
+        self
+    }
+
+    /// Runs cycles until nothing changes (what events would do at once).
+    fn settle(&mut self) -> &mut Self {
+        for _ in 0..10 {
+            let before = self.state.clone();
+            self.cycle();
+            if self.state == before && self.plan.as_ref().unwrap().actions.is_empty() {
+                break;
+            }
+        }
+        self
+    }
+
+    fn ready(&mut self, copies: &[u32]) -> &mut Self {
+        for c in copies {
+            self.world.get_mut(c).expect("copy runs").process = Process::Running { ready: true };
+        }
+        self
+    }
+
+    fn exits(&mut self, copy: u32, code: Option<i32>, signal: Option<i32>) -> &mut Self {
+        let exit = Exit { at_ms: self.now, code, signal };
+        self.world.get_mut(&copy).expect("copy runs").process = Process::Exited(exit);
+        self
+    }
+
+    fn kill(&mut self, copy: u32) -> &mut Self {
+        self.exits(copy, None, Some(9))
+    }
+
+    fn sessions(&mut self, copy: u32, n: u64) -> &mut Self {
+        let seen = self.world.get_mut(&copy).expect("copy runs");
+        seen.connections = n;
+        seen.sessions = n;
+        self
+    }
+
+    /// The roles as `1:active 2:warm`.
+    fn roles(&self) -> String {
+        let plan = self.plan.as_ref().expect("a cycle ran");
+        plan.roles.iter().map(|(c, r)| format!("{c}:{}", r.as_str())).collect::<Vec<_>>().join(" ")
+    }
+
+    fn actions(&self) -> Vec<Action> {
+        self.plan.as_ref().expect("a cycle ran").actions.clone()
+    }
+
+    /// The copies the state knows, as `1 2 3`.
+    fn copies(&self) -> String {
+        self.state.copies.iter().map(|r| r.copy.to_string()).collect::<Vec<_>>().join(" ")
+    }
+
+    fn record(&self, copy: u32) -> &CopyRecord {
+        self.state.copies.iter().find(|r| r.copy == copy).expect("copy is recorded")
+    }
+
+    fn restart(&mut self, now: bool) -> &mut Self {
+        self.state.revision += 1;
+        self.state.stop_now = now;
+        self
+    }
+
+    fn notes(&self) -> Vec<String> {
+        notes(&self.spec, &self.state, &self.world, self.now, &|c| format!("logs/default-hello@{c}.log"))
+    }
+}
+
+#[test]
+fn first_apply_starts_the_active_copy_and_the_spare_together() {
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(1), Action::Start(2)]);
+    assert_eq!(sim.roles(), "", "a starting copy has no role");
+    sim.at(2).ready(&[1, 2]).cycle();
+    assert_eq!(sim.roles(), "1:active 2:warm");
+    assert!(sim.actions().is_empty());
+}
+
+#[test]
+fn oldest_replicas_copies_are_active() {
+    let mut sim = Sim::new(2, 1);
+    sim.at(0).cycle().ready(&[1, 2, 3]).cycle();
+    assert_eq!(sim.roles(), "1:active 2:active 3:warm");
+}
+
+#[test]
+fn a_copy_dies_and_the_spare_takes_over_roles_dont_swap_back() {
+    // staying-up.txt, "When a copy dies".
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1, 2]).cycle();
+    sim.at(60).kill(1).cycle();
+    assert_eq!(sim.roles(), "2:active", "the spare takes over at once");
+    assert!(sim.actions().is_empty(), "copy 1 waits out its backoff");
+    assert_eq!(sim.plan.as_ref().unwrap().wake_at_ms, Some(sim.now + 2 * S));
+    assert_eq!(sim.record(1).crashes, 1);
+    sim.at(61).cycle();
+    assert!(sim.actions().is_empty(), "still in backoff after 1 s");
+    sim.at(62).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(1)]);
+    assert_eq!(sim.roles(), "2:active");
+    sim.at(64).ready(&[1]).cycle();
+    assert_eq!(sim.roles(), "2:active 1:warm", "the dead copy comes back as the spare");
+}
+
+#[test]
+fn backoff_doubles_from_two_seconds_up_to_a_minute() {
+    let waits: Vec<u64> = (1..=8).map(|n| backoff_ms(n) / S).collect();
+    assert_eq!(waits, vec![2, 4, 8, 16, 32, 60, 60, 60]);
+
+    // Played out: each crash waits twice as long as the one before.
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle();
+    let mut t = 0;
+    for expected in [2, 4, 8, 16, 32, 60, 60] {
+        sim.at(t).exits(1, Some(1), None).cycle();
+        assert!(sim.actions().is_empty());
+        sim.at(t + expected - 1).cycle();
+        assert!(sim.actions().is_empty(), "no restart before {expected} s");
+        sim.at(t + expected).cycle();
+        assert_eq!(sim.actions(), vec![Action::Start(1)], "restart after {expected} s");
+        t += expected;
+    }
+}
+
+#[test]
+fn crash_count_clears_once_the_copy_stayed_up_a_minute() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle();
+    sim.at(10).kill(1).cycle();
+    sim.at(12).cycle().ready(&[1]).cycle();
+    assert_eq!(sim.record(1).crashes, 1);
+    sim.at(71).cycle();
+    assert_eq!(sim.record(1).crashes, 1, "up for 59 s");
+    sim.at(72).cycle();
+    assert_eq!(sim.record(1).crashes, 0, "up for a minute");
+}
+
+#[test]
+fn restart_policy_decides_whether_a_copy_comes_back() {
+    // (policy, exit code, signal, comes back)
+    let table = [
+        (RestartPolicy::Always, Some(0), None, true),
+        (RestartPolicy::Always, Some(1), None, true),
+        (RestartPolicy::OnFailure, Some(0), None, false),
+        (RestartPolicy::OnFailure, Some(1), None, true),
+        (RestartPolicy::OnFailure, None, Some(9), true),
+        (RestartPolicy::Never, Some(1), None, false),
+        (RestartPolicy::Never, Some(0), None, false),
+    ];
+    for (policy, code, signal, comes_back) in table {
+        let mut sim = Sim::new(1, 0);
+        sim.spec.restart_policy = policy;
+        sim.at(0).cycle().ready(&[1]).cycle();
+        sim.at(10).exits(1, code, signal).cycle();
+        sim.at(100).cycle();
+        let restarted = sim.actions().contains(&Action::Start(1));
+        assert_eq!(restarted, comes_back, "{policy:?} after code {code:?} signal {signal:?}");
+        assert_eq!(sim.record(1).left_down.is_some(), !comes_back);
+        assert_eq!(sim.copies(), "1", "a copy left down is not replaced");
+        if !comes_back {
+            let notes = sim.notes();
+            assert!(notes.iter().any(|n| n.contains("copy 1 is left down") && n.contains(policy.as_str())), "{notes:?}");
+        }
+    }
+}
+
+#[test]
+fn a_redeploy_that_drains() {
+    // staying-up.txt, "A redeploy that drains".
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1, 2]).cycle().sessions(1, 2);
+    sim.at(100).restart(false).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(3)], "new copies first, spares after the switch");
+    assert_eq!(sim.roles(), "1:active 2:warm", "the old copies serve meanwhile");
+
+    sim.at(103).ready(&[3]).cycle();
+    assert_eq!(sim.roles(), "3:active 1:draining", "the switch");
+    assert!(sim.actions().contains(&Action::Stop(2)), "an old spare with no visitors stops right away");
+    assert!(sim.actions().contains(&Action::Start(4)), "the new spare starts after the switch");
+    assert!(!sim.actions().contains(&Action::Stop(1)), "copy 1 keeps its visitors");
+
+    sim.at(105).ready(&[4]).cycle();
+    assert_eq!(sim.roles(), "3:active 4:warm 1:draining");
+    let notes = sim.notes();
+    assert_eq!(
+        notes,
+        vec!["hello: copy 1 is draining with 2 sessions; it stops when they end, or in 14m58s at the latest.".to_string()]
+    );
+
+    sim.at(200).cycle();
+    assert!(sim.actions().is_empty(), "still has sessions");
+    sim.at(300).sessions(1, 0).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(1)], "the last visitor left, long after the settle");
+}
+
+#[test]
+fn an_old_copy_with_no_sessions_stops_after_the_settle() {
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1, 2]).cycle();
+    sim.at(100).restart(false).cycle().ready(&[3]);
+    sim.at(101).cycle();
+    assert_eq!(sim.roles(), "3:active 1:draining");
+    assert_eq!(sim.plan.as_ref().unwrap().wake_at_ms, Some(sim.now + SETTLE_MS));
+    sim.at(110).cycle();
+    assert!(!sim.actions().contains(&Action::Stop(1)), "kept 9 s");
+    sim.at(111).cycle();
+    assert!(sim.actions().contains(&Action::Stop(1)), "stopped after the 10 s settle");
+    sim.at(112).cycle();
+    assert_eq!(sim.copies(), "3 4", "a stopped copy is forgotten once its process is gone");
+}
+
+#[test]
+fn a_draining_copy_stops_at_drain_timeout_even_with_sessions() {
+    let mut sim = Sim::new(1, 0);
+    sim.spec.drain_timeout_ms = 30 * S;
+    sim.at(0).cycle().ready(&[1]).cycle().sessions(1, 3);
+    sim.at(10).restart(false).cycle().ready(&[2]);
+    sim.at(11).cycle();
+    assert_eq!(sim.roles(), "2:active 1:draining");
+    assert_eq!(sim.plan.as_ref().unwrap().wake_at_ms, Some(sim.now + 30 * S));
+    sim.at(40).cycle();
+    assert!(sim.actions().is_empty());
+    sim.at(41).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(1)]);
+}
+
+#[test]
+fn restart_now_stops_the_old_copies_as_soon_as_the_new_ones_are_ready() {
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1, 2]).cycle().sessions(1, 5);
+    sim.at(10).restart(true).cycle();
+    assert_eq!(sim.roles(), "1:active 2:warm", "not before they are ready");
+    sim.at(12).ready(&[3]).cycle();
+    assert_eq!(sim.roles(), "3:active");
+    assert!(sim.actions().contains(&Action::Stop(1)) && sim.actions().contains(&Action::Stop(2)));
+    sim.at(13).cycle();
+    assert!(!sim.state.stop_now, "--now ends with the redeploy");
+}
+
+#[test]
+fn a_broken_version_never_takes_over() {
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1, 2]).cycle();
+    sim.at(10).restart(false).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(3)]);
+    sim.at(11).exits(3, Some(1), None).cycle();
+    assert_eq!(sim.roles(), "1:active 2:warm", "the old ones keep serving");
+    let notes = sim.notes();
+    assert_eq!(
+        notes,
+        vec!["hello: copy 3 doesn't start: it exited with status 1 (once); the old copies keep serving. Its log: logs/default-hello@3.log".to_string()]
+    );
+    sim.at(13).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(3)], "it is tried again after its backoff");
+    sim.at(14).exits(3, Some(1), None).cycle();
+    assert_eq!(sim.roles(), "1:active 2:warm");
+    assert_eq!(sim.record(3).crashes, 2);
+}
+
+#[test]
+fn an_old_copy_that_crashes_during_a_redeploy_comes_back() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle();
+    sim.at(10).restart(false).cycle();
+    sim.at(11).kill(1).cycle();
+    sim.at(13).cycle();
+    assert!(sim.actions().contains(&Action::Start(1)), "the old version is all that serves");
+}
+
+#[test]
+fn a_redeploy_during_another_goes_straight_to_the_newest() {
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1, 2]).cycle();
+    sim.at(10).restart(false).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(3)]);
+    sim.at(11).restart(false).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(3), Action::Start(4)]);
+    sim.at(12).cycle().ready(&[4]).cycle();
+    assert_eq!(sim.roles(), "4:active 1:draining");
+    assert!(sim.actions().contains(&Action::Stop(2)), "the old spare stops at the switch");
+    sim.at(13).cycle();
+    assert_eq!(sim.copies(), "1 4 5");
+}
+
+#[test]
+fn changed_settings_are_a_redeploy_like_restart() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle();
+    sim.spec.env.insert("GREETING".into(), "hi".into());
+    sim.at(5).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(2)]);
+    sim.ready(&[2]).at(6).cycle();
+    assert_eq!(sim.roles(), "2:active 1:draining");
+}
+
+#[test]
+fn settings_that_dont_change_how_a_copy_starts_restart_nothing() {
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1, 2]).cycle();
+    sim.spec.port = 9999;
+    sim.spec.lb_policy = LbPolicy::First;
+    sim.spec.drain_timeout_ms = 5 * S;
+    sim.spec.restart_policy = RestartPolicy::Never;
+    sim.at(5).cycle();
+    assert!(sim.actions().is_empty());
+    assert_eq!(sim.roles(), "1:active 2:warm");
+}
+
+#[test]
+fn scaling_up_starts_copies() {
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1, 2]).cycle();
+    sim.spec.replicas = 3;
+    sim.at(5).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(3), Action::Start(4)]);
+    sim.ready(&[3, 4]).at(6).cycle();
+    assert_eq!(sim.roles(), "1:active 2:active 3:active 4:warm");
+}
+
+#[test]
+fn scaling_down_removes_in_the_documented_order() {
+    // Copies 1–3 active, 4 warm (all ready), 5 starting, 6 down in backoff.
+    let mut sim = Sim::new(3, 3);
+    sim.at(0).cycle().ready(&[1, 2, 3, 4, 5, 6]).cycle();
+    sim.at(1).ready(&[]).cycle();
+    sim.world.get_mut(&5).unwrap().process = Process::Running { ready: false };
+    sim.at(2).kill(6).cycle();
+    sim.sessions(1, 4).sessions(2, 1).sessions(3, 1).sessions(4, 1);
+    assert_eq!(sim.roles(), "1:active 2:active 3:active 4:warm");
+
+    // Remove one: the copy with no process goes first, at once.
+    sim.spec.warm_replicas = 2;
+    sim.at(3).cycle();
+    assert_eq!(sim.copies(), "1 2 3 4 5");
+    // Then the one still starting, at once.
+    sim.spec.warm_replicas = 1;
+    sim.at(4).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(5)]);
+    sim.at(5).cycle();
+    assert_eq!(sim.copies(), "1 2 3 4");
+    // Then ready ones with the fewest sessions, warm before active on a tie:
+    // 2, 3 and 4 have one session each; 4 is warm.
+    sim.spec.warm_replicas = 0;
+    sim.at(6).cycle();
+    assert_eq!(sim.roles(), "1:active 2:active 3:active 4:draining");
+    // Then the tied active ones; copy 1 with 4 sessions stays.
+    sim.spec.replicas = 1;
+    sim.at(7).cycle();
+    assert_eq!(sim.roles(), "1:active 2:draining 3:draining 4:draining");
+}
+
+#[test]
+fn scaling_down_with_now_stops_at_once() {
+    let mut sim = Sim::new(2, 1);
+    sim.at(0).cycle().ready(&[1, 2, 3]).cycle().sessions(2, 3);
+    sim.spec.replicas = 1;
+    sim.spec.warm_replicas = 0;
+    sim.state.stop_now = true;
+    sim.at(5).cycle();
+    assert_eq!(sim.roles(), "2:active", "the copy with sessions stays; the others stop without draining");
+    assert_eq!(sim.actions(), vec![Action::Stop(1), Action::Stop(3)]);
+}
+
+#[test]
+fn decide_is_idempotent() {
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1, 2]).cycle();
+    sim.at(100).restart(false).cycle().ready(&[3]);
+    let a = decide(&sim.spec, &sim.state, &sim.world, sim.now);
+    let b = decide(&sim.spec, &sim.state, &sim.world, sim.now);
+    assert_eq!(a, b);
+    // And deciding on its own output changes nothing more.
+    let c = decide(&sim.spec, &a.state, &sim.world, sim.now);
+    assert_eq!(c.state, a.state);
+    assert_eq!(c.roles, a.roles);
+}
+
+#[test]
+fn human_durations() {
+    assert_eq!(human_duration(15 * 60 * S), "15m");
+    assert_eq!(human_duration(45 * S), "45s");
+    assert_eq!(human_duration(90 * S), "1m30s");
+    assert_eq!(human_duration(3600 * S), "1h");
+    assert_eq!(human_duration(1), "1s");
+}

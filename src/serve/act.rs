@@ -1,0 +1,251 @@
+//! The act step: start an R copy, stop one, and watch processes for their
+//! exit with a pidfd (so an exit is noticed the moment it happens, for our
+//! own children and for adopted processes alike).
+
+use std::fs::OpenOptions;
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::home::Home;
+use crate::manifest::AppSpec;
+use crate::model::{CopyRecord, Exit};
+use crate::procfs;
+
+use super::Event;
+
+/// The copies' port range on 127.0.0.1.
+pub const COPY_PORTS: std::ops::RangeInclusive<u16> = 20000..=29999;
+
+/// How long a stopping copy gets after SIGTERM before SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Unix time now, in ms. The one clock the daemon reads.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Picks the copy's port: the one it had if it is still free, else a free
+/// one in 20000–29999 that no other copy holds.
+pub fn pick_port(wanted: u16, taken: &[u16], seed: u64) -> Option<u16> {
+    let free = |p: u16| !taken.contains(&p) && TcpListener::bind(("127.0.0.1", p)).is_ok();
+    if wanted != 0 && free(wanted) {
+        return Some(wanted);
+    }
+    let span = (*COPY_PORTS.end() - *COPY_PORTS.start()) as u64 + 1;
+    // Start somewhere that depends on the app and copy, so two daemons (tests
+    // side by side) rarely reach for the same port.
+    (0..span).map(|i| *COPY_PORTS.start() + ((seed + i) % span) as u16).find(|&p| free(p))
+}
+
+/// Quotes a string for an R single-quoted literal.
+fn r_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// The `-e` expression a copy runs.
+pub fn run_app_expr(spec: &AppSpec, port: u16) -> String {
+    let app = spec.working_dir.join(&spec.entrypoint);
+    format!(
+        "shiny::runApp(appDir = {}, port = {port}L, host = '127.0.0.1', launch.browser = FALSE)",
+        r_string(&app.to_string_lossy())
+    )
+}
+
+/// Starts a copy's process: R in its own session, output appended straight
+/// to its log file. Fills in the record's PID, start time and port.
+pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, taken_ports: &[u16]) -> anyhow::Result<()> {
+    let seed = spec.name.bytes().fold(rec.copy as u64 * 7919, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+    let port = pick_port(rec.port, taken_ports, seed).ok_or_else(|| anyhow::anyhow!("no free port in 20000-29999"))?;
+    let log_path = home.copy_log(&spec.group, &spec.name, rec.copy);
+    let scratch = home.scratch_dir(&spec.group, &spec.name, rec.copy);
+    std::fs::create_dir_all(&scratch)?;
+    let mut log = OpenOptions::new().create(true).append(true).open(&log_path)?;
+    {
+        use std::io::Write;
+        let _ = writeln!(
+            log,
+            "--- shinyctl: copy {} of {} (revision {}) starting on 127.0.0.1:{port} at {} ---",
+            rec.copy,
+            spec.name,
+            rec.revision,
+            procfs::local_rfc3339(now_ms())
+        );
+    }
+    let mut cmd = Command::new(&spec.r_path);
+    cmd.args(["--no-echo", "--no-restore", "-e", &run_app_expr(spec, port)])
+        .current_dir(&spec.working_dir)
+        .envs(&spec.env)
+        .env("SHINYCTL_COPY", rec.copy.to_string())
+        .env("SHINYCTL_SCRATCH", &scratch)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // Its own session: the copy must not die with the daemon, and its whole
+    // process group can be signalled at once.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run {}: {e}", spec.r_path))?;
+    let pid = child.id();
+    // The Child handle is dropped on purpose: the exit watcher reaps the
+    // process by PID, the same way for children and adopted processes.
+    drop(child);
+    rec.pid = Some(pid);
+    rec.pid_start = procfs::start_ticks(pid);
+    rec.port = port;
+    rec.started_ms = Some(now_ms());
+    rec.left_down = None;
+    Ok(())
+}
+
+/// Stops a process and its group: SIGTERM, then SIGKILL after the grace
+/// period if it is still there.
+pub fn stop_process(pid: u32, start: Option<u64>) {
+    use nix::sys::signal::{killpg, Signal};
+    use nix::unistd::Pid;
+    let pgid = Pid::from_raw(pid as i32);
+    let alive = move || start.map_or(procfs::start_ticks(pid).is_some(), |s| procfs::is_alive(pid, s));
+    if !alive() {
+        return;
+    }
+    let _ = killpg(pgid, Signal::SIGTERM);
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + STOP_GRACE;
+        while tokio::time::Instant::now() < deadline {
+            if !alive() {
+                // The leader is gone; anything left in its group goes too.
+                let _ = killpg(pgid, Signal::SIGKILL);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = killpg(pgid, Signal::SIGKILL);
+    });
+}
+
+/// Opens a pidfd for a process, if it still exists.
+fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, libc::PIDFD_NONBLOCK) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the kernel just gave us this fd and nothing else owns it.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Reaps `pid` if it is our child and says how it ended; `None` for a
+/// process that is not ours (adopted) or not gone yet.
+fn reap(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    match waitpid(nix::unistd::Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(_, code)) => Some((Some(code), None)),
+        Ok(WaitStatus::Signaled(_, sig, _)) => Some((None, Some(sig as i32))),
+        _ => None,
+    }
+}
+
+/// Watches a process and sends `Event::Exit` the moment it ends. Works for
+/// our children (reaped, with their exit status) and for adopted processes
+/// (status unknown).
+pub fn watch_exit(app: String, pid: u32, events: UnboundedSender<Event>) {
+    tokio::spawn(async move {
+        if let Some(fd) = pidfd_open(pid) {
+            if let Ok(afd) = AsyncFd::with_interest(fd, tokio::io::Interest::READABLE) {
+                let _ = afd.readable().await;
+                let _ = afd.get_ref().as_raw_fd();
+            }
+        }
+        // A zombie child is readable at once; give the kernel a moment in
+        // the rare case reaping races the exit.
+        let mut status = reap(pid);
+        for _ in 0..5 {
+            if status.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            status = reap(pid);
+        }
+        let (code, signal) = status.unwrap_or((None, None));
+        let _ = events.send(Event::Exit { app, pid, exit: Exit { at_ms: now_ms(), code, signal } });
+    });
+}
+
+/// Sends `Event::Ready` once the copy's port answers HTTP from a socket of
+/// its own process tree; gives up when the process is gone.
+pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, events: UnboundedSender<Event>) {
+    tokio::spawn(async move {
+        loop {
+            if !procfs::is_alive(pid, start) {
+                return;
+            }
+            if answers_http(port).await && procfs::port_owned_by(port, pid) == procfs::PortOwner::Ours {
+                let _ = events.send(Event::Ready { app, pid });
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+}
+
+/// True when `127.0.0.1:port` answers an HTTP request with an HTTP status line.
+async fn answers_http(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        s.write_all(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\nUser-Agent: shinyctl-probe\r\n\r\n").await.ok()?;
+        let mut buf = [0u8; 12];
+        let mut n = 0;
+        while n < 5 {
+            let m = s.read(&mut buf[n..]).await.ok()?;
+            if m == 0 {
+                break;
+            }
+            n += m;
+        }
+        Some(buf[..n].starts_with(b"HTTP/"))
+    };
+    matches!(tokio::time::timeout(Duration::from_secs(2), attempt).await, Ok(Some(true)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn r_strings_are_quoted() {
+        assert_eq!(r_string("/a/b's\\c"), "'/a/b\\'s\\\\c'");
+    }
+
+    #[test]
+    fn pick_port_keeps_a_free_port_and_avoids_taken_ones() {
+        let p = pick_port(0, &[], 12345).expect("a free port");
+        assert!(COPY_PORTS.contains(&p));
+        assert_eq!(pick_port(p, &[], 1), Some(p), "its own port again when free");
+        let q = pick_port(p, &[p], 12345).expect("another port");
+        assert_ne!(p, q);
+        let held = TcpListener::bind(("127.0.0.1", q)).expect("bind");
+        assert_ne!(pick_port(q, &[], 1), Some(q), "a port another program holds is not used");
+        drop(held);
+    }
+}

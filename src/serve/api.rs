@@ -1,0 +1,229 @@
+//! The API on `api.sock`: HTTP/1.1 with JSON bodies under `/v1/…`.
+//!
+//! - `GET  /v1/version`
+//! - `GET  /v1/status[?app=NAME]`
+//! - `POST /v1/apply` (ApplyRequest)
+//! - `POST /v1/apps/NAME/restart[?now=1]`
+//! - `DELETE /v1/apps/NAME[?now=1]`
+//! - `GET  /v1/apps/NAME/logs?copy=N`
+//! - `POST /v1/apps/NAME/stand-in` (StandIn, from the load balancer)
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode};
+
+use crate::home::Home;
+use crate::manifest;
+use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, StandIn};
+use crate::uds;
+
+use super::{AppRt, Event, Shared};
+
+type Reply = Response<Full<Bytes>>;
+
+/// True when a daemon answers on the home's socket.
+pub fn answers(home: &Home) -> bool {
+    uds::request_blocking(&home.api_sock(), Method::GET, "/v1/version", None, Duration::from_secs(2))
+        .is_ok_and(|(s, _)| s.is_success())
+}
+
+/// Binds api.sock (mode 0600), replacing a stale one.
+pub fn bind(home: &Home) -> anyhow::Result<tokio::net::UnixListener> {
+    let path = home.api_sock();
+    let _ = std::fs::remove_file(&path);
+    let listener = tokio::net::UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Serves the API until the daemon stops.
+pub async fn serve(listener: tokio::net::UnixListener, shared: Shared) {
+    uds::serve(listener, move |req| {
+        let shared = shared.clone();
+        async move { handle(req, shared).await }
+    })
+    .await;
+}
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Reply {
+    uds::json_response(status, &ApiError { error: msg.into() })
+}
+
+fn ok(msg: impl Into<String>) -> Reply {
+    uds::json_response(StatusCode::OK, &ActionReply { message: msg.into() })
+}
+
+/// The value of `key` in the query string.
+fn query<'a>(req: &'a Request<hyper::body::Incoming>, key: &str) -> Option<&'a str> {
+    req.uri().query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == key).then_some(v)
+    })
+}
+
+fn flag(req: &Request<hyper::body::Incoming>, key: &str) -> bool {
+    matches!(query(req, key), Some("" | "1" | "true"))
+}
+
+async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
+    let path = req.uri().path().to_string();
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match (req.method().clone(), parts.as_slice()) {
+        (Method::GET, ["v1", "version"]) => {
+            uds::json_response(StatusCode::OK, &serde_json::json!({ "version": crate::model::BUILD, "pid": std::process::id() }))
+        }
+        (Method::GET, ["v1", "status"]) => {
+            let app = query(&req, "app").map(str::to_string);
+            let mut d = shared.lock().await;
+            d.refresh_traffic().await;
+            match super::status::report(&d, app.as_deref()) {
+                Ok(r) => uds::json_response(StatusCode::OK, &r),
+                Err(e) => error(StatusCode::NOT_FOUND, e),
+            }
+        }
+        (Method::POST, ["v1", "apply"]) => {
+            let body = match uds::read_body(req.into_body(), 1 << 20).await {
+                Ok(b) => b,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+            };
+            let Ok(apply) = serde_json::from_slice::<ApplyRequest>(&body) else {
+                return error(StatusCode::BAD_REQUEST, "the body is not an apply request");
+            };
+            apply_manifest(&shared, apply).await
+        }
+        (Method::POST, ["v1", "apps", name, "restart"]) => {
+            let now = flag(&req, "now");
+            let mut d = shared.lock().await;
+            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.deleting) else { return not_found(name) };
+            app.state.revision += 1;
+            app.state.stop_now = now;
+            let rev = app.state.revision;
+            let _ = d.events.send(Event::Changed { app: name.to_string() });
+            let how = if now { "the old ones stop as soon as the new ones are ready" } else { "the old ones drain" };
+            ok(format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"))
+        }
+        (Method::DELETE, ["v1", "apps", name]) => {
+            let now = flag(&req, "now");
+            let mut d = shared.lock().await;
+            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.deleting) else { return not_found(name) };
+            app.deleting = true;
+            app.state.stop_now = now;
+            let copies = app.state.copies.len();
+            if let Err(e) = d.save_registry() {
+                return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
+            }
+            let _ = d.events.send(Event::Changed { app: name.to_string() });
+            let how = if now { "stop now" } else { "stop once their sessions end" };
+            ok(format!("{name}: deleted; its {copies} copies {how}."))
+        }
+        (Method::GET, ["v1", "apps", name, "logs"]) => {
+            let copy = query(&req, "copy").and_then(|c| c.parse::<u32>().ok()).unwrap_or(1);
+            let d = shared.lock().await;
+            let Some(app) = d.apps.get(*name) else { return not_found(name) };
+            let path = super::log_path(&d.home, &app.spec, copy);
+            uds::json_response(StatusCode::OK, &LogsReply { path })
+        }
+        (Method::POST, ["v1", "apps", name, "stand-in"]) => {
+            let body = uds::read_body(req.into_body(), 64 << 10).await.unwrap_or_default();
+            let Ok(ev) = serde_json::from_slice::<StandIn>(&body) else {
+                return error(StatusCode::BAD_REQUEST, "the body is not a stand-in report");
+            };
+            let d = shared.lock().await;
+            tracing::warn!(app = name, down = ev.down, stand_in = ?ev.stand_in, "copy refused a connection; the load balancer used a stand-in");
+            let _ = d.events.send(Event::StandIn { app: name.to_string(), down: ev.down });
+            ok("noted")
+        }
+        _ => error(StatusCode::NOT_FOUND, format!("no such API route: {} {path}", req.method())),
+    }
+}
+
+fn not_found(name: &str) -> Reply {
+    error(StatusCode::NOT_FOUND, format!("no app named {name}; see `shinyctl status` for the apps there are"))
+}
+
+/// Applies a manifest: parse and validate it whole, check it against the
+/// other apps, then record it. Nothing running is touched when it fails.
+async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
+    let path = std::path::PathBuf::from(&req.path);
+    let spec = match manifest::parse(&path, &req.text) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+    };
+    let mut d = shared.lock().await;
+    let here = |key: &str, message: String| {
+        manifest::ManifestError { file: path.clone(), line: manifest::line_of_key(&req.text, key), key: Some(key.into()), message }
+            .to_string()
+    };
+    // The app this manifest already is: the same manifest file, or the same name.
+    let existing = d
+        .apps
+        .iter()
+        .find(|(_, a)| !a.deleting && super::same_path(&a.spec.manifest, &spec.manifest))
+        .map(|(n, _)| n.clone());
+    for (name, other) in d.apps.iter().filter(|(n, a)| Some(*n) != existing.as_ref() && !a.deleting) {
+        if *name == spec.name {
+            return error(
+                StatusCode::CONFLICT,
+                here("app-name", format!("{name} is already the name of the app in {}; pick another name", other.spec.manifest.display())),
+            );
+        }
+        if other.spec.port == spec.port {
+            return error(
+                StatusCode::CONFLICT,
+                here("port", format!("{} is already used by app {name} ({}); pick another port", spec.port, other.spec.manifest.display())),
+            );
+        }
+        if super::same_path(&other.spec.state_file, &spec.state_file) {
+            return error(
+                StatusCode::CONFLICT,
+                here(
+                    "state-file",
+                    format!("{} is already the state file of app {name}; set state-file to another path", spec.state_file.display()),
+                ),
+            );
+        }
+    }
+    let message = match existing {
+        Some(old_name) => {
+            let mut app = d.apps.remove(&old_name).expect("found above");
+            let restarts = app.spec.settings_hash() != spec.settings_hash();
+            let same = app.spec == spec;
+            if !super::same_path(&app.spec.state_file, &spec.state_file) {
+                let _ = std::fs::remove_file(&app.spec.state_file);
+            }
+            app.spec = spec.clone();
+            app.state.stop_now = req.now;
+            d.apps.insert(spec.name.clone(), app);
+            if same {
+                format!("{}: unchanged.", spec.name)
+            } else if restarts {
+                format!("{}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {}", spec.name, spec.name)
+            } else {
+                format!("{}: updated without restarting any copy.", spec.name)
+            }
+        }
+        None => {
+            // A new app: state.json from an earlier life names no process we
+            // hold, so it starts afresh, at a revision after the old one.
+            let old = super::record::load_state(&spec.state_file).unwrap_or_default();
+            let state = crate::model::AppState { app: spec.name.clone(), revision: old.revision + 1, next_copy: 1, stop_now: false, copies: vec![] };
+            d.apps.insert(spec.name.clone(), AppRt::new(spec.clone(), state));
+            let n = spec.replicas + spec.warm_replicas;
+            format!(
+                "{}: applied; starting {n} {} on port {}. Watch: shinyctl status {}",
+                spec.name,
+                if n == 1 { "copy" } else { "copies" },
+                spec.port,
+                spec.name
+            )
+        }
+    };
+    if let Err(e) = d.save_registry() {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
+    }
+    let _ = d.events.send(Event::Changed { app: spec.name.clone() });
+    ok(message)
+}

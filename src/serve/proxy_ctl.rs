@@ -1,0 +1,146 @@
+//! The daemon's side of the load balancer: start it (or adopt the one that
+//! runs), watch it, push the copies table, read its traffic figures.
+
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::time::Duration;
+
+use hyper::Method;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::home::{write_atomic, Home};
+use crate::model::{ProxyStats, ProxyTable};
+use crate::uds;
+
+use super::Event;
+
+/// How long the daemon waits on the load balancer's socket.
+const TIMEOUT: Duration = Duration::from_millis(800);
+
+/// What the daemon knows of the load balancer.
+pub struct ProxyCtl {
+    /// Its PID, once it answered.
+    pid: Option<u32>,
+    /// Its build, from its stats.
+    pub build: Option<String>,
+    /// The last table it accepted; a new one is pushed only when it differs.
+    pushed: Option<ProxyTable>,
+    /// The table to push (kept to push again after a restart).
+    pending: Option<ProxyTable>,
+}
+
+impl ProxyCtl {
+    /// Makes sure the cookie key exists (32 random bytes, mode 0600).
+    pub fn new(home: &Home) -> anyhow::Result<ProxyCtl> {
+        let key = home.cookie_key();
+        if !key.exists() {
+            let mut bytes = [0u8; 32];
+            use std::io::Read;
+            std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&key)?;
+            use std::io::Write;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+        }
+        Ok(ProxyCtl { pid: None, build: None, pushed: None, pending: None })
+    }
+
+    /// Forgets the load balancer (it exited).
+    pub fn forget(&mut self) {
+        self.pid = None;
+        self.pushed = None;
+    }
+
+    /// Its PID, when it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Adopts the running load balancer, or starts one; then watches it.
+    pub async fn ensure(&mut self, home: &Home, events: &UnboundedSender<Event>) {
+        if self.pid.is_some() {
+            return;
+        }
+        if self.stats(home).await.is_none() {
+            if let Err(e) = spawn(home) {
+                tracing::error!("cannot start the load balancer: {e:#}");
+                return;
+            }
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while tokio::time::Instant::now() < deadline && self.stats(home).await.is_none() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        if let Some(pid) = self.pid {
+            tracing::info!(pid, "load balancer running");
+            let events = events.clone();
+            // The load balancer is no copy; its exit watcher reports as one
+            // of a pseudo-app and is turned into ProxyExit.
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            super::act::watch_exit(String::new(), pid, tx);
+            tokio::spawn(async move {
+                if rx.recv().await.is_some() {
+                    let _ = events.send(Event::ProxyExit);
+                }
+            });
+            self.pushed = None;
+            if let Some(table) = self.pending.clone() {
+                self.push(home, table).await;
+            }
+        }
+    }
+
+    /// Reads the load balancer's stats; `None` when it doesn't answer.
+    pub async fn stats(&mut self, home: &Home) -> Option<ProxyStats> {
+        let (status, body) = uds::request(&home.proxy_sock(), Method::GET, "/stats", None, TIMEOUT).await.ok()?;
+        if !status.is_success() {
+            return None;
+        }
+        let stats: ProxyStats = serde_json::from_slice(&body).ok()?;
+        self.pid = Some(stats.pid);
+        self.build = Some(stats.build.clone());
+        Some(stats)
+    }
+
+    /// Pushes the table when it differs from the last one accepted, and
+    /// writes it to proxy/table.json for people to read.
+    pub async fn push(&mut self, home: &Home, table: ProxyTable) {
+        if self.pushed.as_ref() == Some(&table) {
+            return;
+        }
+        self.pending = Some(table.clone());
+        let Ok(body) = serde_json::to_vec(&table) else { return };
+        match uds::request(&home.proxy_sock(), Method::PUT, "/table", Some(body.clone()), TIMEOUT).await {
+            Ok((status, _)) if status.is_success() => {
+                if let Ok(pretty) = serde_json::to_vec_pretty(&table) {
+                    let _ = write_atomic(&home.proxy_table(), &pretty, 0o600);
+                }
+                self.pushed = Some(table);
+            }
+            Ok((status, body)) => tracing::error!("the load balancer refused the table: {status} {}", String::from_utf8_lossy(&body)),
+            Err(e) => tracing::warn!("cannot push the table to the load balancer: {e:#}"),
+        }
+    }
+}
+
+/// Starts `shinyctl proxy` in its own session, its output appended to api.log.
+fn spawn(home: &Home) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(home.api_log())?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("proxy")
+        .env("SHINYCTL_HOME", &home.root)
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    tracing::info!(pid = child.id(), "started the load balancer");
+    Ok(())
+}

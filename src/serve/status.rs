@@ -1,0 +1,88 @@
+//! What `status` shows, built from the daemon's view: the roles of the last
+//! cycle, the recorded copies, /proc for memory, and the load balancer's
+//! traffic figures.
+
+use crate::model::{AppStatus, CopyStatus, StatusReport};
+use crate::procfs;
+use crate::reconcile::{self, Observed, Process, Seen};
+
+use super::{now_ms, Daemon};
+
+/// The status of every app, or of one.
+pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
+    if let Some(name) = only {
+        if !d.apps.contains_key(name) {
+            return Err(format!("no app named {name}; see `shinyctl status` for the apps there are"));
+        }
+    }
+    let now = now_ms();
+    let apps = d
+        .apps
+        .iter()
+        .filter(|(n, _)| only.is_none_or(|o| o == n.as_str()))
+        .map(|(name, app)| {
+            let traffic = d.traffic.get(name);
+            let settings = app.spec.settings_hash();
+            let mut observed = Observed::new();
+            let copies = app
+                .state
+                .copies
+                .iter()
+                .map(|rec| {
+                    let alive = rec.pid.zip(rec.pid_start).is_some_and(|(p, s)| procfs::is_alive(p, s));
+                    let ready = alive && rec.pid.is_some_and(|p| app.ready.contains(&p));
+                    let t = traffic.and_then(|t| t.get(&rec.copy));
+                    let sessions = t.map_or(0, |t| t.sessions);
+                    if alive {
+                        observed.insert(
+                            rec.copy,
+                            Seen { process: Process::Running { ready }, connections: t.map_or(0, |t| t.connections), sessions },
+                        );
+                    }
+                    let role = app.roles.iter().find(|(c, _)| *c == rec.copy).map(|(_, r)| *r).filter(|_| ready);
+                    let status = if rec.left_down.is_some() {
+                        "exited"
+                    } else if rec.stop_started_ms.is_some() {
+                        "stopping"
+                    } else if rec.crashes > 0 && !ready {
+                        "crash-looping"
+                    } else if alive {
+                        "alive"
+                    } else {
+                        "starting"
+                    };
+                    CopyStatus {
+                        copy: rec.copy,
+                        role,
+                        copy_port: rec.port,
+                        pid: rec.pid.filter(|_| alive),
+                        status: status.to_string(),
+                        ready,
+                        mem_bytes: rec.pid.filter(|_| alive).and_then(procfs::tree_rss_bytes),
+                        sessions,
+                        crashes: rec.crashes,
+                        started: rec.started_ms.filter(|_| alive).map(procfs::local_rfc3339),
+                        outdated: rec.revision != app.state.revision || rec.settings != settings,
+                        log: super::log_path(&d.home, &app.spec, rec.copy),
+                    }
+                })
+                .collect();
+            let notes = reconcile::notes(&app.spec, &app.state, &observed, now, &|c| super::log_path(&d.home, &app.spec, c));
+            AppStatus {
+                name: name.clone(),
+                group: app.spec.group.clone(),
+                port: app.spec.port,
+                revision: app.state.revision,
+                copies,
+                notes,
+            }
+        })
+        .collect();
+    let proxy_pid = d.proxy.pid();
+    Ok(StatusReport {
+        daemon_pid: std::process::id(),
+        proxy_pid,
+        proxy_rss_bytes: proxy_pid.and_then(procfs::rss_bytes),
+        apps,
+    })
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The project's one test command:  ./test.sh [CARGO TEST ARGS] [-- TEST BINARY ARGS]
+#
+#   ./test.sh                      # everything
+#   ./test.sh proxy                # only tests whose name contains "proxy"
+#   ./test.sh --test e2e -- --nocapture
+#
+# Installs what the tests need when it is missing (Debian/Ubuntu), builds, and
+# runs `cargo test -- --test-threads=2`.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+# cargo from rustup is often not on PATH in a fresh root shell.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+echo "==> checking test dependencies"
+bash scripts/deps.sh r-base-core r-cran-shiny chromium chromium-driver haproxy wrk curl
+
+# Arguments before a "--" go to cargo test, those after it to the test binaries.
+cargo_args=()
+bin_args=()
+seen_sep=0
+for arg in "$@"; do
+    if [ "$seen_sep" -eq 0 ] && [ "$arg" = "--" ]; then
+        seen_sep=1
+    elif [ "$seen_sep" -eq 0 ]; then
+        cargo_args+=("$arg")
+    else
+        bin_args+=("$arg")
+    fi
+done
+threads=(--test-threads=2)
+for arg in "${bin_args[@]+"${bin_args[@]}"}"; do
+    case "$arg" in --test-threads|--test-threads=*) threads=() ;; esac
+done
+
+echo "==> cargo build"
+cargo build
+
+test_cmd=(cargo test "${cargo_args[@]+"${cargo_args[@]}"}" -- "${threads[@]+"${threads[@]}"}" "${bin_args[@]+"${bin_args[@]}"}")
+echo "==> ${test_cmd[*]}"
+"${test_cmd[@]}"
