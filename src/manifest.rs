@@ -140,10 +140,9 @@ pub const MAX_REQUEST_TIMEOUT_MS: u64 = 30_000;
 
 const NAME_ALLOWED: &str = "lowercase letters, digits and '-', starting with a letter or a digit \
      ([a-z0-9][a-z0-9-]*), at most 63 characters";
-const PORT_ALLOWED: &str =
-    "a whole number 1-65535, outside 20000-29999 (that range is kept for the copies' own ports)";
+const PORT_ALLOWED: &str = "a whole number 1-65535, outside 20000-29999";
 const DURATION_ALLOWED: &str =
-    "a duration such as 500ms, 30s, 15m or 1h, or a whole number of seconds such as 0";
+    "a duration such as 500ms, 30s, 15m or 1h, or a whole number of seconds";
 const HOST_ALLOWED: &str = "an IP address to listen on, such as 0.0.0.0 (every IPv4 address), \
      127.0.0.1 (this machine only) or :: (every address)";
 
@@ -162,7 +161,10 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("/"));
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let cx = Cx { file: &manifest, text };
+    let cx = Cx {
+        file: &manifest,
+        text,
+    };
 
     let doc: serde_yaml::Value = match serde_yaml::from_str(text) {
         Ok(v) => v,
@@ -231,7 +233,11 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
             "app-name" => name = Some(cx.name(key, v)?),
             "app-group" => group = Some(cx.name(key, v)?),
             "working-dir" => {
-                let s = cx.nonempty_string(key, v, "an existing folder, absolute or relative to the manifest's folder")?;
+                let s = cx.nonempty_string(
+                    key,
+                    v,
+                    "an existing folder, absolute or relative to the manifest's folder",
+                )?;
                 let p = resolve(&dir, &s);
                 cx.check_dir(key, &p, &dir)?;
                 working_dir = Some(p);
@@ -258,12 +264,15 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
             "port" => {
                 let n = cx.uint(key, v, PORT_ALLOWED)?;
                 if n == 0 || n > 65535 {
-                    return Err(cx.err(key, format!("{n} is not a port number; allowed: {PORT_ALLOWED}")));
+                    return Err(cx.err(
+                        key,
+                        format!("{n} is not a port number; allowed: {PORT_ALLOWED}"),
+                    ));
                 }
                 if (20000..=29999).contains(&n) {
                     return Err(cx.err(
                         key,
-                        format!("{n} is in 20000-29999, the range kept for the copies' own ports; allowed: {PORT_ALLOWED}"),
+                        format!("{n} is in 20000-29999, which is kept for the copies' own ports; allowed: {PORT_ALLOWED}"),
                     ));
                 }
                 port = Some(n as u16);
@@ -271,11 +280,17 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
             "host" => {
                 let s = cx.nonempty_string(key, v, HOST_ALLOWED)?;
                 let t = s.trim();
-                let t = t.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(t);
+                let t = t
+                    .strip_prefix('[')
+                    .and_then(|x| x.strip_suffix(']'))
+                    .unwrap_or(t);
                 match t.parse::<std::net::IpAddr>() {
                     Ok(ip) => host = Some(ip.to_string()),
                     Err(_) => {
-                        return Err(cx.err(key, format!("{s:?} is not an IP address; allowed: {HOST_ALLOWED}")))
+                        return Err(cx.err(
+                            key,
+                            format!("{s:?} is not an IP address; allowed: {HOST_ALLOWED}"),
+                        ))
                     }
                 }
             }
@@ -283,7 +298,10 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
                 let allowed = format!("a whole number, at least 1 (and at most {MAX_COPIES})");
                 let n = cx.uint(key, v, &allowed)?;
                 if n < 1 {
-                    return Err(cx.err(key, format!("{n} copies would serve nobody; allowed: {allowed}")));
+                    return Err(cx.err(
+                        key,
+                        format!("{n} copies would serve nobody; allowed: {allowed}"),
+                    ));
                 }
                 if n > MAX_COPIES {
                     return Err(cx.err(key, format!("{n} is too many; allowed: {allowed}")));
@@ -303,7 +321,11 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
                 let s = cx.string(key, v, &allowed)?;
                 match LbPolicy::parse(s.trim()) {
                     Some(p) => lb_policy = Some(p),
-                    None => return Err(cx.err(key, format!("{s:?} is not a policy; allowed: {allowed}"))),
+                    None => {
+                        return Err(
+                            cx.err(key, format!("{s:?} is not a policy; allowed: {allowed}"))
+                        )
+                    }
                 }
             }
             "restart-policy" => {
@@ -311,7 +333,11 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
                 let s = cx.string(key, v, &allowed)?;
                 match RestartPolicy::parse(s.trim()) {
                     Some(p) => restart_policy = Some(p),
-                    None => return Err(cx.err(key, format!("{s:?} is not a policy; allowed: {allowed}"))),
+                    None => {
+                        return Err(
+                            cx.err(key, format!("{s:?} is not a policy; allowed: {allowed}"))
+                        )
+                    }
                 }
             }
             "drain-timeout" => drain_timeout_ms = Some(cx.long_duration(key, v)?),
@@ -320,7 +346,10 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
                 let allowed = format!("more than 0 and at most 30s: {DURATION_ALLOWED}");
                 let ms = cx.duration(key, v, &allowed)?;
                 if ms == 0 {
-                    return Err(cx.err(key, format!("0 would never wait for the app; allowed: {allowed}")));
+                    return Err(cx.err(
+                        key,
+                        format!("0 would never wait for the app; allowed: {allowed}"),
+                    ));
                 }
                 if ms > MAX_REQUEST_TIMEOUT_MS {
                     return Err(cx.err(
@@ -346,8 +375,14 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
                 if s.contains('/') || s.starts_with('~') {
                     let p = resolve(&dir, s);
                     if !p.is_file() {
-                        let what = if p.exists() { "is not a file" } else { "does not exist" };
-                        return Err(cx.err(key, format!("{} {what}; allowed: {allowed}", p.display())));
+                        let what = if p.exists() {
+                            "is not a file"
+                        } else {
+                            "does not exist"
+                        };
+                        return Err(
+                            cx.err(key, format!("{} {what}; allowed: {allowed}", p.display()))
+                        );
                     }
                     r_path = Some(p.to_string_lossy().into_owned());
                 } else {
@@ -382,7 +417,11 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
     let entrypoint = entrypoint.unwrap_or_else(|| "app.R".to_string());
     let entry_path = working_dir.join(&entrypoint);
     if !entry_path.is_file() {
-        let what = if entry_path.is_dir() { "is a folder, not a file" } else { "does not exist" };
+        let what = if entry_path.is_dir() {
+            "is a folder, not a file"
+        } else {
+            "does not exist"
+        };
         return Err(cx.err(
             "entrypoint-file",
             format!(
@@ -468,7 +507,10 @@ impl Cx<'_> {
 
     /// "X is not accepted; allowed: …"
     fn wrong_type(&self, key: &str, v: &serde_yaml::Value, allowed: &str) -> ManifestError {
-        self.err(key, format!("{} is not accepted; allowed: {allowed}", describe(v)))
+        self.err(
+            key,
+            format!("{} is not accepted; allowed: {allowed}", describe(v)),
+        )
     }
 
     fn unknown(&self, key: &str) -> ManifestError {
@@ -500,7 +542,8 @@ impl Cx<'_> {
             return self.at(
                 line.unwrap_or(1),
                 None,
-                "the file holds more than one YAML document (`---`); allowed: one app a file".to_string(),
+                "the file holds more than one YAML document (`---`); allowed: one app a file"
+                    .to_string(),
             );
         }
         if let Some(rest) = msg.strip_prefix("duplicate entry with key \"") {
@@ -515,7 +558,11 @@ impl Cx<'_> {
                 let line = second
                     .or_else(|| e.location().map(|l| l.line()))
                     .unwrap_or(1);
-                return self.at(line, Some(key), "is given twice; allowed: each key once".to_string());
+                return self.at(
+                    line,
+                    Some(key),
+                    "is given twice; allowed: each key once".to_string(),
+                );
             }
         }
         let line = e.location().map(|l| l.line()).unwrap_or(1);
@@ -530,15 +577,25 @@ impl Cx<'_> {
     }
 
     /// Text: a string, or a whole number written bare (`app-group: 2024`).
-    fn string(&self, key: &str, v: &serde_yaml::Value, allowed: &str) -> Result<String, ManifestError> {
+    fn string(
+        &self,
+        key: &str,
+        v: &serde_yaml::Value,
+        allowed: &str,
+    ) -> Result<String, ManifestError> {
         match v {
             serde_yaml::Value::String(s) => Ok(s.clone()),
             serde_yaml::Value::Number(n) if n.is_u64() || n.is_i64() => Ok(n.to_string()),
-            other => Err(self.wrong_type(key, other, &format!("text: {allowed}"))),
+            other => Err(self.wrong_type(key, other, allowed)),
         }
     }
 
-    fn nonempty_string(&self, key: &str, v: &serde_yaml::Value, allowed: &str) -> Result<String, ManifestError> {
+    fn nonempty_string(
+        &self,
+        key: &str,
+        v: &serde_yaml::Value,
+        allowed: &str,
+    ) -> Result<String, ManifestError> {
         let s = self.string(key, v, allowed)?;
         if s.trim().is_empty() {
             return Err(self.err(key, format!("is empty; allowed: {allowed}")));
@@ -550,7 +607,10 @@ impl Cx<'_> {
     fn name(&self, key: &str, v: &serde_yaml::Value) -> Result<String, ManifestError> {
         let s = self.string(key, v, NAME_ALLOWED)?;
         if !valid_name(&s) {
-            return Err(self.err(key, format!("{s:?} is not a valid name; allowed: {NAME_ALLOWED}")));
+            return Err(self.err(
+                key,
+                format!("{s:?} is not a valid name; allowed: {NAME_ALLOWED}"),
+            ));
         }
         Ok(s)
     }
@@ -574,7 +634,12 @@ impl Cx<'_> {
 
     /// A duration in ms: a bare whole number of seconds, or a string
     /// [`parse_duration`] accepts.
-    fn duration(&self, key: &str, v: &serde_yaml::Value, allowed: &str) -> Result<u64, ManifestError> {
+    fn duration(
+        &self,
+        key: &str,
+        v: &serde_yaml::Value,
+        allowed: &str,
+    ) -> Result<u64, ManifestError> {
         let ms = match v {
             serde_yaml::Value::Number(n) => n.as_u64().and_then(|s| s.checked_mul(1000)),
             serde_yaml::Value::String(s) => parse_duration(s),
@@ -588,7 +653,10 @@ impl Cx<'_> {
         let allowed = format!("{DURATION_ALLOWED}, at most 8760h (a year)");
         let ms = self.duration(key, v, &allowed)?;
         if ms > MAX_LONG_DURATION_MS {
-            return Err(self.err(key, format!("{} is too long; allowed: {allowed}", shown_scalar(v))));
+            return Err(self.err(
+                key,
+                format!("{} is too long; allowed: {allowed}", shown_scalar(v)),
+            ));
         }
         Ok(ms)
     }
@@ -597,7 +665,11 @@ impl Cx<'_> {
         if p.is_dir() {
             return Ok(());
         }
-        let what = if p.exists() { "is not a folder" } else { "does not exist" };
+        let what = if p.exists() {
+            "is not a folder"
+        } else {
+            "does not exist"
+        };
         Err(self.err(
             key,
             format!(
@@ -610,13 +682,19 @@ impl Cx<'_> {
 
     fn check_state_file(&self, key: &str, p: &Path, allowed: &str) -> Result<(), ManifestError> {
         if p.is_dir() {
-            return Err(self.err(key, format!("{} is a folder; allowed: {allowed}", p.display())));
+            return Err(self.err(
+                key,
+                format!("{} is a folder; allowed: {allowed}", p.display()),
+            ));
         }
         if let Some(parent) = p.parent() {
             if !parent.is_dir() {
                 return Err(self.err(
                     key,
-                    format!("the folder {} does not exist; allowed: {allowed}, in an existing folder", parent.display()),
+                    format!(
+                        "the folder {} does not exist; allowed: {allowed}, in an existing folder",
+                        parent.display()
+                    ),
                 ));
             }
         }
@@ -626,7 +704,11 @@ impl Cx<'_> {
     /// `env`: a mapping of variable names to text. Numbers and true/false
     /// are taken as written (`PORT: 8080` → "8080"); lists, mappings and
     /// empty values are refused.
-    fn env(&self, key: &str, v: &serde_yaml::Value) -> Result<BTreeMap<String, String>, ManifestError> {
+    fn env(
+        &self,
+        key: &str,
+        v: &serde_yaml::Value,
+    ) -> Result<BTreeMap<String, String>, ManifestError> {
         let allowed = "a mapping of variable names to text, such as `env: {DB_HOST: db.local}` \
                        or one `NAME: value` a line, indented under env";
         let map = match v {
@@ -645,7 +727,10 @@ impl Cx<'_> {
                     return Err(self.at(
                         env_line,
                         Some(key),
-                        format!("{} is not a variable name; allowed: {allowed}", describe(other)),
+                        format!(
+                            "{} is not a variable name; allowed: {allowed}",
+                            describe(other)
+                        ),
                     ))
                 }
             };
@@ -665,24 +750,25 @@ impl Cx<'_> {
                 return Err(self.at(
                     line,
                     Some(&full),
-                    "is set by shinyctl for each copy; allowed: any other variable name".to_string(),
+                    "is set by shinyctl for each copy; allowed: any other variable name"
+                        .to_string(),
                 ));
             }
             let value = match val {
                 serde_yaml::Value::String(s) => s.clone(),
                 serde_yaml::Value::Number(_) | serde_yaml::Value::Bool(_) => {
                     // Keep the value as written (`1.10` stays "1.10"), when it
-                    // can be found on its line.
-                    self.text
+                    // can be found on its line; else as serde_yaml prints it.
+                    let as_written = self
+                        .text
                         .lines()
                         .nth(line - 1)
                         .and_then(|l| raw_value_after_key(l, &name))
-                        .filter(|raw| serde_yaml::from_str::<serde_yaml::Value>(raw).ok().as_ref() == Some(val))
-                        .unwrap_or_else(|| match val {
-                            serde_yaml::Value::Number(n) => n.to_string(),
-                            serde_yaml::Value::Bool(b) => b.to_string(),
-                            _ => unreachable!(),
-                        })
+                        .filter(|raw| {
+                            serde_yaml::from_str::<serde_yaml::Value>(raw).ok().as_ref()
+                                == Some(val)
+                        });
+                    as_written.unwrap_or_else(|| shown_scalar(val))
                 }
                 serde_yaml::Value::Null => {
                     return Err(self.at(
@@ -695,7 +781,10 @@ impl Cx<'_> {
                     return Err(self.at(
                         line,
                         Some(&full),
-                        format!("{} is not accepted; allowed: text, a number or true/false", describe(other)),
+                        format!(
+                            "{} is not accepted; allowed: text, a number or true/false",
+                            describe(other)
+                        ),
                     ))
                 }
             };
@@ -730,6 +819,7 @@ fn shown_scalar(v: &serde_yaml::Value) -> String {
     match v {
         serde_yaml::Value::String(s) => s.trim().to_string(),
         serde_yaml::Value::Number(n) => n.to_string(),
+        serde_yaml::Value::Bool(b) => b.to_string(),
         other => describe(other),
     }
 }
@@ -740,7 +830,8 @@ fn valid_name(s: &str) -> bool {
     !b.is_empty()
         && b.len() <= MAX_NAME_LEN
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`.
@@ -823,7 +914,10 @@ fn key_token_at(l: &str, key: &str) -> Option<usize> {
         let end = start + key.len();
         from = start + step;
         let before = l[..start].trim_end();
-        let before = before.strip_suffix(['"', '\'']).map(str::trim_end).unwrap_or(before);
+        let before = before
+            .strip_suffix(['"', '\''])
+            .map(str::trim_end)
+            .unwrap_or(before);
         if !(before.is_empty() || before.ends_with('{') || before.ends_with(',')) {
             continue;
         }
@@ -881,7 +975,9 @@ fn absolute(path: &Path) -> PathBuf {
     let p = if path.is_absolute() {
         path.to_path_buf()
     } else {
-        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")).join(path)
+        std::env::current_dir()
+            .unwrap_or_else(|_| PathBuf::from("/"))
+            .join(path)
     };
     clean(&p)
 }
@@ -951,7 +1047,10 @@ mod tests {
             let e = self.parse(text).expect_err("should be refused");
             let shown = e.to_string();
             let prefix = format!("{}:{line}: {key}: ", self.manifest().display());
-            assert!(shown.starts_with(&prefix), "{shown:?} does not start with {prefix:?}");
+            assert!(
+                shown.starts_with(&prefix),
+                "{shown:?} does not start with {prefix:?}"
+            );
             assert_eq!(e.line, Some(line), "{shown}");
             assert_eq!(e.key.as_deref(), Some(key), "{shown}");
             for w in wants {
@@ -1038,10 +1137,20 @@ r-path: bin/R
         assert_eq!(s.lb_policy, LbPolicy::RoundRobin);
         assert_eq!(s.drain_timeout_ms, 3_600_000);
         assert_eq!(s.restart_policy, RestartPolicy::OnFailure);
-        let env: Vec<(&str, &str)> = s.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let env: Vec<(&str, &str)> = s
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         assert_eq!(
             env,
-            vec![("DB_HOST", "db.local"), ("DEBUG", "true"), ("EMPTY", ""), ("VERSION", "1.10"), ("WORKERS", "4")]
+            vec![
+                ("DB_HOST", "db.local"),
+                ("DEBUG", "true"),
+                ("EMPTY", ""),
+                ("VERSION", "1.10"),
+                ("WORKERS", "4")
+            ]
         );
         assert_eq!(s.state_file, d.0.join("var/sales.json"));
         assert_eq!(s.idle_timeout_ms, 0);
@@ -1079,7 +1188,11 @@ r-path: bin/R
         assert_eq!(s.working_dir, d.0);
         assert_eq!(s.state_file, d.0.join("s.json"));
         // An empty env is no env.
-        assert!(d.parse("app-name: a\nport: 1\nenv:\n").unwrap().env.is_empty());
+        assert!(d
+            .parse("app-name: a\nport: 1\nenv:\n")
+            .unwrap()
+            .env
+            .is_empty());
     }
 
     #[test]
@@ -1089,57 +1202,188 @@ r-path: bin/R
             "app-name: hello\nport: 8080\nreplica: 2\n",
             3,
             "replica",
-            &["unknown key", "allowed keys", "app-name", "warm-replicas", "r-path", "did you mean replicas?"],
+            &[
+                "unknown key",
+                "allowed keys",
+                "app-name",
+                "warm-replicas",
+                "r-path",
+                "did you mean replicas?",
+            ],
         );
         assert!(msg.contains("request-timeout"));
-        d.refused("app-name: hello\nport: 8080\n\nworking_dir: .\n", 4, "working_dir", &["did you mean working-dir?"]);
-        d.refused("name: hello\nport: 8080\n", 1, "name", &["did you mean app-name?"]);
+        d.refused(
+            "app-name: hello\nport: 8080\n\nworking_dir: .\n",
+            4,
+            "working_dir",
+            &["did you mean working-dir?"],
+        );
+        d.refused(
+            "name: hello\nport: 8080\n",
+            1,
+            "name",
+            &["did you mean app-name?"],
+        );
     }
 
     #[test]
     fn wrong_types() {
         let d = TestDir::new();
-        d.refused("app-name: hello\nport: 8080\nreplicas: two\n", 3, "replicas", &["\"two\"", "whole number", "at least 1", "at most 1000"]);
-        d.refused("app-name: hello\nport: \"abc\"\n", 2, "port", &["\"abc\"", "1-65535", "20000-29999"]);
-        d.refused("app-name: hello\nport: 80.5\n", 2, "port", &["80.5", "1-65535"]);
-        d.refused("app-name: hello\nport: 8080\nhost:\n  - a\n  - b\n", 3, "host", &["a list", "IP address"]);
-        d.refused("app-name: [a]\nport: 8080\n", 1, "app-name", &["a list", "[a-z0-9][a-z0-9-]*"]);
-        d.refused("app-name: hello\nport: 8080\nenv: [A, B]\n", 3, "env", &["a list", "mapping of variable names"]);
-        d.refused("app-name: hello\nport: 8080\nwarm-replicas: -1\n", 3, "warm-replicas", &["-1", "0 or more"]);
-        d.refused("app-name: hello\nport: 8080\nlb-policy: 3\n", 3, "lb-policy", &["least-conn, round-robin, random, first"]);
-        d.refused("app-name: hello\nport: 8080\ndrain-timeout: true\n", 3, "drain-timeout", &["true", "500ms", "30s", "15m", "1h"]);
-        d.refused("app-name: hello\nport: 8080\nr-path:\n", 3, "r-path", &["empty value", "R executable"]);
+        d.refused(
+            "app-name: hello\nport: 8080\nreplicas: two\n",
+            3,
+            "replicas",
+            &["\"two\"", "whole number", "at least 1", "at most 1000"],
+        );
+        d.refused(
+            "app-name: hello\nport: \"abc\"\n",
+            2,
+            "port",
+            &["\"abc\"", "1-65535", "20000-29999"],
+        );
+        d.refused(
+            "app-name: hello\nport: 80.5\n",
+            2,
+            "port",
+            &["80.5", "1-65535"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nhost:\n  - a\n  - b\n",
+            3,
+            "host",
+            &["a list", "IP address"],
+        );
+        d.refused(
+            "app-name: [a]\nport: 8080\n",
+            1,
+            "app-name",
+            &["a list", "[a-z0-9][a-z0-9-]*"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nenv: [A, B]\n",
+            3,
+            "env",
+            &["a list", "mapping of variable names"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nwarm-replicas: -1\n",
+            3,
+            "warm-replicas",
+            &["-1", "0 or more"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nlb-policy: 3\n",
+            3,
+            "lb-policy",
+            &["least-conn, round-robin, random, first"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\ndrain-timeout: true\n",
+            3,
+            "drain-timeout",
+            &["true", "500ms", "30s", "15m", "1h"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nr-path:\n",
+            3,
+            "r-path",
+            &["empty value", "R executable"],
+        );
     }
 
     #[test]
     fn env_entries() {
         let d = TestDir::new();
         let base = "app-name: hello\nport: 8080\nenv:\n  GOOD: 1\n";
-        d.refused(&format!("{base}  BAD-NAME: x\n"), 5, "env.BAD-NAME", &["[A-Za-z_][A-Za-z0-9_]*"]);
-        d.refused(&format!("{base}  # note\n  NESTED:\n    a: 1\n"), 6, "env.NESTED", &["a mapping", "text"]);
-        d.refused(&format!("{base}  LIST: [1, 2]\n"), 5, "env.LIST", &["a list", "text"]);
-        d.refused(&format!("{base}  NOTHING:\n"), 5, "env.NOTHING", &["no value", "\"\""]);
-        d.refused(&format!("{base}  SHINYCTL_COPY: 3\n"), 5, "env.SHINYCTL_COPY", &["set by shinyctl"]);
-        d.refused("app-name: hello\nport: 8080\nenv: {A: 1, 9X: 2}\n", 3, "env.9X", &["variable name"]);
+        d.refused(
+            &format!("{base}  BAD-NAME: x\n"),
+            5,
+            "env.BAD-NAME",
+            &["[A-Za-z_][A-Za-z0-9_]*"],
+        );
+        d.refused(
+            &format!("{base}  # note\n  NESTED:\n    a: 1\n"),
+            6,
+            "env.NESTED",
+            &["a mapping", "text"],
+        );
+        d.refused(
+            &format!("{base}  LIST: [1, 2]\n"),
+            5,
+            "env.LIST",
+            &["a list", "text"],
+        );
+        d.refused(
+            &format!("{base}  NOTHING:\n"),
+            5,
+            "env.NOTHING",
+            &["no value", "\"\""],
+        );
+        d.refused(
+            &format!("{base}  SHINYCTL_COPY: 3\n"),
+            5,
+            "env.SHINYCTL_COPY",
+            &["set by shinyctl"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nenv: {A: 1, 9X: 2}\n",
+            3,
+            "env.9X",
+            &["variable name"],
+        );
     }
 
     #[test]
     fn ports() {
         let d = TestDir::new();
-        for (p, what) in [("20000", "20000-29999"), ("29999", "kept for the copies"), ("0", "not a port"), ("70000", "not a port")] {
-            d.refused(&format!("app-name: hello\n\nport: {p}\n"), 3, "port", &[what, "1-65535", p]);
+        for (p, what) in [
+            ("20000", "20000-29999"),
+            ("29999", "kept for the copies"),
+            ("0", "not a port"),
+            ("70000", "not a port"),
+        ] {
+            d.refused(
+                &format!("app-name: hello\n\nport: {p}\n"),
+                3,
+                "port",
+                &[what, "1-65535", p],
+            );
         }
-        assert_eq!(d.parse("app-name: hello\nport: 19999\n").unwrap().port, 19999);
-        assert_eq!(d.parse("app-name: hello\nport: 65535\n").unwrap().port, 65535);
-        assert_eq!(d.parse("app-name: hello\nport: 30000\n").unwrap().port, 30000);
+        assert_eq!(
+            d.parse("app-name: hello\nport: 19999\n").unwrap().port,
+            19999
+        );
+        assert_eq!(
+            d.parse("app-name: hello\nport: 65535\n").unwrap().port,
+            65535
+        );
+        assert_eq!(
+            d.parse("app-name: hello\nport: 30000\n").unwrap().port,
+            30000
+        );
     }
 
     #[test]
     fn replicas_zero() {
         let d = TestDir::new();
-        d.refused("app-name: hello\nport: 8080\nreplicas: 0\n", 3, "replicas", &["0", "at least 1"]);
-        d.refused("app-name: hello\nport: 8080\nreplicas: 5000\n", 3, "replicas", &["too many", "at most 1000"]);
-        assert_eq!(d.parse("app-name: hello\nport: 8080\nwarm-replicas: 0\n").unwrap().warm_replicas, 0);
+        d.refused(
+            "app-name: hello\nport: 8080\nreplicas: 0\n",
+            3,
+            "replicas",
+            &["0", "at least 1"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nreplicas: 5000\n",
+            3,
+            "replicas",
+            &["too many", "at most 1000"],
+        );
+        assert_eq!(
+            d.parse("app-name: hello\nport: 8080\nwarm-replicas: 0\n")
+                .unwrap()
+                .warm_replicas,
+            0
+        );
     }
 
     #[test]
@@ -1153,69 +1397,177 @@ r-path: bin/R
                 &["500ms", "30s", "15m", "1h", "whole number of seconds"],
             );
         }
-        d.refused("app-name: hello\nport: 8080\nidle-timeout: 9000h\n", 3, "idle-timeout", &["too long", "8760h"]);
+        d.refused(
+            "app-name: hello\nport: 8080\nidle-timeout: 9000h\n",
+            3,
+            "idle-timeout",
+            &["too long", "8760h"],
+        );
     }
 
     #[test]
     fn request_timeout_limits() {
         let d = TestDir::new();
-        d.refused("app-name: hello\nport: 8080\nrequest-timeout: 45s\n", 3, "request-timeout", &["45s", "longer than 30s", "at most 30s"]);
-        d.refused("app-name: hello\nport: 8080\nrequest-timeout: 31\n", 3, "request-timeout", &["at most 30s"]);
-        d.refused("app-name: hello\nport: 8080\nrequest-timeout: 0\n", 3, "request-timeout", &["more than 0"]);
-        assert_eq!(d.parse("app-name: hello\nport: 8080\nrequest-timeout: 30\n").unwrap().request_timeout_ms, 30_000);
+        d.refused(
+            "app-name: hello\nport: 8080\nrequest-timeout: 45s\n",
+            3,
+            "request-timeout",
+            &["45s", "longer than 30s", "at most 30s"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nrequest-timeout: 31\n",
+            3,
+            "request-timeout",
+            &["at most 30s"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nrequest-timeout: 0\n",
+            3,
+            "request-timeout",
+            &["more than 0"],
+        );
+        assert_eq!(
+            d.parse("app-name: hello\nport: 8080\nrequest-timeout: 30\n")
+                .unwrap()
+                .request_timeout_ms,
+            30_000
+        );
     }
 
     #[test]
     fn bad_policies() {
         let d = TestDir::new();
-        d.refused("app-name: hello\nport: 8080\nlb-policy: fastest\n", 3, "lb-policy", &["\"fastest\"", LbPolicy::ALLOWED]);
-        d.refused("app-name: hello\nport: 8080\nrestart-policy: sometimes\n", 3, "restart-policy", &["\"sometimes\"", RestartPolicy::ALLOWED]);
+        d.refused(
+            "app-name: hello\nport: 8080\nlb-policy: fastest\n",
+            3,
+            "lb-policy",
+            &["\"fastest\"", LbPolicy::ALLOWED],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nrestart-policy: sometimes\n",
+            3,
+            "restart-policy",
+            &["\"sometimes\"", RestartPolicy::ALLOWED],
+        );
     }
 
     #[test]
     fn bad_host() {
         let d = TestDir::new();
-        d.refused("app-name: hello\nport: 8080\nhost: localhost\n", 3, "host", &["not an IP address", "0.0.0.0", "127.0.0.1"]);
+        d.refused(
+            "app-name: hello\nport: 8080\nhost: localhost\n",
+            3,
+            "host",
+            &["not an IP address", "0.0.0.0", "127.0.0.1"],
+        );
     }
 
     #[test]
     fn missing_entrypoint_file() {
         let d = TestDir::new();
         let want = d.0.join("main.R").display().to_string();
-        d.refused("app-name: hello\nport: 8080\nentrypoint-file: main.R\n", 3, "entrypoint-file", &["missing entrypoint file", &want]);
+        d.refused(
+            "app-name: hello\nport: 8080\nentrypoint-file: main.R\n",
+            3,
+            "entrypoint-file",
+            &["missing entrypoint file", &want],
+        );
         fs::remove_file(d.0.join("app.R")).unwrap();
         let want = d.0.join("app.R").display().to_string();
-        d.refused("app-name: hello\nport: 8080\n", 1, "entrypoint-file", &["missing entrypoint file", &want, "default app.R"]);
-        d.refused("app-name: hello\nport: 8080\nentrypoint-file: /etc/passwd\n", 3, "entrypoint-file", &["absolute", "relative to working-dir"]);
+        d.refused(
+            "app-name: hello\nport: 8080\n",
+            1,
+            "entrypoint-file",
+            &["missing entrypoint file", &want, "default app.R"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nentrypoint-file: /etc/passwd\n",
+            3,
+            "entrypoint-file",
+            &["absolute", "relative to working-dir"],
+        );
     }
 
     #[test]
     fn missing_or_bad_folders() {
         let d = TestDir::new();
         let want = d.0.join("nope").display().to_string();
-        d.refused("app-name: hello\nport: 8080\nworking-dir: nope\n", 3, "working-dir", &[&want, "does not exist", "existing folder"]);
-        d.refused("app-name: hello\nport: 8080\nworking-dir: app.R\n", 3, "working-dir", &["is not a folder"]);
-        d.refused("app-name: hello\nport: 8080\nstate-file: nope/state.json\n", 3, "state-file", &[&want, "does not exist"]);
-        d.refused("app-name: hello\nport: 8080\nstate-file: .\n", 3, "state-file", &["is a folder"]);
-        d.refused("app-name: hello\nport: 8080\nr-path: ./nope/R\n", 3, "r-path", &["does not exist", "R executable"]);
+        d.refused(
+            "app-name: hello\nport: 8080\nworking-dir: nope\n",
+            3,
+            "working-dir",
+            &[&want, "does not exist", "existing folder"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nworking-dir: app.R\n",
+            3,
+            "working-dir",
+            &["is not a folder"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nstate-file: nope/state.json\n",
+            3,
+            "state-file",
+            &[&want, "does not exist"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nstate-file: .\n",
+            3,
+            "state-file",
+            &["is a folder"],
+        );
+        d.refused(
+            "app-name: hello\nport: 8080\nr-path: ./nope/R\n",
+            3,
+            "r-path",
+            &["does not exist", "R executable"],
+        );
     }
 
     #[test]
     fn bad_app_names() {
         let d = TestDir::new();
         for bad in ["Hello", "hello_world", "-hello", "hé", "\"\""] {
-            d.refused(&format!("port: 8080\napp-name: {bad}\n"), 2, "app-name", &["not a valid name", "[a-z0-9][a-z0-9-]*"]);
+            d.refused(
+                &format!("port: 8080\napp-name: {bad}\n"),
+                2,
+                "app-name",
+                &["not a valid name", "[a-z0-9][a-z0-9-]*"],
+            );
         }
-        d.refused(&format!("port: 8080\napp-name: {}\n", "a".repeat(64)), 2, "app-name", &["at most 63"]);
-        d.refused("app-name: ok\nport: 8080\napp-group: Team A\n", 3, "app-group", &["not a valid name"]);
-        assert_eq!(d.parse("app-name: 2048\nport: 8080\n").unwrap().name, "2048");
+        d.refused(
+            &format!("port: 8080\napp-name: {}\n", "a".repeat(64)),
+            2,
+            "app-name",
+            &["at most 63"],
+        );
+        d.refused(
+            "app-name: ok\nport: 8080\napp-group: Team A\n",
+            3,
+            "app-group",
+            &["not a valid name"],
+        );
+        assert_eq!(
+            d.parse("app-name: 2048\nport: 8080\n").unwrap().name,
+            "2048"
+        );
     }
 
     #[test]
     fn missing_required_keys() {
         let d = TestDir::new();
-        d.refused("# hello\nport: 8080\n", 2, "app-name", &["missing", "required", "[a-z0-9][a-z0-9-]*"]);
-        d.refused("app-name: hello\n", 1, "port", &["missing", "required", "1-65535"]);
+        d.refused(
+            "# hello\nport: 8080\n",
+            2,
+            "app-name",
+            &["missing", "required", "[a-z0-9][a-z0-9-]*"],
+        );
+        d.refused(
+            "app-name: hello\n",
+            1,
+            "port",
+            &["missing", "required", "1-65535"],
+        );
     }
 
     #[test]
@@ -1227,17 +1579,33 @@ r-path: bin/R
             ("# only a comment\n", 1, "empty"),
             ("- app-name: hello\n", 1, "not a list"),
             ("hello\n", 1, "mapping"),
-            ("app-name: hello\nport: 8080\n  bad: indent\n", 3, "not valid YAML"),
+            (
+                "app-name: hello\nport: 8080\n  bad: indent\n",
+                3,
+                "not valid YAML",
+            ),
             ("app-name: hello\nport: [8080\n", 3, "not valid YAML"),
             ("app-name: hello\n\tport: 8080\n", 2, "not valid YAML"),
-            ("app-name: a\nport: 1\n---\napp-name: b\nport: 2\n", 3, "one app a file"),
+            (
+                "app-name: a\nport: 1\n---\napp-name: b\nport: 2\n",
+                3,
+                "one app a file",
+            ),
         ] {
             let e = d.parse(text).expect_err(text);
             let shown = e.to_string();
-            assert!(shown.starts_with(&format!("{file}:{line}: ")), "{text:?}: {shown}");
+            assert!(
+                shown.starts_with(&format!("{file}:{line}: ")),
+                "{text:?}: {shown}"
+            );
             assert!(shown.contains(want), "{text:?}: {shown}");
         }
-        d.refused("app-name: hello\nport: 8080\nport: 8081\n", 3, "port", &["twice"]);
+        d.refused(
+            "app-name: hello\nport: 8080\nport: 8081\n",
+            3,
+            "port",
+            &["twice"],
+        );
         let e = d.parse("app-name: hello\nport: 8080\n1: x\n").unwrap_err();
         assert_eq!(e.line, Some(3), "{e}");
         assert!(e.to_string().contains("allowed keys"), "{e}");
@@ -1263,7 +1631,18 @@ r-path: bin/R
         assert_eq!(parse_duration("0"), Some(0));
         assert_eq!(parse_duration("45"), Some(45_000));
         assert_eq!(parse_duration(" 2s "), Some(2000));
-        for bad in ["", "ms", "1.5s", "-1", "+1", "1 s", "1d", "1h30m", "99999999999999999999", "18446744073709551615h"] {
+        for bad in [
+            "",
+            "ms",
+            "1.5s",
+            "-1",
+            "+1",
+            "1 s",
+            "1d",
+            "1h30m",
+            "99999999999999999999",
+            "18446744073709551615h",
+        ] {
             assert_eq!(parse_duration(bad), None, "{bad:?}");
         }
     }
@@ -1276,41 +1655,9 @@ r-path: bin/R
         assert_eq!(key_line(text, "app-name"), Some(4));
         assert_eq!(key_line(text, "host"), None);
         assert_eq!(key_line("é: 1\n", "é"), Some(1));
-        assert_eq!(raw_value_after_key("  V: 1.10 # the version", "V").as_deref(), Some("1.10"));
-    }
-}
-#[cfg(test)]
-mod show_tmp {
-    #[test]
-    fn show_messages() {
-        let d = std::env::temp_dir().join("shinyctl-show-msgs");
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("app.R"), "").unwrap();
-        let m = d.join("m.yaml");
-        for t in [
-            "app-name: hello\nport: 8080\nreplica: 2\n",
-            "app-name: hello\nport: two\n",
-            "app-name: hello\nport: 25000\n",
-            "app-name: hello\nport: 8080\nhost: [a]\n",
-            "app-name: hello\nport: 8080\ndrain-timeout: 15 minutes\n",
-            "app-name: hello\nport: 8080\nrequest-timeout: 1m\n",
-            "app-name: hello\nport: 8080\nentrypoint-file: x.R\n",
-            "app-name: Hello\nport: 8080\n",
-            "app-name: hello\nport: 8080\n  bad: x\n",
-            "app-name: hello\nport: [8080\n",
-            "app-name: hello\n\tport: 8080\n",
-            "",
-            "- a\n",
-            "port: 8080\n",
-            "app-name: hello\nport: 8080\nenv:\n  A: {b: 1}\n",
-            "app-name: hello\nport: 8080\nport: 1\n",
-            "app-name: x\nport: 1\n---\nfoo: 1\n",
-            "app-name: hello\nport: 8080\nworking-dir: nope\n",
-            "app-name: hello\nport: 8080\nlb-policy: fast\n",
-            "app-name: hello\nport: 8080\nkey: &a 1\nk: *b\n",
-        ] {
-            println!("{}", super::parse(&m, t).unwrap_err());
-        }
-        std::fs::remove_dir_all(&d).unwrap();
+        assert_eq!(
+            raw_value_after_key("  V: 1.10 # the version", "V").as_deref(),
+            Some("1.10")
+        );
     }
 }

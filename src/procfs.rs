@@ -142,7 +142,13 @@ pub fn tree_rss_bytes(pid: u32) -> Option<u64> {
         return None;
     }
     let own = rss_bytes(pid)?;
-    Some(own + tree.iter().skip(1).filter_map(|&p| rss_bytes(p)).sum::<u64>())
+    Some(
+        own + tree
+            .iter()
+            .skip(1)
+            .filter_map(|&p| rss_bytes(p))
+            .sum::<u64>(),
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -214,7 +220,10 @@ fn socket_inodes_of(pid: u32) -> HashSet<u64> {
 
 /// `socket:[123]` → 123.
 fn parse_socket_link(link: &str) -> Option<u64> {
-    link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 /// True when `pid` or one of its descendants has socket `inode` open
@@ -400,14 +409,19 @@ mod tests {
         let me = std::process::id();
         let t = start_ticks(me).expect("own stat");
         assert!(is_alive(me, t));
-        assert!(!is_alive(me, t + 1), "another start time is another process");
+        assert!(
+            !is_alive(me, t + 1),
+            "another start time is another process"
+        );
         assert_eq!(start_ticks(u32::MAX), None);
         assert!(!is_alive(u32::MAX, t));
     }
 
     #[test]
     fn zombie_is_not_alive() {
-        let child = std::process::Command::new("true").spawn().expect("spawn true");
+        let child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
         let pid = child.id();
         let ticks = start_ticks(pid);
         // Not waited for: once it exits it stays a zombie until reaped.
@@ -425,7 +439,10 @@ mod tests {
     #[test]
     fn descendants_include_self_and_children() {
         let me = std::process::id();
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().expect("spawn sleep");
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("spawn sleep");
         let d = descendants(me);
         assert_eq!(d.first(), Some(&me));
         assert!(d.contains(&child.id()), "{d:?} lacks {}", child.id());
@@ -436,7 +453,15 @@ mod tests {
 
     #[test]
     fn descendants_in_walks_the_tree() {
-        let procs = [(1, 0), (10, 1), (11, 10), (12, 11), (20, 1), (30, 30), (13, 10)];
+        let procs = [
+            (1, 0),
+            (10, 1),
+            (11, 10),
+            (12, 11),
+            (20, 1),
+            (30, 30),
+            (13, 10),
+        ];
         assert_eq!(descendants_in(10, &procs), vec![10, 11, 13, 12]);
         assert_eq!(descendants_in(12, &procs), vec![12]);
         assert_eq!(descendants_in(30, &procs), vec![30]);
@@ -493,12 +518,15 @@ mod tests {
     }
 
     #[test]
-    fn other_listener_in_a_child_is_ours_from_parent_not_from_child_alone() {
-        // The tree of this test process includes its own sockets; a sibling
-        // process (a child `sleep`) does not own them.
+    fn listener_of_this_process_is_other_for_a_child() {
+        // A child `sleep` is not in the tree that owns this process's socket
+        // (its tree is itself), so for it the port is someone else's.
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         // The child inherits no fds from Rust's std (CLOEXEC), so it owns nothing.
         assert_eq!(port_owned_by(port, child.id()), PortOwner::Other);
         child.kill().unwrap();
@@ -518,7 +546,10 @@ mod tests {
         // Started within the last hour, give or take btime's rounding.
         assert!(started <= now + 2000, "{started} > {now}");
         assert!(started + 3_600_000 > now);
-        assert_eq!(parse_btime("cpu 1 2\nbtime 1700000000\nprocesses 5\n"), Some(1_700_000_000));
+        assert_eq!(
+            parse_btime("cpu 1 2\nbtime 1700000000\nprocesses 5\n"),
+            Some(1_700_000_000)
+        );
         assert_eq!(ticks_to_unix_ms(1_000_000, 250, 100), 1_002_500);
         assert_eq!(started_unix_ms(u32::MAX), None);
     }
@@ -530,9 +561,18 @@ mod tests {
         // 2026-10-27T08:00:01Z
         let ms = 1_793_088_001_000 + 999;
         assert_eq!(rfc3339_at_offset(ms, 7200), "2026-10-27T10:00:01+02:00");
-        assert_eq!(rfc3339_at_offset(ms, -(3 * 3600 + 1800)), "2026-10-27T04:30:01-03:30");
-        assert_eq!(rfc3339_at_offset(951_782_400_000, 0), "2000-02-29T00:00:00+00:00");
-        assert_eq!(rfc3339_at_offset(1_704_067_199_000, 0), "2023-12-31T23:59:59+00:00");
+        assert_eq!(
+            rfc3339_at_offset(ms, -(3 * 3600 + 1800)),
+            "2026-10-27T04:30:01-03:30"
+        );
+        assert_eq!(
+            rfc3339_at_offset(951_782_400_000, 0),
+            "2000-02-29T00:00:00+00:00"
+        );
+        assert_eq!(
+            rfc3339_at_offset(1_704_067_199_000, 0),
+            "2023-12-31T23:59:59+00:00"
+        );
     }
 
     #[test]
@@ -541,15 +581,27 @@ mod tests {
         let s = local_rfc3339(ms);
         let b = s.as_bytes();
         assert_eq!(s.len(), 25, "{s}");
-        for (i, c) in [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':'), (22, b':')] {
+        for (i, c) in [
+            (4, b'-'),
+            (7, b'-'),
+            (10, b'T'),
+            (13, b':'),
+            (16, b':'),
+            (22, b':'),
+        ] {
             assert_eq!(b[i], c, "{s}");
         }
         assert!(b[19] == b'+' || b[19] == b'-', "{s}");
         assert!(!s.contains('Z'));
-        for i in [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 23, 24] {
+        for i in [
+            0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 23, 24,
+        ] {
             assert!(b[i].is_ascii_digit(), "{s}");
         }
-        assert_eq!(s, rfc3339_at_offset(ms, local_offset_secs(ms as i64 / 1000)));
+        assert_eq!(
+            s,
+            rfc3339_at_offset(ms, local_offset_secs(ms as i64 / 1000))
+        );
     }
 
     #[test]

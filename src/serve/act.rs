@@ -156,7 +156,7 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
 
 /// Reaps `pid` if it is our child and says how it ended; `None` for a
 /// process that is not ours (adopted) or not gone yet.
-fn reap(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
+pub fn reap(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
     use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
     match waitpid(nix::unistd::Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG)) {
         Ok(WaitStatus::Exited(_, code)) => Some((Some(code), None)),

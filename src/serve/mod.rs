@@ -191,11 +191,6 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
     daemon.load()?;
     tracing::info!(pid = std::process::id(), apps = daemon.apps.len(), "shinyctl serve started");
     let shared: Shared = Arc::new(Mutex::new(daemon));
-    {
-        let mut guard = shared.lock().await;
-        let d = &mut *guard;
-        d.proxy.ensure(&d.home, &tx).await;
-    }
     tokio::spawn(api::serve(listener, shared.clone()));
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -293,8 +288,11 @@ impl Daemon {
             }
             Event::Exit { app, pid, exit } => {
                 if let Some(a) = self.apps.get_mut(&app) {
-                    tracing::info!(app, pid, "{}", exit.describe());
-                    a.exits.insert(pid, exit);
+                    // An exit the cycle already folded in (it reaped first) is old news.
+                    if a.state.copies.iter().any(|r| r.pid == Some(pid)) {
+                        tracing::info!(app, pid, "{}", exit.describe());
+                        a.exits.insert(pid, exit);
+                    }
                     a.ready.remove(&pid);
                 }
                 due.insert(app);
@@ -344,8 +342,10 @@ impl Daemon {
             let process = if let Some(exit) = app.exits.get(&pid) {
                 Process::Exited(*exit)
             } else if !rec.pid_start.is_some_and(|s| procfs::is_alive(pid, s)) {
-                // Gone while nobody watched (the daemon was down): status unknown.
-                Process::Exited(Exit { at_ms: now_ms(), code: None, signal: None })
+                // Gone before its watcher reported: reap it here if it is our
+                // child; if it died while nobody watched, its status is unknown.
+                let (code, signal) = act::reap(pid).unwrap_or((None, None));
+                Process::Exited(Exit { at_ms: now_ms(), code, signal })
             } else {
                 if app.watched.insert(pid) {
                     act::watch_exit(name.to_string(), pid, events.clone());

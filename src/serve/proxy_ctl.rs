@@ -62,13 +62,20 @@ impl ProxyCtl {
             return;
         }
         if self.stats(home).await.is_none() {
-            if let Err(e) = spawn(home) {
-                tracing::error!("cannot start the load balancer: {e:#}");
-                return;
-            }
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            let mut child = match spawn(home) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!("cannot start the load balancer: {e:#}");
+                    return;
+                }
+            };
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
             while tokio::time::Instant::now() < deadline && self.stats(home).await.is_none() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                if let Ok(Some(status)) = child.try_wait() {
+                    tracing::error!("the load balancer exited at start ({status}); see above");
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
         if let Some(pid) = self.pid {
@@ -124,7 +131,7 @@ impl ProxyCtl {
 }
 
 /// Starts `shinyctl proxy` in its own session, its output appended to api.log.
-fn spawn(home: &Home) -> anyhow::Result<()> {
+fn spawn(home: &Home) -> anyhow::Result<std::process::Child> {
     let exe = std::env::current_exe()?;
     let log = std::fs::OpenOptions::new().create(true).append(true).open(home.api_log())?;
     let mut cmd = std::process::Command::new(exe);
@@ -142,5 +149,5 @@ fn spawn(home: &Home) -> anyhow::Result<()> {
     }
     let child = cmd.spawn()?;
     tracing::info!(pid = child.id(), "started the load balancer");
-    Ok(())
+    Ok(child)
 }

@@ -1,0 +1,227 @@
+//! The load balancer with real Shiny apps: sticky cookies, lb-policy,
+//! WebSockets and sessions, X-Forwarded-For, the stand-in.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::helpers::*;
+
+const START: Duration = Duration::from_secs(60);
+
+/// A Shiny session: a WebSocket through the load balancer, initialised,
+/// with the first value of the `live` output read.
+pub struct Session {
+    socket: tungstenite::WebSocket<std::net::TcpStream>,
+    /// The copy the `live` output came from.
+    pub copy: u32,
+}
+
+impl Session {
+    /// Opens a session with this cookie header (may be empty).
+    pub fn open(port: u16, cookie: &str) -> Session {
+        use tungstenite::client::IntoClientRequest;
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut req = format!("ws://127.0.0.1:{port}/websocket/").into_client_request().unwrap();
+        if !cookie.is_empty() {
+            req.headers_mut().insert("Cookie", cookie.parse().unwrap());
+        }
+        let (mut socket, resp) = tungstenite::client(req, stream).expect("WebSocket handshake through the load balancer");
+        assert_eq!(resp.status(), 101);
+        socket.send(tungstenite::Message::text(r#"{"method":"init","data":{}}"#)).unwrap();
+        let copy = loop {
+            let msg = socket.read().expect("a message from Shiny");
+            let text = msg.into_text().unwrap_or_default();
+            if let Some(n) = between(&text, "live-from-copy-", "\"") {
+                break n.parse().unwrap();
+            }
+        };
+        Session { socket, copy }
+    }
+
+    /// Closes the session.
+    pub fn close(mut self) {
+        let _ = self.socket.close(None);
+        let _ = self.socket.flush();
+    }
+}
+
+/// Starts an app with `extra` manifest lines and waits for `roles`.
+fn started(env: &Env, name: &str, extra: &str, roles: &str) -> u16 {
+    let port = free_port();
+    env.apply(&env.app(name, port, extra));
+    env.wait_roles(name, roles, START);
+    wait_http_ok(port, Duration::from_secs(10));
+    port
+}
+
+#[test]
+fn the_cookie_holds_a_visitor_on_one_copy_and_a_forged_one_is_replaced() {
+    let env = Env::new("sticky");
+    let port = started(&env, "sticky", "replicas: 2\nwarm-replicas: 0\nlb-policy: round-robin\n", "1:active 2:active");
+
+    let first = get(port, "/", &[]).unwrap();
+    let set = first.header("set-cookie").expect("a new visitor gets a cookie").to_string();
+    let name = format!("lb_{port}=");
+    assert!(set.starts_with(&name), "{set}");
+    for attr in ["HttpOnly", "SameSite=Lax", "Path=/"] {
+        assert!(set.contains(attr), "{attr} in {set}");
+    }
+    let cookie = first.cookie().unwrap();
+    let home = first.copy().unwrap();
+    for _ in 0..10 {
+        let r = get(port, "/", &[("Cookie", &cookie)]).unwrap();
+        assert_eq!(r.copy(), Some(home), "the cookie keeps the visitor on copy {home}");
+    }
+
+    // A forged cookie naming the other copy is ignored and replaced.
+    let other = if home == 1 { 2 } else { 1 };
+    let forged = format!("lb_{port}={other}.0000000000000000000000000000000000000000000000000000000000000000");
+    let mut placed = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        let r = get(port, "/", &[("Cookie", &forged)]).unwrap();
+        let fresh = r.cookie().expect("a forged cookie is replaced");
+        assert_ne!(fresh, forged);
+        placed.insert(r.copy().unwrap());
+    }
+    assert_eq!(placed.len(), 2, "visitors with a forged cookie are placed anew by the policy, not by the cookie");
+    for garbage in ["x", "1", "1.zz", "99999999999.ab", ""] {
+        let r = get(port, "/", &[("Cookie", &format!("lb_{port}={garbage}"))]).unwrap();
+        assert_eq!(r.status, 200, "cookie {garbage:?}");
+    }
+}
+
+#[test]
+fn each_lb_policy_spreads_new_visitors_as_documented() {
+    let env = Env::new("policies");
+    let port = started(&env, "spread", "replicas: 2\nwarm-replicas: 1\nlb-policy: first\n", "1:active 2:active 3:warm");
+    let manifest = env.dir.join("apps/spread/app.yaml");
+    let visit = |n: usize| -> Vec<u32> { (0..n).map(|_| get(port, "/", &[]).unwrap().copy().unwrap()).collect() };
+
+    assert_eq!(visit(6), vec![1; 6], "first: always the oldest active copy");
+
+    let set_policy = |p: &str| {
+        std::fs::write(&manifest, format!("app-name: spread\nport: {port}\nreplicas: 2\nwarm-replicas: 1\nlb-policy: {p}\n")).unwrap();
+        let out = env.apply(&manifest);
+        assert!(out.contains("without restarting"), "{out}");
+    };
+    set_policy("round-robin");
+    // The new table arrives with the apply; give the push a moment by waiting for its effect.
+    let seen = wait_until(Duration::from_secs(5), "round-robin", || {
+        let v = visit(4);
+        (v.windows(2).all(|w| w[0] != w[1])).then_some(v)
+    });
+    assert!(seen.iter().all(|c| *c == 1 || *c == 2), "only active copies, never the warm one: {seen:?}");
+
+    set_policy("random");
+    let seen: std::collections::BTreeSet<u32> = wait_until(Duration::from_secs(10), "random to reach both", || {
+        let v: std::collections::BTreeSet<u32> = visit(20).into_iter().collect();
+        (v.len() == 2).then_some(v)
+    });
+    assert_eq!(seen, [1, 2].into_iter().collect(), "random: any active copy, never the warm one");
+
+    set_policy("least-conn");
+    // Hold two sessions on copy 1; new visitors then go to copy 2, which has fewer.
+    let c1 = format!("lb_{port}={}", env_cookie_for(port, 1));
+    let s1 = Session::open(port, &c1);
+    let s2 = Session::open(port, &c1);
+    assert_eq!((s1.copy, s2.copy), (1, 1));
+    assert_eq!(visit(5), vec![2; 5], "least-conn: the copy with the fewest open connections");
+    s1.close();
+    s2.close();
+}
+
+/// A valid cookie value for a copy, learnt by visiting until placed there.
+fn env_cookie_for(port: u16, copy: u32) -> String {
+    wait_until(Duration::from_secs(10), "a visit placed on the copy", || {
+        let r = get(port, "/", &[]).ok()?;
+        (r.copy() == Some(copy)).then(|| r.cookie().unwrap().split_once('=').unwrap().1.to_string())
+    })
+}
+
+#[test]
+fn a_shiny_session_runs_over_the_websocket_and_is_counted() {
+    let env = Env::new("websocket");
+    let port = started(&env, "ws", "", "1:active 2:warm");
+    let session = Session::open(port, "");
+    assert_eq!(session.copy, 1, "the session reached the active copy and Shiny rendered its output");
+    wait_until(Duration::from_secs(10), "SESSIONS 1 on copy 1", || {
+        env.copies("ws").iter().any(|c| c.copy == 1 && c.sessions == 1).then_some(())
+    });
+    let text = env.ok(&["status", "ws"]);
+    let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[8], "1", "SESSIONS column: {text}");
+    session.close();
+    wait_until(Duration::from_secs(10), "SESSIONS back to 0", || {
+        env.copies("ws").iter().all(|c| c.sessions == 0).then_some(())
+    });
+}
+
+#[test]
+fn x_forwarded_for_is_the_visitors_address_and_an_incoming_one_is_not_trusted() {
+    let env = Env::new("xff");
+    let port = started(&env, "xff", "warm-replicas: 0\n", "1:active");
+    let r = get(port, "/", &[("X-Forwarded-For", "6.6.6.6")]).unwrap();
+    assert_eq!(between(&r.body, "xff=", ";"), Some("127.0.0.1"), "{}", r.body);
+}
+
+#[test]
+fn killing_the_active_copy_loses_no_request_and_the_visitor_ends_on_the_spare() {
+    let env = Env::new("failover");
+    let port = started(&env, "fo", "", "1:active 2:warm");
+    let first = get(port, "/", &[]).unwrap();
+    assert_eq!(first.copy(), Some(1));
+    let cookie = first.cookie().unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicU32::new(0));
+    let sent = Arc::new(AtomicU32::new(0));
+    let last_copy = Arc::new(AtomicU32::new(0));
+    let client = {
+        let (stop, failed, sent, last_copy) = (stop.clone(), failed.clone(), sent.clone(), last_copy.clone());
+        std::thread::spawn(move || {
+            let mut cookie = cookie;
+            let mut errors = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                sent.fetch_add(1, Ordering::SeqCst);
+                match get(port, "/", &[("Cookie", &cookie)]) {
+                    Ok(r) if r.status == 200 => {
+                        last_copy.store(r.copy().unwrap_or(0), Ordering::SeqCst);
+                        if let Some(c) = r.cookie() {
+                            cookie = c;
+                        }
+                    }
+                    other => {
+                        failed.fetch_add(1, Ordering::SeqCst);
+                        errors.push(format!("{other:?}"));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            errors
+        })
+    };
+    wait_until(Duration::from_secs(5), "the client to be running", || (sent.load(Ordering::SeqCst) > 20).then_some(()));
+    signal(env.pid_of("fo", 1), 9);
+    let at_kill = sent.load(Ordering::SeqCst);
+    wait_until(Duration::from_secs(10), "requests after the kill", || (sent.load(Ordering::SeqCst) > at_kill + 100).then_some(()));
+    stop.store(true, Ordering::SeqCst);
+    let errors = client.join().unwrap();
+    assert_eq!(failed.load(Ordering::SeqCst), 0, "no request lost of {}: {errors:?}", sent.load(Ordering::SeqCst));
+    assert_eq!(last_copy.load(Ordering::SeqCst), 2, "the visitor ends on the spare");
+    env.wait_roles("fo", "2:active", Duration::from_secs(5));
+    env.wait_roles("fo", "2:active 1:warm", START);
+}
+
+#[test]
+fn without_a_spare_a_request_waits_for_the_app_to_come_back() {
+    let env = Env::new("nospare");
+    let port = started(&env, "alone", "warm-replicas: 0\n", "1:active");
+    signal(env.pid_of("alone", 1), 9);
+    wait_until(Duration::from_secs(5), "the copy to be down", || (env.roles("alone").is_empty()).then_some(()));
+    // Held while copy 1 waits out its 2 s backoff and starts again.
+    let r = get(port, "/", &[]).unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.copy(), Some(1));
+}

@@ -1,0 +1,359 @@
+//! Shared helpers: a temporary SHINYCTL_HOME per test, the real binary, a
+//! real R Shiny app, a tiny HTTP client, and waiting on conditions with a
+//! deadline. Every process a test started is ended by PID when its `Env`
+//! drops.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_shinyctl")
+}
+
+/// Waits until `cond` holds, polling every 50 ms, or panics with `what`
+/// after `timeout`.
+pub fn wait_until<T>(timeout: Duration, what: &str, mut cond: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = cond() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A free TCP port outside the copies' range (the kernel's ephemeral range).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// True while a process with this PID exists and is not a zombie.
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start().chars().next()).flatten();
+            !matches!(state, Some('Z') | Some('X') | None)
+        }
+        Err(_) => false,
+    }
+}
+
+/// The command line of a process, arguments joined by spaces.
+pub fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).split('\0').filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Sends a signal to a process by PID.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) with a PID this test started.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+/// Sends a signal to a process group (copies lead their own).
+pub fn signal_group(pgid: u32, sig: i32) {
+    // SAFETY: kill(2) on a group this test started.
+    unsafe {
+        libc::kill(-(pgid as i32), sig);
+    }
+}
+
+/// The app every test runs: its page says which copy served it, the
+/// X-Forwarded-For it saw, and it has a reactive output over the WebSocket.
+pub const APP_R: &str = r#"
+library(shiny)
+ui <- function(req) {
+  fluidPage(
+    tags$p(id = "who", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")),
+    tags$p(id = "xff", paste0("xff=", req$HTTP_X_FORWARDED_FOR, ";")),
+    tags$p(id = "greeting", paste0("greeting=", Sys.getenv("GREETING"), ";")),
+    textOutput("live")
+  )
+}
+server <- function(input, output, session) {
+  output$live <- renderText(paste0("live-from-copy-", Sys.getenv("SHINYCTL_COPY")))
+}
+shinyApp(ui, server)
+"#;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// One test's world: its own SHINYCTL_HOME and app folder.
+pub struct Env {
+    /// The test's folder; SHINYCTL_HOME is `home/` under it.
+    pub dir: PathBuf,
+    /// Every PID seen that this test started (daemon, load balancer, copies).
+    pids: std::cell::RefCell<BTreeSet<u32>>,
+}
+
+impl Env {
+    /// A fresh folder with a home and nothing running.
+    pub fn new(name: &str) -> Env {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("shinyctl-it-{}-{n}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("home")).unwrap();
+        Env { dir, pids: Default::default() }
+    }
+
+    /// SHINYCTL_HOME.
+    pub fn home(&self) -> PathBuf {
+        self.dir.join("home")
+    }
+
+    /// Writes an app folder `apps/<name>/` with app.R and app.yaml
+    /// (`app-name`, `port` and then `extra` lines). Returns the manifest.
+    pub fn app(&self, name: &str, port: u16, extra: &str) -> PathBuf {
+        let folder = self.dir.join("apps").join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("app.R"), APP_R).unwrap();
+        let manifest = folder.join("app.yaml");
+        std::fs::write(&manifest, format!("app-name: {name}\nport: {port}\n{extra}")).unwrap();
+        manifest
+    }
+
+    /// Runs `shinyctl ARGS` with this home and returns its output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        let out = Command::new(bin()).args(args).env("SHINYCTL_HOME", self.home()).output().expect("run shinyctl");
+        self.note_pids();
+        out
+    }
+
+    /// Runs `shinyctl ARGS` and panics unless it succeeds; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "shinyctl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `apply -f manifest`.
+    pub fn apply(&self, manifest: &Path) -> String {
+        self.ok(&["apply", "-f", manifest.to_str().unwrap()])
+    }
+
+    /// `status --json`, parsed.
+    pub fn status(&self) -> Value {
+        let out = self.ok(&["status", "--json"]);
+        let v: Value = serde_json::from_str(&out).expect("status --json is JSON");
+        for pid in [&v["daemon_pid"], &v["proxy_pid"]] {
+            if let Some(p) = pid.as_u64() {
+                self.pids.borrow_mut().insert(p as u32);
+            }
+        }
+        for app in v["apps"].as_array().into_iter().flatten() {
+            for c in app["copies"].as_array().into_iter().flatten() {
+                if let Some(p) = c["pid"].as_u64() {
+                    self.pids.borrow_mut().insert(p as u32);
+                }
+            }
+        }
+        v
+    }
+
+    /// One app's copies from status, as (copy, role, pid, ready) rows.
+    pub fn copies(&self, app: &str) -> Vec<Copy> {
+        let v = self.status();
+        let Some(a) = v["apps"].as_array().into_iter().flatten().find(|a| a["name"] == app) else { return vec![] };
+        a["copies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| Copy {
+                copy: c["copy"].as_u64().unwrap() as u32,
+                role: c["role"].as_str().unwrap_or("-").to_string(),
+                pid: c["pid"].as_u64().map(|p| p as u32),
+                ready: c["ready"].as_bool().unwrap_or(false),
+                status: c["status"].as_str().unwrap_or("").to_string(),
+                sessions: c["sessions"].as_u64().unwrap_or(0),
+                crashes: c["crashes"].as_u64().unwrap_or(0),
+                copy_port: c["copy_port"].as_u64().unwrap_or(0) as u16,
+            })
+            .collect()
+    }
+
+    /// The roles of the ready copies, as `1:active 2:warm` (by copy number).
+    pub fn roles(&self, app: &str) -> String {
+        self.copies(app)
+            .iter()
+            .filter(|c| c.ready && c.role != "-")
+            .map(|c| format!("{}:{}", c.copy, c.role))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Waits until the app's roles read exactly `want`.
+    pub fn wait_roles(&self, app: &str, want: &str, timeout: Duration) {
+        let what = format!("{app} roles to be '{want}'");
+        let deadline = Instant::now() + timeout;
+        loop {
+            let last = self.roles(app);
+            if last == want {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting for {what}; last: '{last}'\n{}", self.ok(&["status"]));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The PID of the copy with this number.
+    pub fn pid_of(&self, app: &str, copy: u32) -> u32 {
+        self.copies(app).iter().find(|c| c.copy == copy).and_then(|c| c.pid).unwrap_or_else(|| panic!("copy {copy} has a PID"))
+    }
+
+    /// Remembers the daemon's and every recorded copy's PID, so they are
+    /// ended when the test ends.
+    fn note_pids(&self) {
+        let Ok(reg) = std::fs::read(self.home().join("registry.json")) else { return };
+        let Ok(reg) = serde_json::from_slice::<Value>(&reg) else { return };
+        for app in reg["apps"].as_object().into_iter().flat_map(|m| m.values()) {
+            let Some(state) = app["state_file"].as_str() else { continue };
+            let Ok(s) = std::fs::read(state) else { continue };
+            let Ok(s) = serde_json::from_slice::<Value>(&s) else { continue };
+            for c in s["copies"].as_array().into_iter().flatten() {
+                if let Some(p) = c["pid"].as_u64() {
+                    self.pids.borrow_mut().insert(p as u32);
+                }
+            }
+        }
+    }
+
+    /// Remembers a PID to end at the end of the test.
+    pub fn track(&self, pid: u32) {
+        self.pids.borrow_mut().insert(pid);
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = self.status_quiet();
+        self.note_pids();
+        let pids: Vec<u32> = self.pids.borrow().iter().copied().collect();
+        // Copies lead their own process group: end the group.
+        for &pid in &pids {
+            signal(pid, 15);
+            signal_group(pid, 15);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && pids.iter().any(|&p| pid_alive(p)) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for &pid in &pids {
+            if pid_alive(pid) {
+                signal(pid, 9);
+                signal_group(pid, 9);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Env {
+    fn status_quiet(&self) -> Option<()> {
+        let out = Command::new(bin()).args(["status", "--json"]).env("SHINYCTL_HOME", self.home()).output().ok()?;
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        for pid in [&v["daemon_pid"], &v["proxy_pid"]] {
+            if let Some(p) = pid.as_u64() {
+                self.pids.borrow_mut().insert(p as u32);
+            }
+        }
+        Some(())
+    }
+}
+
+/// One copy as status shows it.
+#[derive(Debug, Clone)]
+pub struct Copy {
+    pub copy: u32,
+    pub role: String,
+    pub pid: Option<u32>,
+    pub ready: bool,
+    pub status: String,
+    pub sessions: u64,
+    pub crashes: u64,
+    pub copy_port: u16,
+}
+
+/// A whole HTTP answer.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Response {
+    /// The first header with this name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The copy that served the test app's page (`copy=N;`).
+    pub fn copy(&self) -> Option<u32> {
+        between(&self.body, "copy=", ";")?.parse().ok()
+    }
+
+    /// The value of `lb_<port>` in Set-Cookie, as `lb_<port>=VALUE`.
+    pub fn cookie(&self) -> Option<String> {
+        let sc = self.header("set-cookie")?;
+        Some(sc.split(';').next()?.trim().to_string())
+    }
+}
+
+/// The text between `a` and the next `b`.
+pub fn between<'a>(s: &'a str, a: &str, b: &str) -> Option<&'a str> {
+    let start = s.find(a)? + a.len();
+    let end = s[start..].find(b)? + start;
+    Some(&s[start..end])
+}
+
+/// Sends one HTTP/1.0 request on a new connection and reads the answer.
+pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut req = format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| std::io::Error::other(format!("no HTTP head in {text:?}")))?;
+    let mut lines = head.lines();
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| std::io::Error::other(format!("bad status line {status_line:?}")))?;
+    let headers = lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
+    Ok(Response { status, headers, body: body.to_string() })
+}
+
+/// GET a path.
+pub fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    http(port, "GET", path, headers)
+}
+
+/// Waits until the app answers 200 on its public port.
+pub fn wait_http_ok(port: u16, timeout: Duration) -> Response {
+    wait_until(timeout, &format!("port {port} to answer 200"), || get(port, "/", &[]).ok().filter(|r| r.status == 200))
+}

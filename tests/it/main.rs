@@ -1,0 +1,6 @@
+//! The integration tests: the real binary, real R Shiny apps, real sockets.
+//! One binary with shared helpers.
+
+mod balancer;
+mod foundation;
+mod helpers;
