@@ -29,7 +29,9 @@ pub enum Need {
 /// Picks the copy for a request among `copies` (table order), or `None`
 /// when no copy may take it. Draining copies and copies known to be down
 /// are never picked. `rr` is the app's round-robin counter (the caller
-/// advances it) and `random` any random number.
+/// advances it) and `random` any random number. The load balancer itself
+/// calls [`pick_by`]; this form is for the tests.
+#[cfg(test)]
 pub fn pick(policy: LbPolicy, copies: &[Candidate], need: Need, rr: usize, random: u64) -> Option<usize> {
     pick_by(policy, copies.len(), |i| copies[i], need, rr, random)
 }

@@ -190,11 +190,14 @@ impl Env {
             .collect()
     }
 
-    /// The roles of the ready copies, as `1:active 2:warm` (by copy number).
+    /// The roles of the ready copies, as `2:active 1:warm 3:draining`:
+    /// active, then warm, then draining, each by copy number.
     pub fn roles(&self, app: &str) -> String {
-        self.copies(app)
+        let rank = |r: &str| ["active", "warm", "draining"].iter().position(|x| *x == r).unwrap_or(3);
+        let mut copies: Vec<Copy> = self.copies(app).into_iter().filter(|c| c.ready && c.role != "-").collect();
+        copies.sort_by_key(|c| (rank(&c.role), c.copy));
+        copies
             .iter()
-            .filter(|c| c.ready && c.role != "-")
             .map(|c| format!("{}:{}", c.copy, c.role))
             .collect::<Vec<_>>()
             .join(" ")

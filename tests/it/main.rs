@@ -2,5 +2,7 @@
 //! One binary with shared helpers.
 
 mod balancer;
+mod browser;
 mod foundation;
 mod helpers;
+mod staying_up;

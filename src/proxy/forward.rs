@@ -1,0 +1,639 @@
+//! One visitor's request, from the listener to a copy and back: pick the
+//! copy (sticky cookie, else the app's lb-policy), send the request on an
+//! idle keep-alive connection or a new one, stream both bodies, and when a
+//! copy refuses the connection, mark it down and send the request at once
+//! to a stand-in.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::Ipv4Addr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::request;
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper_util::rt::TokioIo;
+
+use super::balance::{self, Need};
+use super::table::{CopyState, LiveApp, LiveCopy};
+use super::{pages, websocket, ErrorSource, Shared};
+use crate::model::{LbPolicy, Role, StandIn};
+
+/// A connection to a copy that is refused or times out within this marks
+/// the copy down.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long an idle pooled connection may take to say it is ready again.
+const READY_WAIT: Duration = Duration::from_millis(200);
+/// Idle connections kept per copy.
+const POOL_MAX: usize = 256;
+/// Attempts to send one request (new connections, stand-ins and retries
+/// of a request that was lost on a dying connection).
+const MAX_SENDS: u32 = 5;
+/// A copy marked down is tried again after this long even if the table
+/// did not change, so a copy that refused once by mistake comes back by
+/// itself (the cost of a wrong guess is one refused connect).
+pub const DOWN_FOR_MS: u64 = 10_000;
+
+/// A client connection's own facts, shared by its requests.
+pub struct Client {
+    /// Everything the load balancer shares.
+    pub shared: Arc<Shared>,
+    /// The public port the connection came in on: which app it is for.
+    pub port: u16,
+    /// The visitor's address, ready to be sent as `X-Forwarded-For`.
+    pub xff: HeaderValue,
+}
+
+/// A request sender on one connection to a copy.
+pub type Sender = SendRequest<UpBody>;
+
+/// Idle keep-alive connections to one copy.
+#[derive(Default)]
+pub struct Pool {
+    /// Most recently used last.
+    idle: Mutex<Vec<Sender>>,
+}
+
+impl Pool {
+    fn lock(&self) -> MutexGuard<'_, Vec<Sender>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The most recently used connection still open.
+    fn take(&self) -> Option<Sender> {
+        let mut idle = self.lock();
+        while let Some(s) = idle.pop() {
+            if !s.is_closed() {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    /// Keeps a connection whose last answer was read to the end.
+    fn put(&self, s: Sender) {
+        if s.is_closed() {
+            return;
+        }
+        let mut idle = self.lock();
+        if idle.len() < POOL_MAX {
+            idle.push(s);
+        }
+    }
+
+    /// Drops every idle connection (the copy just failed one: the others
+    /// are likely dead too).
+    pub fn clear(&self) {
+        let dropped = std::mem::take(&mut *self.lock());
+        drop(dropped);
+    }
+}
+
+/// The body sent to a copy: the visitor's, streamed, or none (a retry or
+/// a WebSocket upgrade).
+pub enum UpBody {
+    /// The visitor's request body.
+    Client(Incoming),
+    /// No body.
+    Empty,
+}
+
+impl Body for UpBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            UpBody::Client(b) => Pin::new(b).poll_frame(cx),
+            UpBody::Empty => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpBody::Client(b) => b.is_end_stream(),
+            UpBody::Empty => true,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpBody::Client(b) => b.size_hint(),
+            UpBody::Empty => SizeHint::with_exact(0),
+        }
+    }
+}
+
+/// A request counted against a copy until its answer is read to the end;
+/// then its connection goes back to the pool.
+pub struct Lease {
+    /// The copy's counters and pool.
+    state: Arc<CopyState>,
+    /// The connection, when it may be reused.
+    sender: Option<Sender>,
+}
+
+impl Lease {
+    fn new(state: Arc<CopyState>) -> Lease {
+        state.connections.fetch_add(1, Ordering::Relaxed);
+        Lease { state, sender: None }
+    }
+
+    /// The answer was read to the end: the connection may serve another.
+    fn finish(mut self) {
+        if let Some(s) = self.sender.take() {
+            self.state.pool.put(s);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.state.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The body sent to the visitor: a copy's, streamed, or a page of our own.
+pub enum DownBody {
+    /// A copy's answer; the lease ends with it.
+    Upstream {
+        /// The copy's body.
+        body: Incoming,
+        /// Ends (and pools the connection) once the body is read.
+        lease: Option<Lease>,
+    },
+    /// A whole body (our pages), taken on first poll.
+    Full(Option<Bytes>),
+}
+
+impl DownBody {
+    /// No body at all.
+    pub fn empty() -> DownBody {
+        DownBody::Full(None)
+    }
+}
+
+impl Body for DownBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            DownBody::Upstream { body, lease } => {
+                let polled = Pin::new(&mut *body).poll_frame(cx);
+                match &polled {
+                    Poll::Ready(None) => finish(lease),
+                    Poll::Ready(Some(Ok(_))) if body.is_end_stream() => finish(lease),
+                    Poll::Ready(Some(Err(e))) => {
+                        tracing::warn!(source = %ErrorSource::Upstream, "a copy's answer broke off: {e}");
+                        // Not pooled: the connection is in no state to reuse.
+                        *lease = None;
+                    }
+                    _ => {}
+                }
+                polled
+            }
+            DownBody::Full(b) => Poll::Ready(b.take().map(|d| Ok(Frame::data(d)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            DownBody::Upstream { body, .. } => body.is_end_stream(),
+            DownBody::Full(b) => b.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            DownBody::Upstream { body, .. } => body.size_hint(),
+            DownBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+        }
+    }
+}
+
+fn finish(lease: &mut Option<Lease>) {
+    if let Some(l) = lease.take() {
+        l.finish();
+    }
+}
+
+/// The hyper service: every request of a visitor's connection.
+pub async fn handle(req: Request<Incoming>, client: Arc<Client>) -> Result<Response<DownBody>, Infallible> {
+    Ok(forward(req, &client).await)
+}
+
+/// What a failed send leaves.
+enum Failure {
+    /// The copy could not be reached; the request was not sent and comes back.
+    Refused(Request<UpBody>, io::Error),
+    /// The request was sent (maybe in part) and no answer came.
+    Lost(hyper::Error),
+}
+
+/// A sent request's answer, with the lease it holds.
+struct Sent {
+    resp: Response<Incoming>,
+    lease: Lease,
+}
+
+/// The head of a request without a body, kept so it can be sent again.
+struct Replay {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+impl Replay {
+    fn of(parts: &request::Parts) -> Replay {
+        Replay { method: parts.method.clone(), uri: parts.uri.clone(), headers: parts.headers.clone() }
+    }
+
+    fn request(&self) -> Request<UpBody> {
+        let mut req = Request::new(UpBody::Empty);
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.headers_mut() = self.headers.clone();
+        *req.version_mut() = Version::HTTP_11;
+        req
+    }
+}
+
+async fn forward(mut req: Request<Incoming>, client: &Client) -> Response<DownBody> {
+    let shared = &client.shared;
+    let Some(mut app) = shared.table.app(client.port) else {
+        return pages::no_app(client.port);
+    };
+    if req.method() == Method::CONNECT {
+        return pages::not_allowed();
+    }
+    app.counters.last_request_ms.store(now_ms(), Ordering::Relaxed);
+    let client_upgrade = websocket::is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    let claimed = parts.headers.get_all(header::COOKIE).iter().find_map(|v| app.sticky_copy(v.as_bytes()));
+    prepare(&mut parts, client, client_upgrade.is_some());
+    // A request without a body can be sent again if it is lost on a dying
+    // connection; one with a body cannot (it was consumed).
+    let replay = body.is_end_stream().then(|| Replay::of(&parts));
+    let mut req = Some(Request::from_parts(parts, UpBody::Client(body)));
+
+    // Set once this request finds a copy down: new visitors then go to a
+    // stand-in first.
+    let mut failed = false;
+    // The copy this request marked down: the daemon is told once a stand-in
+    // is picked (or none can be).
+    let mut notice: Option<u32> = None;
+    let mut hold_until = None;
+    let mut sends = 0;
+    loop {
+        let i = loop {
+            if let Some(i) = choose(&app, claimed, failed, now_ms()) {
+                break i;
+            }
+            // Nothing can take it: hold it until a new table brings a copy.
+            let mut changes = shared.table.subscribe();
+            // A swap between the look above and subscribe() would be missed.
+            app = match shared.table.app(client.port) {
+                Some(a) => a,
+                None => return pages::no_app(client.port),
+            };
+            if let Some(i) = choose(&app, claimed, failed, now_ms()) {
+                break i;
+            }
+            tell(shared, &app.name, notice.take(), None);
+            let until = *hold_until.get_or_insert_with(|| tokio::time::Instant::now() + app.hold);
+            let changed = tokio::time::timeout_at(until, changes.changed()).await;
+            app = match shared.table.app(client.port) {
+                Some(a) => a,
+                None => return pages::no_app(client.port),
+            };
+            if !matches!(changed, Ok(Ok(()))) {
+                tracing::warn!(app = %app.name, "no copy could take a request within {:?}", app.hold);
+                return pages::restarting(&app.name);
+            }
+        };
+        let copy = &app.copies[i];
+        // Told now rather than once the stand-in answers: a slow answer
+        // must not delay the daemon making it active.
+        tell(shared, &app.name, notice.take(), (copy.role == Role::Warm).then_some(copy.copy));
+        let Some(out) = req.take() else { return pages::bad_gateway(&app.name) };
+        sends += 1;
+        match send(copy, out, client_upgrade.is_some()).await {
+            Ok(sent) => return respond(&app, copy, claimed, sent, client_upgrade),
+            Err(Failure::Refused(back, e)) => {
+                req = Some(back);
+                failed = true;
+                copy.state.pool.clear();
+                let was = copy.state.down_at_ms.swap(now_ms(), Ordering::Relaxed);
+                if !is_down(was, now_ms()) {
+                    tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, port = copy.port,
+                        "copy {} refused a connection ({e}); it gets no visitor until it comes back", copy.copy);
+                    notice = Some(copy.copy);
+                }
+            }
+            Err(Failure::Lost(e)) => {
+                copy.state.pool.clear();
+                match &replay {
+                    Some(r) => {
+                        tracing::debug!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, "request lost ({e}); sending it again");
+                        req = Some(r.request());
+                    }
+                    None => {
+                        tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy,
+                            "copy {} dropped a request with a body ({e}); it cannot be sent again", copy.copy);
+                        return pages::bad_gateway(&app.name);
+                    }
+                }
+            }
+        }
+        if sends >= MAX_SENDS {
+            tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, "no copy answered after {sends} attempts");
+            tell(shared, &app.name, notice.take(), None);
+            return pages::bad_gateway(&app.name);
+        }
+    }
+}
+
+/// True while a copy marked down at `down_at` (0: never) stays down.
+pub fn is_down(down_at: u64, now: u64) -> bool {
+    down_at != 0 && now.saturating_sub(down_at) < DOWN_FOR_MS
+}
+
+/// The copy for this request: the one its cookie names while that copy is
+/// up (whatever its role), else one picked by the app's policy.
+fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, now: u64) -> Option<usize> {
+    let mut need = if failed { Need::StandIn } else { Need::NewVisitor };
+    if let Some(i) = claimed.and_then(|n| app.index_of(n)) {
+        if !is_down(app.copies[i].state.down_at_ms.load(Ordering::Relaxed), now) {
+            return Some(i);
+        }
+        need = Need::StandIn;
+    }
+    let rr = match app.policy {
+        LbPolicy::RoundRobin => app.counters.rr.fetch_add(1, Ordering::Relaxed),
+        _ => 0,
+    };
+    let random = match app.policy {
+        LbPolicy::Random => random(),
+        _ => 0,
+    };
+    balance::pick_by(app.policy, app.copies.len(), |i| app.copies[i].candidate(now), need, rr, random)
+}
+
+/// The request as a copy gets it.
+fn prepare(parts: &mut request::Parts, client: &Client, upgrade: bool) {
+    let h = &mut parts.headers;
+    strip_hop_by_hop(h, upgrade);
+    if upgrade {
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+    // The visitor's address only: an incoming X-Forwarded-For is not trusted.
+    h.insert(X_FORWARDED_FOR, client.xff.clone());
+    h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    // The visitor already got its 100 Continue from us when the body was read.
+    h.remove(header::EXPECT);
+    if !h.contains_key(header::HOST) {
+        h.insert(header::HOST, HeaderValue::from_static("localhost"));
+    }
+    parts.version = Version::HTTP_11;
+    if parts.uri.authority().is_some() {
+        // Absolute-form from a visitor: copies expect origin-form.
+        parts.uri = parts.uri.path_and_query().map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
+    }
+}
+
+/// The answer as the visitor gets it.
+fn respond(
+    app: &LiveApp,
+    copy: &LiveCopy,
+    claimed: Option<u32>,
+    sent: Sent,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+) -> Response<DownBody> {
+    let Sent { mut resp, lease } = sent;
+    let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let upstream_upgrade = switching.then(|| hyper::upgrade::on(&mut resp));
+    let (mut parts, body) = resp.into_parts();
+    parts.version = Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers, switching);
+    if claimed != Some(copy.copy) {
+        parts.headers.append(header::SET_COOKIE, copy.set_cookie.clone());
+        // A shared cache must not hand one visitor's placement to everyone.
+        if !parts.headers.contains_key(header::CACHE_CONTROL) {
+            parts.headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
+        }
+    }
+    match (upstream_upgrade, client_upgrade) {
+        (Some(upstream), Some(client)) => {
+            parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            websocket::tunnel(client, upstream, websocket::Session::new(copy.state.clone()), app.name.clone(), copy.copy);
+            drop(lease);
+            Response::from_parts(parts, DownBody::empty())
+        }
+        (Some(_), None) => {
+            tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, "copy switched protocols unasked");
+            pages::bad_gateway(&app.name)
+        }
+        (None, _) => {
+            let lease = if body.is_end_stream() {
+                // Nothing to stream (HEAD, 204, 304): the connection is free now.
+                lease.finish();
+                None
+            } else {
+                Some(lease)
+            };
+            Response::from_parts(parts, DownBody::Upstream { body, lease })
+        }
+    }
+}
+
+/// Sends the request to a copy: on an idle pooled connection when there is
+/// one (a WebSocket always gets a new one), else on a new connection.
+async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> Result<Sent, Failure> {
+    let mut lease = Lease::new(copy.state.clone());
+    if !upgrade {
+        while let Some(mut s) = copy.state.pool.take() {
+            // Pooled as soon as its last answer was read, a connection may
+            // not have said it is ready yet; a closed one says so at once.
+            if !matches!(tokio::time::timeout(READY_WAIT, s.ready()).await, Ok(Ok(()))) {
+                continue;
+            }
+            match s.try_send_request(req).await {
+                Ok(resp) => {
+                    lease.sender = Some(s);
+                    return Ok(Sent { resp, lease });
+                }
+                Err(mut e) => match e.take_message() {
+                    // Never written: the connection had closed. Try another.
+                    Some(back) => req = back,
+                    None => return Err(Failure::Lost(e.into_error())),
+                },
+            }
+        }
+    }
+    let connect = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, copy.port));
+    let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(Failure::Refused(req, e)),
+        Err(_) => return Err(Failure::Refused(req, io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))),
+    };
+    let _ = stream.set_nodelay(true);
+    let (mut s, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
+        Ok(pair) => pair,
+        Err(e) => return Err(Failure::Refused(req, io::Error::other(e))),
+    };
+    let port = copy.port;
+    if upgrade {
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(source = %ErrorSource::Upstream, port, "connection: {e}");
+            }
+        });
+    } else {
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(source = %ErrorSource::Upstream, port, "connection: {e}");
+            }
+        });
+    }
+    match s.try_send_request(req).await {
+        Ok(resp) => {
+            if !upgrade {
+                lease.sender = Some(s);
+            }
+            Ok(Sent { resp, lease })
+        }
+        Err(mut e) => match e.take_message() {
+            // Accepted, then closed before a byte was written: a copy on its
+            // way out is as good as one that refuses.
+            Some(back) => Err(Failure::Refused(back, io::Error::other(e.into_error()))),
+            None => Err(Failure::Lost(e.into_error())),
+        },
+    }
+}
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Removes the headers that belong to one connection, not to the message
+/// (RFC 9110 §7.6.1), keeping `Upgrade` for a protocol switch.
+fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
+    if let Some(conn) = h.get(header::CONNECTION) {
+        // Headers the sender named in Connection are hop-by-hop too. Rare
+        // beyond the standard ones, so the allocation is rare as well.
+        let named: Vec<HeaderName> = conn
+            .to_str()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.eq_ignore_ascii_case("keep-alive") && !t.eq_ignore_ascii_case("close") && !t.eq_ignore_ascii_case("upgrade"))
+            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+            .collect();
+        for name in named {
+            if keep_upgrade && name == header::UPGRADE {
+                continue;
+            }
+            h.remove(name);
+        }
+        h.remove(header::CONNECTION);
+    }
+    h.remove(KEEP_ALIVE);
+    h.remove(PROXY_CONNECTION);
+    h.remove(header::TE);
+    h.remove(header::TRAILER);
+    h.remove(header::TRANSFER_ENCODING);
+    if !keep_upgrade {
+        h.remove(header::UPGRADE);
+    }
+}
+
+/// Tells the daemon, without delaying anyone, that `down` refused a
+/// connection and which warm copy stood in. Errors are ignored: the daemon
+/// may be down, and the load balancer carries on with the table it has.
+fn tell(shared: &Arc<Shared>, app: &str, down: Option<u32>, stand_in: Option<u32>) {
+    let Some(down) = down else { return };
+    tracing::info!(app, down, ?stand_in, "telling the daemon that copy {down} is down");
+    let sock = shared.home.api_sock();
+    let path = format!("/v1/apps/{app}/stand-in");
+    let body = serde_json::to_vec(&StandIn { down, stand_in }).unwrap_or_default();
+    tokio::spawn(async move {
+        match crate::uds::request(&sock, Method::POST, &path, Some(body), Duration::from_secs(1)).await {
+            Ok((status, _)) if status.is_success() => {}
+            Ok((status, _)) => tracing::debug!("the daemon answered {status} to {path}"),
+            Err(e) => tracing::debug!("cannot tell the daemon ({path}): {e:#}"),
+        }
+    });
+}
+
+/// Unix time in ms.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A cheap random number (xorshift64*, one state per thread) for the
+/// random policy; nothing secret depends on it.
+fn random() -> u64 {
+    use std::cell::Cell;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new({
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+            let here = &t as *const u64 as u64;
+            (t ^ here.rotate_left(32)) | 1
+        });
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s.set(x);
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_stripped() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, X-Private, Upgrade"));
+        h.insert("x-private", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(header::COOKIE, HeaderValue::from_static("a=1"));
+        let mut ws = h.clone();
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key(header::COOKIE));
+        strip_hop_by_hop(&mut ws, true);
+        assert_eq!(ws.len(), 2);
+        assert!(ws.contains_key(header::UPGRADE));
+    }
+
+    #[test]
+    fn a_mark_down_expires() {
+        assert!(!is_down(0, 5));
+        assert!(is_down(1000, 1000 + DOWN_FOR_MS - 1));
+        assert!(!is_down(1000, 1000 + DOWN_FOR_MS));
+        assert!(is_down(1000, 999));
+    }
+
+    #[test]
+    fn random_numbers_differ() {
+        let a = random();
+        let b = random();
+        assert_ne!(a, b);
+    }
+}

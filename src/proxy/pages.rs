@@ -1,0 +1,61 @@
+//! The load balancer's own answers, when no copy gives one.
+
+use bytes::Bytes;
+use hyper::header::{self, HeaderValue};
+use hyper::{Response, StatusCode};
+
+use super::forward::DownBody;
+
+/// 503 while an app has no copy that can take a request: a page that says
+/// so and reloads itself every 5 seconds.
+pub fn restarting(app: &str) -> Response<DownBody> {
+    let app = escape(app);
+    let html = format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\">\
+         <title>{app} is restarting</title></head>\n<body><h1>{app} is restarting</h1>\
+         <p>This page reloads by itself in a few seconds.</p></body></html>\n"
+    );
+    let mut resp = page(StatusCode::SERVICE_UNAVAILABLE, html);
+    resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    resp
+}
+
+/// 502 when a copy failed mid-way and the request could not be sent again.
+pub fn bad_gateway(app: &str) -> Response<DownBody> {
+    let app = escape(app);
+    page(
+        StatusCode::BAD_GATEWAY,
+        format!(
+            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{app}: bad gateway</title></head>\n\
+             <body><h1>{app} did not answer</h1><p>The app stopped in the middle of this request. \
+             Reload the page to try again.</p></body></html>\n"
+        ),
+    )
+}
+
+/// 503 on a port whose app left the table (a connection kept open from
+/// before).
+pub fn no_app(port: u16) -> Response<DownBody> {
+    page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>No app</title></head>\n<body><h1>No app runs on port {port}</h1></body></html>\n"),
+    )
+}
+
+/// 405 for CONNECT: this is not a forward proxy.
+pub fn not_allowed() -> Response<DownBody> {
+    page(StatusCode::METHOD_NOT_ALLOWED, "<!doctype html>\n<html><body><h1>Method not allowed</h1></body></html>\n".to_string())
+}
+
+fn page(status: StatusCode, html: String) -> Response<DownBody> {
+    let mut resp = Response::new(DownBody::Full(Some(Bytes::from(html))));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}

@@ -1,0 +1,290 @@
+//! The live copies table: what the daemon pushed, plus what the load
+//! balancer learns itself (open connections, copies that refused, the idle
+//! upstream connections). A push builds a new [`Table`] and swaps it in
+//! whole, so a request sees either the old table or the new one, never a
+//! mix; what the load balancer learned about a copy carries over as long as
+//! the new table names the same process on the same port.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use hyper::header::HeaderValue;
+use tokio::sync::watch;
+
+use super::balance::Candidate;
+use super::cookie;
+use super::forward::{is_down, Pool};
+use crate::model::{AppTraffic, CopyTraffic, LbPolicy, ProxyTable, Role};
+
+/// The longest a request is held while no copy can take it
+/// (staying-up.txt: "a request waits up to 15 seconds").
+pub const MAX_HOLD: Duration = Duration::from_secs(15);
+
+/// What the load balancer knows about one copy's process, shared by every
+/// table that names the same process on the same port.
+#[derive(Default)]
+pub struct CopyState {
+    /// Requests in flight plus open WebSockets.
+    pub connections: AtomicU64,
+    /// Open WebSockets.
+    pub sessions: AtomicU64,
+    /// Unix ms when the copy last refused a connection (0: never). It gets
+    /// no visitor until a table names another process or port for it, or
+    /// [`DOWN_FOR_MS`](super::forward::DOWN_FOR_MS) passes.
+    pub down_at_ms: AtomicU64,
+    /// Idle keep-alive connections to the copy.
+    pub pool: Pool,
+}
+
+/// One copy in the live table.
+pub struct LiveCopy {
+    /// The copy number the cookie names.
+    pub copy: u32,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// How it is treated.
+    pub role: Role,
+    /// Its process, as the daemon last saw it.
+    pub pid: u32,
+    /// The signed cookie value that names it (`3.<hex>`).
+    pub cookie: Box<str>,
+    /// The whole `Set-Cookie` header that places a visitor on it.
+    pub set_cookie: HeaderValue,
+    /// Counters, known-down flag and idle connections.
+    pub state: Arc<CopyState>,
+}
+
+impl LiveCopy {
+    /// The copy as the balancer sees it at unix ms `now`.
+    pub fn candidate(&self, now: u64) -> Candidate {
+        Candidate {
+            role: self.role,
+            down: is_down(self.state.down_at_ms.load(Ordering::Relaxed), now),
+            connections: self.state.connections.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Counters of an app that outlive table pushes (kept by app name).
+#[derive(Default)]
+pub struct AppCounters {
+    /// Unix ms of the last request, 0 if none.
+    pub last_request_ms: AtomicU64,
+    /// The round-robin counter.
+    pub rr: AtomicUsize,
+}
+
+/// One app in the live table.
+pub struct LiveApp {
+    /// The app's name, for the daemon and the logs.
+    pub name: String,
+    /// The listen address.
+    pub host: String,
+    /// The public port.
+    pub port: u16,
+    /// How new visitors are spread.
+    pub policy: LbPolicy,
+    /// How long a request is held while no copy can take it.
+    pub hold: Duration,
+    /// `lb_<port>`.
+    pub cookie_name: Box<str>,
+    /// The copies, oldest first (the daemon's order).
+    pub copies: Vec<LiveCopy>,
+    /// Counters kept across pushes.
+    pub counters: Arc<AppCounters>,
+}
+
+impl LiveApp {
+    /// The index of copy number `copy`.
+    pub fn index_of(&self, copy: u32) -> Option<usize> {
+        self.copies.iter().position(|c| c.copy == copy)
+    }
+
+    /// The copy a `Cookie` header's `lb_<port>` names, when its value is
+    /// the right signature for a copy in this table.
+    pub fn sticky_copy(&self, cookie_header: &[u8]) -> Option<u32> {
+        let value = cookie::find(cookie_header, &self.cookie_name)?;
+        let copy = cookie::copy_of(value)?;
+        let c = &self.copies[self.index_of(copy)?];
+        cookie::same(value.as_bytes(), c.cookie.as_bytes()).then_some(copy)
+    }
+}
+
+/// One version of the whole table.
+#[derive(Default)]
+pub struct Table {
+    /// The table as the daemon pushed it (`GET /table`).
+    pub source: ProxyTable,
+    /// The apps, in the daemon's order.
+    pub apps: Vec<Arc<LiveApp>>,
+}
+
+impl Table {
+    /// Builds the live form of `source`, carrying over from `prev` the
+    /// counters of apps with the same name and the state of copies with
+    /// the same number, process and port.
+    pub fn build(source: ProxyTable, key: &[u8], prev: &Table) -> Table {
+        let mut apps = Vec::with_capacity(source.apps.len());
+        for app in &source.apps {
+            let old = prev.apps.iter().find(|a| a.name == app.name);
+            let mut copies: Vec<LiveCopy> = Vec::with_capacity(app.copies.len());
+            for c in &app.copies {
+                if copies.iter().any(|x| x.copy == c.copy) {
+                    tracing::warn!(app = %app.name, copy = c.copy, "the table names a copy twice; the first one counts");
+                    continue;
+                }
+                let state = old
+                    .and_then(|a| a.copies.iter().find(|x| x.copy == c.copy && x.pid == c.pid && x.port == c.port))
+                    .map(|x| x.state.clone())
+                    .unwrap_or_default();
+                let value = cookie::sign(key, app.port, c.copy);
+                let set_cookie = HeaderValue::from_maybe_shared(bytes::Bytes::from(cookie::set_cookie(&cookie::name(app.port), &value)))
+                    .unwrap_or_else(|_| HeaderValue::from_static(""));
+                copies.push(LiveCopy { copy: c.copy, port: c.port, role: c.role, pid: c.pid, cookie: value.into(), set_cookie, state });
+            }
+            let hold = match app.request_timeout_ms {
+                0 => MAX_HOLD,
+                ms => MAX_HOLD.min(Duration::from_millis(ms)),
+            };
+            apps.push(Arc::new(LiveApp {
+                name: app.name.clone(),
+                host: app.host.clone(),
+                port: app.port,
+                policy: app.policy,
+                hold,
+                cookie_name: cookie::name(app.port).into(),
+                copies,
+                counters: old.map(|a| a.counters.clone()).unwrap_or_default(),
+            }));
+        }
+        Table { source, apps }
+    }
+
+    /// The app listening on `port`.
+    pub fn app(&self, port: u16) -> Option<&Arc<LiveApp>> {
+        self.apps.iter().find(|a| a.port == port)
+    }
+
+    /// Traffic per app and per copy in this table (`GET /stats`).
+    pub fn traffic(&self) -> Vec<AppTraffic> {
+        self.apps
+            .iter()
+            .map(|a| AppTraffic {
+                name: a.name.clone(),
+                last_request_ms: a.counters.last_request_ms.load(Ordering::Relaxed),
+                copies: a
+                    .copies
+                    .iter()
+                    .map(|c| CopyTraffic {
+                        copy: c.copy,
+                        connections: c.state.connections.load(Ordering::Relaxed),
+                        sessions: c.state.sessions.load(Ordering::Relaxed),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The (host, port) each app wants to listen on.
+    pub fn listen_addrs(&self) -> HashMap<u16, String> {
+        let mut out = HashMap::new();
+        for a in &self.apps {
+            if out.contains_key(&a.port) {
+                tracing::warn!(app = %a.name, "another app in the table has port {}; the first one keeps it", a.port);
+            } else {
+                out.insert(a.port, a.host.clone());
+            }
+        }
+        out
+    }
+}
+
+/// The current table, swapped whole on every push.
+pub struct LiveTable {
+    /// The table requests read (a read lock only long enough to clone an `Arc`).
+    current: RwLock<Arc<Table>>,
+    /// Bumped on every swap, so held requests wake and look again.
+    changes: watch::Sender<u64>,
+}
+
+impl Default for LiveTable {
+    fn default() -> Self {
+        LiveTable { current: RwLock::new(Arc::new(Table::default())), changes: watch::Sender::new(0) }
+    }
+}
+
+impl LiveTable {
+    /// The whole current table.
+    pub fn load(&self) -> Arc<Table> {
+        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The current entry of the app on `port`.
+    pub fn app(&self, port: u16) -> Option<Arc<LiveApp>> {
+        self.current.read().unwrap_or_else(|e| e.into_inner()).app(port).cloned()
+    }
+
+    /// Swaps in a new table and wakes the held requests.
+    pub fn swap(&self, table: Table) {
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
+        self.changes.send_modify(|v| *v += 1);
+    }
+
+    /// A receiver that sees the next swap (subscribe before looking, so a
+    /// swap in between is not missed).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ProxyApp, ProxyCopy};
+
+    fn table(copies: &[(u32, u16, u32)]) -> ProxyTable {
+        ProxyTable {
+            apps: vec![ProxyApp {
+                name: "hello".into(),
+                host: "127.0.0.1".into(),
+                port: 8080,
+                policy: LbPolicy::LeastConn,
+                request_timeout_ms: 30_000,
+                copies: copies.iter().map(|&(copy, port, pid)| ProxyCopy { copy, port, role: Role::Active, pid }).collect(),
+            }],
+        }
+    }
+
+    #[test]
+    fn state_carries_over_only_for_the_same_process_and_port() {
+        let key = [1u8; 32];
+        let t1 = Table::build(table(&[(1, 20001, 100), (2, 20002, 200), (3, 20003, 300)]), &key, &Table::default());
+        for c in &t1.apps[0].copies {
+            c.state.down_at_ms.store(1000, Ordering::Relaxed);
+        }
+        t1.apps[0].counters.last_request_ms.store(42, Ordering::Relaxed);
+        let t2 = Table::build(table(&[(1, 20001, 100), (2, 20002, 201), (3, 20009, 300)]), &key, &t1);
+        let down: Vec<bool> = t2.apps[0].copies.iter().map(|c| c.candidate(1000).down).collect();
+        assert_eq!(down, vec![true, false, false]);
+        assert_eq!(t2.apps[0].counters.last_request_ms.load(Ordering::Relaxed), 42);
+        assert_eq!(t2.apps[0].hold, MAX_HOLD);
+    }
+
+    #[test]
+    fn the_sticky_cookie_must_be_signed_for_a_copy_in_the_table() {
+        let key = [1u8; 32];
+        let t = Table::build(table(&[(1, 20001, 100), (2, 20002, 200)]), &key, &Table::default());
+        let app = &t.apps[0];
+        let good = format!("x=1; lb_8080={}", cookie::sign(&key, 8080, 2));
+        assert_eq!(app.sticky_copy(good.as_bytes()), Some(2));
+        let stale = format!("lb_8080={}", cookie::sign(&key, 8080, 7));
+        assert_eq!(app.sticky_copy(stale.as_bytes()), None);
+        let other_port = format!("lb_8080={}", cookie::sign(&key, 9090, 2));
+        assert_eq!(app.sticky_copy(other_port.as_bytes()), None);
+        assert_eq!(app.sticky_copy(b"lb_8080=2.00"), None);
+        let hdr = app.copies[1].set_cookie.to_str().unwrap().to_string();
+        assert_eq!(hdr, format!("lb_8080={}; Path=/; HttpOnly; SameSite=Lax", cookie::sign(&key, 8080, 2)));
+    }
+}

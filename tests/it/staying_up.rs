@@ -1,0 +1,282 @@
+//! staying-up.txt with real R: crashes and backoff, restart-policy,
+//! redeploys that drain, a broken version, --now, settings that restart
+//! nothing, scaling in order. A request loop runs through the timelines and
+//! counts what fails.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::balancer::Session;
+use crate::helpers::*;
+
+const START: Duration = Duration::from_secs(60);
+
+/// A client sending a request every 10 ms until stopped; counts failures.
+struct Loop {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU32>,
+    handle: JoinHandle<Vec<String>>,
+}
+
+impl Loop {
+    fn start(port: u16) -> Loop {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU32::new(0));
+        let handle = {
+            let (stop, sent) = (stop.clone(), sent.clone());
+            std::thread::spawn(move || {
+                let mut errors = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    match get(port, "/", &[]) {
+                        Ok(r) if r.status == 200 => {}
+                        other => errors.push(format!("{:?}", other.map(|r| r.status))),
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                errors
+            })
+        };
+        Loop { stop, sent, handle }
+    }
+
+    /// Stops the loop; returns (sent, failures).
+    fn finish(self) -> (u32, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        let errors = self.handle.join().unwrap();
+        (self.sent.load(Ordering::SeqCst), errors)
+    }
+}
+
+fn status_text(env: &Env, app: &str) -> String {
+    env.ok(&["status", app])
+}
+
+/// The start times (unix seconds) of a copy's processes, from its log.
+fn starts_in_log(env: &Env, log: &str) -> Vec<i64> {
+    let text = std::fs::read_to_string(env.home().join("logs").join(log)).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("--- shinyctl: copy"))
+        .filter_map(|l| l.split(" at ").nth(1))
+        .filter_map(|t| parse_rfc3339(t.trim_end_matches(" ---")))
+        .collect()
+}
+
+/// `2026-10-27T10:00:01+02:00` → unix seconds.
+fn parse_rfc3339(s: &str) -> Option<i64> {
+    let num = |a: usize, b: usize| s.get(a..b)?.parse::<i64>().ok();
+    let (y, mo, d, h, mi, se) = (num(0, 4)?, num(5, 7)?, num(8, 10)?, num(11, 13)?, num(14, 16)?, num(17, 19)?);
+    let sign = if s.get(19..20)? == "-" { -1 } else { 1 };
+    let off = sign * (num(20, 22)? * 3600 + num(23, 25)? * 60);
+    // Days from civil (Howard Hinnant's algorithm).
+    let y2 = if mo <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * (if mo > 2 { mo - 3 } else { mo + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146097 + doe - 719468;
+    Some(days * 86400 + h * 3600 + mi * 60 + se - off)
+}
+
+#[test]
+fn a_crashing_copy_backs_off_two_four_eight_seconds_and_shows_crash_looping() {
+    let env = Env::new("backoff");
+    let port = free_port();
+    let manifest = env.app("crashy", port, "warm-replicas: 0\n");
+    std::fs::write(manifest.parent().unwrap().join("app.R"), "quit(status = 3L)\n").unwrap();
+    env.apply(&manifest);
+
+    wait_until(Duration::from_secs(40), "four starts of copy 1", || (starts_in_log(&env, "default-crashy.log").len() >= 4).then_some(()));
+    let starts = starts_in_log(&env, "default-crashy.log");
+    let gaps: Vec<i64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    // Start to start is the backoff plus the moment R takes to fail; the log
+    // has whole seconds, hence the one second of slack below each.
+    for (gap, backoff) in gaps.iter().zip([2, 4, 8]) {
+        assert!(*gap >= backoff - 1 && *gap <= backoff + 4, "gaps {gaps:?} follow 2, 4, 8 s");
+    }
+    let c = &env.copies("crashy")[0];
+    assert_eq!(c.status, "crash-looping");
+    assert!(c.crashes >= 3, "crashes counted: {c:?}");
+    let text = status_text(&env, "crashy");
+    assert!(text.contains("crashy: copy 1 is crash-looping: it exited with status 3"), "{text}");
+    assert!(text.contains("default-crashy.log"), "says where to look: {text}");
+}
+
+#[test]
+fn restart_policy_decides_whether_an_exited_copy_comes_back() {
+    let env = Env::new("policy");
+    // (policy, exit status, comes back)
+    let cases = [("never", 1, false), ("on-failure", 0, false), ("on-failure", 1, true), ("always", 0, true)];
+    for (i, (policy, code, back)) in cases.iter().enumerate() {
+        let name = format!("p{i}");
+        let manifest = env.app(&name, free_port(), &format!("warm-replicas: 0\nrestart-policy: {policy}\n"));
+        std::fs::write(manifest.parent().unwrap().join("app.R"), format!("quit(status = {code}L)\n")).unwrap();
+        env.apply(&manifest);
+        let log = format!("default-{name}.log");
+        if *back {
+            wait_until(Duration::from_secs(20), "a restart", || (starts_in_log(&env, &log).len() >= 2).then_some(()));
+        } else {
+            let c = wait_until(Duration::from_secs(20), "the copy to be left down", || {
+                env.copies(&name).into_iter().find(|c| c.status == "exited")
+            });
+            assert!(c.pid.is_none());
+            let text = status_text(&env, &name);
+            assert!(
+                text.contains(&format!("{name}: copy 1 is left down: it exited with status {code} and restart-policy is {policy}")),
+                "a line says why: {text}"
+            );
+            std::thread::sleep(Duration::from_secs(3));
+            assert_eq!(starts_in_log(&env, &log).len(), 1, "{policy} after status {code}: not restarted");
+        }
+    }
+}
+
+#[test]
+fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
+    let env = Env::new("redeploy");
+    let port = free_port();
+    let manifest = env.app("rd", port, "drain-timeout: 60s\n");
+    env.apply(&manifest);
+    env.wait_roles("rd", "1:active 2:warm", START);
+    wait_http_ok(port, Duration::from_secs(10));
+    let old = env.pid_of("rd", 1);
+    let old_spare = env.pid_of("rd", 2);
+    let session = Session::open(port, "");
+    assert_eq!(session.copy, 1);
+
+    let requests = Loop::start(port);
+    let out = env.ok(&["restart", "rd"]);
+    assert!(out.contains("restarting"), "returns at once: {out}");
+    env.wait_roles("rd", "3:active 4:warm 1:draining", START);
+    wait_until(Duration::from_secs(10), "the old spare to stop right away", || (!pid_alive(old_spare)).then_some(()));
+    assert!(pid_alive(old), "the old copy keeps its visitor");
+    assert_eq!(get(port, "/", &[]).unwrap().copy(), Some(3), "new visitors go to the new copy");
+    let text = status_text(&env, "rd");
+    assert!(text.contains("rd: copy 1 is draining with 1 session; it stops when they end, or in "), "{text}");
+    assert!(text.contains("(1 warm, 1 draining)"), "{text}");
+
+    // The session ends: the old copy stops within about 15 s (the settle).
+    session.close();
+    wait_until(Duration::from_secs(25), "the drained copy to stop", || (!pid_alive(old)).then_some(()));
+    env.wait_roles("rd", "3:active 4:warm", Duration::from_secs(5));
+    let (sent, errors) = requests.finish();
+    assert!(errors.is_empty(), "no request lost during the redeploy: {} of {sent}: {errors:?}", errors.len());
+}
+
+#[test]
+fn a_draining_copy_stops_at_drain_timeout_and_now_does_not_wait() {
+    let env = Env::new("timeout");
+    let port = free_port();
+    let manifest = env.app("dt", port, "warm-replicas: 0\ndrain-timeout: 3s\n");
+    env.apply(&manifest);
+    env.wait_roles("dt", "1:active", START);
+    let old = env.pid_of("dt", 1);
+    let session = Session::open(port, "");
+    env.ok(&["restart", "dt"]);
+    env.wait_roles("dt", "2:active 1:draining", START);
+    wait_until(Duration::from_secs(20), "the drain-timeout to stop copy 1", || (!pid_alive(old)).then_some(()));
+    drop(session);
+
+    // --now: the old copy stops as soon as the new one is ready, sessions or not.
+    let old = env.pid_of("dt", 2);
+    let session = Session::open(port, "");
+    assert_eq!(session.copy, 2);
+    std::fs::write(&manifest, format!("app-name: dt\nport: {port}\nwarm-replicas: 0\ndrain-timeout: 15m\n")).unwrap();
+    env.apply(&manifest);
+    env.ok(&["restart", "dt", "--now"]);
+    env.wait_roles("dt", "3:active", START);
+    wait_until(Duration::from_secs(15), "--now to stop copy 2", || (!pid_alive(old)).then_some(()));
+    drop(session);
+}
+
+#[test]
+fn a_broken_version_never_takes_over() {
+    let env = Env::new("broken");
+    let port = free_port();
+    let manifest = env.app("br", port, "");
+    env.apply(&manifest);
+    env.wait_roles("br", "1:active 2:warm", START);
+    wait_http_ok(port, Duration::from_secs(10));
+    let app_r = manifest.parent().unwrap().join("app.R");
+    let good = std::fs::read_to_string(&app_r).unwrap();
+    std::fs::write(&app_r, "stop('this version is broken')\n").unwrap();
+
+    let requests = Loop::start(port);
+    env.ok(&["restart", "br"]);
+    let text = wait_until(Duration::from_secs(30), "status to say copy 3 doesn't start", || {
+        let t = status_text(&env, "br");
+        t.contains("br: copy 3 doesn't start: it exited with status 1").then_some(t)
+    });
+    assert!(text.contains("the old copies keep serving") && text.contains("default-br@3.log"), "{text}");
+    assert_eq!(env.roles("br"), "1:active 2:warm", "the old ones keep serving");
+    assert_eq!(get(port, "/", &[]).unwrap().copy(), Some(1));
+
+    // Fixed, and restarted during the broken redeploy: straight to the newest.
+    std::fs::write(&app_r, good).unwrap();
+    env.ok(&["restart", "br"]);
+    env.wait_roles("br", "4:active 5:warm", START);
+    assert!(env.copies("br").iter().all(|c| c.copy >= 4), "copy 3 is gone: {:?}", env.copies("br"));
+    let (sent, errors) = requests.finish();
+    assert!(errors.is_empty(), "no request lost: {} of {sent}: {errors:?}", errors.len());
+}
+
+#[test]
+fn settings_changes_restart_only_what_they_must() {
+    let env = Env::new("settings");
+    let port = free_port();
+    let manifest = env.app("st", port, "warm-replicas: 0\n");
+    env.apply(&manifest);
+    env.wait_roles("st", "1:active", START);
+    let pid = env.pid_of("st", 1);
+
+    // Port, lb-policy, drain-timeout and restart-policy: no R process restarts.
+    let new_port = free_port();
+    std::fs::write(
+        &manifest,
+        format!("app-name: st\nport: {new_port}\nwarm-replicas: 0\nlb-policy: first\ndrain-timeout: 1m\nrestart-policy: on-failure\n"),
+    )
+    .unwrap();
+    let out = env.apply(&manifest);
+    assert!(out.contains("without restarting"), "{out}");
+    wait_http_ok(new_port, Duration::from_secs(5));
+    wait_until(Duration::from_secs(5), "the old port to close", || get(port, "/", &[]).is_err().then_some(()));
+    assert_eq!(env.pid_of("st", 1), pid, "same process");
+
+    // env changes how the app starts: a redeploy, and the new copy sees it.
+    std::fs::write(
+        &manifest,
+        format!("app-name: st\nport: {new_port}\nwarm-replicas: 0\nenv:\n  GREETING: hej\n"),
+    )
+    .unwrap();
+    let out = env.apply(&manifest);
+    assert!(out.contains("changed how it starts"), "{out}");
+    env.wait_roles("st", "2:active", START);
+    let r = get(new_port, "/", &[]).unwrap();
+    assert_eq!(between(&r.body, "greeting=", ";"), Some("hej"));
+    wait_until(Duration::from_secs(20), "the old copy to stop", || (!pid_alive(pid)).then_some(()));
+}
+
+#[test]
+fn scaling_down_keeps_the_copy_with_sessions() {
+    let env = Env::new("scaledown");
+    let port = free_port();
+    let manifest = env.app("sd", port, "replicas: 3\nwarm-replicas: 0\nlb-policy: round-robin\n");
+    env.apply(&manifest);
+    env.wait_roles("sd", "1:active 2:active 3:active", START);
+    // A session on copy 2.
+    let session = loop {
+        let s = Session::open(port, "");
+        if s.copy == 2 {
+            break s;
+        }
+        s.close();
+    };
+    std::fs::write(&manifest, format!("app-name: sd\nport: {port}\nreplicas: 1\nwarm-replicas: 0\n")).unwrap();
+    env.apply(&manifest);
+    // Copies 1 and 3 have no sessions: they go first, and stop after the settle.
+    env.wait_roles("sd", "2:active", Duration::from_secs(30));
+    assert_eq!(env.copies("sd").len(), 1);
+    session.close();
+}
