@@ -76,6 +76,7 @@ pub fn signal_group(pgid: u32, sig: i32) {
 /// X-Forwarded-For it saw, and it has a reactive output over the WebSocket.
 pub const APP_R: &str = r#"
 library(shiny)
+if (Sys.getenv("BROKEN") == "yes") stop("this version is broken")
 ui <- function(req) {
   fluidPage(
     tags$p(id = "who", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")),

@@ -199,12 +199,13 @@ fn a_broken_version_never_takes_over() {
     env.apply(&manifest);
     env.wait_roles("br", "1:active 2:warm", START);
     wait_http_ok(port, Duration::from_secs(10));
-    let app_r = manifest.parent().unwrap().join("app.R");
-    let good = std::fs::read_to_string(&app_r).unwrap();
-    std::fs::write(&app_r, "stop('this version is broken')\n").unwrap();
 
+    // A new version that fails at start (the test app stops when BROKEN=yes).
+    // Shiny re-reads a changed app.R even in running copies, so the broken
+    // version is made with the environment, which only new copies get.
     let requests = Loop::start(port);
-    env.ok(&["restart", "br"]);
+    std::fs::write(&manifest, format!("app-name: br\nport: {port}\nenv:\n  BROKEN: \"yes\"\n")).unwrap();
+    env.apply(&manifest);
     let text = wait_until(Duration::from_secs(30), "status to say copy 3 doesn't start", || {
         let t = status_text(&env, "br");
         t.contains("br: copy 3 doesn't start: it exited with status 1").then_some(t)
@@ -212,9 +213,12 @@ fn a_broken_version_never_takes_over() {
     assert!(text.contains("the old copies keep serving") && text.contains("default-br@3.log"), "{text}");
     assert_eq!(env.roles("br"), "1:active 2:warm", "the old ones keep serving");
     assert_eq!(get(port, "/", &[]).unwrap().copy(), Some(1));
+    let log = std::fs::read_to_string(env.home().join("logs/default-br@3.log")).unwrap();
+    assert!(log.contains("this version is broken"), "its log says why: {log}");
 
     // Fixed, and restarted during the broken redeploy: straight to the newest.
-    std::fs::write(&app_r, good).unwrap();
+    std::fs::write(&manifest, format!("app-name: br\nport: {port}\n")).unwrap();
+    env.apply(&manifest);
     env.ok(&["restart", "br"]);
     env.wait_roles("br", "4:active 5:warm", START);
     assert!(env.copies("br").iter().all(|c| c.copy >= 4), "copy 3 is gone: {:?}", env.copies("br"));
