@@ -225,3 +225,35 @@ fn without_a_spare_a_request_waits_for_the_app_to_come_back() {
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.copy(), Some(1));
 }
+
+#[test]
+fn with_no_copy_to_come_back_a_request_gets_the_restarting_page_after_15_s() {
+    let env = Env::new("restarting");
+    let port = started(&env, "down", "warm-replicas: 0\nrestart-policy: never\n", "1:active");
+    signal(env.pid_of("down", 1), 9);
+    wait_until(Duration::from_secs(5), "the copy to be left down", || {
+        env.copies("down").iter().any(|c| c.status == "exited").then_some(())
+    });
+    let asked = std::time::Instant::now();
+    let r = get(port, "/", &[]).unwrap();
+    let held = asked.elapsed();
+    assert_eq!(r.status, 503);
+    assert!(r.header("retry-after").is_some(), "{r:?}");
+    assert!(r.body.contains("restarting"), "a page saying the app is restarting: {}", r.body);
+    assert!(r.body.contains("refresh") || r.body.contains("reload"), "which reloads itself: {}", r.body);
+    assert!(held >= Duration::from_secs(14), "held up to 15 s first, was {held:?}");
+}
+
+#[test]
+fn the_daemon_starts_the_load_balancer_again_when_it_dies() {
+    let env = Env::new("proxydies");
+    let port = started(&env, "lb", "warm-replicas: 0\n", "1:active");
+    let proxy = env.status()["proxy_pid"].as_u64().unwrap() as u32;
+    signal(proxy, 9);
+    let again = wait_until(Duration::from_secs(10), "a new load balancer", || {
+        env.status()["proxy_pid"].as_u64().map(|p| p as u32).filter(|p| *p != proxy && pid_alive(*p))
+    });
+    assert_ne!(again, proxy);
+    let r = wait_http_ok(port, Duration::from_secs(10));
+    assert_eq!(r.copy(), Some(1), "it got the table again and serves the same copy");
+}
