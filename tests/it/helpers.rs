@@ -99,6 +99,9 @@ pub struct Env {
     pub dir: PathBuf,
     /// Every PID seen that this test started (daemon, load balancer, copies).
     pids: std::cell::RefCell<BTreeSet<u32>>,
+    /// The daemons among them: ended first, so none starts a new load
+    /// balancer while the old one is being ended.
+    daemons: std::cell::RefCell<BTreeSet<u32>>,
 }
 
 impl Env {
@@ -108,7 +111,7 @@ impl Env {
         let dir = std::env::temp_dir().join(format!("shinyctl-it-{}-{n}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("home")).unwrap();
-        Env { dir, pids: Default::default() }
+        Env { dir, pids: Default::default(), daemons: Default::default() }
     }
 
     /// SHINYCTL_HOME.
@@ -155,11 +158,7 @@ impl Env {
     pub fn status(&self) -> Value {
         let out = self.ok(&["status", "--json"]);
         let v: Value = serde_json::from_str(&out).expect("status --json is JSON");
-        for pid in [&v["daemon_pid"], &v["proxy_pid"]] {
-            if let Some(p) = pid.as_u64() {
-                self.pids.borrow_mut().insert(p as u32);
-            }
-        }
+        self.note_status_pids(&v);
         for app in v["apps"].as_array().into_iter().flatten() {
             for c in app["copies"].as_array().into_iter().flatten() {
                 if let Some(p) = c["pid"].as_u64() {
@@ -252,6 +251,14 @@ impl Drop for Env {
     fn drop(&mut self) {
         let _ = self.status_quiet();
         self.note_pids();
+        let daemons: Vec<u32> = self.daemons.borrow().iter().copied().collect();
+        for &pid in &daemons {
+            signal(pid, 15);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && daemons.iter().any(|&p| pid_alive(p)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let pids: Vec<u32> = self.pids.borrow().iter().copied().collect();
         // Copies lead their own process group: end the group.
         for &pid in &pids {
@@ -268,6 +275,11 @@ impl Drop for Env {
                 signal_group(pid, 9);
             }
         }
+        // Anything else this test's home started (a load balancer started
+        // in the instant its daemon was ended): found by its environment.
+        for pid in pids_with_home(&self.home()) {
+            signal(pid, 9);
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -276,13 +288,33 @@ impl Env {
     fn status_quiet(&self) -> Option<()> {
         let out = Command::new(bin()).args(["status", "--json"]).env("SHINYCTL_HOME", self.home()).output().ok()?;
         let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-        for pid in [&v["daemon_pid"], &v["proxy_pid"]] {
-            if let Some(p) = pid.as_u64() {
-                self.pids.borrow_mut().insert(p as u32);
-            }
-        }
+        self.note_status_pids(&v);
         Some(())
     }
+
+    /// Remembers the daemon's and the load balancer's PIDs from a status.
+    fn note_status_pids(&self, v: &Value) {
+        if let Some(p) = v["daemon_pid"].as_u64() {
+            self.daemons.borrow_mut().insert(p as u32);
+            self.pids.borrow_mut().insert(p as u32);
+        }
+        if let Some(p) = v["proxy_pid"].as_u64() {
+            self.pids.borrow_mut().insert(p as u32);
+        }
+    }
+}
+
+/// The processes whose environment names this SHINYCTL_HOME.
+fn pids_with_home(home: &Path) -> Vec<u32> {
+    let needle = format!("SHINYCTL_HOME={}", home.display());
+    let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+                .unwrap_or(false)
+        })
+        .collect()
 }
 
 /// One copy as status shows it.
