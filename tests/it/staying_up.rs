@@ -284,3 +284,49 @@ fn scaling_down_keeps_the_copy_with_sessions() {
     assert_eq!(env.copies("sd").len(), 1);
     session.close();
 }
+
+#[test]
+fn while_the_daemon_is_down_the_spare_still_stands_in_and_the_dead_copy_waits_for_it() {
+    let env = Env::new("daemondown");
+    let port = free_port();
+    env.apply(&env.app("dd", port, ""));
+    env.wait_roles("dd", "1:active 2:warm", START);
+    wait_http_ok(port, Duration::from_secs(10));
+    let daemon = env.status()["daemon_pid"].as_u64().unwrap() as u32;
+    let first = env.pid_of("dd", 1);
+    signal(daemon, 15);
+    wait_until(Duration::from_secs(10), "the daemon to exit", || (!pid_alive(daemon)).then_some(()));
+
+    let requests = Loop::start(port);
+    signal(first, 9);
+    std::thread::sleep(Duration::from_millis(500));
+    let r = get(port, "/", &[]).unwrap();
+    assert_eq!(r.copy(), Some(2), "the load balancer put the spare in on its own");
+    let state = std::fs::read_to_string(env.dir.join("apps/dd/state.json")).unwrap();
+    assert!(state.contains(&format!("\"pid\": {first}")), "nothing restarted the dead copy while the daemon was down");
+
+    env.ok(&["serve", "-d"]);
+    env.wait_roles("dd", "2:active 1:warm", START);
+    assert_ne!(env.pid_of("dd", 1), first, "the new daemon restarted the dead copy");
+    let (sent, errors) = requests.finish();
+    assert!(errors.is_empty(), "no request lost: {} of {sent}: {errors:?}", errors.len());
+}
+
+#[test]
+fn a_copy_whose_port_another_program_took_moves_to_another_port() {
+    let env = Env::new("portmove");
+    let port = free_port();
+    env.apply(&env.app("pm", port, "warm-replicas: 0\n"));
+    env.wait_roles("pm", "1:active", START);
+    let before = env.copies("pm")[0].clone();
+    signal(before.pid.unwrap(), 9);
+    // Another program takes the copy's port while it waits out its backoff.
+    let squatter = wait_until(Duration::from_secs(5), "the port to be free to take", || {
+        std::net::TcpListener::bind(("127.0.0.1", before.copy_port)).ok()
+    });
+    env.wait_roles("pm", "1:active", START);
+    let after = env.copies("pm")[0].clone();
+    assert_ne!(after.copy_port, before.copy_port, "the copy moved to another port");
+    assert_eq!(get(port, "/", &[]).unwrap().copy(), Some(1));
+    drop(squatter);
+}
