@@ -26,11 +26,6 @@ impl Home {
         Home { root }
     }
 
-    /// A home at an explicit folder (tests).
-    pub fn at(root: impl Into<PathBuf>) -> Home {
-        Home { root: root.into() }
-    }
-
     /// Creates the home, `logs/`, `proxy/` and `scratch/`, mode 0700.
     pub fn ensure(&self) -> io::Result<()> {
         for dir in [self.root.clone(), self.logs_dir(), self.proxy_dir(), self.scratch_root()] {

@@ -201,6 +201,7 @@ pub fn listening_inodes(port: u16) -> Vec<u64> {
 
 /// The inode of a TCP socket listening on `port` (LISTEN, any local
 /// address, IPv4 first then IPv6), or `None` when nobody listens there.
+#[cfg(test)]
 pub fn listening_inode(port: u16) -> Option<u64> {
     listening_inodes(port).into_iter().next()
 }
@@ -228,6 +229,7 @@ fn parse_socket_link(link: &str) -> Option<u64> {
 
 /// True when `pid` or one of its descendants has socket `inode` open
 /// (an fd linking to `socket:[inode]`).
+#[cfg(test)]
 pub fn owns_socket(pid: u32, inode: u64) -> bool {
     descendants(pid)
         .into_iter()
@@ -270,55 +272,6 @@ pub fn port_owned_by(port: u16, pid: u32) -> PortOwner {
 // Clocks and times
 // ---------------------------------------------------------------------------
 
-/// `btime` (seconds since the epoch) from the text of `/proc/stat`.
-fn parse_btime(stat: &str) -> Option<u64> {
-    stat.lines()
-        .find_map(|l| l.strip_prefix("btime "))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// When the machine booted, in Unix ms (`btime` of `/proc/stat` × 1000;
-/// read once per process, so every start time this process computes uses
-/// the same boot time). 0 when /proc/stat can't be read.
-pub fn boot_time_ms() -> u64 {
-    static BOOT: OnceLock<u64> = OnceLock::new();
-    *BOOT.get_or_init(|| {
-        fs::read_to_string("/proc/stat")
-            .ok()
-            .and_then(|s| parse_btime(&s))
-            .map(|s| s * 1000)
-            .unwrap_or(0)
-    })
-}
-
-/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, almost always 100): the
-/// unit of [`start_ticks`].
-pub fn clock_ticks() -> u64 {
-    static TICKS: OnceLock<u64> = OnceLock::new();
-    *TICKS.get_or_init(|| {
-        // SAFETY: sysconf has no preconditions.
-        let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        if n > 0 {
-            n as u64
-        } else {
-            100
-        }
-    })
-}
-
-/// Unix ms at `ticks` clock ticks after a boot at `boot_ms`.
-fn ticks_to_unix_ms(boot_ms: u64, ticks: u64, ticks_per_sec: u64) -> u64 {
-    let tps = ticks_per_sec.max(1);
-    boot_ms + ticks / tps * 1000 + (ticks % tps) * 1000 / tps
-}
-
-/// When process `pid` started, in Unix ms (boot time + its start ticks).
-/// Accurate to about a second (btime is whole seconds). `None` when there
-/// is no such process.
-pub fn started_unix_ms(pid: u32) -> Option<u64> {
-    let ticks = start_ticks(pid)?;
-    Some(ticks_to_unix_ms(boot_time_ms(), ticks, clock_ticks()))
-}
 
 /// Days since 1970-01-01 → (year, month 1-12, day 1-31), proleptic
 /// Gregorian (Howard Hinnant's civil_from_days).
@@ -531,27 +484,6 @@ mod tests {
         assert_eq!(port_owned_by(port, child.id()), PortOwner::Other);
         child.kill().unwrap();
         child.wait().unwrap();
-    }
-
-    #[test]
-    fn clocks_and_start_time() {
-        assert!(clock_ticks() > 0);
-        let boot = boot_time_ms();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
-        assert!(boot > 0 && boot < now);
-        let started = started_unix_ms(std::process::id()).unwrap();
-        // Started within the last hour, give or take btime's rounding.
-        assert!(started <= now + 2000, "{started} > {now}");
-        assert!(started + 3_600_000 > now);
-        assert_eq!(
-            parse_btime("cpu 1 2\nbtime 1700000000\nprocesses 5\n"),
-            Some(1_700_000_000)
-        );
-        assert_eq!(ticks_to_unix_ms(1_000_000, 250, 100), 1_002_500);
-        assert_eq!(started_unix_ms(u32::MAX), None);
     }
 
     #[test]

@@ -281,14 +281,13 @@ fn fold_observation(rec: &mut CopyRecord, seen: Option<&Seen>, policy: RestartPo
                 return false;
             }
             rec.crashes += 1;
-            match policy {
-                RestartPolicy::Never => {
-                    rec.left_down = Some(format!("it {} and restart-policy is never", exit.describe()));
-                }
-                RestartPolicy::OnFailure if exit.success() => {
-                    rec.left_down = Some(format!("it {} and restart-policy is on-failure", exit.describe()));
-                }
-                _ => {}
+            let comes_back = match policy {
+                RestartPolicy::Always => true,
+                RestartPolicy::OnFailure => !exit.success(),
+                RestartPolicy::Never => false,
+            };
+            if !comes_back {
+                rec.left_down = Some(format!("it {} and restart-policy is {}", exit.describe(), policy.as_str()));
             }
         }
         Some(Process::Running { ready: true }) => {

@@ -4,7 +4,7 @@
 
 use std::fs::OpenOptions;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -97,14 +97,7 @@ pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, taken_ports
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
-    // Its own session: the copy must not die with the daemon, and its whole
-    // process group can be signalled at once.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
+    own_session(&mut cmd);
     let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run {}: {e}", spec.r_path))?;
     let pid = child.id();
     // The Child handle is dropped on purpose: the exit watcher reaps the
@@ -116,6 +109,33 @@ pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, taken_ports
     rec.started_ms = Some(now_ms());
     rec.left_down = None;
     Ok(())
+}
+
+/// Makes the command's process lead a session of its own (setsid): it does
+/// not die with the daemon, and its whole process group can be signalled.
+pub fn own_session(cmd: &mut Command) -> &mut Command {
+    // SAFETY: setsid is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        })
+    }
+}
+
+/// Starts this binary with one subcommand (`serve`, `proxy`) in its own
+/// session, in `/`, its output appended to api.log.
+pub fn spawn_self(home: &Home, subcommand: &str) -> anyhow::Result<std::process::Child> {
+    let exe = std::env::current_exe()?;
+    let log = OpenOptions::new().create(true).append(true).open(home.api_log())?;
+    let mut cmd = Command::new(exe);
+    cmd.arg(subcommand)
+        .env("SHINYCTL_HOME", &home.root)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    Ok(own_session(&mut cmd).spawn()?)
 }
 
 /// Stops a process and its group: SIGTERM, then SIGKILL after the grace
@@ -171,9 +191,11 @@ pub fn reap(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
 pub fn watch_exit(app: String, pid: u32, events: UnboundedSender<Event>) {
     tokio::spawn(async move {
         if let Some(fd) = pidfd_open(pid) {
-            if let Ok(afd) = AsyncFd::with_interest(fd, tokio::io::Interest::READABLE) {
+            // SAFETY: the AsyncFd owns the OwnedFd, which stays open and the
+            // same until the AsyncFd drops.
+            if let Ok(afd) = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) } {
+                // A pidfd turns readable when the process exits.
                 let _ = afd.readable().await;
-                let _ = afd.get_ref().as_raw_fd();
             }
         }
         // A zombie child is readable at once; give the kernel a moment in

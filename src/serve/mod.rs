@@ -10,7 +10,6 @@ mod record;
 mod status;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,22 +139,7 @@ pub fn detach(home: &Home) -> anyhow::Result<()> {
 /// `…/shinyctl serve`) and waits until its API answers.
 pub fn spawn_daemon(home: &Home) -> anyhow::Result<()> {
     home.ensure()?;
-    let exe = std::env::current_exe()?;
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(home.api_log())?;
-    let mut cmd = std::process::Command::new(&exe);
-    cmd.arg("serve")
-        .env("SHINYCTL_HOME", &home.root)
-        .current_dir("/")
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn()?;
+    let mut child = act::spawn_self(home, "serve")?;
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while std::time::Instant::now() < deadline {
         if api::answers(home) {

@@ -2,7 +2,6 @@
 //! runs), watch it, push the copies table, read its traffic figures.
 
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use hyper::Method;
@@ -132,22 +131,7 @@ impl ProxyCtl {
 
 /// Starts `shinyctl proxy` in its own session, its output appended to api.log.
 fn spawn(home: &Home) -> anyhow::Result<std::process::Child> {
-    let exe = std::env::current_exe()?;
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(home.api_log())?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg("proxy")
-        .env("SHINYCTL_HOME", &home.root)
-        .current_dir("/")
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
-    let child = cmd.spawn()?;
+    let child = super::act::spawn_self(home, "proxy")?;
     tracing::info!(pid = child.id(), "started the load balancer");
     Ok(child)
 }
