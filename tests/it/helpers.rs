@@ -77,8 +77,13 @@ pub fn signal_group(pgid: u32, sig: i32) {
 pub const APP_R: &str = r#"
 library(shiny)
 if (Sys.getenv("BROKEN") == "yes") stop("this version is broken")
+# The copy's own disk: was it empty when this process started?
+marker <- file.path(Sys.getenv("SHINYCTL_SCRATCH"), "marker")
+scratch <- if (file.exists(marker)) "kept" else "empty"
+writeLines("x", marker)
 ui <- function(req) {
   fluidPage(
+    tags$p(id = "scratch", paste0("scratch=", scratch, ";")),
     tags$p(id = "who", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")),
     tags$p(id = "xff", paste0("xff=", req$HTTP_X_FORWARDED_FOR, ";")),
     tags$p(id = "greeting", paste0("greeting=", Sys.getenv("GREETING"), ";")),

@@ -330,3 +330,27 @@ fn a_copy_whose_port_another_program_took_moves_to_another_port() {
     assert_eq!(get(port, "/", &[]).unwrap().copy(), Some(1));
     drop(squatter);
 }
+
+#[test]
+fn a_copys_own_disk_outlives_its_process_but_not_a_redeploy() {
+    let env = Env::new("scratch");
+    let port = free_port();
+    env.apply(&env.app("sc", port, "warm-replicas: 0\n"));
+    env.wait_roles("sc", "1:active", START);
+    let scratch = |r: &Response| between(&r.body, "scratch=", ";").map(str::to_string);
+    assert_eq!(scratch(&wait_http_ok(port, Duration::from_secs(10))).as_deref(), Some("empty"));
+    let dir = env.home().join("scratch/default-sc/1");
+    assert!(dir.join("marker").exists(), "SHINYCTL_SCRATCH is the copy's folder under the home");
+
+    // The same copy, restarted after a crash, finds what it wrote.
+    signal(env.pid_of("sc", 1), 9);
+    wait_until(Duration::from_secs(5), "copy 1 to be down", || env.roles("sc").is_empty().then_some(()));
+    env.wait_roles("sc", "1:active", START);
+    assert_eq!(scratch(&get(port, "/", &[]).unwrap()).as_deref(), Some("kept"));
+
+    // A redeploy starts from an empty disk, and the old copy's goes with it.
+    env.ok(&["restart", "sc", "--now"]);
+    env.wait_roles("sc", "2:active", START);
+    assert_eq!(scratch(&get(port, "/", &[]).unwrap()).as_deref(), Some("empty"));
+    wait_until(Duration::from_secs(15), "copy 1's disk to be removed", || (!dir.exists()).then_some(()));
+}
