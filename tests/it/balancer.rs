@@ -257,3 +257,38 @@ fn the_daemon_starts_the_load_balancer_again_when_it_dies() {
     let r = wait_http_ok(port, Duration::from_secs(10));
     assert_eq!(r.copy(), Some(1), "it got the table again and serves the same copy");
 }
+
+#[test]
+fn hostile_input_gets_clear_errors_and_the_load_balancer_keeps_serving() {
+    use std::io::{Read, Write};
+    let env = Env::new("hostile");
+    let port = started(&env, "tough", "warm-replicas: 0\n", "1:active");
+    let proxy = env.status()["proxy_pid"].as_u64().unwrap() as u32;
+
+    // A client that sends half a request and keeps the connection: others are served meanwhile.
+    let mut slow = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+
+    let raw = |bytes: &[u8]| -> String {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(bytes);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    let garbage = raw(b"\x00\x01\x02 not http at all\r\n\r\n");
+    assert!(garbage.is_empty() || garbage.starts_with("HTTP/1.1 400"), "{garbage:?}");
+    let huge = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(200_000));
+    let answer = raw(huge.as_bytes());
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 431") || answer.starts_with("HTTP/1.1 400"), "{answer:.80}");
+    let answer = raw(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n");
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 400"), "{answer:.80}");
+    let answer = raw(b"GET /websocket/ HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 "), "a bad upgrade gets an answer: {answer:.80}");
+
+    assert_eq!(get(port, "/", &[]).unwrap().status, 200, "still serving");
+    assert!(pid_alive(proxy), "the load balancer did not crash");
+    assert_eq!(env.status()["proxy_pid"].as_u64().unwrap() as u32, proxy, "and was not restarted");
+    drop(slow);
+}
