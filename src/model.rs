@@ -131,6 +131,11 @@ pub struct ProxyApp {
     pub policy: LbPolicy,
     /// How long a request may be held while no copy can take it, in ms.
     pub request_timeout_ms: u64,
+    /// The app sleeps: a request asks the daemon for a wake
+    /// (`POST /v1/apps/<name>/wake` on api.sock, shared by the requests that
+    /// arrive together) and is held until a copy is ready.
+    #[serde(default)]
+    pub asleep: bool,
     /// The copies that may receive traffic: ready ones, each with its role.
     pub copies: Vec<ProxyCopy>,
 }
@@ -212,6 +217,10 @@ pub struct AppState {
     /// stop as soon as the new ones are ready, without draining.
     #[serde(default)]
     pub stop_now: bool,
+    /// Unix ms when the app was put to sleep (idle-timeout); none while it
+    /// is awake. Asleep, its copies keep their numbers, ports and disks.
+    #[serde(default)]
+    pub asleep_since_ms: Option<u64>,
     /// Every copy the daemon knows of, running or not.
     pub copies: Vec<CopyRecord>,
 }

@@ -252,6 +252,7 @@ mod tests {
                 port: 8080,
                 policy: LbPolicy::LeastConn,
                 request_timeout_ms: 30_000,
+                asleep: false,
                 copies: copies.iter().map(|&(copy, port, pid)| ProxyCopy { copy, port, role: Role::Active, pid }).collect(),
             }],
         }

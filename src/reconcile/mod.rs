@@ -50,9 +50,15 @@ pub struct Seen {
     pub sessions: u64,
 }
 
-/// Everything observed of an app's copies, by copy number. A copy with a
-/// recorded process but no entry is taken as running and not ready.
-pub type Observed = BTreeMap<u32, Seen>;
+/// Everything observed of an app.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// Each copy, by copy number. A copy with a recorded process but no
+    /// entry is taken as running and not ready.
+    pub copies: BTreeMap<u32, Seen>,
+    /// Unix ms of the app's last request through the load balancer, 0 if none.
+    pub last_request_ms: u64,
+}
 
 /// What to do to a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,20 +115,41 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
     let mut wake_at = |t: u64| wake = Some(wake.map_or(t, |w| w.min(t)));
 
     // 1. Fold in what happened: exits, copies that stayed up.
-    st.copies.retain_mut(|rec| fold_observation(rec, observed.get(&rec.copy), spec.restart_policy, now_ms));
+    let asleep = st.asleep_since_ms.is_some();
+    st.copies.retain_mut(|rec| fold_observation(rec, observed.copies.get(&rec.copy), spec.restart_policy, asleep, now_ms));
 
     let phase = |rec: &CopyRecord| -> Phase {
-        match (rec.pid, observed.get(&rec.copy).map(|s| s.process)) {
+        match (rec.pid, observed.copies.get(&rec.copy).map(|s| s.process)) {
             (None, _) => Phase::Down,
             (Some(_), Some(Process::Running { ready: true })) => Phase::Ready,
             (Some(_), _) => Phase::Starting,
         }
     };
-    let conns = |copy: u32| observed.get(&copy).map_or(0, |s| s.connections);
+    let conns = |copy: u32| observed.copies.get(&copy).map_or(0, |s| s.connections);
     let revision = st.revision;
     let is_current = |rec: &CopyRecord| rec.revision == revision && rec.settings == settings;
     // Copies still in play: not being stopped and not draining.
     let serving = |rec: &CopyRecord| rec.stop_started_ms.is_none() && rec.drain_started_ms.is_none();
+
+    // 1b. Sleep: a settled app (every copy current and ready, none
+    // draining) with no open connection sleeps idle-timeout after its last
+    // request (or its newest copy's start).
+    if !asleep && spec.idle_timeout_ms > 0 {
+        let settled = !st.copies.is_empty() && st.copies.iter().all(|r| is_current(r) && serving(r) && phase(r) == Phase::Ready);
+        let busy = st.copies.iter().any(|r| conns(r.copy) > 0);
+        if settled && !busy {
+            let newest = st.copies.iter().filter_map(|r| r.started_ms).max().unwrap_or(0);
+            let sleep_at = observed.last_request_ms.max(newest).saturating_add(spec.idle_timeout_ms);
+            if now_ms >= sleep_at {
+                st.asleep_since_ms = Some(now_ms);
+            } else {
+                wake_at(sleep_at);
+            }
+        }
+    }
+    if st.asleep_since_ms.is_some() {
+        return decide_asleep(spec, st, &is_current);
+    }
 
     // 2. The switch: the new version serves once `replicas` of its copies are ready.
     let ready_current = st.copies.iter().filter(|r| is_current(r) && serving(r) && phase(r) == Phase::Ready).count();
@@ -261,9 +288,36 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
     Plan { state: st, roles, actions, wake_at_ms: wake }
 }
 
+/// An app asleep: its processes stop, its current copies keep their
+/// records (number, port, disk) without a process, and nothing takes
+/// traffic. Outdated copies are forgotten, so a redeploy while asleep wakes
+/// with the new version; replicas and warm-replicas still set the count.
+fn decide_asleep(spec: &AppSpec, mut st: AppState, is_current: &dyn Fn(&CopyRecord) -> bool) -> Plan {
+    st.copies.retain(|r| r.pid.is_some() || (is_current(r) && r.stop_started_ms.is_none() && r.drain_started_ms.is_none()));
+    for rec in st.copies.iter_mut() {
+        // A copy that was draining or being stopped is simply stopped.
+        rec.drain_started_ms = None;
+    }
+    let target = (spec.replicas + spec.warm_replicas) as usize;
+    let mut count = st.copies.iter().filter(|r| is_current(r)).count();
+    while count > target {
+        let Some(i) = st.copies.iter().rposition(|r| is_current(r) && r.pid.is_none()) else { break };
+        st.copies.remove(i);
+        count -= 1;
+    }
+    for _ in count..target {
+        let copy = st.next_copy;
+        st.next_copy += 1;
+        st.copies.push(CopyRecord { copy, revision: st.revision, settings: spec.settings_hash(), ..CopyRecord::default() });
+    }
+    st.stop_now = false;
+    let actions = st.copies.iter().filter(|r| r.pid.is_some()).map(|r| Action::Stop(r.copy)).collect();
+    Plan { state: st, roles: Vec::new(), actions, wake_at_ms: None }
+}
+
 /// Folds one observation into a copy's record. Returns false when the copy
 /// is to be forgotten (it was being stopped and its process is gone).
-fn fold_observation(rec: &mut CopyRecord, seen: Option<&Seen>, policy: RestartPolicy, now_ms: u64) -> bool {
+fn fold_observation(rec: &mut CopyRecord, seen: Option<&Seen>, policy: RestartPolicy, asleep: bool, now_ms: u64) -> bool {
     if rec.pid.is_none() {
         return rec.stop_started_ms.is_none();
     }
@@ -271,6 +325,10 @@ fn fold_observation(rec: &mut CopyRecord, seen: Option<&Seen>, policy: RestartPo
         Some(Process::Exited(exit)) => {
             rec.pid = None;
             rec.pid_start = None;
+            if asleep {
+                // Put to sleep: not a crash; the copy stays, to wake in place.
+                return rec.stop_started_ms.is_none();
+            }
             rec.last_exit = Some(exit);
             if rec.stop_started_ms.is_some() {
                 return false;
@@ -334,9 +392,17 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
     let settings = spec.settings_hash();
     let name = &spec.name;
     let mut out = Vec::new();
+    if let Some(since) = state.asleep_since_ms {
+        out.push(format!(
+            "{name}: asleep for {} (idle-timeout {}); the first request wakes it.",
+            human_duration(now_ms.saturating_sub(since)),
+            human_duration(spec.idle_timeout_ms)
+        ));
+        return out;
+    }
     let redeploying = state.copies.iter().any(|r| (r.revision != state.revision || r.settings != settings) && r.drain_started_ms.is_none() && r.stop_started_ms.is_none());
     for rec in &state.copies {
-        let seen = observed.get(&rec.copy);
+        let seen = observed.copies.get(&rec.copy);
         let ready = matches!(seen.map(|s| s.process), Some(Process::Running { ready: true }));
         if let Some(since) = rec.drain_started_ms {
             if rec.stop_started_ms.is_none() {

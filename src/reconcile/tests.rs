@@ -41,7 +41,7 @@ struct Sim {
 
 impl Sim {
     fn new(replicas: u32, warm: u32) -> Sim {
-        Sim { spec: spec(replicas, warm), state: AppState::default(), world: Observed::new(), now: 1_000_000, plan: None }
+        Sim { spec: spec(replicas, warm), state: AppState::default(), world: Observed::default(), now: 1_000_000, plan: None }
     }
 
     /// Moves the clock to `t` seconds after the start.
@@ -62,15 +62,15 @@ impl Sim {
                     rec.pid = Some(1000 + copy);
                     rec.started_ms = Some(self.now);
                     rec.left_down = None;
-                    self.world.insert(copy, Seen { process: Process::Running { ready: false }, connections: 0, sessions: 0 });
+                    self.world.copies.insert(copy, Seen { process: Process::Running { ready: false }, connections: 0, sessions: 0 });
                 }
                 Action::Stop(copy) => {
                     let exit = Exit { at_ms: self.now, code: None, signal: Some(15) };
-                    self.world.insert(copy, Seen { process: Process::Exited(exit), connections: 0, sessions: 0 });
+                    self.world.copies.insert(copy, Seen { process: Process::Exited(exit), connections: 0, sessions: 0 });
                 }
             }
         }
-        self.world.retain(|copy, _| self.state.copies.iter().any(|r| r.copy == *copy));
+        self.world.copies.retain(|copy, _| self.state.copies.iter().any(|r| r.copy == *copy));
         self.plan = Some(plan);
         self
     }
@@ -89,14 +89,14 @@ impl Sim {
 
     fn ready(&mut self, copies: &[u32]) -> &mut Self {
         for c in copies {
-            self.world.get_mut(c).expect("copy runs").process = Process::Running { ready: true };
+            self.world.copies.get_mut(c).expect("copy runs").process = Process::Running { ready: true };
         }
         self
     }
 
     fn exits(&mut self, copy: u32, code: Option<i32>, signal: Option<i32>) -> &mut Self {
         let exit = Exit { at_ms: self.now, code, signal };
-        self.world.get_mut(&copy).expect("copy runs").process = Process::Exited(exit);
+        self.world.copies.get_mut(&copy).expect("copy runs").process = Process::Exited(exit);
         self
     }
 
@@ -105,7 +105,7 @@ impl Sim {
     }
 
     fn sessions(&mut self, copy: u32, n: u64) -> &mut Self {
-        let seen = self.world.get_mut(&copy).expect("copy runs");
+        let seen = self.world.copies.get_mut(&copy).expect("copy runs");
         seen.connections = n;
         seen.sessions = n;
         self
@@ -399,7 +399,7 @@ fn scaling_down_removes_in_the_documented_order() {
     let mut sim = Sim::new(3, 3);
     sim.at(0).cycle().ready(&[1, 2, 3, 4, 5, 6]).cycle();
     sim.at(1).ready(&[]).cycle();
-    sim.world.get_mut(&5).unwrap().process = Process::Running { ready: false };
+    sim.world.copies.get_mut(&5).unwrap().process = Process::Running { ready: false };
     sim.at(2).kill(6).cycle();
     sim.sessions(1, 4).sessions(2, 1).sessions(3, 1).sessions(4, 1);
     assert_eq!(sim.roles(), "1:active 2:active 3:active 4:warm");
@@ -458,4 +458,89 @@ fn human_durations() {
     assert_eq!(human_duration(90 * S), "1m30s");
     assert_eq!(human_duration(3600 * S), "1h");
     assert_eq!(human_duration(1), "1s");
+}
+
+impl Sim {
+    fn last_request(&mut self, secs: u64) -> &mut Self {
+        self.world.last_request_ms = 1_000_000 + secs * S;
+        self
+    }
+
+    /// What the daemon does when a request asks for a wake.
+    fn wake(&mut self) -> &mut Self {
+        self.state.asleep_since_ms = None;
+        self
+    }
+}
+
+#[test]
+fn an_idle_app_sleeps_and_wakes_in_place() {
+    // sleep-and-wake.txt: asleep is really off; number, port and disk stay.
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1, 2]).cycle();
+    let ports: Vec<u16> = sim.state.copies.iter().map(|r| r.port).collect();
+    assert_eq!(sim.plan.as_ref().unwrap().wake_at_ms, Some(1_000_000 + 300 * S), "default idle-timeout 300s");
+    sim.at(299).cycle();
+    assert!(sim.actions().is_empty());
+    sim.at(300).cycle();
+    assert_eq!(sim.state.asleep_since_ms, Some(sim.now));
+    assert_eq!(sim.actions(), vec![Action::Stop(1), Action::Stop(2)]);
+    assert_eq!(sim.roles(), "", "nothing takes traffic while asleep");
+    sim.at(301).cycle();
+    assert_eq!(sim.copies(), "1 2", "the copies are kept");
+    assert!(sim.state.copies.iter().all(|r| r.pid.is_none() && r.crashes == 0 && r.last_exit.is_none()), "sleep is no crash");
+    sim.at(5000).cycle();
+    assert!(sim.actions().is_empty(), "asleep, nothing starts");
+
+    sim.at(5001).wake().cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(1), Action::Start(2)], "the same copies wake");
+    assert_eq!(sim.state.copies.iter().map(|r| r.port).collect::<Vec<_>>(), ports);
+    sim.at(5002).ready(&[1, 2]).cycle();
+    assert_eq!(sim.roles(), "1:active 2:warm");
+    assert_eq!(sim.state.asleep_since_ms, None);
+}
+
+#[test]
+fn requests_and_open_sessions_keep_an_app_awake() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle();
+    sim.at(250).last_request(250).cycle();
+    sim.at(300).cycle();
+    assert_eq!(sim.state.asleep_since_ms, None, "a request 50 s ago");
+    assert_eq!(sim.plan.as_ref().unwrap().wake_at_ms, Some(1_000_000 + 550 * S));
+    sim.sessions(1, 1);
+    sim.at(10_000).cycle();
+    assert_eq!(sim.state.asleep_since_ms, None, "an open session");
+    sim.sessions(1, 0);
+    sim.at(10_001).cycle();
+    assert!(sim.state.asleep_since_ms.is_some());
+}
+
+#[test]
+fn idle_timeout_zero_never_sleeps_and_a_busy_app_doesnt_either() {
+    let mut sim = Sim::new(1, 0);
+    sim.spec.idle_timeout_ms = 0;
+    sim.at(0).cycle().ready(&[1]).cycle();
+    sim.at(100_000).cycle();
+    assert_eq!(sim.state.asleep_since_ms, None);
+
+    // Mid-redeploy (an outdated copy is still there) it doesn't sleep.
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle();
+    sim.at(10).restart(false).cycle();
+    sim.at(100_000).cycle();
+    assert_eq!(sim.state.asleep_since_ms, None);
+}
+
+#[test]
+fn a_redeploy_while_asleep_wakes_with_the_new_version_and_empty_disks() {
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1, 2]).cycle();
+    sim.at(300).cycle().at(301).cycle();
+    assert!(sim.state.asleep_since_ms.is_some());
+    sim.restart(false).at(400).cycle();
+    assert_eq!(sim.copies(), "3 4", "outdated copies are forgotten, new ones wait to wake");
+    assert!(sim.actions().is_empty());
+    sim.at(500).wake().cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(3), Action::Start(4)]);
 }

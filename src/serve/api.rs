@@ -126,6 +126,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let path = super::log_path(&d.home, &app.spec, copy);
             uds::json_response(StatusCode::OK, &LogsReply { path })
         }
+        (Method::POST, ["v1", "apps", name, "wake"]) => wake(&shared, name).await,
         (Method::POST, ["v1", "apps", name, "stand-in"]) => {
             let body = uds::read_body(req.into_body(), 64 << 10).await.unwrap_or_default();
             let Ok(ev) = serde_json::from_slice::<StandIn>(&body) else {
@@ -137,6 +138,31 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             ok("noted")
         }
         _ => error(StatusCode::NOT_FOUND, format!("no such API route: {} {path}", req.method())),
+    }
+}
+
+/// `POST /v1/apps/NAME/wake`, from the load balancer: wakes a sleeping app
+/// and answers once a copy is active (200), when the wake failed (503), or
+/// at request-timeout (504). Requests that arrive together share the wake.
+async fn wake(shared: &Shared, name: &str) -> Reply {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let timeout = {
+        let mut d = shared.lock().await;
+        let Some(app) = d.apps.get_mut(name).filter(|a| !a.deleting) else { return not_found(name) };
+        if app.state.asleep_since_ms.is_none() && app.roles.iter().any(|(_, r)| *r == crate::model::Role::Active) {
+            return ok(format!("{name} is awake"));
+        }
+        app.wake_requested = true;
+        app.wake_waiters.push(tx);
+        let timeout = Duration::from_millis(app.spec.request_timeout_ms);
+        let _ = d.events.send(Event::Changed { app: name.to_string() });
+        timeout
+    };
+    match tokio::time::timeout(timeout, rx).await {
+        Ok(Ok(Ok(()))) => ok(format!("{name} is awake")),
+        Ok(Ok(Err(why))) => error(StatusCode::SERVICE_UNAVAILABLE, format!("{name} did not wake: {why}")),
+        Ok(Err(_)) => error(StatusCode::SERVICE_UNAVAILABLE, format!("{name} did not wake")),
+        Err(_) => error(StatusCode::GATEWAY_TIMEOUT, format!("{name} was not ready within its request-timeout")),
     }
 }
 
@@ -209,7 +235,7 @@ async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
             // A new app: state.json from an earlier life names no process we
             // hold, so it starts afresh, at a revision after the old one.
             let old = super::record::load_state(&spec.state_file).unwrap_or_default();
-            let state = crate::model::AppState { app: spec.name.clone(), revision: old.revision + 1, next_copy: 1, stop_now: false, copies: vec![] };
+            let state = crate::model::AppState { app: spec.name.clone(), revision: old.revision + 1, next_copy: 1, ..Default::default() };
             d.apps.insert(spec.name.clone(), AppRt::new(spec.clone(), state));
             let n = spec.replicas + spec.warm_replicas;
             format!(

@@ -86,6 +86,16 @@ pub struct AppRt {
     pub wake_at_ms: Option<u64>,
     /// Deleted: forgotten once its copies are gone.
     pub deleting: bool,
+    /// Unix ms of its last request through the load balancer (the latest
+    /// the load balancer reported; kept when a new load balancer starts at 0).
+    pub last_request_ms: u64,
+    /// A request asked for a wake; done once the sleeping processes are gone.
+    pub wake_requested: bool,
+    /// Unix ms of the last wake, to tell a wake that failed.
+    pub woke_ms: Option<u64>,
+    /// The requests for a wake waiting for its outcome: Ok once a copy is
+    /// active, Err with why when a copy of the wake exited.
+    pub wake_waiters: Vec<tokio::sync::oneshot::Sender<Result<(), String>>>,
 }
 
 impl AppRt {
@@ -102,6 +112,10 @@ impl AppRt {
             roles: Vec::new(),
             wake_at_ms: None,
             deleting: false,
+            last_request_ms: 0,
+            wake_requested: false,
+            woke_ms: None,
+            wake_waiters: Vec::new(),
         }
     }
 }
@@ -221,6 +235,7 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
             d.cycle(&app);
         }
         d.push().await;
+        d.resolve_wakes();
     }
     tracing::info!("shinyctl serve stopping; the copies and the load balancer keep running");
     let _ = std::fs::remove_file(home.api_sock());
@@ -311,6 +326,11 @@ impl Daemon {
     /// Reads open connections and sessions per copy from the load balancer.
     async fn refresh_traffic(&mut self) {
         if let Some(stats) = self.proxy.stats(&self.home).await {
+            for a in &stats.apps {
+                if let Some(app) = self.apps.get_mut(&a.name) {
+                    app.last_request_ms = app.last_request_ms.max(a.last_request_ms);
+                }
+            }
             self.traffic = stats.apps.into_iter().map(|a| (a.name, a.copies.into_iter().map(|c| (c.copy, c)).collect())).collect();
         }
     }
@@ -319,8 +339,8 @@ impl Daemon {
     fn observe(&mut self, name: &str) -> Observed {
         let events = self.events.clone();
         let traffic = self.traffic.get(name).cloned().unwrap_or_default();
-        let Some(app) = self.apps.get_mut(name) else { return Observed::new() };
-        let mut observed = Observed::new();
+        let Some(app) = self.apps.get_mut(name) else { return Observed::default() };
+        let mut observed = Observed { last_request_ms: app.last_request_ms, ..Observed::default() };
         for rec in &app.state.copies {
             let Some(pid) = rec.pid else { continue };
             let process = if let Some(exit) = app.exits.get(&pid) {
@@ -341,7 +361,7 @@ impl Daemon {
                 Process::Running { ready }
             };
             let t = traffic.get(&rec.copy);
-            observed.insert(
+            observed.copies.insert(
                 rec.copy,
                 Seen { process, connections: t.map_or(0, |t| t.connections), sessions: t.map_or(0, |t| t.sessions) },
             );
@@ -358,6 +378,18 @@ impl Daemon {
         let taken: Vec<u16> = self.apps.values().flat_map(|a| a.state.copies.iter().map(|r| r.port)).collect();
         let events = self.events.clone();
         let Some(app) = self.apps.get_mut(name) else { return };
+        // A wake is done once the processes put to sleep are gone, so no
+        // dying process is taken for a ready copy.
+        if app.wake_requested {
+            if app.state.asleep_since_ms.is_none() {
+                app.wake_requested = false;
+            } else if app.state.copies.iter().all(|r| r.pid.is_none()) {
+                app.state.asleep_since_ms = None;
+                app.wake_requested = false;
+                app.woke_ms = Some(now);
+                tracing::info!(app = name, "waking");
+            }
+        }
         let mut spec = app.spec.clone();
         if app.deleting {
             spec.replicas = 0;
@@ -430,6 +462,30 @@ impl Daemon {
         }
     }
 
+    /// Answers the requests waiting for a wake, once the table the load
+    /// balancer has shows an active copy, or a copy of the wake exited.
+    fn resolve_wakes(&mut self) {
+        let home = self.home.clone();
+        for app in self.apps.values_mut().filter(|a| !a.wake_waiters.is_empty()) {
+            let outcome = if app.roles.iter().any(|(_, r)| *r == Role::Active) {
+                Some(Ok(()))
+            } else if app.deleting {
+                Some(Err(format!("{} was deleted", app.spec.name)))
+            } else {
+                let since = app.woke_ms.unwrap_or(u64::MAX);
+                app.state.copies.iter().find(|r| r.last_exit.is_some_and(|e| e.at_ms >= since)).map(|r| {
+                    let exit = r.last_exit.map(|e| e.describe()).unwrap_or_default();
+                    Err(format!("copy {} {exit} while waking; see {}", r.copy, log_path(&home, &app.spec, r.copy)))
+                })
+            };
+            if let Some(outcome) = outcome {
+                for waiter in app.wake_waiters.drain(..) {
+                    let _ = waiter.send(outcome.clone());
+                }
+            }
+        }
+    }
+
     /// The copies table for every app, from the last roles.
     fn table(&self) -> ProxyTable {
         let apps = self
@@ -442,6 +498,7 @@ impl Daemon {
                 port: a.spec.port,
                 policy: a.spec.lb_policy,
                 request_timeout_ms: a.spec.request_timeout_ms,
+                asleep: a.state.asleep_since_ms.is_some(),
                 copies: a
                     .roles
                     .iter()

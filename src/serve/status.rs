@@ -23,7 +23,7 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
         .map(|(name, app)| {
             let traffic = d.traffic.get(name);
             let settings = app.spec.settings_hash();
-            let mut observed = Observed::new();
+            let mut observed = Observed::default();
             let copies = app
                 .state
                 .copies
@@ -34,13 +34,15 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                     let t = traffic.and_then(|t| t.get(&rec.copy));
                     let sessions = t.map_or(0, |t| t.sessions);
                     if alive {
-                        observed.insert(
+                        observed.copies.insert(
                             rec.copy,
                             Seen { process: Process::Running { ready }, connections: t.map_or(0, |t| t.connections), sessions },
                         );
                     }
                     let role = app.roles.iter().find(|(c, _)| *c == rec.copy).map(|(_, r)| *r).filter(|_| ready);
-                    let status = if rec.left_down.is_some() {
+                    let status = if app.state.asleep_since_ms.is_some() && !alive {
+                        "asleep"
+                    } else if rec.left_down.is_some() {
                         "exited"
                     } else if rec.stop_started_ms.is_some() {
                         "stopping"
