@@ -225,6 +225,8 @@ async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
             d.apps.insert(spec.name.clone(), app);
             if same {
                 format!("{}: unchanged.", spec.name)
+            } else if restarts && d.apps.get(&spec.name).is_some_and(|a| a.state.asleep_since_ms.is_some()) {
+                format!("{}: changed how it starts; it is asleep and wakes with the new version.", spec.name)
             } else if restarts {
                 format!("{}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {}", spec.name, spec.name)
             } else {

@@ -5,4 +5,5 @@ mod balancer;
 mod browser;
 mod foundation;
 mod helpers;
+mod sleep;
 mod staying_up;
