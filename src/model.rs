@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 
 use crate::manifest::AppSpec;
 
-/// The build identity of this binary: a load balancer of another build is
-/// replaced on upgrade.
-pub const BUILD: &str = env!("CARGO_PKG_VERSION");
+/// The build identity of this binary (the version and a hash of its
+/// sources): a load balancer of another build is replaced on upgrade.
+pub const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("SHINYCTL_BUILD_ID"));
 
 /// How a copy is treated by the load balancer. Worked out anew on every
 /// cycle and never stored.

@@ -123,13 +123,14 @@ pub fn own_session(cmd: &mut Command) -> &mut Command {
     }
 }
 
-/// Starts this binary with one subcommand (`serve`, `proxy`) in its own
-/// session, in `/`, its output appended to api.log.
-pub fn spawn_self(home: &Home, subcommand: &str) -> anyhow::Result<std::process::Child> {
+/// Starts this binary with one subcommand (`serve`, `proxy`) and extra
+/// environment in its own session, in `/`, its output appended to api.log.
+pub fn spawn_self(home: &Home, subcommand: &str, env: &[(&str, &str)]) -> anyhow::Result<std::process::Child> {
     let exe = std::env::current_exe()?;
     let log = OpenOptions::new().create(true).append(true).open(home.api_log())?;
     let mut cmd = Command::new(exe);
     cmd.arg(subcommand)
+        .envs(env.iter().copied())
         .env("SHINYCTL_HOME", &home.root)
         .current_dir("/")
         .stdin(Stdio::null())

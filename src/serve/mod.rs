@@ -153,7 +153,7 @@ pub fn detach(home: &Home) -> anyhow::Result<()> {
 /// `…/shinyctl serve`) and waits until its API answers.
 pub fn spawn_daemon(home: &Home) -> anyhow::Result<()> {
     home.ensure()?;
-    let mut child = act::spawn_self(home, "serve")?;
+    let mut child = act::spawn_self(home, "serve", &[])?;
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while std::time::Instant::now() < deadline {
         if api::answers(home) {
@@ -235,6 +235,7 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
             d.cycle(&app);
         }
         d.push().await;
+        d.proxy.retire_old().await;
         d.resolve_wakes();
     }
     tracing::info!("shinyctl serve stopping; the copies and the load balancer keep running");

@@ -8,7 +8,11 @@ use hyper::Method;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::home::{write_atomic, Home};
-use crate::model::{ProxyStats, ProxyTable};
+use crate::model::{ProxyStats, ProxyTable, BUILD};
+
+/// Asks a new load balancer to take over from a running one (see
+/// `proxy::handover`).
+const TAKEOVER_ENV: &str = "SHINYCTL_PROXY_TAKEOVER";
 use crate::uds;
 
 use super::Event;
@@ -26,6 +30,8 @@ pub struct ProxyCtl {
     pushed: Option<ProxyTable>,
     /// The table to push (kept to push again after a restart).
     pending: Option<ProxyTable>,
+    /// A load balancer of another build, stopped once the new one serves.
+    retiring: Option<u32>,
 }
 
 impl ProxyCtl {
@@ -41,7 +47,7 @@ impl ProxyCtl {
             f.write_all(&bytes)?;
             f.sync_all()?;
         }
-        Ok(ProxyCtl { pid: None, build: None, pushed: None, pending: None })
+        Ok(ProxyCtl { pid: None, build: None, pushed: None, pending: None, retiring: None })
     }
 
     /// Forgets the load balancer (it exited).
@@ -55,23 +61,48 @@ impl ProxyCtl {
         self.pid
     }
 
-    /// Adopts the running load balancer, or starts one; then watches it.
+    /// Adopts the running load balancer when it is of this build, or starts
+    /// one: beside a running one of another build (which hands its listening
+    /// sockets over and is stopped 0.25 s after the new one has its table),
+    /// or afresh. Then watches it.
     pub async fn ensure(&mut self, home: &Home, events: &UnboundedSender<Event>) {
         if self.pid.is_some() {
             return;
         }
-        if self.stats(home).await.is_none() {
-            let mut child = match spawn(home) {
+        let running = self.stats(home).await;
+        let takeover = match &running {
+            Some(stats) if stats.build == BUILD => false,
+            Some(stats) => {
+                tracing::info!(pid = stats.pid, build = %stats.build, "replacing the load balancer of another build with {BUILD}");
+                self.retiring = Some(stats.pid);
+                self.pid = None;
+                true
+            }
+            None => true,
+        };
+        if takeover {
+            let env: &[(&str, &str)] = if self.retiring.is_some() { &[(TAKEOVER_ENV, "1")] } else { &[] };
+            let mut child = match super::act::spawn_self(home, "proxy", env) {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::error!("cannot start the load balancer: {e:#}");
                     return;
                 }
             };
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-            while tokio::time::Instant::now() < deadline && self.stats(home).await.is_none() {
+            tracing::info!(pid = child.id(), "started the load balancer");
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                if self.stats(home).await.is_some_and(|s| s.pid == child.id()) {
+                    break;
+                }
                 if let Ok(Some(status)) = child.try_wait() {
                     tracing::error!("the load balancer exited at start ({status}); see above");
+                    self.pid = None;
+                    return;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    tracing::error!("the load balancer did not answer within 10 s");
+                    self.pid = None;
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -94,6 +125,19 @@ impl ProxyCtl {
                 self.push(home, table).await;
             }
         }
+    }
+
+    /// Stops the load balancer of another build once the new one has its
+    /// table: 0.25 s later, so the new one serves beside it first. It
+    /// answers what it is in the middle of for up to 5 s, then exits.
+    pub async fn retire_old(&mut self) {
+        if self.pushed.is_none() {
+            return;
+        }
+        let Some(old) = self.retiring.take() else { return };
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        tracing::info!(pid = old, "stopping the load balancer of the other build");
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(old as i32), nix::sys::signal::Signal::SIGTERM);
     }
 
     /// Reads the load balancer's stats; `None` when it doesn't answer.
@@ -127,11 +171,4 @@ impl ProxyCtl {
             Err(e) => tracing::warn!("cannot push the table to the load balancer: {e:#}"),
         }
     }
-}
-
-/// Starts `shinyctl proxy` in its own session, its output appended to api.log.
-fn spawn(home: &Home) -> anyhow::Result<std::process::Child> {
-    let child = super::act::spawn_self(home, "proxy")?;
-    tracing::info!(pid = child.id(), "started the load balancer");
-    Ok(child)
 }
