@@ -2,7 +2,9 @@
 //! copy (sticky cookie, else the app's lb-policy), send the request on an
 //! idle keep-alive connection or a new one, stream both bodies, and when a
 //! copy refuses the connection, mark it down and send the request at once
-//! to a stand-in.
+//! to a stand-in. With no copy to send to, the request is held: while a
+//! sleeping app wakes (the daemon is asked), or until a new table brings a
+//! copy back.
 
 use std::convert::Infallible;
 use std::io;
@@ -20,10 +22,11 @@ use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::request;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
+use tokio::sync::watch;
 
 use super::balance::{self, Need};
-use super::table::{CopyState, LiveApp, LiveCopy};
-use super::{pages, websocket, ErrorSource, Shared};
+use super::table::{CopyState, LiveApp, LiveCopy, Wake};
+use super::{pages, websocket, worker_index, ErrorSource, Shared, WORKERS};
 use crate::model::{LbPolicy, Role, StandIn};
 
 /// A connection to a copy that is refused or times out within this marks
@@ -36,6 +39,9 @@ const POOL_MAX: usize = 256;
 /// Attempts to send one request (new connections, stand-ins and retries
 /// of a request that was lost on a dying connection).
 const MAX_SENDS: u32 = 5;
+/// Of those, how many may be lost after they were sent: a copy that keeps
+/// dropping the same request is not dying, it refuses that request.
+const MAX_LOST: u32 = 3;
 /// A copy marked down is tried again after this long even if the table
 /// did not change, so a copy that refused once by mistake comes back by
 /// itself (the cost of a wrong guess is one refused connect).
@@ -54,16 +60,18 @@ pub struct Client {
 /// A request sender on one connection to a copy.
 pub type Sender = SendRequest<UpBody>;
 
-/// Idle keep-alive connections to one copy.
+/// Idle keep-alive connections to one copy, one list per worker: a
+/// connection is driven by the worker that opened it, so a request reuses
+/// only its own worker's (the lock is then never contended).
 #[derive(Default)]
 pub struct Pool {
-    /// Most recently used last.
-    idle: Mutex<Vec<Sender>>,
+    /// Per worker, most recently used last.
+    idle: [Mutex<Vec<Sender>>; WORKERS],
 }
 
 impl Pool {
     fn lock(&self) -> MutexGuard<'_, Vec<Sender>> {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+        self.idle[worker_index() % WORKERS].lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The most recently used connection still open.
@@ -91,8 +99,10 @@ impl Pool {
     /// Drops every idle connection (the copy just failed one: the others
     /// are likely dead too).
     pub fn clear(&self) {
-        let dropped = std::mem::take(&mut *self.lock());
-        drop(dropped);
+        for idle in &self.idle {
+            let dropped = std::mem::take(&mut *idle.lock().unwrap_or_else(|e| e.into_inner()));
+            drop(dropped);
+        }
     }
 }
 
@@ -266,7 +276,17 @@ impl Replay {
     }
 }
 
-async fn forward(mut req: Request<Incoming>, client: &Client) -> Response<DownBody> {
+async fn forward(req: Request<Incoming>, client: &Client) -> Response<DownBody> {
+    let mut resp = route(req, client).await;
+    if client.shared.stopping.load(Ordering::Relaxed) && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        // Stopping: hyper closes the connection after this answer.
+        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+/// The answer to one request: from a copy, or a page of our own.
+async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody> {
     let shared = &client.shared;
     let Some(mut app) = shared.table.app(client.port) else {
         return pages::no_app(client.port);
@@ -290,8 +310,12 @@ async fn forward(mut req: Request<Incoming>, client: &Client) -> Response<DownBo
     // The copy this request marked down: the daemon is told once a stand-in
     // is picked (or none can be).
     let mut notice: Option<u32> = None;
-    let mut hold_until = None;
+    // When the hold started to end, and whether it waits for a wake.
+    let mut hold: Option<(tokio::time::Instant, bool)> = None;
+    let mut wake: Option<watch::Receiver<Option<Wake>>> = None;
+    let mut woken = false;
     let mut sends = 0;
+    let mut lost = 0;
     loop {
         let i = loop {
             if let Some(i) = choose(&app, claimed, failed, now_ms()) {
@@ -308,16 +332,39 @@ async fn forward(mut req: Request<Incoming>, client: &Client) -> Response<DownBo
                 break i;
             }
             tell(shared, &app.name, notice.take(), None);
-            let until = *hold_until.get_or_insert_with(|| tokio::time::Instant::now() + app.hold);
-            let changed = tokio::time::timeout_at(until, changes.changed()).await;
+            // A sleeping app is woken, and waited for up to its
+            // request-timeout; one whose copies are down or gone, up to 15 s.
+            if app.asleep && wake.is_none() && !woken {
+                wake = Some(ask_wake(shared, &app));
+            }
+            let (until, waking) = *hold.get_or_insert_with(|| {
+                let limit = if app.asleep { app.wake_hold } else { app.hold };
+                (tokio::time::Instant::now() + limit, app.asleep)
+            });
+            tokio::select! {
+                _ = changes.changed() => {}
+                outcome = wake_outcome(wake.as_mut()) => match outcome {
+                    // The table with the woken copy is on its way, if not here.
+                    Wake::Awake => {
+                        wake = None;
+                        woken = true;
+                    }
+                    Wake::Failed => return pages::wake_failed(&app.name),
+                    Wake::TimedOut => return pages::wake_timed_out(&app.name),
+                },
+                _ = tokio::time::sleep_until(until) => {
+                    if waking {
+                        tracing::warn!(app = %app.name, "{} was not awake within {:?}", app.name, app.wake_hold);
+                        return pages::wake_timed_out(&app.name);
+                    }
+                    tracing::warn!(app = %app.name, "no copy could take a request within {:?}", app.hold);
+                    return pages::restarting(&app.name);
+                }
+            }
             app = match shared.table.app(client.port) {
                 Some(a) => a,
                 None => return pages::no_app(client.port),
             };
-            if !matches!(changed, Ok(Ok(()))) {
-                tracing::warn!(app = %app.name, "no copy could take a request within {:?}", app.hold);
-                return pages::restarting(&app.name);
-            }
         };
         let copy = &app.copies[i];
         // Told now rather than once the stand-in answers: a slow answer
@@ -340,14 +387,15 @@ async fn forward(mut req: Request<Incoming>, client: &Client) -> Response<DownBo
             }
             Err(Failure::Lost(e)) => {
                 copy.state.pool.clear();
+                lost += 1;
                 match &replay {
-                    Some(r) => {
+                    Some(r) if lost < MAX_LOST => {
                         tracing::debug!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, "request lost ({e}); sending it again");
                         req = Some(r.request());
                     }
-                    None => {
+                    _ => {
                         tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy,
-                            "copy {} dropped a request with a body ({e}); it cannot be sent again", copy.copy);
+                            "copy {} dropped a request ({e}); it cannot be sent again", copy.copy);
                         return pages::bad_gateway(&app.name);
                     }
                 }
@@ -426,7 +474,7 @@ fn respond(
     if claimed != Some(copy.copy) {
         parts.headers.append(header::SET_COOKIE, copy.set_cookie.clone());
         // A shared cache must not hand one visitor's placement to everyone.
-        if !parts.headers.contains_key(header::CACHE_CONTROL) {
+        if !switching && !parts.headers.contains_key(header::CACHE_CONTROL) {
             parts.headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
         }
     }
@@ -572,6 +620,53 @@ fn tell(shared: &Arc<Shared>, app: &str, down: Option<u32>, stand_in: Option<u32
             Err(e) => tracing::debug!("cannot tell the daemon ({path}): {e:#}"),
         }
     });
+}
+
+/// Asks the daemon to wake a sleeping app (`POST /v1/apps/<app>/wake` on
+/// api.sock), or joins the wake another request already asked for, so
+/// requests that arrive together share one.
+fn ask_wake(shared: &Arc<Shared>, app: &LiveApp) -> watch::Receiver<Option<Wake>> {
+    let mut slot = app.counters.wake.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(rx) = slot.as_ref().filter(|rx| rx.borrow().is_none()) {
+        return rx.clone();
+    }
+    let (tx, rx) = watch::channel(None);
+    *slot = Some(rx.clone());
+    let sock = shared.home.api_sock();
+    let name = app.name.clone();
+    let limit = app.wake_hold;
+    tracing::info!(app = %name, "asking the daemon to wake {name}");
+    tokio::spawn(async move {
+        let path = format!("/v1/apps/{name}/wake");
+        // The daemon answers by the app's request-timeout itself; the
+        // margins only cover it being slow to.
+        let ask = crate::uds::request(&sock, Method::POST, &path, None, limit + Duration::from_secs(5));
+        let outcome = match tokio::time::timeout(limit + Duration::from_secs(1), ask).await {
+            Ok(Ok((status, _))) if status.is_success() => Wake::Awake,
+            Ok(Ok((StatusCode::GATEWAY_TIMEOUT, _))) => Wake::TimedOut,
+            Ok(Ok((status, body))) => {
+                tracing::warn!(app = %name, "the daemon could not wake it ({status}): {}", String::from_utf8_lossy(&body));
+                Wake::Failed
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(app = %name, "cannot ask the daemon for a wake: {e:#}");
+                Wake::Failed
+            }
+            Err(_) => Wake::TimedOut,
+        };
+        tx.send_replace(Some(outcome));
+    });
+    rx
+}
+
+/// How the wake being waited for ended; never, when there is none.
+async fn wake_outcome(wake: Option<&mut watch::Receiver<Option<Wake>>>) -> Wake {
+    let Some(rx) = wake else { return std::future::pending().await };
+    match rx.wait_for(Option::is_some).await {
+        Ok(outcome) => outcome.unwrap_or(Wake::Failed),
+        // The asking task is gone without an answer.
+        Err(_) => Wake::Failed,
+    }
 }
 
 /// Unix time in ms.

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +18,9 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinHandle;
 
 use super::forward::{self, Client};
+use super::handover::Inherited;
 use super::table::Table;
-use super::{ErrorSource, Shared};
+use super::{ErrorSource, Shared, SHUTDOWN_GRACE};
 
 /// Accept queue length of each listening socket.
 const BACKLOG: u32 = 1024;
@@ -33,17 +35,40 @@ pub struct Listeners {
     failed: HashMap<u16, String>,
     /// Set on shutdown: nothing starts listening any more.
     stopped: bool,
+    /// Sockets handed over by the load balancer this one replaces, used
+    /// instead of binding anew until the first table has been applied.
+    inherited: Inherited,
 }
 
 /// One port's accept loop.
 struct Running {
     /// The address it is bound to.
     host: String,
-    /// The accept loop; aborting it closes the socket.
+    /// The socket, shared with the accept loop (kept here so it can be
+    /// handed over).
+    listener: Arc<TcpListener>,
+    /// The accept loop.
     task: JoinHandle<()>,
 }
 
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 impl Listeners {
+    /// Listeners that start on sockets handed over from the previous load
+    /// balancer.
+    pub fn inheriting(inherited: Inherited) -> Listeners {
+        Listeners { inherited, ..Default::default() }
+    }
+
+    /// The listening sockets, for handing over.
+    pub fn sockets(&self) -> Vec<(String, u16, RawFd)> {
+        self.running.iter().map(|(port, r)| (r.host.clone(), *port, r.listener.as_raw_fd())).collect()
+    }
+
     /// Makes the listening sockets match `table`. A port that cannot be
     /// bound is logged and tried again on the next call.
     pub async fn apply(&mut self, table: &Table, shared: &Arc<Shared>) {
@@ -54,7 +79,6 @@ impl Listeners {
         let gone: Vec<u16> = self.running.keys().filter(|p| !want.contains_key(p)).copied().collect();
         for port in gone {
             if let Some(r) = self.running.remove(&port) {
-                r.task.abort();
                 tracing::info!(port, host = %r.host, "stopped listening on {}:{port}", r.host);
             }
         }
@@ -63,15 +87,20 @@ impl Listeners {
             if self.running.get(&port).is_some_and(|r| r.host == host) {
                 continue;
             }
-            match bind(&host, port).await {
+            let socket = match self.inherited.remove(&(host.clone(), port)) {
+                Some(s) => {
+                    tracing::info!(port, %host, "listening on {host}:{port}, handed over");
+                    s.set_nonblocking(true).and_then(|()| TcpListener::from_std(s))
+                }
+                None => bind(&host, port).await.inspect(|_| tracing::info!(port, %host, "listening on {host}:{port}")),
+            };
+            match socket {
                 Ok(listener) => {
-                    let task = tokio::spawn(accept_loop(listener, port, shared.clone()));
-                    tracing::info!(port, %host, "listening on {host}:{port}");
-                    // Bound beside the old socket first, so a moved app
-                    // refuses no connection in between.
-                    if let Some(old) = self.running.insert(port, Running { host, task }) {
-                        old.task.abort();
-                    }
+                    let listener = Arc::new(listener);
+                    let task = tokio::spawn(accept_loop(listener.clone(), port, shared.clone()));
+                    // Bound beside the old socket first (dropping it closes
+                    // it), so a moved app refuses no connection in between.
+                    self.running.insert(port, Running { host, listener, task });
                     self.failed.remove(&port);
                 }
                 Err(e) => {
@@ -83,6 +112,8 @@ impl Listeners {
                 }
             }
         }
+        // What the table does not name is not ours to keep open.
+        self.inherited.clear();
     }
 
     /// True when some app of the table could not be bound yet.
@@ -93,9 +124,8 @@ impl Listeners {
     /// Closes every listening socket (open connections carry on).
     pub fn stop_all(&mut self) {
         self.stopped = true;
-        for (_, r) in self.running.drain() {
-            r.task.abort();
-        }
+        self.running.clear();
+        self.inherited.clear();
     }
 }
 
@@ -116,11 +146,23 @@ async fn bind(host: &str, port: u16) -> io::Result<TcpListener> {
     sock.listen(BACKLOG)
 }
 
-async fn accept_loop(listener: TcpListener, port: u16, shared: Arc<Shared>) {
+async fn accept_loop(listener: Arc<TcpListener>, port: u16, shared: Arc<Shared>) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                tokio::spawn(serve_client(stream, peer, port, shared.clone()));
+                // Handed over as a plain socket, so the worker's own event
+                // loop watches it.
+                let stream = match stream.into_std() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(source = %ErrorSource::Downstream, port, "accept: {e}");
+                        continue;
+                    }
+                };
+                let (index, worker) =
+                    shared.workers.iter().enumerate().min_by_key(|(_, w)| w.open.load(Ordering::Relaxed)).expect("at least one worker");
+                worker.open.fetch_add(1, Ordering::Relaxed);
+                worker.handle.spawn(serve_client(stream, peer, port, shared.clone(), index));
             }
             Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
             Err(e) => {
@@ -132,20 +174,26 @@ async fn accept_loop(listener: TcpListener, port: u16, shared: Arc<Shared>) {
     }
 }
 
-/// Counts a client connection while it is served.
-struct Open(Arc<Shared>);
+/// Counts a client connection on its worker while it is served.
+struct Open(Arc<Shared>, usize);
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.0.workers[self.1].open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// Serves one visitor's connection until it closes, or until shutdown
-/// lets its request in flight finish.
-async fn serve_client(stream: TcpStream, peer: SocketAddr, port: u16, shared: Arc<Shared>) {
-    shared.open.fetch_add(1, Ordering::Relaxed);
-    let _open = Open(shared.clone());
+/// Serves one visitor's connection (already counted on `worker`) until it
+/// closes, or until shutdown lets its request in flight finish.
+async fn serve_client(stream: std::net::TcpStream, peer: SocketAddr, port: u16, shared: Arc<Shared>, worker: usize) {
+    let _open = Open(shared.clone(), worker);
+    let stream = match TcpStream::from_std(stream) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(source = %ErrorSource::Downstream, port, "cannot serve a connection: {e}");
+            return;
+        }
+    };
     let _ = stream.set_nodelay(true);
     let client = Arc::new(Client { shared: shared.clone(), port, xff: address_header(peer.ip()) });
     let svc = hyper::service::service_fn(move |req| forward::handle(req, client.clone()));
@@ -155,8 +203,17 @@ async fn serve_client(stream: TcpStream, peer: SocketAddr, port: u16, shared: Ar
     let result = tokio::select! {
         r = conn.as_mut() => r,
         _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
+            // Closing at once would drop a request already on its way (one
+            // accepted but not yet read, or racing onto a keep-alive
+            // connection). Such requests are answered, with Connection:
+            // close; a connection still idle after the grace is closed.
+            match tokio::time::timeout(SHUTDOWN_GRACE, conn.as_mut()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            }
         }
     };
     if let Err(e) = result {

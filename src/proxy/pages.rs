@@ -20,6 +20,32 @@ pub fn restarting(app: &str) -> Response<DownBody> {
     resp
 }
 
+/// 503 when the daemon could not wake a sleeping app.
+pub fn wake_failed(app: &str) -> Response<DownBody> {
+    let app = escape(app);
+    page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{app} did not start</title></head>\n\
+             <body><h1>{app} did not start</h1><p>The app was asleep and could not be woken. \
+             Its owner can see why with <code>shinyctl status {app}</code>.</p></body></html>\n"
+        ),
+    )
+}
+
+/// 504 when a sleeping app was not ready within its request-timeout.
+pub fn wake_timed_out(app: &str) -> Response<DownBody> {
+    let app = escape(app);
+    page(
+        StatusCode::GATEWAY_TIMEOUT,
+        format!(
+            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\">\
+             <title>{app} is waking up</title></head>\n<body><h1>{app} is still waking up</h1>\
+             <p>This page reloads by itself in a few seconds.</p></body></html>\n"
+        ),
+    )
+}
+
 /// 502 when a copy failed mid-way and the request could not be sent again.
 pub fn bad_gateway(app: &str) -> Response<DownBody> {
     let app = escape(app);

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use hyper::header::HeaderValue;
@@ -21,6 +21,9 @@ use crate::model::{AppTraffic, CopyTraffic, LbPolicy, ProxyTable, Role};
 /// The longest a request is held while no copy can take it
 /// (staying-up.txt: "a request waits up to 15 seconds").
 pub const MAX_HOLD: Duration = Duration::from_secs(15);
+/// The longest a request is held while its app wakes
+/// (sleep-and-wake.txt: "never more than 30 seconds").
+pub const MAX_WAKE_HOLD: Duration = Duration::from_secs(30);
 
 /// What the load balancer knows about one copy's process, shared by every
 /// table that names the same process on the same port.
@@ -74,6 +77,20 @@ pub struct AppCounters {
     pub last_request_ms: AtomicU64,
     /// The round-robin counter.
     pub rr: AtomicUsize,
+    /// The wake asked of the daemon, shared by the requests that arrive
+    /// while it goes on (`None` inside until it ends).
+    pub wake: Mutex<Option<watch::Receiver<Option<Wake>>>>,
+}
+
+/// How a wake asked of the daemon ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// A copy is active.
+    Awake,
+    /// The wake failed (or the daemon could not be asked).
+    Failed,
+    /// No copy was ready within the app's request-timeout.
+    TimedOut,
 }
 
 /// One app in the live table.
@@ -88,6 +105,10 @@ pub struct LiveApp {
     pub policy: LbPolicy,
     /// How long a request is held while no copy can take it.
     pub hold: Duration,
+    /// The app sleeps: a request asks the daemon for a wake.
+    pub asleep: bool,
+    /// How long a request is held while the app wakes.
+    pub wake_hold: Duration,
     /// `lb_<port>`.
     pub cookie_name: Box<str>,
     /// The copies, oldest first (the daemon's order).
@@ -144,9 +165,10 @@ impl Table {
                     .unwrap_or_else(|_| HeaderValue::from_static(""));
                 copies.push(LiveCopy { copy: c.copy, port: c.port, role: c.role, pid: c.pid, cookie: value.into(), set_cookie, state });
             }
-            let hold = match app.request_timeout_ms {
-                0 => MAX_HOLD,
-                ms => MAX_HOLD.min(Duration::from_millis(ms)),
+            let request_timeout = Duration::from_millis(app.request_timeout_ms);
+            let (hold, wake_hold) = match app.request_timeout_ms {
+                0 => (MAX_HOLD, MAX_WAKE_HOLD),
+                _ => (MAX_HOLD.min(request_timeout), MAX_WAKE_HOLD.min(request_timeout)),
             };
             apps.push(Arc::new(LiveApp {
                 name: app.name.clone(),
@@ -154,6 +176,8 @@ impl Table {
                 port: app.port,
                 policy: app.policy,
                 hold,
+                asleep: app.asleep,
+                wake_hold,
                 cookie_name: cookie::name(app.port).into(),
                 copies,
                 counters: old.map(|a| a.counters.clone()).unwrap_or_default(),
@@ -198,6 +222,29 @@ impl Table {
             }
         }
         out
+    }
+}
+
+/// One line for the log: `hello:8080 1=active@20001 2=warm@20002; nap:8081 asleep`.
+pub fn describe(table: &ProxyTable) -> String {
+    let apps: Vec<String> = table
+        .apps
+        .iter()
+        .map(|a| {
+            let mut line = format!("{}:{}", a.name, a.port);
+            if a.asleep {
+                line.push_str(" asleep");
+            }
+            for c in &a.copies {
+                line.push_str(&format!(" {}={}@{}", c.copy, c.role.as_str(), c.port));
+            }
+            line
+        })
+        .collect();
+    if apps.is_empty() {
+        "no apps".into()
+    } else {
+        apps.join("; ")
     }
 }
 
@@ -271,6 +318,7 @@ mod tests {
         assert_eq!(down, vec![true, false, false]);
         assert_eq!(t2.apps[0].counters.last_request_ms.load(Ordering::Relaxed), 42);
         assert_eq!(t2.apps[0].hold, MAX_HOLD);
+        assert_eq!(t2.apps[0].wake_hold, Duration::from_secs(30));
     }
 
     #[test]

@@ -72,7 +72,9 @@ pub fn run_app_expr(spec: &AppSpec, port: u16) -> String {
 /// to its log file. Fills in the record's PID, start time and port.
 pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, taken_ports: &[u16]) -> anyhow::Result<()> {
     let seed = spec.name.bytes().fold(rec.copy as u64 * 7919, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
-    let port = pick_port(rec.port, taken_ports, seed).ok_or_else(|| anyhow::anyhow!("no free port in 20000-29999"))?;
+    // Other copies' ports are taken; this copy's own is what it wants back.
+    let taken: Vec<u16> = taken_ports.iter().copied().filter(|&p| p != rec.port).collect();
+    let port = pick_port(rec.port, &taken, seed).ok_or_else(|| anyhow::anyhow!("no free port in 20000-29999"))?;
     let log_path = home.copy_log(&spec.group, &spec.name, rec.copy);
     let scratch = home.scratch_dir(&spec.group, &spec.name, rec.copy);
     std::fs::create_dir_all(&scratch)?;
