@@ -297,7 +297,13 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
     app.counters.last_request_ms.store(now_ms(), Ordering::Relaxed);
     let client_upgrade = websocket::is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
-    let claimed = parts.headers.get_all(header::COOKIE).iter().find_map(|v| app.sticky_copy(v.as_bytes()));
+    let mut claimed = parts.headers.get_all(header::COOKIE).iter().find_map(|v| app.sticky_copy(v.as_bytes()));
+    // A visitor of a draining copy who loads the page anew (a reload, not
+    // one of the open page's own requests) gets the new version:
+    // staying-up.txt, "reloading it brings the new one".
+    if claimed.is_some_and(|c| app.index_of(c).is_some_and(|i| app.copies[i].role == Role::Draining)) && is_page_load(&parts) {
+        claimed = None;
+    }
     prepare(&mut parts, client, client_upgrade.is_some());
     // A request without a body can be sent again if it is lost on a dying
     // connection; one with a body cannot (it was consumed).
@@ -407,6 +413,16 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
             return pages::bad_gateway(&app.name);
         }
     }
+}
+
+/// True for a browser loading a page (a navigation), as opposed to the
+/// requests an open page makes itself. Shiny's per-session URLs (downloads,
+/// uploads under `session/<token>/`) belong to an open page even when the
+/// browser fetches them as a navigation.
+fn is_page_load(parts: &request::Parts) -> bool {
+    let navigate = parts.headers.get("sec-fetch-mode").is_some_and(|v| v.as_bytes() == b"navigate");
+    let document = parts.headers.get("sec-fetch-dest").is_none_or(|v| v.as_bytes() == b"document");
+    parts.method == Method::GET && navigate && document && !parts.uri.path().contains("/session/")
 }
 
 /// True while a copy marked down at `down_at` (0: never) stays down.

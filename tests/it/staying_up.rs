@@ -143,7 +143,10 @@ fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
     wait_http_ok(port, Duration::from_secs(10));
     let old = env.pid_of("rd", 1);
     let old_spare = env.pid_of("rd", 2);
-    let session = Session::open(port, "");
+    let first = get(port, "/", &[]).unwrap();
+    assert_eq!(first.copy(), Some(1));
+    let cookie = first.cookie().unwrap();
+    let session = Session::open(port, &cookie);
     assert_eq!(session.copy, 1);
 
     let requests = Loop::start(port);
@@ -153,6 +156,11 @@ fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
     wait_until(Duration::from_secs(10), "the old spare to stop right away", || (!pid_alive(old_spare)).then_some(()));
     assert!(pid_alive(old), "the old copy keeps its visitor");
     assert_eq!(get(port, "/", &[]).unwrap().copy(), Some(3), "new visitors go to the new copy");
+    // The open page's own requests stay on the old copy; reloading the page brings the new one.
+    assert_eq!(get(port, "/", &[("Cookie", &cookie)]).unwrap().copy(), Some(1), "an old page keeps its copy");
+    let reload = get(port, "/", &[("Cookie", &cookie), ("Sec-Fetch-Mode", "navigate"), ("Sec-Fetch-Dest", "document")]).unwrap();
+    assert_eq!(reload.copy(), Some(3), "reloading brings the new version");
+    assert!(reload.cookie().is_some_and(|c| c != cookie), "with a cookie for the new copy");
     let text = status_text(&env, "rd");
     assert!(text.contains("rd: copy 1 is draining with 1 session; it stops when they end, or in "), "{text}");
     assert!(text.contains("(1 warm, 1 draining)"), "{text}");
