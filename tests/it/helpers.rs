@@ -8,7 +8,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -137,7 +138,12 @@ impl Env {
 
     /// Runs `shinyctl ARGS` with this home and returns its output.
     pub fn run(&self, args: &[&str]) -> Output {
-        let out = Command::new(bin()).args(args).env("SHINYCTL_HOME", self.home()).output().expect("run shinyctl");
+        self.run_binary(Path::new(bin()), args)
+    }
+
+    /// Runs another shinyctl binary (another build) with this home.
+    pub fn run_binary(&self, binary: &Path, args: &[&str]) -> Output {
+        let out = Command::new(binary).args(args).env("SHINYCTL_HOME", self.home()).output().expect("run shinyctl");
         self.note_pids();
         out
     }
@@ -398,3 +404,42 @@ pub fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> std::io::Result<R
 pub fn wait_http_ok(port: u16, timeout: Duration) -> Response {
     wait_until(timeout, &format!("port {port} to answer 200"), || get(port, "/", &[]).ok().filter(|r| r.status == 200))
 }
+
+/// A client sending a request every 10 ms until stopped; counts failures.
+pub struct Loop {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU32>,
+    handle: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl Loop {
+    /// Starts the loop against the port.
+    pub fn start(port: u16) -> Loop {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU32::new(0));
+        let handle = {
+            let (stop, sent) = (stop.clone(), sent.clone());
+            std::thread::spawn(move || {
+                let mut errors = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    match get(port, "/", &[]) {
+                        Ok(r) if r.status == 200 => {}
+                        other => errors.push(format!("{:?}", other.map(|r| r.status))),
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                errors
+            })
+        };
+        Loop { stop, sent, handle }
+    }
+
+    /// Stops the loop; returns (sent, failures).
+    pub fn finish(self) -> (u32, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        let errors = self.handle.join().unwrap();
+        (self.sent.load(Ordering::SeqCst), errors)
+    }
+}
+

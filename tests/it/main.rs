@@ -7,3 +7,4 @@ mod foundation;
 mod helpers;
 mod sleep;
 mod staying_up;
+mod upgrade;

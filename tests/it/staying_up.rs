@@ -3,52 +3,12 @@
 //! nothing, scaling in order. A request loop runs through the timelines and
 //! counts what fails.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::balancer::Session;
 use crate::helpers::*;
 
 const START: Duration = Duration::from_secs(60);
-
-/// A client sending a request every 10 ms until stopped; counts failures.
-struct Loop {
-    stop: Arc<AtomicBool>,
-    sent: Arc<AtomicU32>,
-    handle: JoinHandle<Vec<String>>,
-}
-
-impl Loop {
-    fn start(port: u16) -> Loop {
-        let stop = Arc::new(AtomicBool::new(false));
-        let sent = Arc::new(AtomicU32::new(0));
-        let handle = {
-            let (stop, sent) = (stop.clone(), sent.clone());
-            std::thread::spawn(move || {
-                let mut errors = Vec::new();
-                while !stop.load(Ordering::SeqCst) {
-                    sent.fetch_add(1, Ordering::SeqCst);
-                    match get(port, "/", &[]) {
-                        Ok(r) if r.status == 200 => {}
-                        other => errors.push(format!("{:?}", other.map(|r| r.status))),
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                errors
-            })
-        };
-        Loop { stop, sent, handle }
-    }
-
-    /// Stops the loop; returns (sent, failures).
-    fn finish(self) -> (u32, Vec<String>) {
-        self.stop.store(true, Ordering::SeqCst);
-        let errors = self.handle.join().unwrap();
-        (self.sent.load(Ordering::SeqCst), errors)
-    }
-}
 
 fn status_text(env: &Env, app: &str) -> String {
     env.ok(&["status", app])

@@ -1,0 +1,76 @@
+//! Upgrading shinyctl: a new daemon of another build adopts the copies and
+//! replaces the load balancer of the old build without losing a request.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::helpers::*;
+
+/// A copy of the binary under test that says it is another build: the
+/// build identity (`0.1.0+<16 hex digits>`) is rewritten in its bytes.
+fn another_build(dir: &Path) -> PathBuf {
+    let version = String::from_utf8(std::process::Command::new(bin()).arg("version").output().unwrap().stdout).unwrap();
+    let build = version.trim().strip_prefix("shinyctl ").unwrap().to_string();
+    let (_, id) = build.split_once('+').unwrap();
+    assert_eq!(id.len(), 16);
+    let other: String = id.chars().map(|c| if c == '0' { '1' } else { '0' }).collect();
+    let bytes = std::fs::read(bin()).unwrap();
+    let (from, to) = (build.as_bytes(), format!("{}+{other}", build.split_once('+').unwrap().0).into_bytes());
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    let mut replaced = 0;
+    while i < bytes.len() {
+        if bytes[i..].starts_with(from) {
+            out.extend_from_slice(&to);
+            i += from.len();
+            replaced += 1;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    assert!(replaced > 0, "the build identity is in the binary");
+    let path = dir.join("old-build").join("shinyctl");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, out).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn a_new_build_adopts_the_copies_and_replaces_the_load_balancer_losing_no_request() {
+    let env = Env::new("upgrade");
+    let old = another_build(&env.dir);
+    let port = free_port();
+    let manifest = env.app("up", port, "");
+    let out = env.run_binary(&old, &["apply", "-f", manifest.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    env.wait_roles("up", "1:active 2:warm", Duration::from_secs(60));
+    wait_http_ok(port, Duration::from_secs(10));
+    let status = env.status();
+    let (old_daemon, old_proxy) = (status["daemon_pid"].as_u64().unwrap() as u32, status["proxy_pid"].as_u64().unwrap() as u32);
+    assert!(cmdline(old_proxy).contains("old-build"), "the load balancer is the old build's");
+    let copies: Vec<u32> = env.copies("up").iter().filter_map(|c| c.pid).collect();
+
+    let requests = Loop::start(port);
+    std::thread::sleep(Duration::from_millis(300));
+    signal(old_daemon, 15);
+    wait_until(Duration::from_secs(10), "the old daemon to exit", || (!pid_alive(old_daemon)).then_some(()));
+    env.ok(&["serve", "-d"]);
+    wait_until(Duration::from_secs(15), "the old load balancer to be replaced and gone", || {
+        let p = env.status()["proxy_pid"].as_u64()? as u32;
+        (p != old_proxy && !pid_alive(old_proxy)).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (sent, errors) = requests.finish();
+    assert!(errors.is_empty(), "no request lost in the upgrade: {} of {sent}: {errors:?}", errors.len());
+
+    let new_proxy = env.status()["proxy_pid"].as_u64().unwrap() as u32;
+    assert!(!cmdline(new_proxy).contains("old-build"), "the new load balancer is the new build's");
+    let lock = std::fs::read_to_string(env.home().join("proxy/lock")).unwrap();
+    assert_eq!(lock.trim(), new_proxy.to_string(), "the new one holds proxy/lock");
+    let after: Vec<u32> = env.copies("up").iter().filter_map(|c| c.pid).collect();
+    assert_eq!(after, copies, "the copies were adopted: same processes");
+    assert_eq!(get(port, "/", &[]).unwrap().status, 200);
+}
