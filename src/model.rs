@@ -166,6 +166,27 @@ pub struct ProxyStats {
     pub rss_bytes: u64,
     /// One entry per app in its table.
     pub apps: Vec<AppTraffic>,
+    /// Its fixed settings (the daemon writes them to proxy/settings.json).
+    #[serde(default)]
+    pub settings: ProxySettings,
+}
+
+/// The load balancer's own settings, the same for every app.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProxySettings {
+    /// A visitor must send a request's head within this; an idle keep-alive
+    /// connection is closed after it.
+    pub header_timeout_ms: u64,
+    /// The largest request head accepted, in bytes (431 beyond it).
+    pub max_header_bytes: usize,
+    /// Worker threads serving visitors.
+    pub workers: usize,
+    /// The longest a request is held while no copy can take it.
+    pub hold_ms: u64,
+    /// The longest a request is held while its app wakes.
+    pub wake_hold_ms: u64,
+    /// How long requests in flight may take once it is told to stop.
+    pub shutdown_drain_ms: u64,
 }
 
 /// Traffic of one app.

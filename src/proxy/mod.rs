@@ -43,7 +43,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::{watch, Mutex, Notify};
 
 use crate::home::Home;
-use crate::model::{ActionReply, ApiError, ProxyStats, ProxyTable, BUILD};
+use crate::model::{ActionReply, ApiError, ProxySettings, ProxyStats, ProxyTable, BUILD};
 use crate::uds;
 
 /// How long requests in flight may take to finish once told to stop.
@@ -408,6 +408,14 @@ async fn handle_control(req: Request<hyper::body::Incoming>, ctl: &Control) -> R
                 pid: std::process::id(),
                 rss_bytes: rss_bytes(),
                 apps: shared.table.load().traffic(),
+                settings: ProxySettings {
+                    header_timeout_ms: HEADER_TIMEOUT.as_millis() as u64,
+                    max_header_bytes: MAX_HEAD,
+                    workers: WORKERS,
+                    hold_ms: table::MAX_HOLD.as_millis() as u64,
+                    wake_hold_ms: table::MAX_WAKE_HOLD.as_millis() as u64,
+                    shutdown_drain_ms: DRAIN.as_millis() as u64,
+                },
             };
             uds::json_response(StatusCode::OK, &stats)
         }

@@ -110,6 +110,11 @@ impl ProxyCtl {
         }
         if let Some(pid) = self.pid {
             tracing::info!(pid, "load balancer running");
+            if let Some(stats) = self.stats(home).await {
+                if let Ok(bytes) = serde_json::to_vec_pretty(&stats.settings) {
+                    let _ = write_atomic(&home.proxy_settings(), &bytes, 0o600);
+                }
+            }
             let events = events.clone();
             // The load balancer is no copy; its exit watcher reports as one
             // of a pseudo-app and is turned into ProxyExit.

@@ -46,7 +46,18 @@ fn apply_starts_an_active_copy_and_a_warm_spare_of_real_r() {
 
     // The files of how-it-works.txt.
     let home = env.home();
-    for f in ["api.sock", "api.log", "registry.json", "logs/default-hello.log", "logs/default-hello@2.log", "proxy/cookie.key"] {
+    for f in [
+        "api.sock",
+        "api.log",
+        "registry.json",
+        "logs/default-hello.log",
+        "logs/default-hello@2.log",
+        "proxy/cookie.key",
+        "proxy/lock",
+        "proxy/proxy.sock",
+        "proxy/table.json",
+        "proxy/settings.json",
+    ] {
         assert!(home.join(f).exists(), "{f} exists");
     }
     assert!(manifest.parent().unwrap().join("state.json").exists(), "state.json beside the manifest");
