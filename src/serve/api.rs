@@ -7,6 +7,7 @@
 //! - `DELETE /v1/apps/NAME[?now=1]`
 //! - `GET  /v1/apps/NAME/logs?copy=N`
 //! - `POST /v1/apps/NAME/stand-in` (StandIn, from the load balancer)
+//! - `POST /v1/apps/NAME/wake` (from the load balancer; answers once awake)
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
