@@ -55,13 +55,9 @@ impl AppSpec {
     pub fn settings_hash(&self) -> String {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
-        for part in [
-            self.name.as_str(),
-            self.group.as_str(),
-            &self.working_dir.to_string_lossy(),
-            self.entrypoint.as_str(),
-            self.r_path.as_str(),
-        ] {
+        for part in
+            [self.name.as_str(), self.group.as_str(), &self.working_dir.to_string_lossy(), self.entrypoint.as_str(), self.r_path.as_str()]
+        {
             h.update(part.as_bytes());
             h.update([0]);
         }
@@ -141,8 +137,7 @@ pub const MAX_REQUEST_TIMEOUT_MS: u64 = 30_000;
 const NAME_ALLOWED: &str = "lowercase letters, digits and '-', starting with a letter or a digit \
      ([a-z0-9][a-z0-9-]*), at most 63 characters";
 const PORT_ALLOWED: &str = "a whole number 1-65535, outside 20000-29999";
-const DURATION_ALLOWED: &str =
-    "a duration such as 500ms, 30s, 15m or 1h, or a whole number of seconds";
+const DURATION_ALLOWED: &str = "a duration such as 500ms, 30s, 15m or 1h, or a whole number of seconds";
 const HOST_ALLOWED: &str = "an IP address to listen on, such as 0.0.0.0 (every IPv4 address), \
      127.0.0.1 (this machine only) or :: (every address)";
 
@@ -156,15 +151,9 @@ const HOST_ALLOWED: &str = "an IP address to listen on, such as 0.0.0.0 (every I
 /// 1-based line, the key (when there is one) and what is allowed.
 pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
     let manifest = absolute(path);
-    let dir = manifest
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("/"));
+    let dir = manifest.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let cx = Cx {
-        file: &manifest,
-        text,
-    };
+    let cx = Cx { file: &manifest, text };
 
     let doc: serde_yaml::Value = match serde_yaml::from_str(text) {
         Ok(v) => v,
@@ -233,11 +222,7 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
             "app-name" => name = Some(cx.name(key, v)?),
             "app-group" => group = Some(cx.name(key, v)?),
             "working-dir" => {
-                let s = cx.nonempty_string(
-                    key,
-                    v,
-                    "an existing folder, absolute or relative to the manifest's folder",
-                )?;
+                let s = cx.nonempty_string(key, v, "an existing folder, absolute or relative to the manifest's folder")?;
                 let p = resolve(&dir, &s);
                 cx.check_dir(key, &p, &dir)?;
                 working_dir = Some(p);
@@ -247,15 +232,9 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
                 let s = cx.nonempty_string(key, v, allowed)?;
                 let p = Path::new(s.trim());
                 if p.is_absolute() {
-                    return Err(cx.err(
-                        key,
-                        format!("{s:?} is an absolute path; allowed: {allowed} (a path relative to working-dir)"),
-                    ));
+                    return Err(cx.err(key, format!("{s:?} is an absolute path; allowed: {allowed} (a path relative to working-dir)")));
                 }
-                let rel: PathBuf = p
-                    .components()
-                    .filter(|c| !matches!(c, std::path::Component::CurDir))
-                    .collect();
+                let rel: PathBuf = p.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect();
                 if rel.as_os_str().is_empty() {
                     return Err(cx.err(key, format!("{s:?} names no file; allowed: {allowed}")));
                 }
@@ -264,44 +243,29 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
             "port" => {
                 let n = cx.uint(key, v, PORT_ALLOWED)?;
                 if n == 0 || n > 65535 {
-                    return Err(cx.err(
-                        key,
-                        format!("{n} is not a port number; allowed: {PORT_ALLOWED}"),
-                    ));
+                    return Err(cx.err(key, format!("{n} is not a port number; allowed: {PORT_ALLOWED}")));
                 }
                 if (20000..=29999).contains(&n) {
-                    return Err(cx.err(
-                        key,
-                        format!("{n} is in 20000-29999, which is kept for the copies' own ports; allowed: {PORT_ALLOWED}"),
-                    ));
+                    return Err(
+                        cx.err(key, format!("{n} is in 20000-29999, which is kept for the copies' own ports; allowed: {PORT_ALLOWED}"))
+                    );
                 }
                 port = Some(n as u16);
             }
             "host" => {
                 let s = cx.nonempty_string(key, v, HOST_ALLOWED)?;
                 let t = s.trim();
-                let t = t
-                    .strip_prefix('[')
-                    .and_then(|x| x.strip_suffix(']'))
-                    .unwrap_or(t);
+                let t = t.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(t);
                 match t.parse::<std::net::IpAddr>() {
                     Ok(ip) => host = Some(ip.to_string()),
-                    Err(_) => {
-                        return Err(cx.err(
-                            key,
-                            format!("{s:?} is not an IP address; allowed: {HOST_ALLOWED}"),
-                        ))
-                    }
+                    Err(_) => return Err(cx.err(key, format!("{s:?} is not an IP address; allowed: {HOST_ALLOWED}"))),
                 }
             }
             "replicas" => {
                 let allowed = format!("a whole number, at least 1 (and at most {MAX_COPIES})");
                 let n = cx.uint(key, v, &allowed)?;
                 if n < 1 {
-                    return Err(cx.err(
-                        key,
-                        format!("{n} copies would serve nobody; allowed: {allowed}"),
-                    ));
+                    return Err(cx.err(key, format!("{n} copies would serve nobody; allowed: {allowed}")));
                 }
                 if n > MAX_COPIES {
                     return Err(cx.err(key, format!("{n} is too many; allowed: {allowed}")));
@@ -321,11 +285,7 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
                 let s = cx.string(key, v, &allowed)?;
                 match LbPolicy::parse(s.trim()) {
                     Some(p) => lb_policy = Some(p),
-                    None => {
-                        return Err(
-                            cx.err(key, format!("{s:?} is not a policy; allowed: {allowed}"))
-                        )
-                    }
+                    None => return Err(cx.err(key, format!("{s:?} is not a policy; allowed: {allowed}"))),
                 }
             }
             "restart-policy" => {
@@ -333,11 +293,7 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
                 let s = cx.string(key, v, &allowed)?;
                 match RestartPolicy::parse(s.trim()) {
                     Some(p) => restart_policy = Some(p),
-                    None => {
-                        return Err(
-                            cx.err(key, format!("{s:?} is not a policy; allowed: {allowed}"))
-                        )
-                    }
+                    None => return Err(cx.err(key, format!("{s:?} is not a policy; allowed: {allowed}"))),
                 }
             }
             "drain-timeout" => drain_timeout_ms = Some(cx.long_duration(key, v)?),
@@ -346,16 +302,10 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
                 let allowed = format!("more than 0 and at most 30s: {DURATION_ALLOWED}");
                 let ms = cx.duration(key, v, &allowed)?;
                 if ms == 0 {
-                    return Err(cx.err(
-                        key,
-                        format!("0 would never wait for the app; allowed: {allowed}"),
-                    ));
+                    return Err(cx.err(key, format!("0 would never wait for the app; allowed: {allowed}")));
                 }
                 if ms > MAX_REQUEST_TIMEOUT_MS {
-                    return Err(cx.err(
-                        key,
-                        format!("{} is longer than 30s; allowed: {allowed}", shown_scalar(v)),
-                    ));
+                    return Err(cx.err(key, format!("{} is longer than 30s; allowed: {allowed}", shown_scalar(v))));
                 }
                 request_timeout_ms = Some(ms);
             }
@@ -375,14 +325,8 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
                 if s.contains('/') || s.starts_with('~') {
                     let p = resolve(&dir, s);
                     if !p.is_file() {
-                        let what = if p.exists() {
-                            "is not a file"
-                        } else {
-                            "does not exist"
-                        };
-                        return Err(
-                            cx.err(key, format!("{} {what}; allowed: {allowed}", p.display()))
-                        );
+                        let what = if p.exists() { "is not a file" } else { "does not exist" };
+                        return Err(cx.err(key, format!("{} {what}; allowed: {allowed}", p.display())));
                     }
                     r_path = Some(p.to_string_lossy().into_owned());
                 } else {
@@ -394,11 +338,7 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
     }
 
     let Some(name) = name else {
-        return Err(cx.at(
-            first_content_line(text),
-            Some("app-name"),
-            format!("missing; it is required: the app's name, {NAME_ALLOWED}"),
-        ));
+        return Err(cx.at(first_content_line(text), Some("app-name"), format!("missing; it is required: the app's name, {NAME_ALLOWED}")));
     };
     let Some(port) = port else {
         return Err(cx.at(
@@ -417,11 +357,7 @@ pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
     let entrypoint = entrypoint.unwrap_or_else(|| "app.R".to_string());
     let entry_path = working_dir.join(&entrypoint);
     if !entry_path.is_file() {
-        let what = if entry_path.is_dir() {
-            "is a folder, not a file"
-        } else {
-            "does not exist"
-        };
+        let what = if entry_path.is_dir() { "is a folder, not a file" } else { "does not exist" };
         return Err(cx.err(
             "entrypoint-file",
             format!(
@@ -490,12 +426,7 @@ struct Cx<'a> {
 impl Cx<'_> {
     /// An error at an explicit line.
     fn at(&self, line: usize, key: Option<&str>, message: String) -> ManifestError {
-        ManifestError {
-            file: self.file.to_path_buf(),
-            line: Some(line),
-            key: key.map(str::to_string),
-            message,
-        }
+        ManifestError { file: self.file.to_path_buf(), line: Some(line), key: key.map(str::to_string), message }
     }
 
     /// An error about a top-level key, at its line (or the document's first
@@ -507,10 +438,7 @@ impl Cx<'_> {
 
     /// "X is not accepted; allowed: …"
     fn wrong_type(&self, key: &str, v: &serde_yaml::Value, allowed: &str) -> ManifestError {
-        self.err(
-            key,
-            format!("{} is not accepted; allowed: {allowed}", describe(v)),
-        )
+        self.err(key, format!("{} is not accepted; allowed: {allowed}", describe(v)))
     }
 
     fn unknown(&self, key: &str) -> ManifestError {
@@ -542,27 +470,14 @@ impl Cx<'_> {
             return self.at(
                 line.unwrap_or(1),
                 None,
-                "the file holds more than one YAML document (`---`); allowed: one app a file"
-                    .to_string(),
+                "the file holds more than one YAML document (`---`); allowed: one app a file".to_string(),
             );
         }
         if let Some(rest) = msg.strip_prefix("duplicate entry with key \"") {
             if let Some(key) = rest.split('"').next() {
-                let second = self
-                    .text
-                    .lines()
-                    .enumerate()
-                    .filter(|(_, l)| line_of_key(l, key).is_some())
-                    .map(|(i, _)| i + 1)
-                    .nth(1);
-                let line = second
-                    .or_else(|| e.location().map(|l| l.line()))
-                    .unwrap_or(1);
-                return self.at(
-                    line,
-                    Some(key),
-                    "is given twice; allowed: each key once".to_string(),
-                );
+                let second = self.text.lines().enumerate().filter(|(_, l)| line_of_key(l, key).is_some()).map(|(i, _)| i + 1).nth(1);
+                let line = second.or_else(|| e.location().map(|l| l.line())).unwrap_or(1);
+                return self.at(line, Some(key), "is given twice; allowed: each key once".to_string());
             }
         }
         let line = e.location().map(|l| l.line()).unwrap_or(1);
@@ -577,12 +492,7 @@ impl Cx<'_> {
     }
 
     /// Text: a string, or a whole number written bare (`app-group: 2024`).
-    fn string(
-        &self,
-        key: &str,
-        v: &serde_yaml::Value,
-        allowed: &str,
-    ) -> Result<String, ManifestError> {
+    fn string(&self, key: &str, v: &serde_yaml::Value, allowed: &str) -> Result<String, ManifestError> {
         match v {
             serde_yaml::Value::String(s) => Ok(s.clone()),
             serde_yaml::Value::Number(n) if n.is_u64() || n.is_i64() => Ok(n.to_string()),
@@ -590,12 +500,7 @@ impl Cx<'_> {
         }
     }
 
-    fn nonempty_string(
-        &self,
-        key: &str,
-        v: &serde_yaml::Value,
-        allowed: &str,
-    ) -> Result<String, ManifestError> {
+    fn nonempty_string(&self, key: &str, v: &serde_yaml::Value, allowed: &str) -> Result<String, ManifestError> {
         let s = self.string(key, v, allowed)?;
         if s.trim().is_empty() {
             return Err(self.err(key, format!("is empty; allowed: {allowed}")));
@@ -607,10 +512,7 @@ impl Cx<'_> {
     fn name(&self, key: &str, v: &serde_yaml::Value) -> Result<String, ManifestError> {
         let s = self.string(key, v, NAME_ALLOWED)?;
         if !valid_name(&s) {
-            return Err(self.err(
-                key,
-                format!("{s:?} is not a valid name; allowed: {NAME_ALLOWED}"),
-            ));
+            return Err(self.err(key, format!("{s:?} is not a valid name; allowed: {NAME_ALLOWED}")));
         }
         Ok(s)
     }
@@ -634,12 +536,7 @@ impl Cx<'_> {
 
     /// A duration in ms: a bare whole number of seconds, or a string
     /// [`parse_duration`] accepts.
-    fn duration(
-        &self,
-        key: &str,
-        v: &serde_yaml::Value,
-        allowed: &str,
-    ) -> Result<u64, ManifestError> {
+    fn duration(&self, key: &str, v: &serde_yaml::Value, allowed: &str) -> Result<u64, ManifestError> {
         let ms = match v {
             serde_yaml::Value::Number(n) => n.as_u64().and_then(|s| s.checked_mul(1000)),
             serde_yaml::Value::String(s) => parse_duration(s),
@@ -653,10 +550,7 @@ impl Cx<'_> {
         let allowed = format!("{DURATION_ALLOWED}, at most 8760h (a year)");
         let ms = self.duration(key, v, &allowed)?;
         if ms > MAX_LONG_DURATION_MS {
-            return Err(self.err(
-                key,
-                format!("{} is too long; allowed: {allowed}", shown_scalar(v)),
-            ));
+            return Err(self.err(key, format!("{} is too long; allowed: {allowed}", shown_scalar(v))));
         }
         Ok(ms)
     }
@@ -665,11 +559,7 @@ impl Cx<'_> {
         if p.is_dir() {
             return Ok(());
         }
-        let what = if p.exists() {
-            "is not a folder"
-        } else {
-            "does not exist"
-        };
+        let what = if p.exists() { "is not a folder" } else { "does not exist" };
         Err(self.err(
             key,
             format!(
@@ -682,20 +572,13 @@ impl Cx<'_> {
 
     fn check_state_file(&self, key: &str, p: &Path, allowed: &str) -> Result<(), ManifestError> {
         if p.is_dir() {
-            return Err(self.err(
-                key,
-                format!("{} is a folder; allowed: {allowed}", p.display()),
-            ));
+            return Err(self.err(key, format!("{} is a folder; allowed: {allowed}", p.display())));
         }
         if let Some(parent) = p.parent() {
             if !parent.is_dir() {
-                return Err(self.err(
-                    key,
-                    format!(
-                        "the folder {} does not exist; allowed: {allowed}, in an existing folder",
-                        parent.display()
-                    ),
-                ));
+                return Err(
+                    self.err(key, format!("the folder {} does not exist; allowed: {allowed}, in an existing folder", parent.display()))
+                );
             }
         }
         Ok(())
@@ -704,11 +587,7 @@ impl Cx<'_> {
     /// `env`: a mapping of variable names to text. Numbers and true/false
     /// are taken as written (`PORT: 8080` → "8080"); lists, mappings and
     /// empty values are refused.
-    fn env(
-        &self,
-        key: &str,
-        v: &serde_yaml::Value,
-    ) -> Result<BTreeMap<String, String>, ManifestError> {
+    fn env(&self, key: &str, v: &serde_yaml::Value) -> Result<BTreeMap<String, String>, ManifestError> {
         let allowed = "a mapping of variable names to text, such as `env: {DB_HOST: db.local}` \
                        or one `NAME: value` a line, indented under env";
         let map = match v {
@@ -724,14 +603,7 @@ impl Cx<'_> {
                 serde_yaml::Value::Number(n) => n.to_string(),
                 serde_yaml::Value::Bool(b) => b.to_string(),
                 other => {
-                    return Err(self.at(
-                        env_line,
-                        Some(key),
-                        format!(
-                            "{} is not a variable name; allowed: {allowed}",
-                            describe(other)
-                        ),
-                    ))
+                    return Err(self.at(env_line, Some(key), format!("{} is not a variable name; allowed: {allowed}", describe(other))))
                 }
             };
             let line = nested_key_line(self.text, env_line, &name).unwrap_or(env_line);
@@ -747,12 +619,7 @@ impl Cx<'_> {
                 ));
             }
             if name == "SHINYCTL_COPY" || name == "SHINYCTL_SCRATCH" {
-                return Err(self.at(
-                    line,
-                    Some(&full),
-                    "is set by shinyctl for each copy; allowed: any other variable name"
-                        .to_string(),
-                ));
+                return Err(self.at(line, Some(&full), "is set by shinyctl for each copy; allowed: any other variable name".to_string()));
             }
             let value = match val {
                 serde_yaml::Value::String(s) => s.clone(),
@@ -764,36 +631,22 @@ impl Cx<'_> {
                         .lines()
                         .nth(line - 1)
                         .and_then(|l| raw_value_after_key(l, &name))
-                        .filter(|raw| {
-                            serde_yaml::from_str::<serde_yaml::Value>(raw).ok().as_ref()
-                                == Some(val)
-                        });
+                        .filter(|raw| serde_yaml::from_str::<serde_yaml::Value>(raw).ok().as_ref() == Some(val));
                     as_written.unwrap_or_else(|| shown_scalar(val))
                 }
                 serde_yaml::Value::Null => {
-                    return Err(self.at(
-                        line,
-                        Some(&full),
-                        "has no value; allowed: text (write \"\" for an empty value)".to_string(),
-                    ))
+                    return Err(self.at(line, Some(&full), "has no value; allowed: text (write \"\" for an empty value)".to_string()))
                 }
                 other => {
                     return Err(self.at(
                         line,
                         Some(&full),
-                        format!(
-                            "{} is not accepted; allowed: text, a number or true/false",
-                            describe(other)
-                        ),
+                        format!("{} is not accepted; allowed: text, a number or true/false", describe(other)),
                     ))
                 }
             };
             if value.contains('\0') {
-                return Err(self.at(
-                    line,
-                    Some(&full),
-                    "holds a NUL character; allowed: text without NUL".to_string(),
-                ));
+                return Err(self.at(line, Some(&full), "holds a NUL character; allowed: text without NUL".to_string()));
             }
             out.insert(name, value);
         }
@@ -830,16 +683,13 @@ fn valid_name(s: &str) -> bool {
     !b.is_empty()
         && b.len() <= MAX_NAME_LEN
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`.
 fn valid_env_name(s: &str) -> bool {
     let b = s.as_bytes();
-    !b.is_empty()
-        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+    !b.is_empty() && (b[0].is_ascii_alphabetic() || b[0] == b'_') && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
 }
 
 /// The closest allowed key to a misspelt one, if any is close.
@@ -853,11 +703,7 @@ fn suggest(key: &str) -> Option<&'static str> {
     if ends.len() == 1 {
         return Some(ends[0]);
     }
-    KEYS.iter()
-        .map(|x| (levenshtein(&k, x), *x))
-        .filter(|(d, _)| *d <= 2)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, x)| x)
+    KEYS.iter().map(|x| (levenshtein(&k, x), *x)).filter(|(d, _)| *d <= 2).min_by_key(|(d, _)| *d).map(|(_, x)| x)
 }
 
 fn levenshtein(a: &str, b: &str) -> usize {
@@ -883,10 +729,7 @@ fn is_blank_or_comment(l: &str) -> bool {
 /// The first line that is not blank, a comment or a document marker: where
 /// the document's mapping starts (1 for an empty file).
 fn first_content_line(text: &str) -> usize {
-    text.lines()
-        .position(|l| !is_blank_or_comment(l) && !l.starts_with("---") && !l.starts_with('%'))
-        .map(|i| i + 1)
-        .unwrap_or(1)
+    text.lines().position(|l| !is_blank_or_comment(l) && !l.starts_with("---") && !l.starts_with('%')).map(|i| i + 1).unwrap_or(1)
 }
 
 /// The 1-based line of a top-level key: bare at column 0 ([`line_of_key`]),
@@ -896,11 +739,7 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
     line_of_key(text, key)
         .or_else(|| line_of_key(text, &format!("\"{key}\"")))
         .or_else(|| line_of_key(text, &format!("'{key}'")))
-        .or_else(|| {
-            text.lines()
-                .position(|l| !l.trim_start().starts_with('#') && key_token_at(l, key).is_some())
-                .map(|i| i + 1)
-        })
+        .or_else(|| text.lines().position(|l| !l.trim_start().starts_with('#') && key_token_at(l, key).is_some()).map(|i| i + 1))
 }
 
 /// Where the text after `key:` begins on line `l`, when `l` holds `key`
@@ -914,10 +753,7 @@ fn key_token_at(l: &str, key: &str) -> Option<usize> {
         let end = start + key.len();
         from = start + step;
         let before = l[..start].trim_end();
-        let before = before
-            .strip_suffix(['"', '\''])
-            .map(str::trim_end)
-            .unwrap_or(before);
+        let before = before.strip_suffix(['"', '\'']).map(str::trim_end).unwrap_or(before);
         if !(before.is_empty() || before.ends_with('{') || before.ends_with(',')) {
             continue;
         }
@@ -972,13 +808,7 @@ fn raw_value_after_key(l: &str, key: &str) -> Option<String> {
 
 /// `path` made absolute (against the current folder) without `.` parts.
 fn absolute(path: &Path) -> PathBuf {
-    let p = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .unwrap_or_else(|_| PathBuf::from("/"))
-            .join(path)
-    };
+    let p = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")).join(path) };
     clean(&p)
 }
 
@@ -995,20 +825,12 @@ fn resolve(base: &Path, s: &str) -> PathBuf {
 }
 
 fn clean(p: &Path) -> PathBuf {
-    p.components()
-        .filter(|c| !matches!(c, std::path::Component::CurDir))
-        .collect()
+    p.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect()
 }
 
 /// The 1-based line where top-level `key:` stands in `text`, if it does.
 pub fn line_of_key(text: &str, key: &str) -> Option<usize> {
-    text.lines()
-        .position(|l| {
-            l.strip_prefix(key)
-                .map(|rest| rest.trim_start().starts_with(':'))
-                .unwrap_or(false)
-        })
-        .map(|i| i + 1)
+    text.lines().position(|l| l.strip_prefix(key).map(|rest| rest.trim_start().starts_with(':')).unwrap_or(false)).map(|i| i + 1)
 }
 
 #[cfg(test)]
@@ -1022,10 +844,7 @@ mod tests {
     impl TestDir {
         fn new() -> TestDir {
             static N: AtomicU32 = AtomicU32::new(0);
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos();
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
             let p = std::env::temp_dir().join(format!(
                 "shinyctl-manifest-test-{}-{}-{nanos}",
                 std::process::id(),
@@ -1047,10 +866,7 @@ mod tests {
             let e = self.parse(text).expect_err("should be refused");
             let shown = e.to_string();
             let prefix = format!("{}:{line}: {key}: ", self.manifest().display());
-            assert!(
-                shown.starts_with(&prefix),
-                "{shown:?} does not start with {prefix:?}"
-            );
+            assert!(shown.starts_with(&prefix), "{shown:?} does not start with {prefix:?}");
             assert_eq!(e.line, Some(line), "{shown}");
             assert_eq!(e.key.as_deref(), Some(key), "{shown}");
             for w in wants {
@@ -1137,21 +953,8 @@ r-path: bin/R
         assert_eq!(s.lb_policy, LbPolicy::RoundRobin);
         assert_eq!(s.drain_timeout_ms, 3_600_000);
         assert_eq!(s.restart_policy, RestartPolicy::OnFailure);
-        let env: Vec<(&str, &str)> = s
-            .env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        assert_eq!(
-            env,
-            vec![
-                ("DB_HOST", "db.local"),
-                ("DEBUG", "true"),
-                ("EMPTY", ""),
-                ("VERSION", "1.10"),
-                ("WORKERS", "4")
-            ]
-        );
+        let env: Vec<(&str, &str)> = s.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(env, vec![("DB_HOST", "db.local"), ("DEBUG", "true"), ("EMPTY", ""), ("VERSION", "1.10"), ("WORKERS", "4")]);
         assert_eq!(s.state_file, d.0.join("var/sales.json"));
         assert_eq!(s.idle_timeout_ms, 0);
         assert_eq!(s.request_timeout_ms, 500);
@@ -1188,11 +991,7 @@ r-path: bin/R
         assert_eq!(s.working_dir, d.0);
         assert_eq!(s.state_file, d.0.join("s.json"));
         // An empty env is no env.
-        assert!(d
-            .parse("app-name: a\nport: 1\nenv:\n")
-            .unwrap()
-            .env
-            .is_empty());
+        assert!(d.parse("app-name: a\nport: 1\nenv:\n").unwrap().env.is_empty());
     }
 
     #[test]
@@ -1202,28 +1001,11 @@ r-path: bin/R
             "app-name: hello\nport: 8080\nreplica: 2\n",
             3,
             "replica",
-            &[
-                "unknown key",
-                "allowed keys",
-                "app-name",
-                "warm-replicas",
-                "r-path",
-                "did you mean replicas?",
-            ],
+            &["unknown key", "allowed keys", "app-name", "warm-replicas", "r-path", "did you mean replicas?"],
         );
         assert!(msg.contains("request-timeout"));
-        d.refused(
-            "app-name: hello\nport: 8080\n\nworking_dir: .\n",
-            4,
-            "working_dir",
-            &["did you mean working-dir?"],
-        );
-        d.refused(
-            "name: hello\nport: 8080\n",
-            1,
-            "name",
-            &["did you mean app-name?"],
-        );
+        d.refused("app-name: hello\nport: 8080\n\nworking_dir: .\n", 4, "working_dir", &["did you mean working-dir?"]);
+        d.refused("name: hello\nport: 8080\n", 1, "name", &["did you mean app-name?"]);
     }
 
     #[test]
@@ -1235,155 +1017,46 @@ r-path: bin/R
             "replicas",
             &["\"two\"", "whole number", "at least 1", "at most 1000"],
         );
-        d.refused(
-            "app-name: hello\nport: \"abc\"\n",
-            2,
-            "port",
-            &["\"abc\"", "1-65535", "20000-29999"],
-        );
-        d.refused(
-            "app-name: hello\nport: 80.5\n",
-            2,
-            "port",
-            &["80.5", "1-65535"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nhost:\n  - a\n  - b\n",
-            3,
-            "host",
-            &["a list", "IP address"],
-        );
-        d.refused(
-            "app-name: [a]\nport: 8080\n",
-            1,
-            "app-name",
-            &["a list", "[a-z0-9][a-z0-9-]*"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nenv: [A, B]\n",
-            3,
-            "env",
-            &["a list", "mapping of variable names"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nwarm-replicas: -1\n",
-            3,
-            "warm-replicas",
-            &["-1", "0 or more"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nlb-policy: 3\n",
-            3,
-            "lb-policy",
-            &["least-conn, round-robin, random, first"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\ndrain-timeout: true\n",
-            3,
-            "drain-timeout",
-            &["true", "500ms", "30s", "15m", "1h"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nr-path:\n",
-            3,
-            "r-path",
-            &["empty value", "R executable"],
-        );
+        d.refused("app-name: hello\nport: \"abc\"\n", 2, "port", &["\"abc\"", "1-65535", "20000-29999"]);
+        d.refused("app-name: hello\nport: 80.5\n", 2, "port", &["80.5", "1-65535"]);
+        d.refused("app-name: hello\nport: 8080\nhost:\n  - a\n  - b\n", 3, "host", &["a list", "IP address"]);
+        d.refused("app-name: [a]\nport: 8080\n", 1, "app-name", &["a list", "[a-z0-9][a-z0-9-]*"]);
+        d.refused("app-name: hello\nport: 8080\nenv: [A, B]\n", 3, "env", &["a list", "mapping of variable names"]);
+        d.refused("app-name: hello\nport: 8080\nwarm-replicas: -1\n", 3, "warm-replicas", &["-1", "0 or more"]);
+        d.refused("app-name: hello\nport: 8080\nlb-policy: 3\n", 3, "lb-policy", &["least-conn, round-robin, random, first"]);
+        d.refused("app-name: hello\nport: 8080\ndrain-timeout: true\n", 3, "drain-timeout", &["true", "500ms", "30s", "15m", "1h"]);
+        d.refused("app-name: hello\nport: 8080\nr-path:\n", 3, "r-path", &["empty value", "R executable"]);
     }
 
     #[test]
     fn env_entries() {
         let d = TestDir::new();
         let base = "app-name: hello\nport: 8080\nenv:\n  GOOD: 1\n";
-        d.refused(
-            &format!("{base}  BAD-NAME: x\n"),
-            5,
-            "env.BAD-NAME",
-            &["[A-Za-z_][A-Za-z0-9_]*"],
-        );
-        d.refused(
-            &format!("{base}  # note\n  NESTED:\n    a: 1\n"),
-            6,
-            "env.NESTED",
-            &["a mapping", "text"],
-        );
-        d.refused(
-            &format!("{base}  LIST: [1, 2]\n"),
-            5,
-            "env.LIST",
-            &["a list", "text"],
-        );
-        d.refused(
-            &format!("{base}  NOTHING:\n"),
-            5,
-            "env.NOTHING",
-            &["no value", "\"\""],
-        );
-        d.refused(
-            &format!("{base}  SHINYCTL_COPY: 3\n"),
-            5,
-            "env.SHINYCTL_COPY",
-            &["set by shinyctl"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nenv: {A: 1, 9X: 2}\n",
-            3,
-            "env.9X",
-            &["variable name"],
-        );
+        d.refused(&format!("{base}  BAD-NAME: x\n"), 5, "env.BAD-NAME", &["[A-Za-z_][A-Za-z0-9_]*"]);
+        d.refused(&format!("{base}  # note\n  NESTED:\n    a: 1\n"), 6, "env.NESTED", &["a mapping", "text"]);
+        d.refused(&format!("{base}  LIST: [1, 2]\n"), 5, "env.LIST", &["a list", "text"]);
+        d.refused(&format!("{base}  NOTHING:\n"), 5, "env.NOTHING", &["no value", "\"\""]);
+        d.refused(&format!("{base}  SHINYCTL_COPY: 3\n"), 5, "env.SHINYCTL_COPY", &["set by shinyctl"]);
+        d.refused("app-name: hello\nport: 8080\nenv: {A: 1, 9X: 2}\n", 3, "env.9X", &["variable name"]);
     }
 
     #[test]
     fn ports() {
         let d = TestDir::new();
-        for (p, what) in [
-            ("20000", "20000-29999"),
-            ("29999", "kept for the copies"),
-            ("0", "not a port"),
-            ("70000", "not a port"),
-        ] {
-            d.refused(
-                &format!("app-name: hello\n\nport: {p}\n"),
-                3,
-                "port",
-                &[what, "1-65535", p],
-            );
+        for (p, what) in [("20000", "20000-29999"), ("29999", "kept for the copies"), ("0", "not a port"), ("70000", "not a port")] {
+            d.refused(&format!("app-name: hello\n\nport: {p}\n"), 3, "port", &[what, "1-65535", p]);
         }
-        assert_eq!(
-            d.parse("app-name: hello\nport: 19999\n").unwrap().port,
-            19999
-        );
-        assert_eq!(
-            d.parse("app-name: hello\nport: 65535\n").unwrap().port,
-            65535
-        );
-        assert_eq!(
-            d.parse("app-name: hello\nport: 30000\n").unwrap().port,
-            30000
-        );
+        assert_eq!(d.parse("app-name: hello\nport: 19999\n").unwrap().port, 19999);
+        assert_eq!(d.parse("app-name: hello\nport: 65535\n").unwrap().port, 65535);
+        assert_eq!(d.parse("app-name: hello\nport: 30000\n").unwrap().port, 30000);
     }
 
     #[test]
     fn replicas_zero() {
         let d = TestDir::new();
-        d.refused(
-            "app-name: hello\nport: 8080\nreplicas: 0\n",
-            3,
-            "replicas",
-            &["0", "at least 1"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nreplicas: 5000\n",
-            3,
-            "replicas",
-            &["too many", "at most 1000"],
-        );
-        assert_eq!(
-            d.parse("app-name: hello\nport: 8080\nwarm-replicas: 0\n")
-                .unwrap()
-                .warm_replicas,
-            0
-        );
+        d.refused("app-name: hello\nport: 8080\nreplicas: 0\n", 3, "replicas", &["0", "at least 1"]);
+        d.refused("app-name: hello\nport: 8080\nreplicas: 5000\n", 3, "replicas", &["too many", "at most 1000"]);
+        assert_eq!(d.parse("app-name: hello\nport: 8080\nwarm-replicas: 0\n").unwrap().warm_replicas, 0);
     }
 
     #[test]
@@ -1397,52 +1070,22 @@ r-path: bin/R
                 &["500ms", "30s", "15m", "1h", "whole number of seconds"],
             );
         }
-        d.refused(
-            "app-name: hello\nport: 8080\nidle-timeout: 9000h\n",
-            3,
-            "idle-timeout",
-            &["too long", "8760h"],
-        );
+        d.refused("app-name: hello\nport: 8080\nidle-timeout: 9000h\n", 3, "idle-timeout", &["too long", "8760h"]);
     }
 
     #[test]
     fn request_timeout_limits() {
         let d = TestDir::new();
-        d.refused(
-            "app-name: hello\nport: 8080\nrequest-timeout: 45s\n",
-            3,
-            "request-timeout",
-            &["45s", "longer than 30s", "at most 30s"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nrequest-timeout: 31\n",
-            3,
-            "request-timeout",
-            &["at most 30s"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nrequest-timeout: 0\n",
-            3,
-            "request-timeout",
-            &["more than 0"],
-        );
-        assert_eq!(
-            d.parse("app-name: hello\nport: 8080\nrequest-timeout: 30\n")
-                .unwrap()
-                .request_timeout_ms,
-            30_000
-        );
+        d.refused("app-name: hello\nport: 8080\nrequest-timeout: 45s\n", 3, "request-timeout", &["45s", "longer than 30s", "at most 30s"]);
+        d.refused("app-name: hello\nport: 8080\nrequest-timeout: 31\n", 3, "request-timeout", &["at most 30s"]);
+        d.refused("app-name: hello\nport: 8080\nrequest-timeout: 0\n", 3, "request-timeout", &["more than 0"]);
+        assert_eq!(d.parse("app-name: hello\nport: 8080\nrequest-timeout: 30\n").unwrap().request_timeout_ms, 30_000);
     }
 
     #[test]
     fn bad_policies() {
         let d = TestDir::new();
-        d.refused(
-            "app-name: hello\nport: 8080\nlb-policy: fastest\n",
-            3,
-            "lb-policy",
-            &["\"fastest\"", LbPolicy::ALLOWED],
-        );
+        d.refused("app-name: hello\nport: 8080\nlb-policy: fastest\n", 3, "lb-policy", &["\"fastest\"", LbPolicy::ALLOWED]);
         d.refused(
             "app-name: hello\nport: 8080\nrestart-policy: sometimes\n",
             3,
@@ -1454,32 +1097,17 @@ r-path: bin/R
     #[test]
     fn bad_host() {
         let d = TestDir::new();
-        d.refused(
-            "app-name: hello\nport: 8080\nhost: localhost\n",
-            3,
-            "host",
-            &["not an IP address", "0.0.0.0", "127.0.0.1"],
-        );
+        d.refused("app-name: hello\nport: 8080\nhost: localhost\n", 3, "host", &["not an IP address", "0.0.0.0", "127.0.0.1"]);
     }
 
     #[test]
     fn missing_entrypoint_file() {
         let d = TestDir::new();
         let want = d.0.join("main.R").display().to_string();
-        d.refused(
-            "app-name: hello\nport: 8080\nentrypoint-file: main.R\n",
-            3,
-            "entrypoint-file",
-            &["missing entrypoint file", &want],
-        );
+        d.refused("app-name: hello\nport: 8080\nentrypoint-file: main.R\n", 3, "entrypoint-file", &["missing entrypoint file", &want]);
         fs::remove_file(d.0.join("app.R")).unwrap();
         let want = d.0.join("app.R").display().to_string();
-        d.refused(
-            "app-name: hello\nport: 8080\n",
-            1,
-            "entrypoint-file",
-            &["missing entrypoint file", &want, "default app.R"],
-        );
+        d.refused("app-name: hello\nport: 8080\n", 1, "entrypoint-file", &["missing entrypoint file", &want, "default app.R"]);
         d.refused(
             "app-name: hello\nport: 8080\nentrypoint-file: /etc/passwd\n",
             3,
@@ -1492,82 +1120,29 @@ r-path: bin/R
     fn missing_or_bad_folders() {
         let d = TestDir::new();
         let want = d.0.join("nope").display().to_string();
-        d.refused(
-            "app-name: hello\nport: 8080\nworking-dir: nope\n",
-            3,
-            "working-dir",
-            &[&want, "does not exist", "existing folder"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nworking-dir: app.R\n",
-            3,
-            "working-dir",
-            &["is not a folder"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nstate-file: nope/state.json\n",
-            3,
-            "state-file",
-            &[&want, "does not exist"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nstate-file: .\n",
-            3,
-            "state-file",
-            &["is a folder"],
-        );
-        d.refused(
-            "app-name: hello\nport: 8080\nr-path: ./nope/R\n",
-            3,
-            "r-path",
-            &["does not exist", "R executable"],
-        );
+        d.refused("app-name: hello\nport: 8080\nworking-dir: nope\n", 3, "working-dir", &[&want, "does not exist", "existing folder"]);
+        d.refused("app-name: hello\nport: 8080\nworking-dir: app.R\n", 3, "working-dir", &["is not a folder"]);
+        d.refused("app-name: hello\nport: 8080\nstate-file: nope/state.json\n", 3, "state-file", &[&want, "does not exist"]);
+        d.refused("app-name: hello\nport: 8080\nstate-file: .\n", 3, "state-file", &["is a folder"]);
+        d.refused("app-name: hello\nport: 8080\nr-path: ./nope/R\n", 3, "r-path", &["does not exist", "R executable"]);
     }
 
     #[test]
     fn bad_app_names() {
         let d = TestDir::new();
         for bad in ["Hello", "hello_world", "-hello", "hé", "\"\""] {
-            d.refused(
-                &format!("port: 8080\napp-name: {bad}\n"),
-                2,
-                "app-name",
-                &["not a valid name", "[a-z0-9][a-z0-9-]*"],
-            );
+            d.refused(&format!("port: 8080\napp-name: {bad}\n"), 2, "app-name", &["not a valid name", "[a-z0-9][a-z0-9-]*"]);
         }
-        d.refused(
-            &format!("port: 8080\napp-name: {}\n", "a".repeat(64)),
-            2,
-            "app-name",
-            &["at most 63"],
-        );
-        d.refused(
-            "app-name: ok\nport: 8080\napp-group: Team A\n",
-            3,
-            "app-group",
-            &["not a valid name"],
-        );
-        assert_eq!(
-            d.parse("app-name: 2048\nport: 8080\n").unwrap().name,
-            "2048"
-        );
+        d.refused(&format!("port: 8080\napp-name: {}\n", "a".repeat(64)), 2, "app-name", &["at most 63"]);
+        d.refused("app-name: ok\nport: 8080\napp-group: Team A\n", 3, "app-group", &["not a valid name"]);
+        assert_eq!(d.parse("app-name: 2048\nport: 8080\n").unwrap().name, "2048");
     }
 
     #[test]
     fn missing_required_keys() {
         let d = TestDir::new();
-        d.refused(
-            "# hello\nport: 8080\n",
-            2,
-            "app-name",
-            &["missing", "required", "[a-z0-9][a-z0-9-]*"],
-        );
-        d.refused(
-            "app-name: hello\n",
-            1,
-            "port",
-            &["missing", "required", "1-65535"],
-        );
+        d.refused("# hello\nport: 8080\n", 2, "app-name", &["missing", "required", "[a-z0-9][a-z0-9-]*"]);
+        d.refused("app-name: hello\n", 1, "port", &["missing", "required", "1-65535"]);
     }
 
     #[test]
@@ -1579,33 +1154,17 @@ r-path: bin/R
             ("# only a comment\n", 1, "empty"),
             ("- app-name: hello\n", 1, "not a list"),
             ("hello\n", 1, "mapping"),
-            (
-                "app-name: hello\nport: 8080\n  bad: indent\n",
-                3,
-                "not valid YAML",
-            ),
+            ("app-name: hello\nport: 8080\n  bad: indent\n", 3, "not valid YAML"),
             ("app-name: hello\nport: [8080\n", 3, "not valid YAML"),
             ("app-name: hello\n\tport: 8080\n", 2, "not valid YAML"),
-            (
-                "app-name: a\nport: 1\n---\napp-name: b\nport: 2\n",
-                3,
-                "one app a file",
-            ),
+            ("app-name: a\nport: 1\n---\napp-name: b\nport: 2\n", 3, "one app a file"),
         ] {
             let e = d.parse(text).expect_err(text);
             let shown = e.to_string();
-            assert!(
-                shown.starts_with(&format!("{file}:{line}: ")),
-                "{text:?}: {shown}"
-            );
+            assert!(shown.starts_with(&format!("{file}:{line}: ")), "{text:?}: {shown}");
             assert!(shown.contains(want), "{text:?}: {shown}");
         }
-        d.refused(
-            "app-name: hello\nport: 8080\nport: 8081\n",
-            3,
-            "port",
-            &["twice"],
-        );
+        d.refused("app-name: hello\nport: 8080\nport: 8081\n", 3, "port", &["twice"]);
         let e = d.parse("app-name: hello\nport: 8080\n1: x\n").unwrap_err();
         assert_eq!(e.line, Some(3), "{e}");
         assert!(e.to_string().contains("allowed keys"), "{e}");
@@ -1631,18 +1190,7 @@ r-path: bin/R
         assert_eq!(parse_duration("0"), Some(0));
         assert_eq!(parse_duration("45"), Some(45_000));
         assert_eq!(parse_duration(" 2s "), Some(2000));
-        for bad in [
-            "",
-            "ms",
-            "1.5s",
-            "-1",
-            "+1",
-            "1 s",
-            "1d",
-            "1h30m",
-            "99999999999999999999",
-            "18446744073709551615h",
-        ] {
+        for bad in ["", "ms", "1.5s", "-1", "+1", "1 s", "1d", "1h30m", "99999999999999999999", "18446744073709551615h"] {
             assert_eq!(parse_duration(bad), None, "{bad:?}");
         }
     }
@@ -1655,9 +1203,6 @@ r-path: bin/R
         assert_eq!(key_line(text, "app-name"), Some(4));
         assert_eq!(key_line(text, "host"), None);
         assert_eq!(key_line("é: 1\n", "é"), Some(1));
-        assert_eq!(
-            raw_value_after_key("  V: 1.10 # the version", "V").as_deref(),
-            Some("1.10")
-        );
+        assert_eq!(raw_value_after_key("  V: 1.10 # the version", "V").as_deref(), Some("1.10"));
     }
 }

@@ -142,13 +142,7 @@ pub fn tree_rss_bytes(pid: u32) -> Option<u64> {
         return None;
     }
     let own = rss_bytes(pid)?;
-    Some(
-        own + tree
-            .iter()
-            .skip(1)
-            .filter_map(|&p| rss_bytes(p))
-            .sum::<u64>(),
-    )
+    Some(own + tree.iter().skip(1).filter_map(|&p| rss_bytes(p)).sum::<u64>())
 }
 
 // ---------------------------------------------------------------------------
@@ -221,19 +215,14 @@ fn socket_inodes_of(pid: u32) -> HashSet<u64> {
 
 /// `socket:[123]` → 123.
 fn parse_socket_link(link: &str) -> Option<u64> {
-    link.strip_prefix("socket:[")?
-        .strip_suffix(']')?
-        .parse()
-        .ok()
+    link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
 }
 
 /// True when `pid` or one of its descendants has socket `inode` open
 /// (an fd linking to `socket:[inode]`).
 #[cfg(test)]
 pub fn owns_socket(pid: u32, inode: u64) -> bool {
-    descendants(pid)
-        .into_iter()
-        .any(|p| socket_inodes_of(p).contains(&inode))
+    descendants(pid).into_iter().any(|p| socket_inodes_of(p).contains(&inode))
 }
 
 /// Who listens on a port, as seen from a process tree.
@@ -257,10 +246,7 @@ pub fn port_owned_by(port: u16, pid: u32) -> PortOwner {
     if inodes.is_empty() {
         return PortOwner::Free;
     }
-    let ours: HashSet<u64> = descendants(pid)
-        .into_iter()
-        .flat_map(socket_inodes_of)
-        .collect();
+    let ours: HashSet<u64> = descendants(pid).into_iter().flat_map(socket_inodes_of).collect();
     if inodes.iter().all(|i| ours.contains(i)) {
         PortOwner::Ours
     } else {
@@ -271,7 +257,6 @@ pub fn port_owned_by(port: u16, pid: u32) -> PortOwner {
 // ---------------------------------------------------------------------------
 // Clocks and times
 // ---------------------------------------------------------------------------
-
 
 /// Days since 1970-01-01 → (year, month 1-12, day 1-31), proleptic
 /// Gregorian (Howard Hinnant's civil_from_days).
@@ -336,11 +321,7 @@ pub fn local_rfc3339(unix_ms: u64) -> String {
 /// as using nothing); 0 shows `0M`. Large values stay in M (`10240M`).
 pub fn format_mem(bytes: u64) -> String {
     const MIB: u64 = 1024 * 1024;
-    let mib = if bytes == 0 {
-        0
-    } else {
-        ((bytes / MIB) + u64::from(bytes % MIB >= MIB / 2)).max(1)
-    };
+    let mib = if bytes == 0 { 0 } else { ((bytes / MIB) + u64::from(bytes % MIB >= MIB / 2)).max(1) };
     format!("{mib}M")
 }
 
@@ -362,19 +343,14 @@ mod tests {
         let me = std::process::id();
         let t = start_ticks(me).expect("own stat");
         assert!(is_alive(me, t));
-        assert!(
-            !is_alive(me, t + 1),
-            "another start time is another process"
-        );
+        assert!(!is_alive(me, t + 1), "another start time is another process");
         assert_eq!(start_ticks(u32::MAX), None);
         assert!(!is_alive(u32::MAX, t));
     }
 
     #[test]
     fn zombie_is_not_alive() {
-        let child = std::process::Command::new("true")
-            .spawn()
-            .expect("spawn true");
+        let child = std::process::Command::new("true").spawn().expect("spawn true");
         let pid = child.id();
         let ticks = start_ticks(pid);
         // Not waited for: once it exits it stays a zombie until reaped.
@@ -392,10 +368,7 @@ mod tests {
     #[test]
     fn descendants_include_self_and_children() {
         let me = std::process::id();
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
-            .spawn()
-            .expect("spawn sleep");
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().expect("spawn sleep");
         let d = descendants(me);
         assert_eq!(d.first(), Some(&me));
         assert!(d.contains(&child.id()), "{d:?} lacks {}", child.id());
@@ -406,15 +379,7 @@ mod tests {
 
     #[test]
     fn descendants_in_walks_the_tree() {
-        let procs = [
-            (1, 0),
-            (10, 1),
-            (11, 10),
-            (12, 11),
-            (20, 1),
-            (30, 30),
-            (13, 10),
-        ];
+        let procs = [(1, 0), (10, 1), (11, 10), (12, 11), (20, 1), (30, 30), (13, 10)];
         assert_eq!(descendants_in(10, &procs), vec![10, 11, 13, 12]);
         assert_eq!(descendants_in(12, &procs), vec![12]);
         assert_eq!(descendants_in(30, &procs), vec![30]);
@@ -476,10 +441,7 @@ mod tests {
         // (its tree is itself), so for it the port is someone else's.
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
-            .spawn()
-            .unwrap();
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
         // The child inherits no fds from Rust's std (CLOEXEC), so it owns nothing.
         assert_eq!(port_owned_by(port, child.id()), PortOwner::Other);
         child.kill().unwrap();
@@ -493,18 +455,9 @@ mod tests {
         // 2026-10-27T08:00:01Z
         let ms = 1_793_088_001_000 + 999;
         assert_eq!(rfc3339_at_offset(ms, 7200), "2026-10-27T10:00:01+02:00");
-        assert_eq!(
-            rfc3339_at_offset(ms, -(3 * 3600 + 1800)),
-            "2026-10-27T04:30:01-03:30"
-        );
-        assert_eq!(
-            rfc3339_at_offset(951_782_400_000, 0),
-            "2000-02-29T00:00:00+00:00"
-        );
-        assert_eq!(
-            rfc3339_at_offset(1_704_067_199_000, 0),
-            "2023-12-31T23:59:59+00:00"
-        );
+        assert_eq!(rfc3339_at_offset(ms, -(3 * 3600 + 1800)), "2026-10-27T04:30:01-03:30");
+        assert_eq!(rfc3339_at_offset(951_782_400_000, 0), "2000-02-29T00:00:00+00:00");
+        assert_eq!(rfc3339_at_offset(1_704_067_199_000, 0), "2023-12-31T23:59:59+00:00");
     }
 
     #[test]
@@ -513,27 +466,15 @@ mod tests {
         let s = local_rfc3339(ms);
         let b = s.as_bytes();
         assert_eq!(s.len(), 25, "{s}");
-        for (i, c) in [
-            (4, b'-'),
-            (7, b'-'),
-            (10, b'T'),
-            (13, b':'),
-            (16, b':'),
-            (22, b':'),
-        ] {
+        for (i, c) in [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':'), (22, b':')] {
             assert_eq!(b[i], c, "{s}");
         }
         assert!(b[19] == b'+' || b[19] == b'-', "{s}");
         assert!(!s.contains('Z'));
-        for i in [
-            0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 23, 24,
-        ] {
+        for i in [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 23, 24] {
             assert!(b[i].is_ascii_digit(), "{s}");
         }
-        assert_eq!(
-            s,
-            rfc3339_at_offset(ms, local_offset_secs(ms as i64 / 1000))
-        );
+        assert_eq!(s, rfc3339_at_offset(ms, local_offset_secs(ms as i64 / 1000)));
     }
 
     #[test]

@@ -13,8 +13,8 @@ use crate::model::LogsReply;
 pub fn run(home: &Home, app: &str, copy: u32, follow: bool) -> anyhow::Result<()> {
     let bytes = super::call(home, Method::GET, &format!("/v1/apps/{app}/logs?copy={copy}"), None)?;
     let reply: LogsReply = serde_json::from_slice(&bytes)?;
-    let mut file = std::fs::File::open(&reply.path)
-        .map_err(|e| anyhow::anyhow!("{}: {e} (copy {copy} may not have started yet)", reply.path))?;
+    let mut file =
+        std::fs::File::open(&reply.path).map_err(|e| anyhow::anyhow!("{}: {e} (copy {copy} may not have started yet)", reply.path))?;
     let mut out = std::io::stdout().lock();
     let mut pos = std::io::copy(&mut file, &mut out)?;
     out.flush()?;

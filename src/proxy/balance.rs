@@ -38,14 +38,7 @@ pub fn pick(policy: LbPolicy, copies: &[Candidate], need: Need, rr: usize, rando
 
 /// [`pick`] over `len` copies described by `copy(i)`, so the caller need
 /// not gather them into a slice first (no allocation per request).
-pub fn pick_by(
-    policy: LbPolicy,
-    len: usize,
-    copy: impl Fn(usize) -> Candidate,
-    need: Need,
-    rr: usize,
-    random: u64,
-) -> Option<usize> {
+pub fn pick_by(policy: LbPolicy, len: usize, copy: impl Fn(usize) -> Candidate, need: Need, rr: usize, random: u64) -> Option<usize> {
     let (first, second) = match need {
         Need::NewVisitor => (Role::Active, Role::Warm),
         Need::StandIn => (Role::Warm, Role::Active),
@@ -54,14 +47,7 @@ pub fn pick_by(
 }
 
 /// Applies the policy to the copies of one role that are up.
-fn pick_role(
-    policy: LbPolicy,
-    len: usize,
-    copy: &impl Fn(usize) -> Candidate,
-    role: Role,
-    rr: usize,
-    random: u64,
-) -> Option<usize> {
+fn pick_role(policy: LbPolicy, len: usize, copy: &impl Fn(usize) -> Candidate, role: Role, rr: usize, random: u64) -> Option<usize> {
     let usable = || (0..len).map(|i| (i, copy(i))).filter(|(_, c)| c.role == role && !c.down);
     match policy {
         LbPolicy::First => usable().next().map(|(i, _)| i),

@@ -77,7 +77,8 @@ pub fn receive(path: &Path) -> io::Result<Inherited> {
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    let names: Vec<(String, u16)> = serde_json::from_slice(&buf[..len as usize]).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let names: Vec<(String, u16)> =
+        serde_json::from_slice(&buf[..len as usize]).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     if msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC) != 0 || names.len() != sockets.len() {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} names for {} sockets", names.len(), sockets.len())));
     }

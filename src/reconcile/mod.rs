@@ -215,12 +215,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
         for _ in current.len()..target {
             let copy = st.next_copy;
             st.next_copy += 1;
-            st.copies.push(CopyRecord {
-                copy,
-                revision: st.revision,
-                settings: settings.clone(),
-                ..CopyRecord::default()
-            });
+            st.copies.push(CopyRecord { copy, revision: st.revision, settings: settings.clone(), ..CopyRecord::default() });
         }
     }
 
@@ -367,11 +362,7 @@ fn by_age(st: &AppState, keep: impl Fn(&CopyRecord) -> bool) -> Vec<u32> {
 
 /// Active and warm among the copies that pass `keep`: the oldest `replicas` are active.
 fn roles_of(st: &AppState, replicas: u32, keep: impl Fn(&CopyRecord) -> bool) -> BTreeMap<u32, Role> {
-    by_age(st, keep)
-        .into_iter()
-        .enumerate()
-        .map(|(n, c)| (c, if n < replicas as usize { Role::Active } else { Role::Warm }))
-        .collect()
+    by_age(st, keep).into_iter().enumerate().map(|(n, c)| (c, if n < replicas as usize { Role::Active } else { Role::Warm })).collect()
 }
 
 /// Formats a span for people: `15m`, `4m30s`, `45s`, `1h`.
@@ -400,7 +391,10 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
         ));
         return out;
     }
-    let redeploying = state.copies.iter().any(|r| (r.revision != state.revision || r.settings != settings) && r.drain_started_ms.is_none() && r.stop_started_ms.is_none());
+    let redeploying = state
+        .copies
+        .iter()
+        .any(|r| (r.revision != state.revision || r.settings != settings) && r.drain_started_ms.is_none() && r.stop_started_ms.is_none());
     for rec in &state.copies {
         let seen = observed.copies.get(&rec.copy);
         let ready = matches!(seen.map(|s| s.process), Some(Process::Running { ready: true }));

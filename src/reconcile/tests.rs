@@ -258,10 +258,7 @@ fn a_redeploy_that_drains() {
     sim.at(105).ready(&[4]).cycle();
     assert_eq!(sim.roles(), "3:active 4:warm 1:draining");
     let notes = sim.notes();
-    assert_eq!(
-        notes,
-        vec!["hello: copy 1 is draining with 2 sessions; it stops when they end, or in 14m58s at the latest.".to_string()]
-    );
+    assert_eq!(notes, vec!["hello: copy 1 is draining with 2 sessions; it stops when they end, or in 14m58s at the latest.".to_string()]);
 
     sim.at(200).cycle();
     assert!(sim.actions().is_empty(), "still has sessions");
@@ -324,7 +321,8 @@ fn a_broken_version_never_takes_over() {
     let notes = sim.notes();
     assert_eq!(
         notes,
-        vec!["hello: copy 3 doesn't start: it exited with status 1 (once); the old copies keep serving. Its log: logs/default-hello@3.log".to_string()]
+        vec!["hello: copy 3 doesn't start: it exited with status 1 (once); the old copies keep serving. Its log: logs/default-hello@3.log"
+            .to_string()]
     );
     sim.at(13).cycle();
     assert_eq!(sim.actions(), vec![Action::Start(3)], "it is tried again after its backoff");

@@ -62,10 +62,7 @@ fn r_string(s: &str) -> String {
 /// The `-e` expression a copy runs.
 pub fn run_app_expr(spec: &AppSpec, port: u16) -> String {
     let app = spec.working_dir.join(&spec.entrypoint);
-    format!(
-        "shiny::runApp(appDir = {}, port = {port}L, host = '127.0.0.1', launch.browser = FALSE)",
-        r_string(&app.to_string_lossy())
-    )
+    format!("shiny::runApp(appDir = {}, port = {port}L, host = '127.0.0.1', launch.browser = FALSE)", r_string(&app.to_string_lossy()))
 }
 
 /// Starts a copy's process: R in its own session, output appended straight

@@ -27,8 +27,7 @@ type Reply = Response<Full<Bytes>>;
 
 /// True when a daemon answers on the home's socket.
 pub fn answers(home: &Home) -> bool {
-    uds::request_blocking(&home.api_sock(), Method::GET, "/v1/version", None, Duration::from_secs(2))
-        .is_ok_and(|(s, _)| s.is_success())
+    uds::request_blocking(&home.api_sock(), Method::GET, "/v1/version", None, Duration::from_secs(2)).is_ok_and(|(s, _)| s.is_success())
 }
 
 /// Binds api.sock (mode 0600), replacing a stale one.
@@ -185,11 +184,7 @@ async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
             .to_string()
     };
     // The app this manifest already is: the same manifest file, or the same name.
-    let existing = d
-        .apps
-        .iter()
-        .find(|(_, a)| !a.deleting && super::same_path(&a.spec.manifest, &spec.manifest))
-        .map(|(n, _)| n.clone());
+    let existing = d.apps.iter().find(|(_, a)| !a.deleting && super::same_path(&a.spec.manifest, &spec.manifest)).map(|(n, _)| n.clone());
     for (name, other) in d.apps.iter().filter(|(n, a)| Some(*n) != existing.as_ref() && !a.deleting) {
         if *name == spec.name {
             return error(
@@ -229,7 +224,10 @@ async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
             } else if restarts && d.apps.get(&spec.name).is_some_and(|a| a.state.asleep_since_ms.is_some()) {
                 format!("{}: changed how it starts; it is asleep and wakes with the new version.", spec.name)
             } else if restarts {
-                format!("{}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {}", spec.name, spec.name)
+                format!(
+                    "{}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {}",
+                    spec.name, spec.name
+                )
             } else {
                 format!("{}: updated without restarting any copy.", spec.name)
             }

@@ -362,10 +362,9 @@ impl Daemon {
                 Process::Running { ready }
             };
             let t = traffic.get(&rec.copy);
-            observed.copies.insert(
-                rec.copy,
-                Seen { process, connections: t.map_or(0, |t| t.connections), sessions: t.map_or(0, |t| t.sessions) },
-            );
+            observed
+                .copies
+                .insert(rec.copy, Seen { process, connections: t.map_or(0, |t| t.connections), sessions: t.map_or(0, |t| t.sessions) });
         }
         observed
     }

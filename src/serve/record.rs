@@ -25,8 +25,9 @@ pub fn lock_exclusive(path: &Path) -> io::Result<fs::File> {
 /// Reads registry.json (empty when there is none yet).
 pub fn load_registry(home: &Home) -> anyhow::Result<Registry> {
     match fs::read(home.registry()) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| anyhow::anyhow!("{}: {e}; move it aside to start afresh", home.registry().display())),
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}; move it aside to start afresh", home.registry().display()))
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Registry::default()),
         Err(e) => Err(anyhow::anyhow!("{}: {e}", home.registry().display())),
     }

@@ -81,10 +81,5 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
         })
         .collect();
     let proxy_pid = d.proxy.pid();
-    Ok(StatusReport {
-        daemon_pid: std::process::id(),
-        proxy_pid,
-        proxy_rss_bytes: proxy_pid.and_then(procfs::rss_bytes),
-        apps,
-    })
+    Ok(StatusReport { daemon_pid: std::process::id(), proxy_pid, proxy_rss_bytes: proxy_pid.and_then(procfs::rss_bytes), apps })
 }

@@ -153,9 +153,7 @@ fn a_shiny_session_runs_over_the_websocket_and_is_counted() {
     let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(row[8], "1", "SESSIONS column: {text}");
     session.close();
-    wait_until(Duration::from_secs(10), "SESSIONS back to 0", || {
-        env.copies("ws").iter().all(|c| c.sessions == 0).then_some(())
-    });
+    wait_until(Duration::from_secs(10), "SESSIONS back to 0", || env.copies("ws").iter().all(|c| c.sessions == 0).then_some(()));
 }
 
 #[test]

@@ -51,7 +51,11 @@ fn webdriver(port: u16, method: &str, path: &str, body: Option<&Value>) -> std::
     let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
     let mut rest = raw[head_end + 4..].to_vec();
     let header = |name: &str| {
-        head.lines().skip(1).filter_map(|l| l.split_once(':')).find(|(k, _)| k.trim().eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_string())
+        head.lines()
+            .skip(1)
+            .filter_map(|l| l.split_once(':'))
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_string())
     };
     let body = if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
         while rest.len() < len {
@@ -71,9 +75,8 @@ fn webdriver(port: u16, method: &str, path: &str, body: Option<&Value>) -> std::
             rest
         }
     };
-    serde_json::from_slice(&body).map_err(|e| {
-        std::io::Error::other(format!("{method} {path}: not JSON ({e}): {head}\n{}", String::from_utf8_lossy(&body)))
-    })
+    serde_json::from_slice(&body)
+        .map_err(|e| std::io::Error::other(format!("{method} {path}: not JSON ({e}): {head}\n{}", String::from_utf8_lossy(&body))))
 }
 
 /// Decodes a chunked HTTP body.

@@ -37,7 +37,10 @@ fn apply_starts_an_active_copy_and_a_warm_spare_of_real_r() {
     assert!(row[7].ends_with('M'), "MEM like 142M: {}", row[7]);
     assert_eq!(row[9], "-", "no crashes");
     assert!(row[10].len() == 25 && row[10].as_bytes()[10] == b'T', "STARTED like 2026-10-27T10:00:01+02:00: {}", row[10]);
-    assert!(text.contains("Memory: ") && text.contains("in 2 R processes (1 warm), plus ") && text.contains("M for the load balancer."), "{text}");
+    assert!(
+        text.contains("Memory: ") && text.contains("in 2 R processes (1 warm), plus ") && text.contains("M for the load balancer."),
+        "{text}"
+    );
 
     // A visitor reaches the real Shiny app on the manifest's port.
     let page = wait_http_ok(port, Duration::from_secs(10));

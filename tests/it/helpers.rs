@@ -207,11 +207,7 @@ impl Env {
         let rank = |r: &str| ["active", "warm", "draining"].iter().position(|x| *x == r).unwrap_or(3);
         let mut copies: Vec<Copy> = self.copies(app).into_iter().filter(|c| c.ready && c.role != "-").collect();
         copies.sort_by_key(|c| (rank(&c.role), c.copy));
-        copies
-            .iter()
-            .map(|c| format!("{}:{}", c.copy, c.role))
-            .collect::<Vec<_>>()
-            .join(" ")
+        copies.iter().map(|c| format!("{}:{}", c.copy, c.role)).collect::<Vec<_>>().join(" ")
     }
 
     /// Waits until the app's roles read exactly `want`.
@@ -250,6 +246,16 @@ impl Env {
                 }
             }
         }
+    }
+
+    /// The start times (unix seconds) of a copy's processes, from its log.
+    pub fn starts(&self, log: &str) -> Vec<i64> {
+        let text = std::fs::read_to_string(self.home().join("logs").join(log)).unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with("--- shinyctl: copy"))
+            .filter_map(|l| l.split(" at ").nth(1))
+            .filter_map(|t| parse_rfc3339(t.trim_end_matches(" ---")))
+            .collect()
     }
 
     /// Remembers a PID to end at the end of the test.
@@ -390,7 +396,11 @@ pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> st
     let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| std::io::Error::other(format!("no HTTP head in {text:?}")))?;
     let mut lines = head.lines();
     let status_line = lines.next().unwrap_or_default();
-    let status = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| std::io::Error::other(format!("bad status line {status_line:?}")))?;
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {status_line:?}")))?;
     let headers = lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
     Ok(Response { status, headers, body: body.to_string() })
 }
@@ -443,3 +453,18 @@ impl Loop {
     }
 }
 
+/// `2026-10-27T10:00:01+02:00` → unix seconds.
+fn parse_rfc3339(s: &str) -> Option<i64> {
+    let num = |a: usize, b: usize| s.get(a..b)?.parse::<i64>().ok();
+    let (y, mo, d, h, mi, se) = (num(0, 4)?, num(5, 7)?, num(8, 10)?, num(11, 13)?, num(14, 16)?, num(17, 19)?);
+    let sign = if s.get(19..20)? == "-" { -1 } else { 1 };
+    let off = sign * (num(20, 22)? * 3600 + num(23, 25)? * 60);
+    // Days from civil (Howard Hinnant's algorithm).
+    let y2 = if mo <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * (if mo > 2 { mo - 3 } else { mo + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146097 + doe - 719468;
+    Some(days * 86400 + h * 3600 + mi * 60 + se - off)
+}

@@ -18,11 +18,6 @@ fn wait_asleep(env: &Env, app: &str, pids: &[u32]) {
     wait_until(Duration::from_secs(15), "its processes to be gone", || pids.iter().all(|&p| !pid_alive(p)).then_some(()));
 }
 
-/// The number of times a copy's process was started, from its log.
-fn starts(env: &Env, log: &str) -> usize {
-    std::fs::read_to_string(env.home().join("logs").join(log)).unwrap_or_default().matches("--- shinyctl: copy").count()
-}
-
 #[test]
 fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     let env = Env::new("sleep");
@@ -61,13 +56,13 @@ fn requests_that_arrive_together_share_one_wake() {
     let port = free_port();
     env.apply(&env.app("crowd", port, "idle-timeout: 1s\nwarm-replicas: 0\n"));
     wait_asleep(&env, "crowd", &[]);
-    assert_eq!(starts(&env, "default-crowd.log"), 1);
+    assert_eq!(env.starts("default-crowd.log").len(), 1);
 
     let clients: Vec<_> = (0..8).map(|_| std::thread::spawn(move || get(port, "/", &[]).map(|r| r.status))).collect();
     for c in clients {
         assert_eq!(c.join().unwrap().unwrap(), 200);
     }
-    assert_eq!(starts(&env, "default-crowd.log"), 2, "one wake started the copy once");
+    assert_eq!(env.starts("default-crowd.log").len(), 2, "one wake started the copy once");
 }
 
 #[test]
@@ -79,10 +74,7 @@ fn a_wake_that_fails_is_a_503_and_one_that_takes_too_long_a_504() {
     std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
     let base = "idle-timeout: 1s\nwarm-replicas: 0\nrequest-timeout: 3s\n";
     // (app, what its redeploy while asleep adds, the answer to the waking request)
-    let cases = [
-        ("fails", "env:\n  BROKEN: \"yes\"\n".to_string(), 503),
-        ("slow", format!("r-path: {}\n", slow.display()), 504),
-    ];
+    let cases = [("fails", "env:\n  BROKEN: \"yes\"\n".to_string(), 503), ("slow", format!("r-path: {}\n", slow.display()), 504)];
     for (name, change, status) in cases {
         let port = free_port();
         let manifest = env.app(name, port, base);

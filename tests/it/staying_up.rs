@@ -14,32 +14,6 @@ fn status_text(env: &Env, app: &str) -> String {
     env.ok(&["status", app])
 }
 
-/// The start times (unix seconds) of a copy's processes, from its log.
-fn starts_in_log(env: &Env, log: &str) -> Vec<i64> {
-    let text = std::fs::read_to_string(env.home().join("logs").join(log)).unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with("--- shinyctl: copy"))
-        .filter_map(|l| l.split(" at ").nth(1))
-        .filter_map(|t| parse_rfc3339(t.trim_end_matches(" ---")))
-        .collect()
-}
-
-/// `2026-10-27T10:00:01+02:00` → unix seconds.
-fn parse_rfc3339(s: &str) -> Option<i64> {
-    let num = |a: usize, b: usize| s.get(a..b)?.parse::<i64>().ok();
-    let (y, mo, d, h, mi, se) = (num(0, 4)?, num(5, 7)?, num(8, 10)?, num(11, 13)?, num(14, 16)?, num(17, 19)?);
-    let sign = if s.get(19..20)? == "-" { -1 } else { 1 };
-    let off = sign * (num(20, 22)? * 3600 + num(23, 25)? * 60);
-    // Days from civil (Howard Hinnant's algorithm).
-    let y2 = if mo <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let doy = (153 * (if mo > 2 { mo - 3 } else { mo + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146097 + doe - 719468;
-    Some(days * 86400 + h * 3600 + mi * 60 + se - off)
-}
-
 #[test]
 fn a_crashing_copy_backs_off_two_four_eight_seconds_and_shows_crash_looping() {
     let env = Env::new("backoff");
@@ -48,8 +22,8 @@ fn a_crashing_copy_backs_off_two_four_eight_seconds_and_shows_crash_looping() {
     std::fs::write(manifest.parent().unwrap().join("app.R"), "quit(status = 3L)\n").unwrap();
     env.apply(&manifest);
 
-    wait_until(Duration::from_secs(40), "four starts of copy 1", || (starts_in_log(&env, "default-crashy.log").len() >= 4).then_some(()));
-    let starts = starts_in_log(&env, "default-crashy.log");
+    wait_until(Duration::from_secs(40), "four starts of copy 1", || (env.starts("default-crashy.log").len() >= 4).then_some(()));
+    let starts = env.starts("default-crashy.log");
     let gaps: Vec<i64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
     // Start to start is the backoff plus the moment R takes to fail; the log
     // has whole seconds, hence the one second of slack below each.
@@ -76,7 +50,7 @@ fn restart_policy_decides_whether_an_exited_copy_comes_back() {
         env.apply(&manifest);
         let log = format!("default-{name}.log");
         if *back {
-            wait_until(Duration::from_secs(20), "a restart", || (starts_in_log(&env, &log).len() >= 2).then_some(()));
+            wait_until(Duration::from_secs(20), "a restart", || (env.starts(&log).len() >= 2).then_some(()));
         } else {
             let c = wait_until(Duration::from_secs(20), "the copy to be left down", || {
                 env.copies(&name).into_iter().find(|c| c.status == "exited")
@@ -88,7 +62,7 @@ fn restart_policy_decides_whether_an_exited_copy_comes_back() {
                 "a line says why: {text}"
             );
             std::thread::sleep(Duration::from_secs(3));
-            assert_eq!(starts_in_log(&env, &log).len(), 1, "{policy} after status {code}: not restarted");
+            assert_eq!(env.starts(&log).len(), 1, "{policy} after status {code}: not restarted");
         }
     }
 }
@@ -217,11 +191,7 @@ fn settings_changes_restart_only_what_they_must() {
     assert_eq!(env.pid_of("st", 1), pid, "same process");
 
     // env changes how the app starts: a redeploy, and the new copy sees it.
-    std::fs::write(
-        &manifest,
-        format!("app-name: st\nport: {new_port}\nwarm-replicas: 0\nenv:\n  GREETING: hej\n"),
-    )
-    .unwrap();
+    std::fs::write(&manifest, format!("app-name: st\nport: {new_port}\nwarm-replicas: 0\nenv:\n  GREETING: hej\n")).unwrap();
     let out = env.apply(&manifest);
     assert!(out.contains("changed how it starts"), "{out}");
     env.wait_roles("st", "2:active", START);
