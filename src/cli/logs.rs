@@ -18,7 +18,10 @@ pub fn run(home: &Home, app: &str, copy: u32, follow: bool) -> anyhow::Result<()
     let mut out = std::io::stdout().lock();
     let mut pos = std::io::copy(&mut file, &mut out)?;
     out.flush()?;
-    while follow {
+    if !follow {
+        return Ok(());
+    }
+    loop {
         std::thread::sleep(Duration::from_millis(250));
         let len = std::fs::metadata(&reply.path).map(|m| m.len()).unwrap_or(0);
         if len < pos {
@@ -33,5 +36,4 @@ pub fn run(home: &Home, app: &str, copy: u32, follow: bool) -> anyhow::Result<()
             pos += buf.len() as u64;
         }
     }
-    Ok(())
 }

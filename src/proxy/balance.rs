@@ -55,7 +55,7 @@ fn pick_role(policy: LbPolicy, len: usize, copy: &impl Fn(usize) -> Candidate, r
             let mut best: Option<(usize, u64)> = None;
             for (i, c) in usable() {
                 // Strictly fewer: ties go to the older copy (earlier in the table).
-                if best.map_or(true, |(_, n)| c.connections < n) {
+                if best.is_none_or(|(_, n)| c.connections < n) {
                     best = Some((i, c.connections));
                 }
             }

@@ -243,7 +243,7 @@ pub async fn handle(req: Request<Incoming>, client: Arc<Client>) -> Result<Respo
 /// What a failed send leaves.
 enum Failure {
     /// The copy could not be reached; the request was not sent and comes back.
-    Refused(Request<UpBody>, io::Error),
+    Refused(Box<Request<UpBody>>, io::Error),
     /// The request was sent (maybe in part) and no answer came.
     Lost(hyper::Error),
 }
@@ -381,7 +381,7 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
         match send(copy, out, client_upgrade.is_some()).await {
             Ok(sent) => return respond(&app, copy, claimed, sent, client_upgrade),
             Err(Failure::Refused(back, e)) => {
-                req = Some(back);
+                req = Some(*back);
                 failed = true;
                 copy.state.pool.clear();
                 let was = copy.state.down_at_ms.swap(now_ms(), Ordering::Relaxed);
@@ -545,13 +545,13 @@ async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> Resul
     let connect = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, copy.port));
     let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(Failure::Refused(req, e)),
-        Err(_) => return Err(Failure::Refused(req, io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))),
+        Ok(Err(e)) => return Err(Failure::Refused(Box::new(req), e)),
+        Err(_) => return Err(Failure::Refused(Box::new(req), io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))),
     };
     let _ = stream.set_nodelay(true);
     let (mut s, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
         Ok(pair) => pair,
-        Err(e) => return Err(Failure::Refused(req, io::Error::other(e))),
+        Err(e) => return Err(Failure::Refused(Box::new(req), io::Error::other(e))),
     };
     let port = copy.port;
     if upgrade {
@@ -577,7 +577,7 @@ async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> Resul
         Err(mut e) => match e.take_message() {
             // Accepted, then closed before a byte was written: a copy on its
             // way out is as good as one that refuses.
-            Some(back) => Err(Failure::Refused(back, io::Error::other(e.into_error()))),
+            Some(back) => Err(Failure::Refused(Box::new(back), io::Error::other(e.into_error()))),
             None => Err(Failure::Lost(e.into_error())),
         },
     }

@@ -215,10 +215,13 @@ impl Table {
     pub fn listen_addrs(&self) -> HashMap<u16, String> {
         let mut out = HashMap::new();
         for a in &self.apps {
-            if out.contains_key(&a.port) {
-                tracing::warn!(app = %a.name, "another app in the table has port {}; the first one keeps it", a.port);
-            } else {
-                out.insert(a.port, a.host.clone());
+            match out.entry(a.port) {
+                std::collections::hash_map::Entry::Occupied(_) => {
+                    tracing::warn!(app = %a.name, "another app in the table has port {}; the first one keeps it", a.port);
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(a.host.clone());
+                }
             }
         }
         out

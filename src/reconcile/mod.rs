@@ -343,10 +343,8 @@ fn fold_observation(rec: &mut CopyRecord, seen: Option<&Seen>, policy: RestartPo
                 rec.left_down = Some(format!("it {} and restart-policy is {}", exit.describe(), policy.as_str()));
             }
         }
-        Some(Process::Running { ready: true }) => {
-            if rec.crashes > 0 && rec.started_ms.is_some_and(|s| now_ms.saturating_sub(s) >= STAYED_UP_MS) {
-                rec.crashes = 0;
-            }
+        Some(Process::Running { ready: true }) if rec.started_ms.is_some_and(|s| now_ms.saturating_sub(s) >= STAYED_UP_MS) => {
+            rec.crashes = 0;
         }
         _ => {}
     }

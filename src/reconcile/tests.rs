@@ -75,18 +75,6 @@ impl Sim {
         self
     }
 
-    /// Runs cycles until nothing changes (what events would do at once).
-    fn settle(&mut self) -> &mut Self {
-        for _ in 0..10 {
-            let before = self.state.clone();
-            self.cycle();
-            if self.state == before && self.plan.as_ref().unwrap().actions.is_empty() {
-                break;
-            }
-        }
-        self
-    }
-
     fn ready(&mut self, copies: &[u32]) -> &mut Self {
         for c in copies {
             self.world.copies.get_mut(c).expect("copy runs").process = Process::Running { ready: true };

@@ -215,7 +215,7 @@ impl<'a> Browser<'a> {
             if Instant::now() > deadline {
                 let page = self
                     .execute("return location.href + ' | title=' + document.title + ' | disconnected=' + !!document.getElementById('shiny-disconnected-overlay') + ' | body=' + document.body.innerText.slice(0, 400);")
-                    .unwrap_or_else(|e| Value::String(e));
+                    .unwrap_or_else(Value::String);
                 panic!("timed out after {timeout:?} waiting for the page's `copy` output to read {want:?}; last: {last:?}\npage: {page}");
             }
             std::thread::sleep(Duration::from_millis(200));

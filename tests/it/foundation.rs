@@ -130,7 +130,7 @@ fn a_bad_manifest_is_refused_whole_and_nothing_running_changes() {
     let cases: Vec<(String, usize, &str, &str)> = vec![
         (format!("app-name: good\nport: {port}\nreplicaz: 2\n"), 3, "replicaz", "warm-replicas"),
         (format!("app-name: good\nport: {port}\nreplicas: two\n"), 3, "replicas", "whole number"),
-        (format!("app-name: good\nport: 25000\n"), 2, "port", "20000"),
+        ("app-name: good\nport: 25000\n".to_string(), 2, "port", "20000"),
         (format!("app-name: good\nport: {port}\nreplicas: 0\n"), 3, "replicas", "at least 1"),
         (format!("app-name: good\nport: {port}\ndrain-timeout: soon\n"), 3, "drain-timeout", "15m"),
         (format!("app-name: good\nport: {port}\nentrypoint-file: nothere.R\n"), 3, "entrypoint-file", "nothere.R"),

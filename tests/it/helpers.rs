@@ -43,7 +43,7 @@ pub fn free_port() -> u16 {
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
-            let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start().chars().next()).flatten();
+            let state = stat.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next());
             !matches!(state, Some('Z') | Some('X') | None)
         }
         Err(_) => false,
