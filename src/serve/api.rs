@@ -108,7 +108,8 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
         (Method::DELETE, ["v1", "apps", name]) => {
             let now = flag(&req, "now");
             let mut d = shared.lock().await;
-            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.deleting) else { return not_found(name) };
+            // Deleting again (with --now) hurries a delete that drains.
+            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.deleting || now) else { return not_found(name) };
             app.deleting = true;
             app.state.stop_now = now;
             let copies = app.state.copies.len();
@@ -185,6 +186,15 @@ async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
     };
     // The app this manifest already is: the same manifest file, or the same name.
     let existing = d.apps.iter().find(|(_, a)| !a.deleting && super::same_path(&a.spec.manifest, &spec.manifest)).map(|(n, _)| n.clone());
+    if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.deleting) {
+        return error(
+            StatusCode::CONFLICT,
+            here(
+                "app-name",
+                format!("{} is being deleted; its copies stop once their sessions end. Apply again once `shinyctl status` no longer lists it, or use `shinyctl delete {} --now` first", spec.name, spec.name),
+            ),
+        );
+    }
     for (name, other) in d.apps.iter().filter(|(n, a)| Some(*n) != existing.as_ref() && !a.deleting) {
         if *name == spec.name {
             return error(

@@ -519,15 +519,13 @@ impl Daemon {
         self.proxy.push(&home, table).await;
     }
 
-    /// Rotates copy logs past 1 GiB by copy-and-truncate, so a copy that
-    /// writes while the daemon is down loses nothing.
+    /// Rotates copy logs and api.log past 1 GiB by copy-and-truncate, so a
+    /// copy that writes while the daemon is down loses nothing.
     fn rotate_logs(&self) {
-        for app in self.apps.values() {
-            for rec in &app.state.copies {
-                let path = self.home.copy_log(&app.spec.group, &app.spec.name, rec.copy);
-                if let Err(e) = record::rotate_if_larger(&path, LOG_ROTATE_BYTES) {
-                    tracing::warn!(log = %path.display(), "cannot rotate: {e}");
-                }
+        let copies = self.apps.values().flat_map(|a| a.state.copies.iter().map(|r| self.home.copy_log(&a.spec.group, &a.spec.name, r.copy)));
+        for path in copies.chain([self.home.api_log()]) {
+            if let Err(e) = record::rotate_if_larger(&path, LOG_ROTATE_BYTES) {
+                tracing::warn!(log = %path.display(), "cannot rotate: {e}");
             }
         }
     }
