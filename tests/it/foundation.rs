@@ -221,3 +221,31 @@ fn version_and_status_without_a_daemon() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("shinyctl serve -d"), "says what to do next");
 }
+
+#[test]
+fn delete_drains_open_sessions_unless_now() {
+    let env = Env::new("deldrain");
+    let port = free_port();
+    let manifest = env.app("dd", port, "warm-replicas: 0\n");
+    env.apply(&manifest);
+    env.wait_roles("dd", "1:active", START);
+    wait_http_ok(port, Duration::from_secs(10));
+    let pid = env.pid_of("dd", 1);
+    let session = crate::balancer::Session::open(port, "");
+
+    let out = env.ok(&["delete", "dd"]);
+    assert!(out.contains("stop once their sessions end"), "{out}");
+    wait_until(Duration::from_secs(5), "the port to stop listening", || get(port, "/", &[]).is_err().then_some(()));
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(pid_alive(pid), "the copy keeps its open session");
+    let again = env.run(&["apply", "-f", manifest.to_str().unwrap()]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("is being deleted"), "{}", String::from_utf8_lossy(&again.stderr));
+
+    env.ok(&["delete", "dd", "--now"]);
+    wait_until(Duration::from_secs(15), "the copy to stop", || (!pid_alive(pid)).then_some(()));
+    wait_until(Duration::from_secs(10), "the app to be forgotten", || env.status()["apps"].as_array().unwrap().is_empty().then_some(()));
+    env.apply(&manifest);
+    env.wait_roles("dd", "1:active", START);
+    session.close();
+}
