@@ -17,7 +17,9 @@ if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
 fi
 
 echo "==> checking test dependencies"
-bash scripts/deps.sh r-base-core r-cran-shiny chromium chromium-driver haproxy wrk curl
+bash scripts/deps.sh r-base-core r-cran-shiny
+# The browser test: Chromium with what Debian recommends beside it (fonts).
+bash scripts/deps.sh --recommends chromium chromium-driver
 
 # Arguments before a "--" go to cargo test, those after it to the test binaries.
 cargo_args=()

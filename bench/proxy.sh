@@ -19,6 +19,7 @@ BACKEND_PORT=${BACKEND_PORT:-20990}
 PROXY_PORT=${PROXY_PORT:-18990}
 HAPROXY_PORT=${HAPROXY_PORT:-18991}
 
+bash scripts/deps.sh wrk haproxy curl
 for tool in wrk haproxy curl cargo; do
     command -v "$tool" >/dev/null || { echo "bench/proxy.sh: $tool is not installed" >&2; exit 1; }
 done

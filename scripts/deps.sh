@@ -2,6 +2,7 @@
 # Installs Debian/Ubuntu packages that are missing.
 #
 #   scripts/deps.sh PACKAGE...              # run it
+#   scripts/deps.sh --recommends PACKAGE... # with the packages' recommends
 #   . scripts/deps.sh; deps_install PACKAGE...   # or source it and call the function
 #
 # Each package is checked with `dpkg -s` first; `apt-get update` runs only when
@@ -13,6 +14,11 @@ deps_installed() {
 }
 
 deps_install() {
+    local recommends=(--no-install-recommends)
+    if [ "${1:-}" = "--recommends" ]; then
+        recommends=()
+        shift
+    fi
     if [ "$#" -eq 0 ]; then
         return 0
     fi
@@ -44,7 +50,7 @@ deps_install() {
     echo "deps: installing ${missing[*]}"
     "${sudo[@]+"${sudo[@]}"}" env DEBIAN_FRONTEND=noninteractive apt-get update
     "${sudo[@]+"${sudo[@]}"}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y --no-install-recommends "${missing[@]}"
+        apt-get install -y "${recommends[@]+"${recommends[@]}"}" "${missing[@]}"
 }
 
 # Run directly (not sourced): install the packages named on the command line.
