@@ -27,8 +27,10 @@ fn a_crashing_copy_backs_off_two_four_eight_seconds_and_shows_crash_looping() {
     let gaps: Vec<i64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
     // Start to start is the backoff plus the moment R takes to fail; the log
     // has whole seconds, hence the one second of slack below each.
+    // A slow machine adds start-up time to each gap, never takes any away:
+    // the lower bounds are the backoff's; the upper ones leave R room.
     for (gap, backoff) in gaps.iter().zip([2, 4, 8]) {
-        assert!(*gap >= backoff - 1 && *gap <= backoff + 4, "gaps {gaps:?} follow 2, 4, 8 s");
+        assert!(*gap >= backoff - 1 && *gap <= backoff + 6, "gaps {gaps:?} follow 2, 4, 8 s");
     }
     let c = &env.copies("crashy")[0];
     assert_eq!(c.status, "crash-looping");
