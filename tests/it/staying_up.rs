@@ -294,3 +294,22 @@ fn a_copys_own_disk_outlives_its_process_but_not_a_redeploy() {
     assert_eq!(scratch(&get(port, "/", &[]).unwrap()).as_deref(), Some("empty"));
     wait_until(Duration::from_secs(15), "copy 1's disk to be removed", || (!dir.exists()).then_some(()));
 }
+
+#[test]
+fn changing_host_moves_the_listener_without_restarting_a_copy() {
+    let env = Env::new("host");
+    let port = free_port();
+    let manifest = env.app("hs", port, "warm-replicas: 0\nhost: 127.0.0.1\n");
+    env.apply(&manifest);
+    env.wait_roles("hs", "1:active", START);
+    wait_http_ok(port, Duration::from_secs(10));
+    let pid = env.pid_of("hs", 1);
+    let answers = |ip: &str| std::net::TcpStream::connect((ip, port)).is_ok();
+    assert!(answers("127.0.0.1") && !answers("127.0.0.2"), "listens on the manifest's host only");
+
+    std::fs::write(&manifest, format!("app-name: hs\nport: {port}\nwarm-replicas: 0\nhost: 127.0.0.2\n")).unwrap();
+    let out = env.apply(&manifest);
+    assert!(out.contains("without restarting"), "{out}");
+    wait_until(Duration::from_secs(5), "the listener to move", || (answers("127.0.0.2") && !answers("127.0.0.1")).then_some(()));
+    assert_eq!(env.pid_of("hs", 1), pid, "same process");
+}
