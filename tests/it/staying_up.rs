@@ -313,3 +313,21 @@ fn changing_host_moves_the_listener_without_restarting_a_copy() {
     wait_until(Duration::from_secs(5), "the listener to move", || (answers("127.0.0.2") && !answers("127.0.0.1")).then_some(()));
     assert_eq!(env.pid_of("hs", 1), pid, "same process");
 }
+
+#[test]
+fn the_crash_count_goes_back_to_a_dash_after_a_minute_up() {
+    let env = Env::new("crashreset");
+    let port = free_port();
+    env.apply(&env.app("cr", port, "warm-replicas: 0\n"));
+    env.wait_roles("cr", "1:active", START);
+    signal(env.pid_of("cr", 1), 9);
+    wait_until(Duration::from_secs(5), "the crash to be counted", || env.copies("cr").iter().any(|c| c.crashes == 1).then_some(()));
+    env.wait_roles("cr", "1:active", START);
+    let restarted = std::time::Instant::now();
+    let row = |env: &Env| -> Vec<String> {
+        env.ok(&["status", "cr"]).lines().nth(1).unwrap().split_whitespace().map(str::to_string).collect()
+    };
+    assert_eq!(row(&env)[9], "1", "CRASHES while it has not stayed up a minute");
+    wait_until(Duration::from_secs(90), "CRASHES back to -", || (row(&env)[9] == "-").then_some(()));
+    assert!(restarted.elapsed() >= Duration::from_secs(55), "not before a minute up: {:?}", restarted.elapsed());
+}
