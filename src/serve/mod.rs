@@ -140,9 +140,15 @@ pub type Shared = Arc<Mutex<Daemon>>;
 /// `serve -d`: starts `shinyctl serve` in its own session and returns once
 /// its API answers.
 pub fn detach(home: &Home) -> anyhow::Result<()> {
-    if api::answers(home) {
-        println!("shinyctl serve is already running ({}).", home.api_sock().display());
-        return Ok(());
+    // A daemon that answers may be one just told to stop (the documented
+    // upgrade is `pkill … && shinyctl serve -d`): give it a second to go.
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    while api::answers(home) {
+        if std::time::Instant::now() >= deadline {
+            println!("shinyctl serve is already running ({}).", home.api_sock().display());
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
     spawn_daemon(home)?;
     println!("shinyctl serve started; it answers on {}.", home.api_sock().display());
@@ -171,8 +177,19 @@ pub fn spawn_daemon(home: &Home) -> anyhow::Result<()> {
 /// stops only the daemon: the copies and the load balancer keep running.
 pub fn run(home: Home) -> anyhow::Result<()> {
     home.ensure()?;
-    let lock = record::lock_exclusive(&home.serve_lock())
-        .map_err(|_| anyhow::anyhow!("shinyctl serve is already running for {}", home.root.display()))?;
+    if api::answers(&home) {
+        anyhow::bail!("shinyctl serve is already running for {} (it answers on {})", home.root.display(), home.api_sock().display());
+    }
+    // A daemon that was just told to stop (`pkill … && shinyctl serve -d`)
+    // lets go of the lock a moment later: wait for it rather than fail.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let lock = loop {
+        match record::lock_exclusive(&home.serve_lock()) {
+            Ok(lock) => break lock,
+            Err(_) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => anyhow::bail!("shinyctl serve is already running for {}", home.root.display()),
+        }
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let (writer, _guard) = tracing_appender::non_blocking(tracing_appender::rolling::never(&home.root, "api.log"));
     tracing_subscriber::fmt().with_writer(writer).with_ansi(false).with_target(false).init();

@@ -74,3 +74,21 @@ fn a_new_build_adopts_the_copies_and_replaces_the_load_balancer_losing_no_reques
     assert_eq!(after, copies, "the copies were adopted: same processes");
     assert_eq!(get(port, "/", &[]).unwrap().status, 200);
 }
+
+#[test]
+fn the_documented_restart_line_pkill_then_serve_d_leaves_a_daemon_running() {
+    let env = Env::new("pkillrace");
+    let port = free_port();
+    env.apply(&env.app("pk", port, "warm-replicas: 0\n"));
+    env.wait_roles("pk", "1:active", Duration::from_secs(60));
+    let old = env.status()["daemon_pid"].as_u64().unwrap() as u32;
+    let copy = env.pid_of("pk", 1);
+    // `pkill … && shinyctl serve -d`: the signal, then at once the new daemon.
+    signal(old, 15);
+    env.ok(&["serve", "-d"]);
+    let new = env.status()["daemon_pid"].as_u64().unwrap() as u32;
+    assert_ne!(new, old, "a new daemon answers");
+    assert!(!pid_alive(old));
+    env.wait_roles("pk", "1:active", Duration::from_secs(10));
+    assert_eq!(env.pid_of("pk", 1), copy, "the copy was adopted");
+}
