@@ -261,29 +261,16 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
 }
 
 impl Daemon {
-    /// Loads registry.json and each app's state.json, and adopts the
-    /// processes they name that still run (same PID and start time).
+    /// Loads registry.json and each app's state.json. The processes they
+    /// name that still run (same PID and start time) are adopted by the
+    /// first cycle's observe, which runs at once.
     fn load(&mut self) -> anyhow::Result<()> {
         let registry = record::load_registry(&self.home)?;
         for (name, spec) in registry.apps {
             let state = record::load_state(&spec.state_file).unwrap_or_default();
-            self.apps.insert(name.clone(), AppRt::new(spec, state));
-            self.adopt(&name);
+            self.apps.insert(name, AppRt::new(spec, state));
         }
         Ok(())
-    }
-
-    /// Watches and probes the running processes an app's state names.
-    fn adopt(&mut self, name: &str) {
-        let events = self.events.clone();
-        let Some(app) = self.apps.get_mut(name) else { return };
-        for rec in &app.state.copies {
-            let (Some(pid), Some(start)) = (rec.pid, rec.pid_start) else { continue };
-            if procfs::is_alive(pid, start) && app.watched.insert(pid) {
-                tracing::info!(app = name, copy = rec.copy, pid, "adopted copy");
-                act::watch_exit(name.to_string(), pid, events.clone());
-            }
-        }
     }
 
     /// When the loop should wake next: the tick, or an app's timer.
@@ -369,12 +356,11 @@ impl Daemon {
                 let (code, signal) = act::reap(pid).unwrap_or((None, None));
                 Process::Exited(Exit { at_ms: now_ms(), code, signal })
             } else {
-                if app.watched.insert(pid) {
-                    act::watch_exit(name.to_string(), pid, events.clone());
-                }
                 let ready = app.ready.contains(&pid);
-                if !ready && app.probing.insert(pid) {
-                    act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, events.clone());
+                // The daemon watches what it starts from the start, so a
+                // process first watched here is one it adopted.
+                if follow(name, rec, ready, &mut app.watched, &mut app.probing, &events) {
+                    tracing::info!(app = name, copy = rec.copy, pid, "adopted copy");
                 }
                 Process::Running { ready }
             };
@@ -442,12 +428,8 @@ impl Daemon {
                     let Some(rec) = app.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
                     match act::start_copy(&home, &app.spec, rec, &taken) {
                         Ok(()) => {
-                            let pid = rec.pid.unwrap_or(0);
-                            tracing::info!(app = name, copy, pid, port = rec.port, "started copy");
-                            app.watched.insert(pid);
-                            act::watch_exit(name.to_string(), pid, events.clone());
-                            app.probing.insert(pid);
-                            act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, events.clone());
+                            tracing::info!(app = name, copy, pid = rec.pid.unwrap_or(0), port = rec.port, "started copy");
+                            follow(name, rec, false, &mut app.watched, &mut app.probing, &events);
                         }
                         Err(e) => {
                             tracing::error!(app = name, copy, "cannot start copy: {e:#}");
@@ -539,7 +521,8 @@ impl Daemon {
     /// Rotates copy logs and api.log past 1 GiB by copy-and-truncate, so a
     /// copy that writes while the daemon is down loses nothing.
     fn rotate_logs(&self) {
-        let copies = self.apps.values().flat_map(|a| a.state.copies.iter().map(|r| self.home.copy_log(&a.spec.group, &a.spec.name, r.copy)));
+        let copies =
+            self.apps.values().flat_map(|a| a.state.copies.iter().map(|r| self.home.copy_log(&a.spec.group, &a.spec.name, r.copy)));
         for path in copies.chain([self.home.api_log()]) {
             if let Err(e) = record::rotate_if_larger(&path, LOG_ROTATE_BYTES) {
                 tracing::warn!(log = %path.display(), "cannot rotate: {e}");
@@ -552,6 +535,28 @@ impl Daemon {
         let apps = self.apps.iter().filter(|(_, a)| !a.deleting).map(|(n, a)| (n.clone(), a.spec.clone())).collect();
         record::save_registry(&self.home, &crate::model::Registry { apps })
     }
+}
+
+/// Watches a running copy's process for its exit and, until it is ready,
+/// probes its port; each once per process. Returns true when the process
+/// was not watched before.
+fn follow(
+    name: &str,
+    rec: &crate::model::CopyRecord,
+    ready: bool,
+    watched: &mut HashSet<u32>,
+    probing: &mut HashSet<u32>,
+    events: &mpsc::UnboundedSender<Event>,
+) -> bool {
+    let Some(pid) = rec.pid else { return false };
+    let new = watched.insert(pid);
+    if new {
+        act::watch_exit(name.to_string(), pid, events.clone());
+    }
+    if !ready && probing.insert(pid) {
+        act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, events.clone());
+    }
+    new
 }
 
 /// The path of a copy's log, for messages.

@@ -24,8 +24,6 @@ const TIMEOUT: Duration = Duration::from_millis(800);
 pub struct ProxyCtl {
     /// Its PID, once it answered.
     pid: Option<u32>,
-    /// Its build, from its stats.
-    pub build: Option<String>,
     /// The last table it accepted; a new one is pushed only when it differs.
     pushed: Option<ProxyTable>,
     /// The table to push (kept to push again after a restart).
@@ -47,7 +45,7 @@ impl ProxyCtl {
             f.write_all(&bytes)?;
             f.sync_all()?;
         }
-        Ok(ProxyCtl { pid: None, build: None, pushed: None, pending: None, retiring: None })
+        Ok(ProxyCtl { pid: None, pushed: None, pending: None, retiring: None })
     }
 
     /// Forgets the load balancer (it exited).
@@ -69,30 +67,33 @@ impl ProxyCtl {
         if self.pid.is_some() {
             return;
         }
-        let running = self.stats(home).await;
-        let takeover = match &running {
-            Some(stats) if stats.build == BUILD => false,
+        // The stats of the load balancer this ends up with (they carry its
+        // PID and settings).
+        let mut answered = self.stats(home).await;
+        match &answered {
+            Some(stats) if stats.build == BUILD => {}
             Some(stats) => {
                 tracing::info!(pid = stats.pid, build = %stats.build, "replacing the load balancer of another build with {BUILD}");
                 self.retiring = Some(stats.pid);
-                self.pid = None;
-                true
+                answered = None;
             }
-            None => true,
-        };
-        if takeover {
+            None => {}
+        }
+        if answered.is_none() {
             let env: &[(&str, &str)] = if self.retiring.is_some() { &[(TAKEOVER_ENV, "1")] } else { &[] };
             let mut child = match super::act::spawn_self(home, "proxy", env) {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::error!("cannot start the load balancer: {e:#}");
+                    self.pid = None;
                     return;
                 }
             };
             tracing::info!(pid = child.id(), "started the load balancer");
             let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
             loop {
-                if self.stats(home).await.is_some_and(|s| s.pid == child.id()) {
+                answered = self.stats(home).await.filter(|s| s.pid == child.id());
+                if answered.is_some() {
                     break;
                 }
                 if let Ok(Some(status)) = child.try_wait() {
@@ -108,12 +109,12 @@ impl ProxyCtl {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        if let Some(pid) = self.pid {
+        if let Some(stats) = answered {
+            let pid = stats.pid;
+            self.pid = Some(pid);
             tracing::info!(pid, "load balancer running");
-            if let Some(stats) = self.stats(home).await {
-                if let Ok(bytes) = serde_json::to_vec_pretty(&stats.settings) {
-                    let _ = write_atomic(&home.proxy_settings(), &bytes, 0o600);
-                }
+            if let Ok(bytes) = serde_json::to_vec_pretty(&stats.settings) {
+                let _ = write_atomic(&home.proxy_settings(), &bytes, 0o600);
             }
             let events = events.clone();
             // The load balancer is no copy; its exit watcher reports as one
@@ -153,7 +154,6 @@ impl ProxyCtl {
         }
         let stats: ProxyStats = serde_json::from_slice(&body).ok()?;
         self.pid = Some(stats.pid);
-        self.build = Some(stats.build.clone());
         Some(stats)
     }
 
