@@ -47,19 +47,10 @@ impl Session {
     }
 }
 
-/// Starts an app with `extra` manifest lines and waits for `roles`.
-fn started(env: &Env, name: &str, extra: &str, roles: &str) -> u16 {
-    let port = free_port();
-    env.apply(&env.app(name, port, extra));
-    env.wait_roles(name, roles, START);
-    wait_http_ok(port, Duration::from_secs(10));
-    port
-}
-
 #[test]
 fn the_cookie_holds_a_visitor_on_one_copy_and_a_forged_one_is_replaced() {
     let env = Env::new("sticky");
-    let port = started(&env, "sticky", "replicas: 2\nwarm-replicas: 0\nlb-policy: round-robin\n", "1:active 2:active");
+    let port = env.started("sticky", "replicas: 2\nwarm-replicas: 0\nlb-policy: round-robin\n", "1:active 2:active");
 
     let first = get(port, "/", &[]).unwrap();
     let set = first.header("set-cookie").expect("a new visitor gets a cookie").to_string();
@@ -95,7 +86,7 @@ fn the_cookie_holds_a_visitor_on_one_copy_and_a_forged_one_is_replaced() {
 #[test]
 fn each_lb_policy_spreads_new_visitors_as_documented() {
     let env = Env::new("policies");
-    let port = started(&env, "spread", "replicas: 2\nwarm-replicas: 1\nlb-policy: first\n", "1:active 2:active 3:warm");
+    let port = env.started("spread", "replicas: 2\nwarm-replicas: 1\nlb-policy: first\n", "1:active 2:active 3:warm");
     let manifest = env.dir.join("apps/spread/app.yaml");
     let visit = |n: usize| -> Vec<u32> { (0..n).map(|_| get(port, "/", &[]).unwrap().copy().unwrap()).collect() };
 
@@ -143,7 +134,7 @@ fn env_cookie_for(port: u16, copy: u32) -> String {
 #[test]
 fn a_shiny_session_runs_over_the_websocket_and_is_counted() {
     let env = Env::new("websocket");
-    let port = started(&env, "ws", "", "1:active 2:warm");
+    let port = env.started("ws", "", "1:active 2:warm");
     let session = Session::open(port, "");
     assert_eq!(session.copy, 1, "the session reached the active copy and Shiny rendered its output");
     wait_until(Duration::from_secs(10), "SESSIONS 1 on copy 1", || {
@@ -159,7 +150,7 @@ fn a_shiny_session_runs_over_the_websocket_and_is_counted() {
 #[test]
 fn x_forwarded_for_is_the_visitors_address_and_an_incoming_one_is_not_trusted() {
     let env = Env::new("xff");
-    let port = started(&env, "xff", "warm-replicas: 0\n", "1:active");
+    let port = env.started("xff", "warm-replicas: 0\n", "1:active");
     let r = get(port, "/", &[("X-Forwarded-For", "6.6.6.6")]).unwrap();
     assert_eq!(between(&r.body, "xff=", ";"), Some("127.0.0.1"), "{}", r.body);
 }
@@ -167,7 +158,7 @@ fn x_forwarded_for_is_the_visitors_address_and_an_incoming_one_is_not_trusted() 
 #[test]
 fn killing_the_active_copy_loses_no_request_and_the_visitor_ends_on_the_spare() {
     let env = Env::new("failover");
-    let port = started(&env, "fo", "", "1:active 2:warm");
+    let port = env.started("fo", "", "1:active 2:warm");
     let first = get(port, "/", &[]).unwrap();
     assert_eq!(first.copy(), Some(1));
     let cookie = first.cookie().unwrap();
@@ -215,7 +206,7 @@ fn killing_the_active_copy_loses_no_request_and_the_visitor_ends_on_the_spare() 
 #[test]
 fn without_a_spare_a_request_waits_for_the_app_to_come_back() {
     let env = Env::new("nospare");
-    let port = started(&env, "alone", "warm-replicas: 0\n", "1:active");
+    let port = env.started("alone", "warm-replicas: 0\n", "1:active");
     signal(env.pid_of("alone", 1), 9);
     wait_until(Duration::from_secs(5), "the copy to be down", || (env.roles("alone").is_empty()).then_some(()));
     // Held while copy 1 waits out its 2 s backoff and starts again.
@@ -227,7 +218,7 @@ fn without_a_spare_a_request_waits_for_the_app_to_come_back() {
 #[test]
 fn with_no_copy_to_come_back_a_request_gets_the_restarting_page_after_15_s() {
     let env = Env::new("restarting");
-    let port = started(&env, "down", "warm-replicas: 0\nrestart-policy: never\n", "1:active");
+    let port = env.started("down", "warm-replicas: 0\nrestart-policy: never\n", "1:active");
     signal(env.pid_of("down", 1), 9);
     wait_until(Duration::from_secs(5), "the copy to be left down", || {
         env.copies("down").iter().any(|c| c.status == "exited").then_some(())
@@ -245,7 +236,7 @@ fn with_no_copy_to_come_back_a_request_gets_the_restarting_page_after_15_s() {
 #[test]
 fn the_daemon_starts_the_load_balancer_again_when_it_dies() {
     let env = Env::new("proxydies");
-    let port = started(&env, "lb", "warm-replicas: 0\n", "1:active");
+    let port = env.started("lb", "warm-replicas: 0\n", "1:active");
     let proxy = env.status()["proxy_pid"].as_u64().unwrap() as u32;
     signal(proxy, 9);
     let again = wait_until(Duration::from_secs(10), "a new load balancer", || {
@@ -260,7 +251,7 @@ fn the_daemon_starts_the_load_balancer_again_when_it_dies() {
 fn hostile_input_gets_clear_errors_and_the_load_balancer_keeps_serving() {
     use std::io::{Read, Write};
     let env = Env::new("hostile");
-    let port = started(&env, "tough", "warm-replicas: 0\n", "1:active");
+    let port = env.started("tough", "warm-replicas: 0\n", "1:active");
     let proxy = env.status()["proxy_pid"].as_u64().unwrap() as u32;
 
     // A client that sends half a request and keeps the connection: others are served meanwhile.

@@ -89,7 +89,7 @@ fn changing_replicas_starts_and_stops_copies() {
     std::fs::write(&manifest, format!("app-name: scaled\nport: {port}\nwarm-replicas: 0\nreplicas: 1\n")).unwrap();
     env.apply(&manifest);
     let removed = env.pid_of("scaled", 2);
-    wait_until(Duration::from_secs(30), "copy 2 to stop", || (!pid_alive(removed)).then_some(()));
+    wait_gone(removed, Duration::from_secs(30), "copy 2 to stop");
     env.wait_roles("scaled", "1:active", Duration::from_secs(5));
     assert_eq!(env.pid_of("scaled", 1), first, "the copy that stays is not restarted");
 }
@@ -185,7 +185,7 @@ fn a_new_daemon_adopts_the_running_copies_and_load_balancer() {
 
     // Stopping the daemon stops only the daemon.
     signal(daemon, 15);
-    wait_until(Duration::from_secs(10), "the daemon to exit", || (!pid_alive(daemon)).then_some(()));
+    wait_gone(daemon, Duration::from_secs(10), "the daemon to exit");
     assert!(copies.iter().all(|&p| pid_alive(p)) && pid_alive(proxy), "copies and load balancer keep running");
     assert_eq!(get(port, "/", &[]).unwrap().status, 200, "the load balancer serves while the daemon is down");
 
@@ -243,7 +243,7 @@ fn delete_drains_open_sessions_unless_now() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("is being deleted"), "{}", String::from_utf8_lossy(&again.stderr));
 
     env.ok(&["delete", "dd", "--now"]);
-    wait_until(Duration::from_secs(15), "the copy to stop", || (!pid_alive(pid)).then_some(()));
+    wait_gone(pid, Duration::from_secs(15), "the copy to stop");
     wait_until(Duration::from_secs(10), "the app to be forgotten", || env.status()["apps"].as_array().unwrap().is_empty().then_some(()));
     env.apply(&manifest);
     env.wait_roles("dd", "1:active", START);

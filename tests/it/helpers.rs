@@ -34,6 +34,11 @@ pub fn wait_until<T>(timeout: Duration, what: &str, mut cond: impl FnMut() -> Op
     }
 }
 
+/// Waits until the process is gone, or panics with `what` after `timeout`.
+pub fn wait_gone(pid: u32, timeout: Duration, what: &str) {
+    wait_until(timeout, what, || (!pid_alive(pid)).then_some(()));
+}
+
 /// A free TCP port outside the copies' range (the kernel's ephemeral range).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -134,6 +139,16 @@ impl Env {
         let manifest = folder.join("app.yaml");
         std::fs::write(&manifest, format!("app-name: {name}\nport: {port}\n{extra}")).unwrap();
         manifest
+    }
+
+    /// Starts an app on a free port with `extra` manifest lines, waits for
+    /// `roles` and for its port to answer 200; returns the port.
+    pub fn started(&self, name: &str, extra: &str, roles: &str) -> u16 {
+        let port = free_port();
+        self.apply(&self.app(name, port, extra));
+        self.wait_roles(name, roles, Duration::from_secs(60));
+        wait_http_ok(port, Duration::from_secs(10));
+        port
     }
 
     /// Runs `shinyctl ARGS` with this home and returns its output.

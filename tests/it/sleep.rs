@@ -21,9 +21,7 @@ fn wait_asleep(env: &Env, app: &str, pids: &[u32]) {
 #[test]
 fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     let env = Env::new("sleep");
-    let port = free_port();
-    env.apply(&env.app("nap", port, "idle-timeout: 2s\n"));
-    env.wait_roles("nap", "1:active 2:warm", START);
+    let port = env.started("nap", "idle-timeout: 2s\n", "1:active 2:warm");
     let before = env.copies("nap");
     let pids: Vec<u32> = before.iter().filter_map(|c| c.pid).collect();
     assert_eq!(between(&wait_http_ok(port, Duration::from_secs(10)).body, "scratch=", ";"), Some("empty"));

@@ -89,7 +89,7 @@ fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
     let out = env.ok(&["restart", "rd"]);
     assert!(out.contains("restarting"), "returns at once: {out}");
     env.wait_roles("rd", "3:active 4:warm 1:draining", START);
-    wait_until(Duration::from_secs(10), "the old spare to stop right away", || (!pid_alive(old_spare)).then_some(()));
+    wait_gone(old_spare, Duration::from_secs(10), "the old spare to stop right away");
     assert!(pid_alive(old), "the old copy keeps its visitor");
     assert_eq!(get(port, "/", &[]).unwrap().copy(), Some(3), "new visitors go to the new copy");
     // The open page's own requests stay on the old copy; reloading the page brings the new one.
@@ -103,7 +103,7 @@ fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
 
     // The session ends: the old copy stops within about 15 s (the settle).
     session.close();
-    wait_until(Duration::from_secs(25), "the drained copy to stop", || (!pid_alive(old)).then_some(()));
+    wait_gone(old, Duration::from_secs(25), "the drained copy to stop");
     env.wait_roles("rd", "3:active 4:warm", Duration::from_secs(5));
     let (sent, errors) = requests.finish();
     assert!(errors.is_empty(), "no request lost during the redeploy: {} of {sent}: {errors:?}", errors.len());
@@ -120,7 +120,7 @@ fn a_draining_copy_stops_at_drain_timeout_and_now_does_not_wait() {
     let session = Session::open(port, "");
     env.ok(&["restart", "dt"]);
     env.wait_roles("dt", "2:active 1:draining", START);
-    wait_until(Duration::from_secs(20), "the drain-timeout to stop copy 1", || (!pid_alive(old)).then_some(()));
+    wait_gone(old, Duration::from_secs(20), "the drain-timeout to stop copy 1");
     drop(session);
 
     // --now: the old copy stops as soon as the new one is ready, sessions or not.
@@ -131,7 +131,7 @@ fn a_draining_copy_stops_at_drain_timeout_and_now_does_not_wait() {
     env.apply(&manifest);
     env.ok(&["restart", "dt", "--now"]);
     env.wait_roles("dt", "3:active", START);
-    wait_until(Duration::from_secs(15), "--now to stop copy 2", || (!pid_alive(old)).then_some(()));
+    wait_gone(old, Duration::from_secs(15), "--now to stop copy 2");
     drop(session);
 }
 
@@ -199,7 +199,7 @@ fn settings_changes_restart_only_what_they_must() {
     env.wait_roles("st", "2:active", START);
     let r = get(new_port, "/", &[]).unwrap();
     assert_eq!(between(&r.body, "greeting=", ";"), Some("hej"));
-    wait_until(Duration::from_secs(20), "the old copy to stop", || (!pid_alive(pid)).then_some(()));
+    wait_gone(pid, Duration::from_secs(20), "the old copy to stop");
 }
 
 #[test]
@@ -228,14 +228,11 @@ fn scaling_down_keeps_the_copy_with_sessions() {
 #[test]
 fn while_the_daemon_is_down_the_spare_still_stands_in_and_the_dead_copy_waits_for_it() {
     let env = Env::new("daemondown");
-    let port = free_port();
-    env.apply(&env.app("dd", port, ""));
-    env.wait_roles("dd", "1:active 2:warm", START);
-    wait_http_ok(port, Duration::from_secs(10));
+    let port = env.started("dd", "", "1:active 2:warm");
     let daemon = env.status()["daemon_pid"].as_u64().unwrap() as u32;
     let first = env.pid_of("dd", 1);
     signal(daemon, 15);
-    wait_until(Duration::from_secs(10), "the daemon to exit", || (!pid_alive(daemon)).then_some(()));
+    wait_gone(daemon, Duration::from_secs(10), "the daemon to exit");
 
     let requests = Loop::start(port);
     signal(first, 9);
@@ -255,9 +252,7 @@ fn while_the_daemon_is_down_the_spare_still_stands_in_and_the_dead_copy_waits_fo
 #[test]
 fn a_copy_whose_port_another_program_took_moves_to_another_port() {
     let env = Env::new("portmove");
-    let port = free_port();
-    env.apply(&env.app("pm", port, "warm-replicas: 0\n"));
-    env.wait_roles("pm", "1:active", START);
+    let port = env.started("pm", "warm-replicas: 0\n", "1:active");
     let before = env.copies("pm")[0].clone();
     signal(before.pid.unwrap(), 9);
     // Another program takes the copy's port while it waits out its backoff.
@@ -274,9 +269,7 @@ fn a_copy_whose_port_another_program_took_moves_to_another_port() {
 #[test]
 fn a_copys_own_disk_outlives_its_process_but_not_a_redeploy() {
     let env = Env::new("scratch");
-    let port = free_port();
-    env.apply(&env.app("sc", port, "warm-replicas: 0\n"));
-    env.wait_roles("sc", "1:active", START);
+    let port = env.started("sc", "warm-replicas: 0\n", "1:active");
     let scratch = |r: &Response| between(&r.body, "scratch=", ";").map(str::to_string);
     assert_eq!(scratch(&wait_http_ok(port, Duration::from_secs(10))).as_deref(), Some("empty"));
     let dir = env.home().join("scratch/default-sc/1");
@@ -317,16 +310,13 @@ fn changing_host_moves_the_listener_without_restarting_a_copy() {
 #[test]
 fn the_crash_count_goes_back_to_a_dash_after_a_minute_up() {
     let env = Env::new("crashreset");
-    let port = free_port();
-    env.apply(&env.app("cr", port, "warm-replicas: 0\n"));
-    env.wait_roles("cr", "1:active", START);
+    env.started("cr", "warm-replicas: 0\n", "1:active");
     signal(env.pid_of("cr", 1), 9);
     wait_until(Duration::from_secs(5), "the crash to be counted", || env.copies("cr").iter().any(|c| c.crashes == 1).then_some(()));
     env.wait_roles("cr", "1:active", START);
     let restarted = std::time::Instant::now();
-    let row = |env: &Env| -> Vec<String> {
-        env.ok(&["status", "cr"]).lines().nth(1).unwrap().split_whitespace().map(str::to_string).collect()
-    };
+    let row =
+        |env: &Env| -> Vec<String> { env.ok(&["status", "cr"]).lines().nth(1).unwrap().split_whitespace().map(str::to_string).collect() };
     assert_eq!(row(&env)[9], "1", "CRASHES while it has not stayed up a minute");
     wait_until(Duration::from_secs(90), "CRASHES back to -", || (row(&env)[9] == "-").then_some(()));
     assert!(restarted.elapsed() >= Duration::from_secs(55), "not before a minute up: {:?}", restarted.elapsed());

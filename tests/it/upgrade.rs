@@ -56,7 +56,7 @@ fn a_new_build_adopts_the_copies_and_replaces_the_load_balancer_losing_no_reques
     let requests = Loop::start(port);
     std::thread::sleep(Duration::from_millis(300));
     signal(old_daemon, 15);
-    wait_until(Duration::from_secs(10), "the old daemon to exit", || (!pid_alive(old_daemon)).then_some(()));
+    wait_gone(old_daemon, Duration::from_secs(10), "the old daemon to exit");
     env.ok(&["serve", "-d"]);
     wait_until(Duration::from_secs(15), "the old load balancer to be replaced and gone", || {
         let p = env.status()["proxy_pid"].as_u64()? as u32;
@@ -78,9 +78,7 @@ fn a_new_build_adopts_the_copies_and_replaces_the_load_balancer_losing_no_reques
 #[test]
 fn the_documented_restart_line_pkill_then_serve_d_leaves_a_daemon_running() {
     let env = Env::new("pkillrace");
-    let port = free_port();
-    env.apply(&env.app("pk", port, "warm-replicas: 0\n"));
-    env.wait_roles("pk", "1:active", Duration::from_secs(60));
+    env.started("pk", "warm-replicas: 0\n", "1:active");
     let old = env.status()["daemon_pid"].as_u64().unwrap() as u32;
     let copy = env.pid_of("pk", 1);
     // `pkill … && shinyctl serve -d`: the signal, then at once the new daemon.
