@@ -1,15 +1,7 @@
 //! shinyctl: one binary, three processes — the command, the daemon
 //! (`shinyctl serve`) and the load balancer (`shinyctl proxy`).
 
-mod cli;
-mod home;
-mod manifest;
-mod model;
-mod procfs;
-mod proxy;
-mod reconcile;
-mod serve;
-mod uds;
+use shinyctl::{cli, home, model, proxy, serve};
 
 use clap::{Parser, Subcommand};
 

@@ -1,0 +1,13 @@
+//! shinyctl as a library: everything the binary runs, so the load balancer
+//! and the daemon's pieces can be tested in-process (`tests/`). `main.rs`
+//! only parses the command line and dispatches here.
+
+pub mod cli;
+pub mod home;
+pub mod manifest;
+pub mod model;
+pub mod procfs;
+pub mod proxy;
+pub mod reconcile;
+pub mod serve;
+pub mod uds;
