@@ -3,6 +3,7 @@
 //! only parses the command line and dispatches here.
 
 pub mod cli;
+pub mod clock;
 pub mod home;
 pub mod manifest;
 pub mod model;

@@ -685,10 +685,7 @@ async fn wake_outcome(wake: Option<&mut watch::Receiver<Option<Wake>>>) -> Wake 
     }
 }
 
-/// Unix time in ms.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
+pub use crate::clock::now_ms;
 
 /// A cheap random number (xorshift64*, one state per thread) for the
 /// random policy; nothing secret depends on it.

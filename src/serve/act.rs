@@ -25,10 +25,7 @@ pub const COPY_PORTS: std::ops::RangeInclusive<u16> = 20000..=29999;
 /// How long a stopping copy gets after SIGTERM before SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
-/// Unix time now, in ms. The one clock the daemon reads.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
+pub use crate::clock::now_ms;
 
 /// Picks the copy's port: the one it had if it is still free, else a free
 /// one in 20000–29999 that no other copy holds.
