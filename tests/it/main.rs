@@ -3,6 +3,7 @@
 
 mod balancer;
 mod browser;
+mod faults;
 mod foundation;
 mod helpers;
 mod sleep;
