@@ -49,3 +49,34 @@ fn an_idle_app_with_a_crash_looping_copy_goes_to_sleep() {
     let r = get(port, "/", &[]).unwrap();
     assert_eq!(r.status, 200, "woken by a request: {r:?}");
 }
+
+#[test]
+fn after_the_binary_is_replaced_the_daemon_still_starts_a_load_balancer() {
+    let env = Env::new("faults-replaced-binary");
+    // "Installed" shinyctl: a copy of the binary under test.
+    let bin_dir = env.dir.join("bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let installed = bin_dir.join("shinyctl");
+    std::fs::copy(bin(), &installed).unwrap();
+    let port = free_port();
+    let manifest = env.app("swapped", port, "warm-replicas: 0\n");
+    let out = env.run_binary(&installed, &["apply", "-f", manifest.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    env.wait_roles("swapped", "1:active", Duration::from_secs(60));
+    wait_http_ok(port, Duration::from_secs(10));
+    let old_proxy = env.status()["proxy_pid"].as_u64().expect("a load balancer runs") as u32;
+
+    // install.sh renames a new binary over the old one; here, a file that
+    // is no shinyctl at all, so only the running binary itself can serve.
+    let tmp = bin_dir.join(".shinyctl.new");
+    std::fs::write(&tmp, "#!/bin/sh\nexit 99\n").unwrap();
+    std::fs::rename(&tmp, &installed).unwrap();
+
+    signal(old_proxy, 9);
+    let new_proxy = wait_until(Duration::from_secs(30), "a new load balancer", || {
+        let p = env.status()["proxy_pid"].as_u64()? as u32;
+        (p != old_proxy && pid_alive(p)).then_some(p)
+    });
+    assert_eq!(cmdline(new_proxy), format!("{} proxy", installed.display()), "argv[0] is still the installed path");
+    assert_eq!(wait_http_ok(port, Duration::from_secs(10)).status, 200);
+}
