@@ -3,9 +3,11 @@
 
 mod balancer;
 mod browser;
+mod command_line;
 mod faults;
 mod foundation;
 mod helpers;
+mod quickstart;
 mod sleep;
 mod staying_up;
 mod upgrade;
