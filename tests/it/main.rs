@@ -7,6 +7,7 @@ mod command_line;
 mod faults;
 mod foundation;
 mod helpers;
+mod several_hosts;
 mod quickstart;
 mod sleep;
 mod staying_up;
