@@ -1,14 +1,12 @@
 //! The types that cross a process boundary: the API between the command and
 //! the daemon, the copies table the daemon pushes to the load balancer, the
-//! load balancer's statistics, and the files the daemon records
-//! (`state.json`, `registry.json`).
+//! load balancer's statistics, and the state the daemon records
+//! (`state.json`; `registry.json` is `serve::record::Registry`, as it holds
+//! the manifest's `AppSpec`).
 //!
 //! Everything here is plain data with serde derives; no I/O lives in this file.
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-
-use crate::manifest::AppSpec;
 
 /// The build identity of this binary (the version and a hash of its
 /// sources): a load balancer of another build is replaced on upgrade.
@@ -302,13 +300,6 @@ impl Exit {
             (None, None) => "exited".to_string(),
         }
     }
-}
-
-/// `registry.json`: every app the daemon manages.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Registry {
-    /// The applied spec of each app, by app name.
-    pub apps: BTreeMap<String, AppSpec>,
 }
 
 // ---------------------------------------------------------------------------
