@@ -8,8 +8,7 @@ use std::path::PathBuf;
 
 use super::error::{first_content_line, Cx, Doc};
 use super::keys::{self, NAME_ALLOWED, PORT_ALLOWED};
-use super::{env, AppSpec, ManifestError};
-use crate::model::{LbPolicy, RestartPolicy};
+use super::{env, AppSpec, LbPolicy, ManifestError, RestartPolicy};
 
 /// A manifest being read. One field per key, named as in [`AppSpec`]: the
 /// key's checked value, none while the key has not been read.

@@ -8,8 +8,7 @@ use serde_yaml::Value;
 use std::path::{Component, Path, PathBuf};
 
 use super::error::{shown_scalar, Cx};
-use super::{ManifestError, MAX_COPIES, MAX_LONG_DURATION_MS, MAX_NAME_LEN, MAX_REQUEST_TIMEOUT_MS};
-use crate::model::{LbPolicy, RestartPolicy};
+use super::{LbPolicy, ManifestError, RestartPolicy, MAX_COPIES, MAX_LONG_DURATION_MS, MAX_NAME_LEN, MAX_REQUEST_TIMEOUT_MS};
 
 /// What `app-name` and `app-group` allow.
 pub(super) const NAME_ALLOWED: &str = "lowercase letters, digits and '-', starting with a letter or a digit \

@@ -20,6 +20,7 @@ mod draft;
 mod env;
 mod error;
 mod keys;
+mod policy;
 mod value;
 
 #[cfg(test)]
@@ -30,11 +31,11 @@ use serde_yaml::{Mapping, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::model::{LbPolicy, RestartPolicy};
 use error::{describe, first_content_line, Doc};
 
 pub use draft::KEYS;
 pub use error::{line_of_key, ManifestError};
+pub use policy::{LbPolicy, RestartPolicy};
 pub use value::parse_duration;
 
 /// A validated app, as applied. Durations are in milliseconds, paths are
