@@ -77,7 +77,7 @@ impl Draft {
     pub fn take(&mut self, cx: &Cx, v: &Value) -> Result<(), ManifestError> {
         match TAKE.iter().find(|(key, _)| *key == cx.key) {
             Some((_, take)) => take(self, cx, v),
-            None => Err(cx.unknown()),
+            None => Err(cx.unknown(&KEYS)),
         }
     }
 

@@ -8,8 +8,6 @@
 use serde_yaml::Value;
 use std::path::{Path, PathBuf};
 
-use super::KEYS;
-
 /// A manifest that was refused: the message names the file, the line, the
 /// key and what is allowed.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,10 +111,11 @@ impl Cx<'_> {
         self.err(format!("{} is not accepted; allowed: {allowed}", describe(v)))
     }
 
-    /// A key no manifest may hold, with the allowed keys and the closest one.
-    pub fn unknown(&self) -> ManifestError {
-        let mut message = format!("unknown key; allowed keys: {}", KEYS.join(", "));
-        if let Some(s) = suggest(self.key) {
+    /// A key no manifest may hold, with the allowed `keys` and the closest
+    /// one.
+    pub fn unknown(&self, keys: &[&'static str]) -> ManifestError {
+        let mut message = format!("unknown key; allowed keys: {}", keys.join(", "));
+        if let Some(s) = suggest(self.key, keys) {
             message.push_str(&format!(" (did you mean {s}?)"));
         }
         self.err(message)
@@ -146,18 +145,18 @@ pub(super) fn shown_scalar(v: &Value) -> String {
     }
 }
 
-/// The closest allowed key to a misspelt one, if any is close.
-fn suggest(key: &str) -> Option<&'static str> {
+/// The closest of `keys` to a misspelt key, if any is close.
+fn suggest(key: &str, keys: &[&'static str]) -> Option<&'static str> {
     let k = key.trim().to_ascii_lowercase().replace(['_', ' '], "-");
-    if let Some(exact) = KEYS.iter().find(|x| **x == k) {
+    if let Some(exact) = keys.iter().find(|x| **x == k) {
         return Some(exact);
     }
     let suffix = format!("-{k}");
-    let ends: Vec<&&str> = KEYS.iter().filter(|x| x.ends_with(&suffix)).collect();
+    let ends: Vec<&&str> = keys.iter().filter(|x| x.ends_with(&suffix)).collect();
     if ends.len() == 1 {
         return Some(ends[0]);
     }
-    KEYS.iter().map(|x| (levenshtein(&k, x), *x)).filter(|(d, _)| *d <= 2).min_by_key(|(d, _)| *d).map(|(_, x)| x)
+    keys.iter().map(|x| (levenshtein(&k, x), *x)).filter(|(d, _)| *d <= 2).min_by_key(|(d, _)| *d).map(|(_, x)| x)
 }
 
 fn levenshtein(a: &str, b: &str) -> usize {
