@@ -25,8 +25,9 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
 use super::balance::{self, Need};
+use super::shared::{worker_index, ErrorSource, Shared, WORKERS};
 use super::table::{CopyState, LiveApp, LiveCopy, Wake};
-use super::{pages, websocket, worker_index, ErrorSource, Shared, WORKERS};
+use super::{pages, websocket};
 use crate::model::{LbPolicy, Role, StandIn};
 
 /// A connection to a copy that is refused or times out within this marks
