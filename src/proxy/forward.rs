@@ -11,13 +11,12 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::SendRequest;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::request;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
@@ -25,7 +24,8 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
 use super::balance::{self, Need};
-use super::shared::{worker_index, ErrorSource, Shared, WORKERS};
+use super::pool::{Sender, UpBody};
+use super::shared::{ErrorSource, Shared};
 use super::table::{CopyState, LiveApp, LiveCopy, Wake};
 use super::{pages, websocket};
 use crate::model::{LbPolicy, Role, StandIn};
@@ -35,8 +35,6 @@ use crate::model::{LbPolicy, Role, StandIn};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long an idle pooled connection may take to say it is ready again.
 const READY_WAIT: Duration = Duration::from_millis(200);
-/// Idle connections kept per copy.
-const POOL_MAX: usize = 256;
 /// Attempts to send one request (new connections, stand-ins and retries
 /// of a request that was lost on a dying connection).
 const MAX_SENDS: u32 = 5;
@@ -56,90 +54,6 @@ pub struct Client {
     pub port: u16,
     /// The visitor's address, ready to be sent as `X-Forwarded-For`.
     pub xff: HeaderValue,
-}
-
-/// A request sender on one connection to a copy.
-pub type Sender = SendRequest<UpBody>;
-
-/// Idle keep-alive connections to one copy, one list per worker: a
-/// connection is driven by the worker that opened it, so a request reuses
-/// only its own worker's (the lock is then never contended).
-#[derive(Default)]
-pub struct Pool {
-    /// Per worker, most recently used last.
-    idle: [Mutex<Vec<Sender>>; WORKERS],
-}
-
-impl Pool {
-    fn lock(&self) -> MutexGuard<'_, Vec<Sender>> {
-        self.idle[worker_index() % WORKERS].lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The most recently used connection still open.
-    fn take(&self) -> Option<Sender> {
-        let mut idle = self.lock();
-        while let Some(s) = idle.pop() {
-            if !s.is_closed() {
-                return Some(s);
-            }
-        }
-        None
-    }
-
-    /// Keeps a connection whose last answer was read to the end.
-    fn put(&self, s: Sender) {
-        if s.is_closed() {
-            return;
-        }
-        let mut idle = self.lock();
-        if idle.len() < POOL_MAX {
-            idle.push(s);
-        }
-    }
-
-    /// Drops every idle connection (the copy just failed one: the others
-    /// are likely dead too).
-    pub fn clear(&self) {
-        for idle in &self.idle {
-            let dropped = std::mem::take(&mut *idle.lock().unwrap_or_else(|e| e.into_inner()));
-            drop(dropped);
-        }
-    }
-}
-
-/// The body sent to a copy: the visitor's, streamed, or none (a retry or
-/// a WebSocket upgrade).
-pub enum UpBody {
-    /// The visitor's request body.
-    Client(Incoming),
-    /// No body.
-    Empty,
-}
-
-impl Body for UpBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.get_mut() {
-            UpBody::Client(b) => Pin::new(b).poll_frame(cx),
-            UpBody::Empty => Poll::Ready(None),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            UpBody::Client(b) => b.is_end_stream(),
-            UpBody::Empty => true,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            UpBody::Client(b) => b.size_hint(),
-            UpBody::Empty => SizeHint::with_exact(0),
-        }
-    }
 }
 
 /// A request counted against a copy until its answer is read to the end;

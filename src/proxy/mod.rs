@@ -25,6 +25,7 @@ mod forward;
 mod handover;
 mod listeners;
 mod pages;
+mod pool;
 mod shared;
 mod table;
 mod websocket;

@@ -15,7 +15,8 @@ use tokio::sync::watch;
 
 use super::balance::Candidate;
 use super::cookie;
-use super::forward::{is_down, Pool};
+use super::forward::is_down;
+use super::pool::Pool;
 use crate::model::{AppTraffic, CopyTraffic, LbPolicy, ProxyTable, Role};
 
 /// The longest a request is held while no copy can take it
