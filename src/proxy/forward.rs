@@ -41,11 +41,6 @@ const MAX_SENDS: u32 = 5;
 /// Of those, how many may be lost after they were sent: a copy that keeps
 /// dropping the same request is not dying, it refuses that request.
 const MAX_LOST: u32 = 3;
-/// A copy marked down is tried again after this long even if the table
-/// did not change, so a copy that refused once by mistake comes back by
-/// itself (the cost of a wrong guess is one refused connect).
-pub const DOWN_FOR_MS: u64 = 10_000;
-
 /// A client connection's own facts, shared by its requests.
 pub struct Client {
     /// Everything the load balancer shares.
@@ -299,8 +294,7 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
                 req = Some(*back);
                 failed = true;
                 copy.state.pool.clear();
-                let was = copy.state.down_at_ms.swap(now_ms(), Ordering::Relaxed);
-                if !is_down(was, now_ms()) {
+                if copy.state.mark_down(now_ms()) {
                     tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, port = copy.port,
                         "copy {} refused a connection ({e}); it gets no visitor until it comes back", copy.copy);
                     notice = Some(copy.copy);
@@ -340,17 +334,12 @@ fn is_page_load(parts: &request::Parts) -> bool {
     parts.method == Method::GET && navigate && document && !parts.uri.path().contains("/session/")
 }
 
-/// True while a copy marked down at `down_at` (0: never) stays down.
-pub fn is_down(down_at: u64, now: u64) -> bool {
-    down_at != 0 && now.saturating_sub(down_at) < DOWN_FOR_MS
-}
-
 /// The copy for this request: the one its cookie names while that copy is
 /// up (whatever its role), else one picked by the app's policy.
 fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, now: u64) -> Option<usize> {
     let mut need = if failed { Need::StandIn } else { Need::NewVisitor };
     if let Some(i) = claimed.and_then(|n| app.index_of(n)) {
-        if !is_down(app.copies[i].state.down_at_ms.load(Ordering::Relaxed), now) {
+        if !app.copies[i].state.is_down(now) {
             return Some(i);
         }
         need = Need::StandIn;
@@ -643,14 +632,6 @@ mod tests {
         strip_hop_by_hop(&mut ws, true);
         assert_eq!(ws.len(), 2);
         assert!(ws.contains_key(header::UPGRADE));
-    }
-
-    #[test]
-    fn a_mark_down_expires() {
-        assert!(!is_down(0, 5));
-        assert!(is_down(1000, 1000 + DOWN_FOR_MS - 1));
-        assert!(!is_down(1000, 1000 + DOWN_FOR_MS));
-        assert!(is_down(1000, 999));
     }
 
     #[test]
