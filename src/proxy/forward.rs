@@ -9,14 +9,11 @@
 use std::convert::Infallible;
 use std::io;
 use std::net::Ipv4Addr;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::request;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
@@ -24,9 +21,10 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
 use super::balance::{self, Need};
-use super::pool::{Sender, UpBody};
+use super::body::{DownBody, Lease};
+use super::pool::UpBody;
 use super::shared::{ErrorSource, Shared};
-use super::table::{CopyState, LiveApp, LiveCopy, Wake};
+use super::table::{LiveApp, LiveCopy, Wake};
 use super::{pages, websocket};
 use crate::model::{LbPolicy, Role, StandIn};
 
@@ -49,100 +47,6 @@ pub struct Client {
     pub port: u16,
     /// The visitor's address, ready to be sent as `X-Forwarded-For`.
     pub xff: HeaderValue,
-}
-
-/// A request counted against a copy until its answer is read to the end;
-/// then its connection goes back to the pool.
-pub struct Lease {
-    /// The copy's counters and pool.
-    state: Arc<CopyState>,
-    /// The connection, when it may be reused.
-    sender: Option<Sender>,
-}
-
-impl Lease {
-    fn new(state: Arc<CopyState>) -> Lease {
-        state.connections.fetch_add(1, Ordering::Relaxed);
-        Lease { state, sender: None }
-    }
-
-    /// The answer was read to the end: the connection may serve another.
-    fn finish(mut self) {
-        if let Some(s) = self.sender.take() {
-            self.state.pool.put(s);
-        }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.state.connections.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// The body sent to the visitor: a copy's, streamed, or a page of our own.
-pub enum DownBody {
-    /// A copy's answer; the lease ends with it.
-    Upstream {
-        /// The copy's body.
-        body: Incoming,
-        /// Ends (and pools the connection) once the body is read.
-        lease: Option<Lease>,
-    },
-    /// A whole body (our pages), taken on first poll.
-    Full(Option<Bytes>),
-}
-
-impl DownBody {
-    /// No body at all.
-    pub fn empty() -> DownBody {
-        DownBody::Full(None)
-    }
-}
-
-impl Body for DownBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.get_mut() {
-            DownBody::Upstream { body, lease } => {
-                let polled = Pin::new(&mut *body).poll_frame(cx);
-                match &polled {
-                    Poll::Ready(None) => finish(lease),
-                    Poll::Ready(Some(Ok(_))) if body.is_end_stream() => finish(lease),
-                    Poll::Ready(Some(Err(e))) => {
-                        tracing::warn!(source = %ErrorSource::Upstream, "a copy's answer broke off: {e}");
-                        // Not pooled: the connection is in no state to reuse.
-                        *lease = None;
-                    }
-                    _ => {}
-                }
-                polled
-            }
-            DownBody::Full(b) => Poll::Ready(b.take().map(|d| Ok(Frame::data(d)))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            DownBody::Upstream { body, .. } => body.is_end_stream(),
-            DownBody::Full(b) => b.is_none(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            DownBody::Upstream { body, .. } => body.size_hint(),
-            DownBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-        }
-    }
-}
-
-fn finish(lease: &mut Option<Lease>) {
-    if let Some(l) = lease.take() {
-        l.finish();
-    }
 }
 
 /// The hyper service: every request of a visitor's connection.

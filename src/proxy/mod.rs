@@ -20,6 +20,7 @@
 //! keeps working with the table it has when the daemon is down.
 
 mod balance;
+mod body;
 mod cookie;
 mod forward;
 mod handover;
