@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::{Body, Incoming};
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::http::request;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
@@ -22,6 +22,7 @@ use tokio::sync::watch;
 
 use super::balance::{self, Need};
 use super::body::{DownBody, Lease};
+use super::headers;
 use super::pool::UpBody;
 use super::shared::{ErrorSource, Shared};
 use super::table::{LiveApp, LiveCopy, Wake};
@@ -115,10 +116,10 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
     // A visitor of a draining copy who loads the page anew (a reload, not
     // one of the open page's own requests) gets the new version:
     // staying-up.txt, "reloading it brings the new one".
-    if claimed.is_some_and(|c| app.index_of(c).is_some_and(|i| app.copies[i].role == Role::Draining)) && is_page_load(&parts) {
+    if claimed.is_some_and(|c| app.index_of(c).is_some_and(|i| app.copies[i].role == Role::Draining)) && headers::is_page_load(&parts) {
         claimed = None;
     }
-    prepare(&mut parts, client, client_upgrade.is_some());
+    headers::for_copy(&mut parts, &client.xff, client_upgrade.is_some());
     // A request without a body can be sent again if it is lost on a dying
     // connection; one with a body cannot (it was consumed).
     let replay = body.is_end_stream().then(|| Replay::of(&parts));
@@ -228,16 +229,6 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
     }
 }
 
-/// True for a browser loading a page (a navigation), as opposed to the
-/// requests an open page makes itself. Shiny's per-session URLs (downloads,
-/// uploads under `session/<token>/`) belong to an open page even when the
-/// browser fetches them as a navigation.
-fn is_page_load(parts: &request::Parts) -> bool {
-    let navigate = parts.headers.get("sec-fetch-mode").is_some_and(|v| v.as_bytes() == b"navigate");
-    let document = parts.headers.get("sec-fetch-dest").is_none_or(|v| v.as_bytes() == b"document");
-    parts.method == Method::GET && navigate && document && !parts.uri.path().contains("/session/")
-}
-
 /// The copy for this request: the one its cookie names while that copy is
 /// up (whatever its role), else one picked by the app's policy.
 fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, now: u64) -> Option<usize> {
@@ -259,28 +250,6 @@ fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, now: u64) -> Option
     balance::pick_by(app.policy, app.copies.len(), |i| app.copies[i].candidate(now), need, rr, random)
 }
 
-/// The request as a copy gets it.
-fn prepare(parts: &mut request::Parts, client: &Client, upgrade: bool) {
-    let h = &mut parts.headers;
-    strip_hop_by_hop(h, upgrade);
-    if upgrade {
-        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    }
-    // The visitor's address only: an incoming X-Forwarded-For is not trusted.
-    h.insert(X_FORWARDED_FOR, client.xff.clone());
-    h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    // The visitor already got its 100 Continue from us when the body was read.
-    h.remove(header::EXPECT);
-    if !h.contains_key(header::HOST) {
-        h.insert(header::HOST, HeaderValue::from_static("localhost"));
-    }
-    parts.version = Version::HTTP_11;
-    if parts.uri.authority().is_some() {
-        // Absolute-form from a visitor: copies expect origin-form.
-        parts.uri = parts.uri.path_and_query().map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
-    }
-}
-
 /// The answer as the visitor gets it.
 fn respond(
     app: &LiveApp,
@@ -293,15 +262,7 @@ fn respond(
     let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
     let upstream_upgrade = switching.then(|| hyper::upgrade::on(&mut resp));
     let (mut parts, body) = resp.into_parts();
-    parts.version = Version::HTTP_11;
-    strip_hop_by_hop(&mut parts.headers, switching);
-    if claimed != Some(copy.copy) {
-        parts.headers.append(header::SET_COOKIE, copy.set_cookie.clone());
-        // A shared cache must not hand one visitor's placement to everyone.
-        if !switching && !parts.headers.contains_key(header::CACHE_CONTROL) {
-            parts.headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
-        }
-    }
+    headers::for_visitor(&mut parts, switching, (claimed != Some(copy.copy)).then_some(&copy.set_cookie));
     match (upstream_upgrade, client_upgrade) {
         (Some(upstream), Some(client)) => {
             parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -388,43 +349,6 @@ async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> Resul
             Some(back) => Err(Failure::Refused(Box::new(back), io::Error::other(e.into_error()))),
             None => Err(Failure::Lost(e.into_error())),
         },
-    }
-}
-
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-
-/// Removes the headers that belong to one connection, not to the message
-/// (RFC 9110 §7.6.1), keeping `Upgrade` for a protocol switch.
-fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
-    if let Some(conn) = h.get(header::CONNECTION) {
-        // Headers the sender named in Connection are hop-by-hop too. Rare
-        // beyond the standard ones, so the allocation is rare as well.
-        let named: Vec<HeaderName> = conn
-            .to_str()
-            .unwrap_or("")
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.eq_ignore_ascii_case("keep-alive") && !t.eq_ignore_ascii_case("close") && !t.eq_ignore_ascii_case("upgrade"))
-            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
-            .collect();
-        for name in named {
-            if keep_upgrade && name == header::UPGRADE {
-                continue;
-            }
-            h.remove(name);
-        }
-        h.remove(header::CONNECTION);
-    }
-    h.remove(KEEP_ALIVE);
-    h.remove(PROXY_CONNECTION);
-    h.remove(header::TE);
-    h.remove(header::TRAILER);
-    h.remove(header::TRANSFER_ENCODING);
-    if !keep_upgrade {
-        h.remove(header::UPGRADE);
     }
 }
 
@@ -519,24 +443,6 @@ fn random() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hop_by_hop_headers_are_stripped() {
-        let mut h = HeaderMap::new();
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, X-Private, Upgrade"));
-        h.insert("x-private", HeaderValue::from_static("1"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        h.insert(header::COOKIE, HeaderValue::from_static("a=1"));
-        let mut ws = h.clone();
-        strip_hop_by_hop(&mut h, false);
-        assert_eq!(h.len(), 1);
-        assert!(h.contains_key(header::COOKIE));
-        strip_hop_by_hop(&mut ws, true);
-        assert_eq!(ws.len(), 2);
-        assert!(ws.contains_key(header::UPGRADE));
-    }
 
     #[test]
     fn random_numbers_differ() {

@@ -24,6 +24,7 @@ mod body;
 mod cookie;
 mod forward;
 mod handover;
+mod headers;
 mod listeners;
 mod pages;
 mod pool;
