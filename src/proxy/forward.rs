@@ -18,16 +18,16 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::http::request;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
-use tokio::sync::watch;
 
 use super::balance::{self, Need};
 use super::body::{DownBody, Lease};
+use super::daemon::{wake_outcome, Wake, WakeWatch};
 use super::headers;
 use super::pool::UpBody;
 use super::shared::{ErrorSource, Shared};
-use super::table::{LiveApp, LiveCopy, Wake};
+use super::table::{LiveApp, LiveCopy};
 use super::{pages, websocket};
-use crate::model::{LbPolicy, Role, StandIn};
+use crate::model::{LbPolicy, Role};
 
 /// A connection to a copy that is refused or times out within this marks
 /// the copy down.
@@ -133,7 +133,7 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
     let mut notice: Option<u32> = None;
     // When the hold started to end, and whether it waits for a wake.
     let mut hold: Option<(tokio::time::Instant, bool)> = None;
-    let mut wake: Option<watch::Receiver<Option<Wake>>> = None;
+    let mut wake: Option<WakeWatch> = None;
     let mut woken = false;
     let mut sends = 0;
     let mut lost = 0;
@@ -152,11 +152,11 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
             if let Some(i) = choose(&app, claimed, failed, now_ms()) {
                 break i;
             }
-            tell(shared, &app.name, notice.take(), None);
+            shared.daemon.report_stand_in(&app.name, notice.take(), None);
             // A sleeping app is woken, and waited for up to its
             // request-timeout; one whose copies are down or gone, up to 15 s.
             if app.asleep && wake.is_none() && !woken {
-                wake = Some(ask_wake(shared, &app));
+                wake = Some(shared.daemon.ask_wake(&app.counters.wake, &app.name, app.wake_hold));
             }
             let (until, waking) = *hold.get_or_insert_with(|| {
                 let limit = if app.asleep { app.wake_hold } else { app.hold };
@@ -190,7 +190,7 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
         let copy = &app.copies[i];
         // Told now rather than once the stand-in answers: a slow answer
         // must not delay the daemon making it active.
-        tell(shared, &app.name, notice.take(), (copy.role == Role::Warm).then_some(copy.copy));
+        shared.daemon.report_stand_in(&app.name, notice.take(), (copy.role == Role::Warm).then_some(copy.copy));
         let Some(out) = req.take() else { return pages::bad_gateway(&app.name) };
         sends += 1;
         match send(copy, out, client_upgrade.is_some()).await {
@@ -223,7 +223,7 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
         }
         if sends >= MAX_SENDS {
             tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, "no copy answered after {sends} attempts");
-            tell(shared, &app.name, notice.take(), None);
+            shared.daemon.report_stand_in(&app.name, notice.take(), None);
             return pages::bad_gateway(&app.name);
         }
     }
@@ -349,71 +349,6 @@ async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> Resul
             Some(back) => Err(Failure::Refused(Box::new(back), io::Error::other(e.into_error()))),
             None => Err(Failure::Lost(e.into_error())),
         },
-    }
-}
-
-/// Tells the daemon, without delaying anyone, that `down` refused a
-/// connection and which warm copy stood in. Errors are ignored: the daemon
-/// may be down, and the load balancer carries on with the table it has.
-fn tell(shared: &Arc<Shared>, app: &str, down: Option<u32>, stand_in: Option<u32>) {
-    let Some(down) = down else { return };
-    tracing::info!(app, down, ?stand_in, "telling the daemon that copy {down} is down");
-    let sock = shared.home.api_sock();
-    let path = format!("/v1/apps/{app}/stand-in");
-    let body = serde_json::to_vec(&StandIn { down, stand_in }).unwrap_or_default();
-    tokio::spawn(async move {
-        match crate::uds::request(&sock, Method::POST, &path, Some(body), Duration::from_secs(1)).await {
-            Ok((status, _)) if status.is_success() => {}
-            Ok((status, _)) => tracing::debug!("the daemon answered {status} to {path}"),
-            Err(e) => tracing::debug!("cannot tell the daemon ({path}): {e:#}"),
-        }
-    });
-}
-
-/// Asks the daemon to wake a sleeping app (`POST /v1/apps/<app>/wake` on
-/// api.sock), or joins the wake another request already asked for, so
-/// requests that arrive together share one.
-fn ask_wake(shared: &Arc<Shared>, app: &LiveApp) -> watch::Receiver<Option<Wake>> {
-    let mut slot = app.counters.wake.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(rx) = slot.as_ref().filter(|rx| rx.borrow().is_none()) {
-        return rx.clone();
-    }
-    let (tx, rx) = watch::channel(None);
-    *slot = Some(rx.clone());
-    let sock = shared.home.api_sock();
-    let name = app.name.clone();
-    let limit = app.wake_hold;
-    tracing::info!(app = %name, "asking the daemon to wake {name}");
-    tokio::spawn(async move {
-        let path = format!("/v1/apps/{name}/wake");
-        // The daemon answers by the app's request-timeout itself; the
-        // margins only cover it being slow to.
-        let ask = crate::uds::request(&sock, Method::POST, &path, None, limit + Duration::from_secs(5));
-        let outcome = match tokio::time::timeout(limit + Duration::from_secs(1), ask).await {
-            Ok(Ok((status, _))) if status.is_success() => Wake::Awake,
-            Ok(Ok((StatusCode::GATEWAY_TIMEOUT, _))) => Wake::TimedOut,
-            Ok(Ok((status, body))) => {
-                tracing::warn!(app = %name, "the daemon could not wake it ({status}): {}", String::from_utf8_lossy(&body));
-                Wake::Failed
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(app = %name, "cannot ask the daemon for a wake: {e:#}");
-                Wake::Failed
-            }
-            Err(_) => Wake::TimedOut,
-        };
-        tx.send_replace(Some(outcome));
-    });
-    rx
-}
-
-/// How the wake being waited for ended; never, when there is none.
-async fn wake_outcome(wake: Option<&mut watch::Receiver<Option<Wake>>>) -> Wake {
-    let Some(rx) = wake else { return std::future::pending().await };
-    match rx.wait_for(Option::is_some).await {
-        Ok(outcome) => outcome.unwrap_or(Wake::Failed),
-        // The asking task is gone without an answer.
-        Err(_) => Wake::Failed,
     }
 }
 

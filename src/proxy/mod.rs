@@ -22,6 +22,7 @@
 mod balance;
 mod body;
 mod cookie;
+mod daemon;
 mod forward;
 mod handover;
 mod headers;
@@ -220,7 +221,7 @@ async fn serve(home: Home, key: [u8; cookie::KEY_LEN], workers: Vec<Worker>, inh
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_header_size(MAX_HEAD).max_buf_size(MAX_HEAD);
     let shared = Arc::new(Shared {
-        home,
+        daemon: daemon::DaemonLink { api_sock: home.api_sock() },
         key,
         table: table::LiveTable::default(),
         http,

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tokio::sync::watch;
 
+use super::daemon::DaemonLink;
 use super::{cookie, table};
-use crate::home::Home;
 
 /// Which side of the load balancer an error came from, for the logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,8 +30,8 @@ impl std::fmt::Display for ErrorSource {
 
 /// What every connection of the load balancer shares.
 pub struct Shared {
-    /// The home, for `api.sock`.
-    pub home: Home,
+    /// Where stand-ins are reported and wakes asked for.
+    pub daemon: DaemonLink,
     /// The sticky cookie's HMAC key.
     pub key: [u8; cookie::KEY_LEN],
     /// The live copies table.

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hyper::header::HeaderValue;
@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use super::balance::Candidate;
 use super::cookie;
+use super::daemon::WakeSlot;
 use super::pool::Pool;
 use crate::model::{AppTraffic, CopyTraffic, LbPolicy, ProxyTable, Role};
 
@@ -98,18 +99,7 @@ pub struct AppCounters {
     pub rr: AtomicUsize,
     /// The wake asked of the daemon, shared by the requests that arrive
     /// while it goes on (`None` inside until it ends).
-    pub wake: Mutex<Option<watch::Receiver<Option<Wake>>>>,
-}
-
-/// How a wake asked of the daemon ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wake {
-    /// A copy is active.
-    Awake,
-    /// The wake failed (or the daemon could not be asked).
-    Failed,
-    /// No copy was ready within the app's request-timeout.
-    TimedOut,
+    pub wake: WakeSlot,
 }
 
 /// One app in the live table.
