@@ -7,33 +7,24 @@
 //! copy back.
 
 use std::convert::Infallible;
-use std::io;
-use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use hyper::body::{Body, Incoming};
-use hyper::header::{self, HeaderMap, HeaderValue};
-use hyper::http::request;
-use hyper::{Method, Request, Response, StatusCode, Uri, Version};
-use hyper_util::rt::TokioIo;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
 
 use super::balance::{self, Need};
-use super::body::{DownBody, Lease};
+use super::body::DownBody;
 use super::daemon::{wake_outcome, Wake, WakeWatch};
 use super::headers;
 use super::pool::UpBody;
 use super::shared::{ErrorSource, Shared};
 use super::table::{LiveApp, LiveCopy};
+use super::upstream::{send, Failure, Replay, Sent};
 use super::{pages, websocket};
 use crate::model::{LbPolicy, Role};
 
-/// A connection to a copy that is refused or times out within this marks
-/// the copy down.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long an idle pooled connection may take to say it is ready again.
-const READY_WAIT: Duration = Duration::from_millis(200);
 /// Attempts to send one request (new connections, stand-ins and retries
 /// of a request that was lost on a dying connection).
 const MAX_SENDS: u32 = 5;
@@ -53,42 +44,6 @@ pub struct Client {
 /// The hyper service: every request of a visitor's connection.
 pub async fn handle(req: Request<Incoming>, client: Arc<Client>) -> Result<Response<DownBody>, Infallible> {
     Ok(forward(req, &client).await)
-}
-
-/// What a failed send leaves.
-enum Failure {
-    /// The copy could not be reached; the request was not sent and comes back.
-    Refused(Box<Request<UpBody>>, io::Error),
-    /// The request was sent (maybe in part) and no answer came.
-    Lost(hyper::Error),
-}
-
-/// A sent request's answer, with the lease it holds.
-struct Sent {
-    resp: Response<Incoming>,
-    lease: Lease,
-}
-
-/// The head of a request without a body, kept so it can be sent again.
-struct Replay {
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-}
-
-impl Replay {
-    fn of(parts: &request::Parts) -> Replay {
-        Replay { method: parts.method.clone(), uri: parts.uri.clone(), headers: parts.headers.clone() }
-    }
-
-    fn request(&self) -> Request<UpBody> {
-        let mut req = Request::new(UpBody::Empty);
-        *req.method_mut() = self.method.clone();
-        *req.uri_mut() = self.uri.clone();
-        *req.headers_mut() = self.headers.clone();
-        *req.version_mut() = Version::HTTP_11;
-        req
-    }
 }
 
 async fn forward(req: Request<Incoming>, client: &Client) -> Response<DownBody> {
@@ -284,71 +239,6 @@ fn respond(
             };
             Response::from_parts(parts, DownBody::Upstream { body, lease })
         }
-    }
-}
-
-/// Sends the request to a copy: on an idle pooled connection when there is
-/// one (a WebSocket always gets a new one), else on a new connection.
-async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> Result<Sent, Failure> {
-    let mut lease = Lease::new(copy.state.clone());
-    if !upgrade {
-        while let Some(mut s) = copy.state.pool.take() {
-            // Pooled as soon as its last answer was read, a connection may
-            // not have said it is ready yet; a closed one says so at once.
-            if !matches!(tokio::time::timeout(READY_WAIT, s.ready()).await, Ok(Ok(()))) {
-                continue;
-            }
-            match s.try_send_request(req).await {
-                Ok(resp) => {
-                    lease.sender = Some(s);
-                    return Ok(Sent { resp, lease });
-                }
-                Err(mut e) => match e.take_message() {
-                    // Never written: the connection had closed. Try another.
-                    Some(back) => req = back,
-                    None => return Err(Failure::Lost(e.into_error())),
-                },
-            }
-        }
-    }
-    let connect = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, copy.port));
-    let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(Failure::Refused(Box::new(req), e)),
-        Err(_) => return Err(Failure::Refused(Box::new(req), io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))),
-    };
-    let _ = stream.set_nodelay(true);
-    let (mut s, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
-        Ok(pair) => pair,
-        Err(e) => return Err(Failure::Refused(Box::new(req), io::Error::other(e))),
-    };
-    let port = copy.port;
-    if upgrade {
-        tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(source = %ErrorSource::Upstream, port, "connection: {e}");
-            }
-        });
-    } else {
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(source = %ErrorSource::Upstream, port, "connection: {e}");
-            }
-        });
-    }
-    match s.try_send_request(req).await {
-        Ok(resp) => {
-            if !upgrade {
-                lease.sender = Some(s);
-            }
-            Ok(Sent { resp, lease })
-        }
-        Err(mut e) => match e.take_message() {
-            // Accepted, then closed before a byte was written: a copy on its
-            // way out is as good as one that refuses.
-            Some(back) => Err(Failure::Refused(Box::new(back), io::Error::other(e.into_error()))),
-            None => Err(Failure::Lost(e.into_error())),
-        },
     }
 }
 

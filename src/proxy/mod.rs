@@ -31,6 +31,7 @@ mod pages;
 mod pool;
 mod shared;
 mod table;
+mod upstream;
 mod websocket;
 
 use std::fs;
