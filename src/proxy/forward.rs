@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use hyper::body::{Body, Incoming};
 use hyper::header::{self, HeaderValue};
+use hyper::http::request;
 use hyper::{Method, Request, Response, StatusCode};
+use tokio::time::Instant;
 
 use super::balance::{self, Need};
 use super::body::DownBody;
@@ -67,120 +69,167 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
     app.counters.last_request_ms.store(now_ms(), Ordering::Relaxed);
     let client_upgrade = websocket::is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
-    let mut claimed = parts.headers.get_all(header::COOKIE).iter().find_map(|v| app.sticky_copy(v.as_bytes()));
-    // A visitor of a draining copy who loads the page anew (a reload, not
-    // one of the open page's own requests) gets the new version:
-    // staying-up.txt, "reloading it brings the new one".
-    if claimed.is_some_and(|c| app.index_of(c).is_some_and(|i| app.copies[i].role == Role::Draining)) && headers::is_page_load(&parts) {
-        claimed = None;
-    }
+    let claimed = claimed_copy(&app, &parts);
     headers::for_copy(&mut parts, &client.xff, client_upgrade.is_some());
     // A request without a body can be sent again if it is lost on a dying
     // connection; one with a body cannot (it was consumed).
     let replay = body.is_end_stream().then(|| Replay::of(&parts));
-    let mut req = Some(Request::from_parts(parts, UpBody::Client(body)));
-
-    // Set once this request finds a copy down: new visitors then go to a
-    // stand-in first.
-    let mut failed = false;
-    // The copy this request marked down: the daemon is told once a stand-in
-    // is picked (or none can be).
-    let mut notice: Option<u32> = None;
-    // When the hold started to end, and whether it waits for a wake.
-    let mut hold: Option<(tokio::time::Instant, bool)> = None;
-    let mut wake: Option<WakeWatch> = None;
-    let mut woken = false;
-    let mut sends = 0;
-    let mut lost = 0;
+    let mut req = Request::from_parts(parts, UpBody::Client(body));
+    let mut attempt = Attempt::default();
     loop {
-        let i = loop {
-            if let Some(i) = choose(&app, claimed, failed, now_ms()) {
-                break i;
-            }
-            // Nothing can take it: hold it until a new table brings a copy.
-            let mut changes = shared.table.subscribe();
-            // A swap between the look above and subscribe() would be missed.
-            app = match shared.table.app(client.port) {
-                Some(a) => a,
-                None => return pages::no_app(client.port),
-            };
-            if let Some(i) = choose(&app, claimed, failed, now_ms()) {
-                break i;
-            }
-            shared.daemon.report_stand_in(&app.name, notice.take(), None);
-            // A sleeping app is woken, and waited for up to its
-            // request-timeout; one whose copies are down or gone, up to 15 s.
-            if app.asleep && wake.is_none() && !woken {
-                wake = Some(shared.daemon.ask_wake(&app.counters.wake, &app.name, app.wake_hold));
-            }
-            let (until, waking) = *hold.get_or_insert_with(|| {
-                let limit = if app.asleep { app.wake_hold } else { app.hold };
-                (tokio::time::Instant::now() + limit, app.asleep)
-            });
-            tokio::select! {
-                _ = changes.changed() => {}
-                outcome = wake_outcome(wake.as_mut()) => match outcome {
-                    // The table with the woken copy is on its way, if not here.
-                    Wake::Awake => {
-                        wake = None;
-                        woken = true;
-                    }
-                    Wake::Failed => return pages::wake_failed(&app.name),
-                    Wake::TimedOut => return pages::wake_timed_out(&app.name),
-                },
-                _ = tokio::time::sleep_until(until) => {
-                    if waking {
-                        tracing::warn!(app = %app.name, "{} was not awake within {:?}", app.name, app.wake_hold);
-                        return pages::wake_timed_out(&app.name);
-                    }
-                    tracing::warn!(app = %app.name, "no copy could take a request within {:?}", app.hold);
-                    return pages::restarting(&app.name);
-                }
-            }
-            app = match shared.table.app(client.port) {
-                Some(a) => a,
-                None => return pages::no_app(client.port),
-            };
+        let i;
+        (app, i) = match wait_for_copy(shared, client.port, app, claimed, &mut attempt).await {
+            Ok(found) => found,
+            Err(page) => return page,
         };
         let copy = &app.copies[i];
         // Told now rather than once the stand-in answers: a slow answer
         // must not delay the daemon making it active.
-        shared.daemon.report_stand_in(&app.name, notice.take(), (copy.role == Role::Warm).then_some(copy.copy));
-        let Some(out) = req.take() else { return pages::bad_gateway(&app.name) };
-        sends += 1;
-        match send(copy, out, client_upgrade.is_some()).await {
+        shared.daemon.report_stand_in(&app.name, attempt.notice.take(), (copy.role == Role::Warm).then_some(copy.copy));
+        attempt.sends += 1;
+        req = match send(copy, req, client_upgrade.is_some()).await {
             Ok(sent) => return respond(&app, copy, claimed, sent, client_upgrade),
-            Err(Failure::Refused(back, e)) => {
-                req = Some(*back);
-                failed = true;
-                copy.state.pool.clear();
+            Err(failure) => match attempt.failed(shared, &app, copy, failure, replay.as_ref()) {
+                Ok(again) => again,
+                Err(page) => return page,
+            },
+        };
+    }
+}
+
+/// The copy the request's sticky cookie names, if any. A visitor of a
+/// draining copy who loads the page anew (a reload, not one of the open
+/// page's own requests) claims none and gets the new version:
+/// staying-up.txt, "reloading it brings the new one".
+fn claimed_copy(app: &LiveApp, parts: &request::Parts) -> Option<u32> {
+    let claimed = parts.headers.get_all(header::COOKIE).iter().find_map(|v| app.sticky_copy(v.as_bytes()))?;
+    let draining = app.index_of(claimed).is_some_and(|i| app.copies[i].role == Role::Draining);
+    if draining && headers::is_page_load(parts) {
+        return None;
+    }
+    Some(claimed)
+}
+
+/// What one request has been through, across its sends and holds.
+#[derive(Default)]
+struct Attempt {
+    /// Set once this request finds a copy down: new visitors then go to a
+    /// stand-in first.
+    stand_in: bool,
+    /// The copy this request marked down: the daemon is told once a
+    /// stand-in is picked (or none can be).
+    notice: Option<u32>,
+    /// When the hold ends, and whether it waits for a wake; set when the
+    /// request is first held and kept for any later hold.
+    hold: Option<(Instant, bool)>,
+    /// The wake this request waits for.
+    wake: Option<WakeWatch>,
+    /// A wake ended with the app awake: no other is asked for.
+    woken: bool,
+    /// Sends so far (new connections, stand-ins and retries).
+    sends: u32,
+    /// Sends that were lost after they were sent.
+    lost: u32,
+}
+
+impl Attempt {
+    /// Takes in a failed send to `copy`: the request to send again, or the
+    /// page that answers it when it cannot be.
+    fn failed(
+        &mut self,
+        shared: &Shared,
+        app: &LiveApp,
+        copy: &LiveCopy,
+        failure: Failure,
+        replay: Option<&Replay>,
+    ) -> Result<Request<UpBody>, Response<DownBody>> {
+        copy.state.pool.clear();
+        let again = match failure {
+            Failure::Refused(back, e) => {
+                self.stand_in = true;
                 if copy.state.mark_down(now_ms()) {
                     tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, port = copy.port,
                         "copy {} refused a connection ({e}); it gets no visitor until it comes back", copy.copy);
-                    notice = Some(copy.copy);
+                    self.notice = Some(copy.copy);
                 }
+                *back
             }
-            Err(Failure::Lost(e)) => {
-                copy.state.pool.clear();
-                lost += 1;
-                match &replay {
-                    Some(r) if lost < MAX_LOST => {
+            Failure::Lost(e) => {
+                self.lost += 1;
+                match replay {
+                    Some(r) if self.lost < MAX_LOST => {
                         tracing::debug!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, "request lost ({e}); sending it again");
-                        req = Some(r.request());
+                        r.request()
                     }
                     _ => {
                         tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy,
                             "copy {} dropped a request ({e}); it cannot be sent again", copy.copy);
-                        return pages::bad_gateway(&app.name);
+                        return Err(pages::bad_gateway(&app.name));
                     }
                 }
             }
+        };
+        if self.sends >= MAX_SENDS {
+            tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, "no copy answered after {} attempts", self.sends);
+            shared.daemon.report_stand_in(&app.name, self.notice.take(), None);
+            return Err(pages::bad_gateway(&app.name));
         }
-        if sends >= MAX_SENDS {
-            tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, "no copy answered after {sends} attempts");
-            shared.daemon.report_stand_in(&app.name, notice.take(), None);
-            return pages::bad_gateway(&app.name);
+        Ok(again)
+    }
+}
+
+/// The copy that takes the request (the app's current table entry and the
+/// copy's index in it), at once when one can; else the request is held:
+/// until a new table brings a copy, while a sleeping app wakes (the daemon
+/// is asked, once for the requests that arrive together), up to the app's
+/// hold (15 s) or, when it wakes, its request-timeout (at most 30 s). A
+/// hold that ends without a copy gives the page that answers the request.
+async fn wait_for_copy(
+    shared: &Shared,
+    port: u16,
+    mut app: Arc<LiveApp>,
+    claimed: Option<u32>,
+    attempt: &mut Attempt,
+) -> Result<(Arc<LiveApp>, usize), Response<DownBody>> {
+    loop {
+        if let Some(i) = choose(&app, claimed, attempt.stand_in, now_ms()) {
+            return Ok((app, i));
         }
+        let mut changes = shared.table.subscribe();
+        // A swap between the look above and subscribe() would be missed.
+        app = shared.table.app(port).ok_or_else(|| pages::no_app(port))?;
+        if let Some(i) = choose(&app, claimed, attempt.stand_in, now_ms()) {
+            return Ok((app, i));
+        }
+        shared.daemon.report_stand_in(&app.name, attempt.notice.take(), None);
+        if app.asleep && attempt.wake.is_none() && !attempt.woken {
+            attempt.wake = Some(shared.daemon.ask_wake(&app.counters.wake, &app.name, app.wake_hold));
+        }
+        let (until, waking) = *attempt.hold.get_or_insert_with(|| {
+            let limit = if app.asleep { app.wake_hold } else { app.hold };
+            (Instant::now() + limit, app.asleep)
+        });
+        tokio::select! {
+            _ = changes.changed() => {}
+            outcome = wake_outcome(attempt.wake.as_mut()) => match outcome {
+                // The table with the woken copy is on its way, if not here.
+                Wake::Awake => {
+                    attempt.wake = None;
+                    attempt.woken = true;
+                }
+                Wake::Failed => return Err(pages::wake_failed(&app.name)),
+                Wake::TimedOut => return Err(pages::wake_timed_out(&app.name)),
+            },
+            _ = tokio::time::sleep_until(until) => {
+                if waking {
+                    tracing::warn!(app = %app.name, "{} was not awake within {:?}", app.name, app.wake_hold);
+                    return Err(pages::wake_timed_out(&app.name));
+                }
+                tracing::warn!(app = %app.name, "no copy could take a request within {:?}", app.hold);
+                return Err(pages::restarting(&app.name));
+            }
+        }
+        app = shared.table.app(port).ok_or_else(|| pages::no_app(port))?;
     }
 }
 
