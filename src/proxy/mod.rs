@@ -33,6 +33,7 @@ mod shared;
 mod table;
 mod upstream;
 mod websocket;
+mod workers;
 
 use std::fs;
 use std::io::{self, Read, Seek, Write};
@@ -51,7 +52,8 @@ use tokio::sync::{watch, Mutex, Notify};
 use crate::home::Home;
 use crate::model::{ActionReply, ApiError, ProxySettings, ProxyStats, ProxyTable, BUILD};
 use crate::uds;
-use shared::{start_worker, Shared, Worker, WORKERS};
+use shared::Shared;
+use workers::{start_worker, Worker, WORKERS};
 
 /// How long requests in flight may take to finish once told to stop.
 const DRAIN: Duration = Duration::from_secs(5);

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::SendRequest;
 
-use super::shared::{worker_index, WORKERS};
+use super::workers::{worker_index, WORKERS};
 
 /// Idle connections kept per copy.
 const POOL_MAX: usize = 256;
