@@ -27,6 +27,7 @@ mod forward;
 mod handover;
 mod headers;
 mod listeners;
+mod lock;
 mod pages;
 mod pool;
 mod shared;
@@ -36,9 +37,8 @@ mod websocket;
 mod workers;
 
 use std::fs;
-use std::io::{self, Read, Seek, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io::{self, Read};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -86,13 +86,12 @@ pub fn run(home: Home) -> anyhow::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => anyhow::bail!("cannot create {}: {e}", dir.display()),
     }
-    // Everything created from here on (lock, key, socket) is private.
-    // SAFETY: umask has no memory effects; this runs before any thread starts.
-    unsafe { libc::umask(0o077) };
+    // Everything created from here on (lock, key, sockets) is private.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let lock_path = home.proxy_lock();
-    let (lock, inherited) = match take_lock(&lock_path)? {
-        Lock::Taken(f) => (Some(f), handover::Inherited::new()),
-        Lock::Held(pid) if handover::asked() => {
+    let (lock, inherited) = match lock::take(&lock_path)? {
+        lock::Lock::Taken(f) => (Some(f), handover::Inherited::new()),
+        lock::Lock::Held(pid) if handover::asked() => {
             // The daemon starts us beside the running one and stops it
             // once we answer; its sockets become ours right away.
             let inherited = handover::receive(&handover::path(&home)).unwrap_or_else(|e| {
@@ -100,10 +99,10 @@ pub fn run(home: Home) -> anyhow::Result<()> {
                 handover::Inherited::new()
             });
             tracing::info!("taking over from the load balancer with pid {pid}; {} sockets handed over", inherited.len());
-            wait_for_lock(lock_path.clone());
+            lock::wait_for(lock_path.clone());
             (None, inherited)
         }
-        Lock::Held(pid) => anyhow::bail!("another load balancer holds {} (pid {pid})", lock_path.display()),
+        lock::Lock::Held(pid) => anyhow::bail!("another load balancer holds {} (pid {pid})", lock_path.display()),
     };
     let key = read_key(&home.cookie_key())?;
     let workers = (0..WORKERS).map(start_worker).collect::<io::Result<Vec<_>>>()?;
@@ -114,65 +113,6 @@ pub fn run(home: Home) -> anyhow::Result<()> {
     rt.shutdown_timeout(Duration::from_millis(100));
     drop(lock);
     result
-}
-
-/// What trying `proxy/lock` found.
-enum Lock {
-    /// Ours now, with our PID written in it.
-    Taken(fs::File),
-    /// Another load balancer holds it; its PID as written there.
-    Held(String),
-}
-
-/// Tries `proxy/lock` (exclusive, non-blocking).
-fn take_lock(path: &Path) -> anyhow::Result<Lock> {
-    let mut f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            let mut pid = String::new();
-            let _ = f.read_to_string(&mut pid);
-            let pid = pid.trim();
-            return Ok(Lock::Held(if pid.is_empty() { "unknown".into() } else { pid.into() }));
-        }
-        anyhow::bail!("cannot lock {}: {err}", path.display());
-    }
-    write_pid(&mut f)?;
-    Ok(Lock::Taken(f))
-}
-
-fn write_pid(f: &mut fs::File) -> io::Result<()> {
-    f.set_len(0)?;
-    f.rewind()?;
-    writeln!(f, "{}", std::process::id())
-}
-
-/// Takes `proxy/lock` once the load balancer we replace lets it go, on a
-/// thread of its own, and holds it until we exit.
-fn wait_for_lock(path: std::path::PathBuf) {
-    std::thread::spawn(move || {
-        let Ok(mut f) = fs::OpenOptions::new().read(true).write(true).open(&path) else {
-            tracing::error!("cannot open {} to take it over", path.display());
-            return;
-        };
-        // SAFETY: a blocking flock on a descriptor this thread owns.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            tracing::error!("cannot lock {}: {}", path.display(), io::Error::last_os_error());
-            return;
-        }
-        let _ = write_pid(&mut f);
-        tracing::info!("the replaced load balancer is gone; {} is ours", path.display());
-        // Held, like the lock of a load balancer that started alone, until exit.
-        std::mem::forget(f);
-    });
 }
 
 /// Reads the 32-byte cookie key, creating it (mode 0600) if there is none
