@@ -269,7 +269,7 @@ async fn handle_control(req: Request<hyper::body::Incoming>, ctl: &Control) -> R
             let stats = ProxyStats {
                 build: BUILD.to_string(),
                 pid: std::process::id(),
-                rss_bytes: rss_bytes(),
+                rss_bytes: crate::procfs::rss_bytes(std::process::id()).unwrap_or(0),
                 apps: shared.table.load().traffic(),
                 settings: ProxySettings {
                     header_timeout_ms: HEADER_TIMEOUT.as_millis() as u64,
@@ -293,15 +293,4 @@ async fn handle_control(req: Request<hyper::body::Incoming>, ctl: &Control) -> R
 
 fn error(status: StatusCode, error: String) -> Response<Full<Bytes>> {
     uds::json_response(status, &ApiError { error })
-}
-
-/// Our resident memory, from `/proc/self/statm`.
-fn rss_bytes() -> u64 {
-    let pages = fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    pages * u64::try_from(page).unwrap_or(4096)
 }
