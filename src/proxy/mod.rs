@@ -3,9 +3,9 @@
 //! one of the app's copies.
 //!
 //! Everything it keeps is under `proxy/`: `lock` (held while it runs, with
-//! its PID), `cookie.key` (the sticky cookie's HMAC key), `handover.sock`
-//! (see [`handover`]) and `proxy.sock`, the control socket (HTTP/1.1 +
-//! JSON):
+//! its PID), `handover.sock` (see `handover.rs`) and `proxy.sock`, the
+//! control socket (HTTP/1.1 + JSON). It reads `cookie.key`, the sticky
+//! cookie's HMAC key, which only the daemon makes. The control socket:
 //!
 //! - `PUT /table` with a [`ProxyTable`]: swapped in at once, and listeners
 //!   follow it; answers 200 `{"message": …}`.
@@ -37,7 +37,7 @@ mod websocket;
 mod workers;
 
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +52,8 @@ use tokio::sync::{watch, Mutex, Notify};
 use crate::home::Home;
 use crate::model::{ActionReply, ApiError, ProxySettings, ProxyStats, ProxyTable, BUILD};
 use crate::uds;
+/// Length of the sticky cookie's key, `proxy/cookie.key`.
+pub use cookie::KEY_LEN as COOKIE_KEY_LEN;
 use shared::Shared;
 use workers::{start_worker, Worker, WORKERS};
 
@@ -86,7 +88,7 @@ pub fn run(home: Home) -> anyhow::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => anyhow::bail!("cannot create {}: {e}", dir.display()),
     }
-    // Everything created from here on (lock, key, sockets) is private.
+    // Everything created from here on (lock, sockets) is private.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let lock_path = home.proxy_lock();
     let (lock, inherited) = match lock::take(&lock_path)? {
@@ -115,21 +117,24 @@ pub fn run(home: Home) -> anyhow::Result<()> {
     result
 }
 
-/// Reads the 32-byte cookie key, creating it (mode 0600) if there is none
-/// or it is not 32 bytes.
-fn read_key(path: &Path) -> anyhow::Result<[u8; cookie::KEY_LEN]> {
-    if let Ok(bytes) = fs::read(path) {
-        if let Ok(key) = <[u8; cookie::KEY_LEN]>::try_from(bytes.as_slice()) {
-            return Ok(key);
-        }
-        tracing::warn!("{} is not {} bytes; making a new key (visitors are placed anew)", path.display(), cookie::KEY_LEN);
-    }
-    let mut key = [0u8; cookie::KEY_LEN];
-    fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut key))
-        .map_err(|e| anyhow::anyhow!("cannot read /dev/urandom: {e}"))?;
-    crate::home::write_atomic(path, &key, 0o600).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    Ok(key)
+/// Reads the cookie key (`proxy/cookie.key`, [`COOKIE_KEY_LEN`] bytes).
+/// Only the daemon makes it, before it starts a load balancer: one that
+/// found none and made its own would place visitors with a key the next
+/// one does not know.
+fn read_key(path: &Path) -> anyhow::Result<[u8; COOKIE_KEY_LEN]> {
+    let bytes = fs::read(path).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot read the cookie key {}: {e}; the daemon (shinyctl serve) makes it before it starts the load balancer",
+            path.display()
+        )
+    })?;
+    <[u8; COOKIE_KEY_LEN]>::try_from(bytes.as_slice()).map_err(|_| {
+        anyhow::anyhow!(
+            "the cookie key {} is {} bytes, not {COOKIE_KEY_LEN}; the daemon (shinyctl serve) makes a new one when it starts the load balancer",
+            path.display(),
+            bytes.len()
+        )
+    })
 }
 
 /// Binds a Unix socket under `proxy/` (mode 0600), removing a stale one,
@@ -156,7 +161,7 @@ fn remove_own(path: &Path, ino: u64) {
     }
 }
 
-async fn serve(home: Home, key: [u8; cookie::KEY_LEN], workers: Vec<Worker>, inherited: handover::Inherited) -> anyhow::Result<()> {
+async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>, inherited: handover::Inherited) -> anyhow::Result<()> {
     let sock = home.proxy_sock();
     let (listener, ino) = bind_unix(&sock)?;
     let handover_sock = handover::path(&home);
@@ -293,4 +298,26 @@ async fn handle_control(req: Request<hyper::body::Incoming>, ctl: &Control) -> R
 
 fn error(status: StatusCode, error: String) -> Response<Full<Bytes>> {
     uds::json_response(status, &ApiError { error })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_or_short_cookie_key_is_a_clear_error_and_none_is_made() {
+        let dir = std::env::temp_dir().join(format!("shinyctl-readkey-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cookie.key");
+        let _ = fs::remove_file(&path);
+        let missing = read_key(&path).unwrap_err().to_string();
+        assert!(missing.contains("cannot read the cookie key") && missing.contains("shinyctl serve"), "{missing}");
+        assert!(!path.exists(), "the load balancer makes no key of its own");
+        fs::write(&path, [1u8; 5]).unwrap();
+        let short = read_key(&path).unwrap_err().to_string();
+        assert!(short.contains("is 5 bytes, not 32"), "{short}");
+        fs::write(&path, [9u8; COOKIE_KEY_LEN]).unwrap();
+        assert_eq!(read_key(&path).unwrap(), [9u8; COOKIE_KEY_LEN]);
+        let _ = fs::remove_dir_all(&dir);
+    }
 }
