@@ -21,6 +21,7 @@
 
 mod balance;
 mod body;
+mod control;
 mod cookie;
 mod daemon;
 mod forward;
@@ -39,45 +40,20 @@ mod workers;
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Method, Request, Response, StatusCode};
-use tokio::sync::{watch, Mutex, Notify};
-
 use crate::home::Home;
-use crate::model::{ActionReply, ApiError, ProxySettings, ProxyStats, ProxyTable, BUILD};
+use crate::model::{AppTraffic, ProxyTable, BUILD};
 use crate::uds;
+use control::Control;
 /// Length of the sticky cookie's key, `proxy/cookie.key`.
 pub use cookie::KEY_LEN as COOKIE_KEY_LEN;
-use shared::Shared;
 use workers::{start_worker, Worker, WORKERS};
 
-/// How long requests in flight may take to finish once told to stop.
-const DRAIN: Duration = Duration::from_secs(5);
-/// A visitor must send a request's head within this (and an idle
-/// keep-alive connection is closed after it).
-const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
-/// The largest request head accepted (request line and headers).
-const MAX_HEAD: usize = 64 * 1024;
-/// The largest table accepted on the control socket.
-const MAX_TABLE: usize = 16 * 1024 * 1024;
 /// How often listeners that could not be bound are tried again.
 const RETRY_BIND: Duration = Duration::from_secs(5);
-
-/// The control socket's state.
-struct Control {
-    /// Shared with the listeners.
-    shared: Arc<Shared>,
-    /// The listening sockets; the lock also keeps table pushes in order.
-    listeners: Mutex<listeners::Listeners>,
-    /// Woken by `POST /shutdown`.
-    stop: Notify,
-}
 
 /// Runs the load balancer until SIGTERM, SIGINT or `POST /shutdown`.
 pub fn run(home: Home) -> anyhow::Result<()> {
@@ -161,59 +137,70 @@ fn remove_own(path: &Path, ino: u64) {
     }
 }
 
+/// What an in-process load balancer ([`Proxy::start`]) is given.
+pub struct Settings {
+    /// The daemon's `api.sock`, where stand-ins are reported and wakes
+    /// asked for.
+    pub api_sock: PathBuf,
+    /// The sticky cookie's HMAC key.
+    pub key: [u8; COOKIE_KEY_LEN],
+}
+
+/// A load balancer running in the calling process, on the calling tokio
+/// runtime: what `shinyctl proxy` runs, without its process (lock, control
+/// socket, handover, signals) and with visitors' connections served on the
+/// caller's runtime instead of worker threads. The tests start it in front
+/// of backends of their own, with tokio's paused clock.
+pub struct Proxy {
+    /// The load balancer's state.
+    control: Arc<Control>,
+}
+
+impl Proxy {
+    /// Starts a load balancer with `table` in place, serving each app on the
+    /// socket among `listeners` bound to its host and port (an app with none
+    /// there is bound as `shinyctl proxy` binds it).
+    pub async fn start(settings: Settings, table: ProxyTable, listeners: Vec<std::net::TcpListener>) -> io::Result<Proxy> {
+        let mut inherited = handover::Inherited::new();
+        for l in listeners {
+            let addr = l.local_addr()?;
+            inherited.insert((addr.ip().to_string(), addr.port()), l);
+        }
+        let daemon = daemon::DaemonLink { api_sock: settings.api_sock };
+        let control = Control::new(daemon, settings.key, vec![Worker::current()], inherited);
+        control.push(table).await;
+        Ok(Proxy { control })
+    }
+
+    /// Swaps in a new table, as `PUT /table` does.
+    pub async fn push(&self, table: ProxyTable) {
+        self.control.push(table).await;
+    }
+
+    /// Connections and sessions per app and copy, as `GET /stats` has them.
+    pub fn traffic(&self) -> Vec<AppTraffic> {
+        self.control.shared.table.load().traffic()
+    }
+
+    /// Stops as on SIGTERM: no new connection, the open ones get up to 5 s.
+    pub async fn stop(self) {
+        self.control.stop_serving().await;
+    }
+}
+
 async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>, inherited: handover::Inherited) -> anyhow::Result<()> {
     let sock = home.proxy_sock();
     let (listener, ino) = bind_unix(&sock)?;
     let handover_sock = handover::path(&home);
     let (handover_listener, handover_ino) = bind_unix(&handover_sock)?;
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_header_size(MAX_HEAD).max_buf_size(MAX_HEAD);
-    let shared = Arc::new(Shared {
-        daemon: daemon::DaemonLink { api_sock: home.api_sock() },
-        key,
-        table: table::LiveTable::default(),
-        http,
-        shutdown: watch::Sender::new(false),
-        stopping: AtomicBool::new(false),
-        workers,
-    });
-    let control = Arc::new(Control {
-        shared: shared.clone(),
-        listeners: Mutex::new(listeners::Listeners::inheriting(inherited)),
-        stop: Notify::new(),
-    });
-
+    let control = Control::new(daemon::DaemonLink { api_sock: home.api_sock() }, key, workers, inherited);
     let ctl = control.clone();
     let control_task = tokio::spawn(uds::serve(listener, move |req| {
         let ctl = ctl.clone();
-        async move { handle_control(req, &ctl).await }
+        async move { control::handle(req, &ctl).await }
     }));
-    let ctl = control.clone();
-    let handover_task = tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = handover_listener.accept().await else {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            };
-            // Held while sending, so no socket handed over closes meanwhile.
-            let listeners = ctl.listeners.lock().await;
-            match handover::send(&stream, &listeners.sockets()) {
-                Ok(n) => tracing::info!("handed {n} listening sockets to a new load balancer"),
-                Err(e) => tracing::warn!("cannot hand the listening sockets over: {e}"),
-            }
-        }
-    });
-    let ctl = control.clone();
-    let retry_task = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(RETRY_BIND);
-        loop {
-            tick.tick().await;
-            let mut listeners = ctl.listeners.lock().await;
-            if listeners.has_failures() {
-                listeners.apply(&ctl.shared.table.load(), &ctl.shared).await;
-            }
-        }
-    });
+    let handover_task = tokio::spawn(hand_over(handover_listener, control.clone()));
+    let retry_task = tokio::spawn(retry_binds(control.clone()));
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -225,20 +212,10 @@ async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>, inhe
         _ = int.recv() => "SIGINT",
         _ = control.stop.notified() => "POST /shutdown",
     };
-    tracing::info!("stopping ({why}): no new connections; requests in flight get up to {DRAIN:?}");
+    tracing::info!("stopping ({why}): no new connections; requests in flight get up to {:?}", control::DRAIN);
     retry_task.abort();
     handover_task.abort();
-    control.listeners.lock().await.stop_all();
-    shared.stopping.store(true, Ordering::Relaxed);
-    shared.shutdown.send_replace(true);
-    let deadline = tokio::time::Instant::now() + DRAIN;
-    while shared.open() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let left = shared.open();
-    if left > 0 {
-        tracing::warn!("{left} connections still open after {DRAIN:?}; closing them");
-    }
+    control.stop_serving().await;
     control_task.abort();
     remove_own(&sock, ino);
     remove_own(&handover_sock, handover_ino);
@@ -246,58 +223,33 @@ async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>, inhe
     Ok(())
 }
 
-async fn handle_control(req: Request<hyper::body::Incoming>, ctl: &Control) -> Response<Full<Bytes>> {
-    let shared = &ctl.shared;
-    match (req.method(), req.uri().path()) {
-        (&Method::PUT, "/table") => {
-            let body = match uds::read_body(req.into_body(), MAX_TABLE).await {
-                Ok(b) => b,
-                Err(e) => return error(StatusCode::BAD_REQUEST, format!("{e:#}")),
-            };
-            let table: ProxyTable = match serde_json::from_slice(&body) {
-                Ok(t) => t,
-                Err(e) => return error(StatusCode::BAD_REQUEST, format!("not a copies table: {e}")),
-            };
-            let apps = table.apps.len();
-            let mut listeners = ctl.listeners.lock().await;
-            let current = shared.table.load();
-            if current.source != table {
-                tracing::info!("new table: {}", table::describe(&table));
-                let next = table::Table::build(table, &shared.key, &current);
-                shared.table.swap(next);
-                listeners.apply(&shared.table.load(), shared).await;
-            }
-            uds::json_response(StatusCode::OK, &ActionReply { message: format!("table of {apps} apps in place") })
+/// Hands the listening sockets to each newer load balancer that asks on
+/// `handover.sock`.
+async fn hand_over(listener: tokio::net::UnixListener, ctl: Arc<Control>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        // Held while sending, so no socket handed over closes meanwhile.
+        let listeners = ctl.listeners.lock().await;
+        match handover::send(&stream, &listeners.sockets()) {
+            Ok(n) => tracing::info!("handed {n} listening sockets to a new load balancer"),
+            Err(e) => tracing::warn!("cannot hand the listening sockets over: {e}"),
         }
-        (&Method::GET, "/table") => uds::json_response(StatusCode::OK, &shared.table.load().source),
-        (&Method::GET, "/stats") => {
-            let stats = ProxyStats {
-                build: BUILD.to_string(),
-                pid: std::process::id(),
-                rss_bytes: crate::procfs::rss_bytes(std::process::id()).unwrap_or(0),
-                apps: shared.table.load().traffic(),
-                settings: ProxySettings {
-                    header_timeout_ms: HEADER_TIMEOUT.as_millis() as u64,
-                    max_header_bytes: MAX_HEAD,
-                    workers: WORKERS,
-                    hold_ms: table::MAX_HOLD.as_millis() as u64,
-                    wake_hold_ms: table::MAX_WAKE_HOLD.as_millis() as u64,
-                    shutdown_drain_ms: DRAIN.as_millis() as u64,
-                },
-            };
-            uds::json_response(StatusCode::OK, &stats)
-        }
-        (&Method::POST, "/shutdown") => {
-            ctl.stop.notify_one();
-            uds::json_response(StatusCode::OK, &ActionReply { message: "stopping".into() })
-        }
-        (_, "/table" | "/stats" | "/shutdown") => error(StatusCode::METHOD_NOT_ALLOWED, format!("{} is not allowed here", req.method())),
-        (_, path) => error(StatusCode::NOT_FOUND, format!("no such route: {path}")),
     }
 }
 
-fn error(status: StatusCode, error: String) -> Response<Full<Bytes>> {
-    uds::json_response(status, &ApiError { error })
+/// Tries again, every [`RETRY_BIND`], the listeners that could not be bound.
+async fn retry_binds(ctl: Arc<Control>) {
+    let mut tick = tokio::time::interval(RETRY_BIND);
+    loop {
+        tick.tick().await;
+        let mut listeners = ctl.listeners.lock().await;
+        if listeners.has_failures() {
+            listeners.apply(&ctl.shared.table.load(), &ctl.shared).await;
+        }
+    }
 }
 
 #[cfg(test)]

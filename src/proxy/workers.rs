@@ -20,6 +20,14 @@ pub struct Worker {
     pub open: AtomicUsize,
 }
 
+impl Worker {
+    /// The running tokio runtime as the one worker: an in-process load
+    /// balancer serves its visitors there.
+    pub fn current() -> Worker {
+        Worker { handle: tokio::runtime::Handle::current(), open: AtomicUsize::new(0) }
+    }
+}
+
 thread_local! {
     /// The index of the worker this thread is (0 on other threads).
     static WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
