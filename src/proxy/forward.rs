@@ -316,12 +316,92 @@ fn random() -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::table::Table;
     use super::*;
+    use crate::model::{ProxyApp, ProxyCopy, ProxyTable};
+
+    const KEY: [u8; 32] = [3; 32];
+
+    /// App `web` on port 8080 with `copies` (number, role), as a pushed table
+    /// makes it.
+    fn app(policy: LbPolicy, copies: &[(u32, Role)]) -> Arc<LiveApp> {
+        let copies = copies.iter().map(|&(copy, role)| ProxyCopy { copy, port: 20000 + copy as u16, role, pid: copy }).collect();
+        let source = ProxyTable {
+            apps: vec![ProxyApp {
+                name: "web".into(),
+                host: "127.0.0.1".into(),
+                port: 8080,
+                policy,
+                request_timeout_ms: 30_000,
+                asleep: false,
+                copies,
+            }],
+        };
+        Table::build(source, &KEY, &Table::default()).apps[0].clone()
+    }
+
+    /// The copy number `choose` picks.
+    fn chosen(app: &LiveApp, claimed: Option<u32>, stand_in: bool) -> Option<u32> {
+        choose(app, claimed, stand_in, 1_000_000).map(|i| app.copies[i].copy)
+    }
 
     #[test]
-    fn random_numbers_differ() {
-        let a = random();
-        let b = random();
-        assert_ne!(a, b);
+    fn a_claimed_copy_that_is_up_is_chosen_whatever_its_role() {
+        let web = app(LbPolicy::First, &[(1, Role::Active), (2, Role::Warm), (3, Role::Draining)]);
+        assert_eq!(chosen(&web, None, false), Some(1));
+        assert_eq!(chosen(&web, Some(2), false), Some(2));
+        assert_eq!(chosen(&web, Some(3), false), Some(3), "a draining copy keeps its visitors");
+        assert_eq!(chosen(&web, Some(9), false), Some(1), "a copy gone from the table: the policy picks");
+    }
+
+    #[test]
+    fn a_claimed_copy_that_is_down_sends_its_visitor_to_a_stand_in() {
+        let web = app(LbPolicy::First, &[(1, Role::Active), (2, Role::Active), (3, Role::Warm)]);
+        web.copies[0].state.mark_down(1_000_000);
+        assert_eq!(chosen(&web, Some(1), false), Some(3), "the warm copy stands in, not active copy 2");
+        assert_eq!(chosen(&web, None, false), Some(2), "a new visitor gets an active copy that is up");
+        assert_eq!(chosen(&web, None, true), Some(3), "once a request found a copy down, a warm copy first");
+        web.copies[1].state.mark_down(1_000_000);
+        web.copies[2].state.mark_down(1_000_000);
+        assert_eq!(chosen(&web, Some(1), false), None, "nothing up: the request is held");
+    }
+
+    #[test]
+    fn a_reload_leaves_a_draining_copy_and_the_pages_own_requests_stay() {
+        let web = app(LbPolicy::First, &[(1, Role::Draining), (2, Role::Active)]);
+        let cookie = format!("lb_8080={}", web.copies[0].cookie);
+        let parts = |navigate: bool, path: &str| {
+            let mut req = Request::builder().uri(path).header(header::COOKIE, &cookie);
+            if navigate {
+                req = req.header("sec-fetch-mode", "navigate").header("sec-fetch-dest", "document");
+            }
+            req.body(()).unwrap().into_parts().0
+        };
+        assert_eq!(claimed_copy(&web, &parts(true, "/")), None, "a reload gets the new version");
+        assert_eq!(claimed_copy(&web, &parts(false, "/shared/shiny.js")), Some(1));
+        assert_eq!(claimed_copy(&web, &parts(true, "/session/abc/download/x")), Some(1), "a download belongs to the open page");
+        let active = format!("lb_8080={}", web.copies[1].cookie);
+        let reload =
+            Request::builder().header(header::COOKIE, active).header("sec-fetch-mode", "navigate").body(()).unwrap().into_parts().0;
+        assert_eq!(claimed_copy(&web, &reload), Some(2), "a reload stays on an active copy");
+    }
+
+    #[test]
+    fn random_picks_are_spread_and_not_an_alternation() {
+        let web = app(LbPolicy::Random, &[(1, Role::Active), (2, Role::Active)]);
+        let picks: Vec<u32> = (0..2000).map(|_| chosen(&web, None, false).unwrap()).collect();
+        let ones = picks.iter().filter(|&&c| c == 1).count();
+        // Binomial(2000, 1/2): 1000 ± 22; these bounds are 9 deviations out.
+        assert!((800..=1200).contains(&ones), "copy 1 got {ones} of 2000");
+        // A counter would alternate (no repeats) or repeat always; random
+        // repeats about half the time.
+        let repeats = picks.windows(2).filter(|w| w[0] == w[1]).count();
+        assert!((800..=1200).contains(&repeats), "{repeats} repeats in 1999 pairs");
+    }
+
+    #[test]
+    fn each_thread_draws_its_own_numbers() {
+        let draw = || std::thread::spawn(|| (0..4).map(|_| random()).collect::<Vec<u64>>()).join().unwrap();
+        assert_ne!(draw(), draw(), "two workers must not pick in lockstep");
     }
 }
