@@ -135,6 +135,9 @@ struct Attempt {
 impl Attempt {
     /// Takes in a failed send to `copy`: the request to send again, or the
     /// page that answers it when it cannot be.
+    // The page is the request's answer, as large as the request beside it;
+    // boxing it would only add an allocation to a failure.
+    #[allow(clippy::result_large_err)]
     fn failed(
         &mut self,
         shared: &Shared,
