@@ -17,7 +17,17 @@
 //! It asks the daemon, on `api.sock`, `POST /v1/apps/<app>/stand-in`
 //! ([`crate::model::StandIn`]) when a copy refuses a connection, and
 //! `POST /v1/apps/<app>/wake` when a request comes for a sleeping app. It
-//! keeps working with the table it has when the daemon is down.
+//! keeps working with the table it has when the daemon is down
+//! (`daemon.rs`).
+//!
+//! A request's way through the files: `listeners.rs` accepts the
+//! connection and hands it to a worker (`workers.rs`); `forward.rs`
+//! routes each request — the sticky cookie (`cookie.rs`, `table.rs`), else
+//! the app's policy (`balance.rs`), holding it while no copy can take it;
+//! `upstream.rs` sends it on a pooled or new connection (`pool.rs`), with
+//! the header rules of `headers.rs`; the answer streams back as a
+//! `body.rs` body, or is one of `pages.rs`; a WebSocket goes on in
+//! `websocket.rs`. `control.rs` is what the daemon (and [`Proxy`]) reach.
 
 mod balance;
 mod body;
