@@ -25,6 +25,7 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// Counts a request against the copy `state` belongs to.
     pub fn new(state: Arc<CopyState>) -> Lease {
         state.connections.fetch_add(1, Ordering::Relaxed);
         Lease { state, sender: None }

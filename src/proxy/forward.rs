@@ -25,6 +25,7 @@ use super::shared::{ErrorSource, Shared};
 use super::table::{LiveApp, LiveCopy};
 use super::upstream::{send, Failure, Replay, Sent};
 use super::{pages, websocket};
+use crate::clock::now_ms;
 use crate::model::{LbPolicy, Role};
 
 /// Attempts to send one request (new connections, stand-ins and retries
@@ -33,6 +34,7 @@ const MAX_SENDS: u32 = 5;
 /// Of those, how many may be lost after they were sent: a copy that keeps
 /// dropping the same request is not dying, it refuses that request.
 const MAX_LOST: u32 = 3;
+
 /// A client connection's own facts, shared by its requests.
 pub struct Client {
     /// Everything the load balancer shares.
@@ -293,8 +295,6 @@ fn respond(
         }
     }
 }
-
-pub use crate::clock::now_ms;
 
 /// A cheap random number (xorshift64*, one state per thread) for the
 /// random policy; nothing secret depends on it.

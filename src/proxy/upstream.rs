@@ -22,6 +22,7 @@ use super::table::LiveCopy;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long an idle pooled connection may take to say it is ready again.
 const READY_WAIT: Duration = Duration::from_millis(200);
+
 /// What a failed send leaves.
 pub enum Failure {
     /// The copy could not be reached; the request was not sent and comes back.
