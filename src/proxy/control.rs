@@ -1,7 +1,7 @@
 //! The load balancer's core as its callers see it: the state every
 //! connection shares, the listeners that follow the table, and what can be
 //! asked of them — the routes on `proxy.sock` for the daemon, and the same
-//! steps for an in-process load balancer ([`super::Proxy`]).
+//! steps for an in-process load balancer (`Proxy` in mod.rs).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::{watch, Mutex, Notify};
 
+use super::cookie::KEY_LEN;
 use super::daemon::DaemonLink;
 use super::handover::Inherited;
 use super::listeners::Listeners;
@@ -45,7 +46,7 @@ impl Control {
     /// A load balancer with an empty table, serving visitors on `workers`,
     /// reporting to `daemon`, signing cookies with `key`; `inherited`
     /// sockets are used for the apps they were bound for.
-    pub fn new(daemon: DaemonLink, key: [u8; super::COOKIE_KEY_LEN], workers: Vec<Worker>, inherited: Inherited) -> Arc<Control> {
+    pub fn new(daemon: DaemonLink, key: [u8; KEY_LEN], workers: Vec<Worker>, inherited: Inherited) -> Arc<Control> {
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_header_size(MAX_HEAD).max_buf_size(MAX_HEAD);
         let shared = Arc::new(Shared {
