@@ -97,10 +97,10 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
         (Method::POST, ["v1", "apps", name, "restart"]) => {
             let now = flag(&req, "now");
             let mut d = shared.lock().await;
-            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.deleting) else { return not_found(name) };
-            app.state.revision += 1;
-            app.state.stop_now = now;
-            let rev = app.state.revision;
+            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
+            app.recorded.state.revision += 1;
+            app.recorded.state.stop_now = now;
+            let rev = app.recorded.state.revision;
             let _ = d.events.send(Event::Changed { app: name.to_string() });
             let how = if now { "the old ones stop as soon as the new ones are ready" } else { "the old ones drain" };
             ok(format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"))
@@ -109,10 +109,10 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let now = flag(&req, "now");
             let mut d = shared.lock().await;
             // Deleting again (with --now) hurries a delete that drains.
-            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.deleting || now) else { return not_found(name) };
-            app.deleting = true;
-            app.state.stop_now = now;
-            let copies = app.state.copies.len();
+            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.recorded.deleting || now) else { return not_found(name) };
+            app.recorded.deleting = true;
+            app.recorded.state.stop_now = now;
+            let copies = app.recorded.state.copies.len();
             if let Err(e) = d.save_registry() {
                 return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
             }
@@ -129,7 +129,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let copy = query(&req, "copy").and_then(|c| c.parse::<u32>().ok()).unwrap_or(1);
             let d = shared.lock().await;
             let Some(app) = d.apps.get(*name) else { return not_found(name) };
-            let path = super::log_path(&d.home, &app.spec, copy);
+            let path = super::log_path(&d.home, &app.recorded.spec, copy);
             uds::json_response(StatusCode::OK, &LogsReply { path })
         }
         (Method::POST, ["v1", "apps", name, "wake"]) => wake(&shared, name).await,
@@ -154,13 +154,13 @@ async fn wake(shared: &Shared, name: &str) -> Reply {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let timeout = {
         let mut d = shared.lock().await;
-        let Some(app) = d.apps.get_mut(name).filter(|a| !a.deleting) else { return not_found(name) };
-        if app.state.asleep_since_ms.is_none() && app.roles.iter().any(|(_, r)| *r == crate::model::Role::Active) {
+        let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
+        if app.recorded.state.asleep_since_ms.is_none() && app.tracked.has_active() {
             return ok(format!("{name} is awake"));
         }
-        app.wake_requested = true;
-        app.wake_waiters.push(tx);
-        let timeout = Duration::from_millis(app.spec.request_timeout_ms);
+        app.wake.requested = true;
+        app.wake.waiters.push(tx);
+        let timeout = Duration::from_millis(app.recorded.spec.request_timeout_ms);
         let _ = d.events.send(Event::Changed { app: name.to_string() });
         timeout
     };
@@ -190,8 +190,12 @@ async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
             .to_string()
     };
     // The app this manifest already is: the same manifest file, or the same name.
-    let existing = d.apps.iter().find(|(_, a)| !a.deleting && super::same_path(&a.spec.manifest, &spec.manifest)).map(|(n, _)| n.clone());
-    if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.deleting) {
+    let existing = d
+        .apps
+        .iter()
+        .find(|(_, a)| !a.recorded.deleting && super::same_path(&a.recorded.spec.manifest, &spec.manifest))
+        .map(|(n, _)| n.clone());
+    if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.recorded.deleting) {
         return error(
             StatusCode::CONFLICT,
             here(
@@ -200,20 +204,26 @@ async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
             ),
         );
     }
-    for (name, other) in d.apps.iter().filter(|(n, a)| Some(*n) != existing.as_ref() && !a.deleting) {
+    for (name, other) in d.apps.iter().filter(|(n, a)| Some(*n) != existing.as_ref() && !a.recorded.deleting) {
         if *name == spec.name {
             return error(
                 StatusCode::CONFLICT,
-                here("app-name", format!("{name} is already the name of the app in {}; pick another name", other.spec.manifest.display())),
+                here(
+                    "app-name",
+                    format!("{name} is already the name of the app in {}; pick another name", other.recorded.spec.manifest.display()),
+                ),
             );
         }
-        if other.spec.port == spec.port {
+        if other.recorded.spec.port == spec.port {
             return error(
                 StatusCode::CONFLICT,
-                here("port", format!("{} is already used by app {name} ({}); pick another port", spec.port, other.spec.manifest.display())),
+                here(
+                    "port",
+                    format!("{} is already used by app {name} ({}); pick another port", spec.port, other.recorded.spec.manifest.display()),
+                ),
             );
         }
-        if super::same_path(&other.spec.state_file, &spec.state_file) {
+        if super::same_path(&other.recorded.spec.state_file, &spec.state_file) {
             return error(
                 StatusCode::CONFLICT,
                 here(
@@ -226,17 +236,17 @@ async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
     let message = match existing {
         Some(old_name) => {
             let mut app = d.apps.remove(&old_name).expect("found above");
-            let restarts = app.spec.settings_hash() != spec.settings_hash();
-            let same = app.spec == spec;
-            if !super::same_path(&app.spec.state_file, &spec.state_file) {
-                let _ = std::fs::remove_file(&app.spec.state_file);
+            let restarts = app.recorded.spec.settings_hash() != spec.settings_hash();
+            let same = app.recorded.spec == spec;
+            if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
+                let _ = std::fs::remove_file(&app.recorded.spec.state_file);
             }
-            app.spec = spec.clone();
-            app.state.stop_now = req.now;
+            app.recorded.spec = spec.clone();
+            app.recorded.state.stop_now = req.now;
             d.apps.insert(spec.name.clone(), app);
             if same {
                 format!("{}: unchanged.", spec.name)
-            } else if restarts && d.apps.get(&spec.name).is_some_and(|a| a.state.asleep_since_ms.is_some()) {
+            } else if restarts && d.apps.get(&spec.name).is_some_and(|a| a.recorded.state.asleep_since_ms.is_some()) {
                 format!("{}: changed how it starts; it is asleep and wakes with the new version.", spec.name)
             } else if restarts {
                 format!(

@@ -5,6 +5,7 @@
 
 mod act;
 mod api;
+mod app;
 mod proxy_ctl;
 mod record;
 mod status;
@@ -18,11 +19,12 @@ use tokio::sync::{mpsc, Mutex};
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
-use crate::model::{AppState, CopyRecord, CopyTraffic, Exit, ProxyApp, ProxyCopy, ProxyTable, Role};
+use crate::model::{CopyRecord, CopyTraffic, Exit, ProxyApp, ProxyCopy, ProxyTable};
 use crate::procfs;
 use crate::reconcile::{self, Action, Observed, Process, Seen};
 
 pub use act::now_ms;
+pub use app::{AppRt, Recorded, Tracked, Wake};
 
 /// How often the cycle runs when nothing happens.
 pub const TICK: Duration = Duration::from_secs(5);
@@ -62,62 +64,6 @@ pub enum Event {
     },
     /// The load balancer's process ended.
     ProxyExit,
-}
-
-/// The daemon's in-memory view of one app.
-pub struct AppRt {
-    /// The applied spec.
-    pub spec: AppSpec,
-    /// What is recorded in state.json (the last plan's state).
-    pub state: AppState,
-    /// Processes seen ready (port answers from their own socket), by PID.
-    pub ready: HashSet<u32>,
-    /// Processes with a readiness probe running.
-    pub probing: HashSet<u32>,
-    /// Processes with an exit watcher.
-    pub watched: HashSet<u32>,
-    /// Processes told to stop.
-    pub stopping: HashSet<u32>,
-    /// Exits seen and not yet folded into the state, by PID.
-    pub exits: HashMap<u32, Exit>,
-    /// The last roles decided, for the copies table and status.
-    pub roles: Vec<(u32, Role)>,
-    /// When a timer in the last plan runs out.
-    pub wake_at_ms: Option<u64>,
-    /// Deleted: forgotten once its copies are gone.
-    pub deleting: bool,
-    /// Unix ms of its last request through the load balancer (the latest
-    /// the load balancer reported; kept when a new load balancer starts at 0).
-    pub last_request_ms: u64,
-    /// A request asked for a wake; done once the sleeping processes are gone.
-    pub wake_requested: bool,
-    /// Unix ms of the last wake, to tell a wake that failed.
-    pub woke_ms: Option<u64>,
-    /// The requests for a wake waiting for its outcome: Ok once a copy is
-    /// active, Err with why when a copy of the wake exited.
-    pub wake_waiters: Vec<tokio::sync::oneshot::Sender<Result<(), String>>>,
-}
-
-impl AppRt {
-    /// An app as loaded or applied.
-    pub fn new(spec: AppSpec, state: AppState) -> AppRt {
-        AppRt {
-            spec,
-            state,
-            ready: HashSet::new(),
-            probing: HashSet::new(),
-            watched: HashSet::new(),
-            stopping: HashSet::new(),
-            exits: HashMap::new(),
-            roles: Vec::new(),
-            wake_at_ms: None,
-            deleting: false,
-            last_request_ms: 0,
-            wake_requested: false,
-            woke_ms: None,
-            wake_waiters: Vec::new(),
-        }
-    }
 }
 
 /// Everything the daemon holds, behind one lock.
@@ -234,7 +180,7 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
                 } else {
                     let d = shared.lock().await;
                     let now = now_ms();
-                    due.extend(d.apps.iter().filter(|(_, a)| a.wake_at_ms.is_some_and(|w| w <= now)).map(|(n, _)| n.clone()));
+                    due.extend(d.apps.iter().filter(|(_, a)| a.tracked.wake_at_ms.is_some_and(|w| w <= now)).map(|(n, _)| n.clone()));
                 }
             }
             _ = term.recv() => break,
@@ -276,7 +222,7 @@ impl Daemon {
     /// When the loop should wake next: the tick, or an app's timer.
     fn next_wake(&self, next_tick: tokio::time::Instant) -> tokio::time::Instant {
         let now = now_ms();
-        let soonest = self.apps.values().filter_map(|a| a.wake_at_ms).min();
+        let soonest = self.apps.values().filter_map(|a| a.tracked.wake_at_ms).min();
         match soonest {
             Some(w) if w <= now => tokio::time::Instant::now(),
             Some(w) => next_tick.min(tokio::time::Instant::now() + Duration::from_millis(w - now)),
@@ -293,26 +239,26 @@ impl Daemon {
             Event::Exit { app, pid, exit } => {
                 if let Some(a) = self.apps.get_mut(&app) {
                     // An exit the cycle already folded in (it reaped first) is old news.
-                    if a.state.copies.iter().any(|r| r.pid == Some(pid)) {
+                    if a.recorded.state.copies.iter().any(|r| r.pid == Some(pid)) {
                         tracing::info!(app, pid, "{}", exit.describe());
-                        a.exits.insert(pid, exit);
+                        a.tracked.exits.insert(pid, exit);
                     }
-                    a.ready.remove(&pid);
+                    a.tracked.ready.remove(&pid);
                 }
                 due.insert(app);
             }
             Event::Ready { app, pid } => {
                 if let Some(a) = self.apps.get_mut(&app) {
-                    a.probing.remove(&pid);
-                    a.ready.insert(pid);
+                    a.tracked.probing.remove(&pid);
+                    a.tracked.ready.insert(pid);
                 }
                 due.insert(app);
             }
             Event::StandIn { app, down } => {
                 if let Some(a) = self.apps.get_mut(&app) {
                     // Not ready until it answers again (if it is alive at all).
-                    if let Some(pid) = a.state.copies.iter().find(|r| r.copy == down).and_then(|r| r.pid) {
-                        a.ready.remove(&pid);
+                    if let Some(pid) = a.recorded.state.copies.iter().find(|r| r.copy == down).and_then(|r| r.pid) {
+                        a.tracked.ready.remove(&pid);
                     }
                 }
                 due.insert(app);
@@ -333,7 +279,7 @@ impl Daemon {
         if let Some(stats) = self.proxy.stats(&self.home).await {
             for a in &stats.apps {
                 if let Some(app) = self.apps.get_mut(&a.name) {
-                    app.last_request_ms = app.last_request_ms.max(a.last_request_ms);
+                    app.tracked.last_request_ms = app.tracked.last_request_ms.max(a.last_request_ms);
                 }
             }
             self.traffic = stats.apps.into_iter().map(|a| (a.name, a.copies.into_iter().map(|c| (c.copy, c)).collect())).collect();
@@ -345,10 +291,10 @@ impl Daemon {
         let events = self.events.clone();
         let traffic = self.traffic.get(name).cloned().unwrap_or_default();
         let Some(app) = self.apps.get_mut(name) else { return Observed::default() };
-        let mut observed = Observed { last_request_ms: app.last_request_ms, ..Observed::default() };
-        for rec in &app.state.copies {
+        let mut observed = Observed { last_request_ms: app.tracked.last_request_ms, ..Observed::default() };
+        for rec in &app.recorded.state.copies {
             let Some(pid) = rec.pid else { continue };
-            let process = if let Some(exit) = app.exits.get(&pid) {
+            let process = if let Some(exit) = app.tracked.exits.get(&pid) {
                 Process::Exited(*exit)
             } else if !rec.pid_start.is_some_and(|s| procfs::is_alive(pid, s)) {
                 // Gone before its watcher reported: reap it here if it is our
@@ -356,10 +302,10 @@ impl Daemon {
                 let (code, signal) = act::reap(pid).unwrap_or((None, None));
                 Process::Exited(Exit { at_ms: now_ms(), code, signal })
             } else {
-                let ready = app.ready.contains(&pid);
+                let ready = app.tracked.ready.contains(&pid);
                 // The daemon watches what it starts from the start, so a
                 // process first watched here is one it adopted.
-                if follow(name, rec, ready, &mut app.watched, &mut app.probing, &events) {
+                if follow(name, rec, ready, &mut app.tracked.watched, &mut app.tracked.probing, &events) {
                     tracing::info!(app = name, copy = rec.copy, pid, "adopted copy");
                 }
                 Process::Running { ready }
@@ -378,58 +324,54 @@ impl Daemon {
         let observed = self.observe(name);
         let now = now_ms();
         let home = self.home.clone();
-        let taken: Vec<u16> = self.apps.values().flat_map(|a| a.state.copies.iter().map(|r| r.port)).collect();
+        let taken: Vec<u16> = self.apps.values().flat_map(|a| a.recorded.state.copies.iter().map(|r| r.port)).collect();
         let events = self.events.clone();
         let Some(app) = self.apps.get_mut(name) else { return };
         // A wake is done once the processes put to sleep are gone, so no
         // dying process is taken for a ready copy.
-        if app.wake_requested {
-            if app.state.asleep_since_ms.is_none() {
-                app.wake_requested = false;
-            } else if app.state.copies.iter().all(|r| r.pid.is_none()) {
-                app.state.asleep_since_ms = None;
-                app.wake_requested = false;
-                app.woke_ms = Some(now);
+        if app.wake.requested {
+            if app.recorded.state.asleep_since_ms.is_none() {
+                app.wake.requested = false;
+            } else if app.recorded.state.copies.iter().all(|r| r.pid.is_none()) {
+                app.recorded.state.asleep_since_ms = None;
+                app.wake.requested = false;
+                app.wake.woke_ms = Some(now);
                 tracing::info!(app = name, "waking");
             }
         }
-        let mut spec = app.spec.clone();
-        if app.deleting {
+        let mut spec = app.recorded.spec.clone();
+        if app.recorded.deleting {
             spec.replicas = 0;
             spec.warm_replicas = 0;
         }
-        let plan = reconcile::decide(&spec, &app.state, &observed, now);
-        let before = std::mem::replace(&mut app.state, plan.state);
-        app.roles = plan.roles;
-        app.wake_at_ms = plan.wake_at_ms;
+        let plan = reconcile::decide(&spec, &app.recorded.state, &observed, now);
+        let before = std::mem::replace(&mut app.recorded.state, plan.state);
+        app.tracked.roles = plan.roles;
+        app.tracked.wake_at_ms = plan.wake_at_ms;
         // Exits are folded in; forget them and the PIDs they were about.
         for pid in before.copies.iter().filter_map(|r| r.pid) {
-            if !app.state.copies.iter().any(|r| r.pid == Some(pid)) || app.exits.contains_key(&pid) {
-                app.exits.remove(&pid);
-                app.ready.remove(&pid);
-                app.probing.remove(&pid);
-                app.watched.remove(&pid);
-                app.stopping.remove(&pid);
+            if !app.recorded.state.copies.iter().any(|r| r.pid == Some(pid)) || app.tracked.exits.contains_key(&pid) {
+                app.tracked.forget(pid);
             }
         }
         // A forgotten copy's own disk goes with it, so a later copy with the
         // same number (a redeploy, a new app of the same name) starts empty.
-        for gone in before.copies.iter().filter(|r| !app.state.copies.iter().any(|n| n.copy == r.copy)) {
-            let _ = std::fs::remove_dir_all(home.scratch_dir(&app.spec.group, &app.spec.name, gone.copy));
+        for gone in before.copies.iter().filter(|r| !app.recorded.state.copies.iter().any(|n| n.copy == r.copy)) {
+            let _ = std::fs::remove_dir_all(home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, gone.copy));
         }
-        if app.state != before {
-            record::save_state(&app.spec.state_file, &app.state);
+        if app.recorded.state != before {
+            record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
         }
         // Act.
         let mut changed = false;
         for action in plan.actions {
             match action {
                 Action::Start(copy) => {
-                    let Some(rec) = app.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
-                    match act::start_copy(&home, &app.spec, rec, &taken) {
+                    let Some(rec) = app.recorded.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
+                    match act::start_copy(&home, &app.recorded.spec, rec, &taken) {
                         Ok(()) => {
                             tracing::info!(app = name, copy, pid = rec.pid.unwrap_or(0), port = rec.port, "started copy");
-                            follow(name, rec, false, &mut app.watched, &mut app.probing, &events);
+                            follow(name, rec, false, &mut app.tracked.watched, &mut app.tracked.probing, &events);
                         }
                         Err(e) => {
                             tracing::error!(app = name, copy, "cannot start copy: {e:#}");
@@ -442,9 +384,9 @@ impl Daemon {
                     changed = true;
                 }
                 Action::Stop(copy) => {
-                    let Some(rec) = app.state.copies.iter().find(|r| r.copy == copy) else { continue };
+                    let Some(rec) = app.recorded.state.copies.iter().find(|r| r.copy == copy) else { continue };
                     let Some(pid) = rec.pid else { continue };
-                    if app.stopping.insert(pid) {
+                    if app.tracked.stopping.insert(pid) {
                         tracing::info!(app = name, copy, pid, "stopping copy");
                         act::stop_process(pid, rec.pid_start);
                     }
@@ -452,10 +394,10 @@ impl Daemon {
             }
         }
         if changed {
-            record::save_state(&app.spec.state_file, &app.state);
+            record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
         }
-        if app.deleting && app.state.copies.is_empty() {
-            let _ = std::fs::remove_file(&app.spec.state_file);
+        if app.recorded.deleting && app.recorded.state.copies.is_empty() {
+            let _ = std::fs::remove_file(&app.recorded.spec.state_file);
             self.apps.remove(name);
             tracing::info!(app = name, "deleted");
         }
@@ -466,24 +408,22 @@ impl Daemon {
     /// (one broken copy must not fail a wake that another copy serves).
     fn resolve_wakes(&mut self) {
         let home = self.home.clone();
-        for app in self.apps.values_mut().filter(|a| !a.wake_waiters.is_empty()) {
-            let outcome = if app.roles.iter().any(|(_, r)| *r == Role::Active) {
+        for app in self.apps.values_mut().filter(|a| !a.wake.waiters.is_empty()) {
+            let outcome = if app.tracked.has_active() {
                 Some(Ok(()))
-            } else if app.deleting {
-                Some(Err(format!("{} was deleted", app.spec.name)))
+            } else if app.recorded.deleting {
+                Some(Err(format!("{} was deleted", app.recorded.spec.name)))
             } else {
-                let since = app.woke_ms.unwrap_or(u64::MAX);
+                let since = app.wake.woke_ms.unwrap_or(u64::MAX);
                 let exited = |r: &&CopyRecord| r.last_exit.is_some_and(|e| e.at_ms >= since);
-                let all_exited = !app.state.copies.is_empty() && app.state.copies.iter().all(|r| exited(&r));
-                all_exited.then(|| app.state.copies.iter().find(exited)).flatten().map(|r| {
+                let all_exited = !app.recorded.state.copies.is_empty() && app.recorded.state.copies.iter().all(|r| exited(&r));
+                all_exited.then(|| app.recorded.state.copies.iter().find(exited)).flatten().map(|r| {
                     let exit = r.last_exit.map(|e| e.describe()).unwrap_or_default();
-                    Err(format!("copy {} {exit} while waking; see {}", r.copy, log_path(&home, &app.spec, r.copy)))
+                    Err(format!("copy {} {exit} while waking; see {}", r.copy, log_path(&home, &app.recorded.spec, r.copy)))
                 })
             };
             if let Some(outcome) = outcome {
-                for waiter in app.wake_waiters.drain(..) {
-                    let _ = waiter.send(outcome.clone());
-                }
+                app.wake.answer(outcome);
             }
         }
     }
@@ -493,19 +433,20 @@ impl Daemon {
         let apps = self
             .apps
             .values()
-            .filter(|a| !a.deleting)
+            .filter(|a| !a.recorded.deleting)
             .map(|a| ProxyApp {
-                name: a.spec.name.clone(),
-                host: a.spec.host.clone(),
-                port: a.spec.port,
-                policy: a.spec.lb_policy,
-                request_timeout_ms: a.spec.request_timeout_ms,
-                asleep: a.state.asleep_since_ms.is_some(),
+                name: a.recorded.spec.name.clone(),
+                host: a.recorded.spec.host.clone(),
+                port: a.recorded.spec.port,
+                policy: a.recorded.spec.lb_policy,
+                request_timeout_ms: a.recorded.spec.request_timeout_ms,
+                asleep: a.recorded.state.asleep_since_ms.is_some(),
                 copies: a
+                    .tracked
                     .roles
                     .iter()
                     .filter_map(|(copy, role)| {
-                        let rec = a.state.copies.iter().find(|r| r.copy == *copy)?;
+                        let rec = a.recorded.state.copies.iter().find(|r| r.copy == *copy)?;
                         Some(ProxyCopy { copy: *copy, port: rec.port, role: *role, pid: rec.pid? })
                     })
                     .collect(),
@@ -524,8 +465,9 @@ impl Daemon {
     /// Rotates copy logs and api.log past 1 GiB by copy-and-truncate, so a
     /// copy that writes while the daemon is down loses nothing.
     fn rotate_logs(&self) {
-        let copies =
-            self.apps.values().flat_map(|a| a.state.copies.iter().map(|r| self.home.copy_log(&a.spec.group, &a.spec.name, r.copy)));
+        let copies = self.apps.values().flat_map(|a| {
+            a.recorded.state.copies.iter().map(|r| self.home.copy_log(&a.recorded.spec.group, &a.recorded.spec.name, r.copy))
+        });
         for path in copies.chain([self.home.api_log()]) {
             if let Err(e) = record::rotate_if_larger(&path, LOG_ROTATE_BYTES) {
                 tracing::warn!(log = %path.display(), "cannot rotate: {e}");
@@ -535,7 +477,7 @@ impl Daemon {
 
     /// Saves registry.json from the apps held (those not being deleted).
     fn save_registry(&self) -> anyhow::Result<()> {
-        let apps = self.apps.iter().filter(|(_, a)| !a.deleting).map(|(n, a)| (n.clone(), a.spec.clone())).collect();
+        let apps = self.apps.iter().filter(|(_, a)| !a.recorded.deleting).map(|(n, a)| (n.clone(), a.recorded.spec.clone())).collect();
         record::save_registry(&self.home, &record::Registry { apps })
     }
 }
