@@ -6,6 +6,7 @@
 mod act;
 mod api;
 mod app;
+mod detach;
 mod proxy_ctl;
 mod record;
 mod status;
@@ -25,6 +26,7 @@ use crate::reconcile::{self, Action, Observed, Process, Seen};
 
 pub use act::now_ms;
 pub use app::{AppRt, Recorded, Tracked, Wake};
+pub use detach::{detach, spawn_daemon};
 
 /// How often the cycle runs when nothing happens.
 pub const TICK: Duration = Duration::from_secs(5);
@@ -82,43 +84,6 @@ pub struct Daemon {
 
 /// The daemon as shared between the loop and the API.
 pub type Shared = Arc<Mutex<Daemon>>;
-
-/// `serve -d`: starts `shinyctl serve` in its own session and returns once
-/// its API answers.
-pub fn detach(home: &Home) -> anyhow::Result<()> {
-    // A daemon that answers may be one just told to stop (the documented
-    // upgrade is `pkill … && shinyctl serve -d`): give it a second to go.
-    let deadline = std::time::Instant::now() + Duration::from_secs(1);
-    while api::answers(home) {
-        if std::time::Instant::now() >= deadline {
-            println!("shinyctl serve is already running ({}).", home.api_sock().display());
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    spawn_daemon(home)?;
-    println!("shinyctl serve started; it answers on {}.", home.api_sock().display());
-    Ok(())
-}
-
-/// Starts the daemon in the background (its command line is exactly
-/// `…/shinyctl serve`) and waits until its API answers.
-pub fn spawn_daemon(home: &Home) -> anyhow::Result<()> {
-    home.ensure()?;
-    let mut child = act::spawn_self(home, "serve", &[])?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    while std::time::Instant::now() < deadline {
-        if api::answers(home) {
-            return Ok(());
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            anyhow::bail!("shinyctl serve exited at start ({status}); see {}", home.api_log().display());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    anyhow::bail!("shinyctl serve did not answer within 15 s; see {}", home.api_log().display())
-}
-
 /// Runs the daemon in the foreground until SIGTERM or SIGINT. Stopping it
 /// stops only the daemon: the copies and the load balancer keep running.
 pub fn run(home: Home) -> anyhow::Result<()> {
