@@ -21,6 +21,8 @@ pub struct Registry {
     pub apps: BTreeMap<String, AppSpec>,
 }
 
+use super::{AppRt, Daemon};
+
 /// Takes an exclusive, non-blocking flock on `path`; held while the file
 /// stays open.
 pub fn lock_exclusive(path: &Path) -> io::Result<fs::File> {
@@ -89,6 +91,20 @@ pub fn rotate_if_larger(path: &Path, limit: u64) -> io::Result<bool> {
     fs::copy(path, &old)?;
     fs::OpenOptions::new().write(true).open(path)?.set_len(0)?;
     Ok(true)
+}
+
+impl Daemon {
+    /// Loads registry.json and each app's state.json. The processes they
+    /// name that still run (same PID and start time) are adopted by the
+    /// first cycle's observe, which runs at once.
+    pub(super) fn load(&mut self) -> anyhow::Result<()> {
+        let registry = load_registry(&self.home)?;
+        for (name, spec) in registry.apps {
+            let state = load_state(&spec.state_file).unwrap_or_default();
+            self.apps.insert(name, AppRt::new(spec, state));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
