@@ -262,25 +262,6 @@ impl Daemon {
         let home = self.home.clone();
         self.proxy.push(&home, table).await;
     }
-
-    /// Rotates copy logs and api.log past 1 GiB by copy-and-truncate, so a
-    /// copy that writes while the daemon is down loses nothing.
-    fn rotate_logs(&self) {
-        let copies = self.apps.values().flat_map(|a| {
-            a.recorded.state.copies.iter().map(|r| self.home.copy_log(&a.recorded.spec.group, &a.recorded.spec.name, r.copy))
-        });
-        for path in copies.chain([self.home.api_log()]) {
-            if let Err(e) = record::rotate_if_larger(&path, LOG_ROTATE_BYTES) {
-                tracing::warn!(log = %path.display(), "cannot rotate: {e}");
-            }
-        }
-    }
-
-    /// Saves registry.json from the apps held (those not being deleted).
-    fn save_registry(&self) -> anyhow::Result<()> {
-        let apps = self.apps.iter().filter(|(_, a)| !a.recorded.deleting).map(|(n, a)| (n.clone(), a.recorded.spec.clone())).collect();
-        record::save_registry(&self.home, &record::Registry { apps })
-    }
 }
 
 /// Watches a running copy's process for its exit and, until it is ready,

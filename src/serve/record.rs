@@ -13,6 +13,8 @@ use crate::home::{write_atomic, Home};
 use crate::manifest::AppSpec;
 use crate::model::AppState;
 
+use super::{AppRt, Daemon, LOG_ROTATE_BYTES};
+
 /// `registry.json`: every app the daemon manages. Only the daemon reads and
 /// writes it, so it lives here beside the code that does.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -20,8 +22,6 @@ pub struct Registry {
     /// The applied spec of each app, by app name.
     pub apps: BTreeMap<String, AppSpec>,
 }
-
-use super::{AppRt, Daemon};
 
 /// Takes an exclusive, non-blocking flock on `path`; held while the file
 /// stays open.
@@ -104,6 +104,25 @@ impl Daemon {
             self.apps.insert(name, AppRt::new(spec, state));
         }
         Ok(())
+    }
+
+    /// Rotates copy logs and api.log past 1 GiB by copy-and-truncate, so a
+    /// copy that writes while the daemon is down loses nothing.
+    pub(super) fn rotate_logs(&self) {
+        let copies = self.apps.values().flat_map(|a| {
+            a.recorded.state.copies.iter().map(|r| self.home.copy_log(&a.recorded.spec.group, &a.recorded.spec.name, r.copy))
+        });
+        for path in copies.chain([self.home.api_log()]) {
+            if let Err(e) = rotate_if_larger(&path, LOG_ROTATE_BYTES) {
+                tracing::warn!(log = %path.display(), "cannot rotate: {e}");
+            }
+        }
+    }
+
+    /// Saves registry.json from the apps held (those not being deleted).
+    pub(super) fn save_registry(&self) -> anyhow::Result<()> {
+        let apps = self.apps.iter().filter(|(_, a)| !a.recorded.deleting).map(|(n, a)| (n.clone(), a.recorded.spec.clone())).collect();
+        save_registry(&self.home, &Registry { apps })
     }
 }
 
