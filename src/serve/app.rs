@@ -68,6 +68,17 @@ pub struct Tracked {
 }
 
 impl Tracked {
+    /// After a plan replaced the state: its exits are folded in, so forget
+    /// them and the processes they were about, and the processes the state
+    /// no longer names.
+    pub fn fold(&mut self, before: &AppState, after: &AppState) {
+        for pid in before.copies.iter().filter_map(|r| r.pid) {
+            if !after.copies.iter().any(|r| r.pid == Some(pid)) || self.exits.contains_key(&pid) {
+                self.forget(pid);
+            }
+        }
+    }
+
     /// Forgets a process once the state no longer needs news of it.
     pub fn forget(&mut self, pid: u32) {
         self.exits.remove(&pid);
@@ -99,6 +110,24 @@ pub struct Wake {
 }
 
 impl Wake {
+    /// Ends the sleep once a requested wake can go ahead: when the processes
+    /// put to sleep are gone, so no dying process is taken for a ready copy.
+    /// Returns true when it woke the app now.
+    pub fn settle(&mut self, state: &mut AppState, now: u64) -> bool {
+        if !self.requested {
+            return false;
+        }
+        if state.asleep_since_ms.is_none() {
+            self.requested = false;
+        } else if state.copies.iter().all(|r| r.pid.is_none()) {
+            state.asleep_since_ms = None;
+            self.requested = false;
+            self.woke_ms = Some(now);
+            return true;
+        }
+        false
+    }
+
     /// Answers every waiting request with the same outcome.
     pub fn answer(&mut self, outcome: WakeOutcome) {
         for waiter in self.waiters.drain(..) {
