@@ -16,6 +16,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 
+use crate::api_client::VersionReply;
 use crate::home::Home;
 use crate::manifest;
 use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, StandIn};
@@ -24,11 +25,6 @@ use crate::uds;
 use super::{AppRt, Event, Shared};
 
 type Reply = Response<Full<Bytes>>;
-
-/// True when a daemon answers on the home's socket.
-pub fn answers(home: &Home) -> bool {
-    uds::request_blocking(&home.api_sock(), Method::GET, "/v1/version", None, Duration::from_secs(2)).is_ok_and(|(s, _)| s.is_success())
-}
 
 /// Binds api.sock (mode 0600), replacing a stale one.
 pub fn bind(home: &Home) -> anyhow::Result<tokio::net::UnixListener> {
@@ -73,7 +69,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (req.method().clone(), parts.as_slice()) {
         (Method::GET, ["v1", "version"]) => {
-            uds::json_response(StatusCode::OK, &serde_json::json!({ "version": crate::model::BUILD, "pid": std::process::id() }))
+            uds::json_response(StatusCode::OK, &VersionReply { version: crate::model::BUILD.to_string(), pid: std::process::id() })
         }
         (Method::GET, ["v1", "status"]) => {
             let app = query(&req, "app").map(str::to_string);

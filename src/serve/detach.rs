@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use crate::api_client::Client;
 use crate::home::Home;
 
-use super::{act, api};
+use super::act;
 
 /// `serve -d`: starts `shinyctl serve` in its own session and returns once
 /// its API answers.
@@ -13,7 +14,7 @@ pub fn detach(home: &Home) -> anyhow::Result<()> {
     // A daemon that answers may be one just told to stop (the documented
     // upgrade is `pkill … && shinyctl serve -d`): give it a second to go.
     let deadline = std::time::Instant::now() + Duration::from_secs(1);
-    while api::answers(home) {
+    while Client::answers(home) {
         if std::time::Instant::now() >= deadline {
             println!("shinyctl serve is already running ({}).", home.api_sock().display());
             return Ok(());
@@ -32,7 +33,7 @@ pub fn spawn_daemon(home: &Home) -> anyhow::Result<()> {
     let mut child = act::spawn_self(home, "serve", &[])?;
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while std::time::Instant::now() < deadline {
-        if api::answers(home) {
+        if Client::answers(home) {
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {

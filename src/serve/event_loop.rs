@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, Mutex};
 
+use crate::api_client::Client;
 use crate::home::Home;
 
 use super::{api, now_ms, proxy_ctl, record, Daemon, Event, Shared, TICK};
@@ -16,7 +17,7 @@ use super::{api, now_ms, proxy_ctl, record, Daemon, Event, Shared, TICK};
 /// stops only the daemon: the copies and the load balancer keep running.
 pub fn run(home: Home) -> anyhow::Result<()> {
     home.ensure()?;
-    if api::answers(&home) {
+    if Client::answers(&home) {
         anyhow::bail!("shinyctl serve is already running for {} (it answers on {})", home.root.display(), home.api_sock().display());
     }
     // A daemon that was just told to stop (`pkill … && shinyctl serve -d`)

@@ -96,8 +96,3 @@ pub fn log_path(home: &Home, spec: &AppSpec, copy: u32) -> String {
 pub fn same_path(a: &Path, b: &Path) -> bool {
     a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
-
-/// True when a daemon answers on the home's socket.
-pub fn api_answers(home: &Home) -> bool {
-    api::answers(home)
-}
