@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::Path;
+
+use nix::fcntl::{Flock, FlockArg};
 
 use crate::home::{write_atomic, Home};
 use crate::manifest::AppSpec;
@@ -23,16 +24,11 @@ pub struct Registry {
     pub apps: BTreeMap<String, AppSpec>,
 }
 
-/// Takes an exclusive, non-blocking flock on `path`; held while the file
-/// stays open.
-pub fn lock_exclusive(path: &Path) -> io::Result<fs::File> {
+/// Takes an exclusive, non-blocking flock on `path`; held until the
+/// returned lock drops.
+pub fn lock_exclusive(path: &Path) -> io::Result<Flock<fs::File>> {
     let f = fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path)?;
-    // SAFETY: flock on an fd we own.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(f)
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| io::Error::from(errno))
 }
 
 /// Reads registry.json (empty when there is none yet).
