@@ -32,7 +32,7 @@ pub fn run(home: Home) -> anyhow::Result<()> {
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let (writer, _guard) = tracing_appender::non_blocking(tracing_appender::rolling::never(&home.root, "api.log"));
-    tracing_subscriber::fmt().with_writer(writer).with_ansi(false).with_target(false).init();
+    crate::logging::init(writer, false)?;
     let result = rt.block_on(run_async(home));
     drop(lock);
     result
