@@ -2,6 +2,15 @@
 //! at once on any event, it runs the cycle: observe, decide, record, push,
 //! act. Only the daemon writes state (`state.json`, `registry.json`,
 //! `proxy/table.json`).
+//!
+//! - `event_loop`: `run`, and the loop that decides which apps are due.
+//! - `cycle`: one app's cycle, the table push, answering wakes.
+//! - `app`: an app in three parts: `Recorded`, `Tracked`, `Wake`.
+//! - `act`: starting, stopping and watching processes.
+//! - `record`: the files (state.json, registry.json, the lock, log rotation).
+//! - `api`: the routes on `api.sock`; `status`: what `status` shows.
+//! - `proxy_ctl`: the load balancer, from the daemon's side.
+//! - `detach`: `serve -d`.
 
 mod act;
 mod api;
@@ -85,7 +94,6 @@ pub struct Daemon {
 
 /// The daemon as shared between the loop and the API.
 pub type Shared = Arc<Mutex<Daemon>>;
-impl Daemon {}
 
 /// The path of a copy's log, for messages.
 pub fn log_path(home: &Home, spec: &AppSpec, copy: u32) -> String {
