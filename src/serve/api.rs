@@ -18,11 +18,11 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use crate::api_client::VersionReply;
 use crate::home::Home;
-use crate::manifest;
+use crate::manifest::{self, AppSpec};
 use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, StandIn};
 use crate::uds;
 
-use super::{AppRt, Event, Shared};
+use super::{AppRt, Daemon, Event, Shared};
 
 type Reply = Response<Full<Bytes>>;
 
@@ -181,78 +181,17 @@ async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     };
     let mut d = shared.lock().await;
-    let here = |key: &str, message: String| {
-        manifest::ManifestError { file: path.clone(), line: manifest::line_of_key(&req.text, key), key: Some(key.into()), message }
-            .to_string()
-    };
     // The app this manifest already is: the same manifest file, or the same name.
     let existing = d
         .apps
         .iter()
         .find(|(_, a)| !a.recorded.deleting && super::same_path(&a.recorded.spec.manifest, &spec.manifest))
         .map(|(n, _)| n.clone());
-    if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.recorded.deleting) {
-        return error(
-            StatusCode::CONFLICT,
-            here(
-                "app-name",
-                format!("{} is being deleted; its copies stop once their sessions end. Apply again once `shinyctl status` no longer lists it, or use `shinyctl delete {} --now` first", spec.name, spec.name),
-            ),
-        );
-    }
-    for (name, other) in d.apps.iter().filter(|(n, a)| Some(*n) != existing.as_ref() && !a.recorded.deleting) {
-        if *name == spec.name {
-            return error(
-                StatusCode::CONFLICT,
-                here(
-                    "app-name",
-                    format!("{name} is already the name of the app in {}; pick another name", other.recorded.spec.manifest.display()),
-                ),
-            );
-        }
-        if other.recorded.spec.port == spec.port {
-            return error(
-                StatusCode::CONFLICT,
-                here(
-                    "port",
-                    format!("{} is already used by app {name} ({}); pick another port", spec.port, other.recorded.spec.manifest.display()),
-                ),
-            );
-        }
-        if super::same_path(&other.recorded.spec.state_file, &spec.state_file) {
-            return error(
-                StatusCode::CONFLICT,
-                here(
-                    "state-file",
-                    format!("{} is already the state file of app {name}; set state-file to another path", spec.state_file.display()),
-                ),
-            );
-        }
+    if let Some(conflict) = conflict(&d, &req, &spec, existing.as_deref()) {
+        return error(StatusCode::CONFLICT, conflict);
     }
     let message = match existing {
-        Some(old_name) => {
-            let mut app = d.apps.remove(&old_name).expect("found above");
-            let restarts = app.recorded.spec.settings_hash() != spec.settings_hash();
-            let same = app.recorded.spec == spec;
-            if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
-                let _ = std::fs::remove_file(&app.recorded.spec.state_file);
-            }
-            app.recorded.spec = spec.clone();
-            app.recorded.state.stop_now = req.now;
-            d.apps.insert(spec.name.clone(), app);
-            if same {
-                format!("{}: unchanged.", spec.name)
-            } else if restarts && d.apps.get(&spec.name).is_some_and(|a| a.recorded.state.asleep_since_ms.is_some()) {
-                format!("{}: changed how it starts; it is asleep and wakes with the new version.", spec.name)
-            } else if restarts {
-                format!(
-                    "{}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {}",
-                    spec.name, spec.name
-                )
-            } else {
-                format!("{}: updated without restarting any copy.", spec.name)
-            }
-        }
+        Some(old_name) => update(&mut d, &old_name, &spec, req.now),
         None => {
             // A new app: state.json from an earlier life names no process we
             // hold, so it starts afresh, at a revision after the old one.
@@ -274,4 +213,70 @@ async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
     }
     let _ = d.events.send(Event::Changed { app: spec.name.clone() });
     ok(message)
+}
+
+/// Why a manifest cannot be applied beside the other apps (a name, port or
+/// state file another app has, or its name on an app being deleted), as a
+/// manifest error at the key's line; `None` when it can.
+fn conflict(d: &Daemon, req: &ApplyRequest, spec: &AppSpec, existing: Option<&str>) -> Option<String> {
+    let here = |key: &str, message: String| {
+        manifest::ManifestError {
+            file: std::path::PathBuf::from(&req.path),
+            line: manifest::line_of_key(&req.text, key),
+            key: Some(key.into()),
+            message,
+        }
+        .to_string()
+    };
+    if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.recorded.deleting) {
+        return Some(here(
+            "app-name",
+            format!("{} is being deleted; its copies stop once their sessions end. Apply again once `shinyctl status` no longer lists it, or use `shinyctl delete {} --now` first", spec.name, spec.name),
+        ));
+    }
+    for (name, other) in d.apps.iter().filter(|(n, a)| Some(n.as_str()) != existing && !a.recorded.deleting) {
+        if *name == spec.name {
+            return Some(here(
+                "app-name",
+                format!("{name} is already the name of the app in {}; pick another name", other.recorded.spec.manifest.display()),
+            ));
+        }
+        if other.recorded.spec.port == spec.port {
+            return Some(here(
+                "port",
+                format!("{} is already used by app {name} ({}); pick another port", spec.port, other.recorded.spec.manifest.display()),
+            ));
+        }
+        if super::same_path(&other.recorded.spec.state_file, &spec.state_file) {
+            return Some(here(
+                "state-file",
+                format!("{} is already the state file of app {name}; set state-file to another path", spec.state_file.display()),
+            ));
+        }
+    }
+    None
+}
+
+/// Puts a new spec in place of an app's (renamed, if its name changed) and
+/// says what that does to its copies.
+fn update(d: &mut Daemon, old_name: &str, spec: &AppSpec, now: bool) -> String {
+    let mut app = d.apps.remove(old_name).expect("found by the caller");
+    let restarts = app.recorded.spec.settings_hash() != spec.settings_hash();
+    let same = app.recorded.spec == *spec;
+    if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
+        let _ = std::fs::remove_file(&app.recorded.spec.state_file);
+    }
+    app.recorded.spec = spec.clone();
+    app.recorded.state.stop_now = now;
+    let asleep = app.recorded.state.asleep_since_ms.is_some();
+    d.apps.insert(spec.name.clone(), app);
+    if same {
+        format!("{}: unchanged.", spec.name)
+    } else if restarts && asleep {
+        format!("{}: changed how it starts; it is asleep and wakes with the new version.", spec.name)
+    } else if restarts {
+        format!("{}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {}", spec.name, spec.name)
+    } else {
+        format!("{}: updated without restarting any copy.", spec.name)
+    }
 }
