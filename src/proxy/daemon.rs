@@ -1,7 +1,7 @@
 //! The load balancer's link to the daemon, on `api.sock`: it reports a copy
 //! that refused a connection and the warm copy that stood in
 //! (`POST /v1/apps/<app>/stand-in`), and asks for a sleeping app to be
-//! woken (`POST /v1/apps/<app>/wake`). These two routes are typed here and
+//! woken (`POST /v1/apps/<app>/wake`). These two routes are typed in `api_client::routes` and
 //! nowhere else in the load balancer. Neither call holds a request up for
 //! longer than the daemon's answer, and a daemon that is down only means
 //! the load balancer carries on with the table it has.
@@ -33,23 +33,6 @@ pub type WakeWatch = watch::Receiver<Option<Wake>>;
 /// while it goes on.
 pub type WakeSlot = Mutex<Option<WakeWatch>>;
 
-/// The daemon's routes the load balancer calls.
-enum Route<'a> {
-    /// `POST /v1/apps/<app>/stand-in` with a [`StandIn`].
-    StandIn(&'a str),
-    /// `POST /v1/apps/<app>/wake`; answered once the app is awake.
-    Wake(&'a str),
-}
-
-impl Route<'_> {
-    fn path(&self) -> String {
-        match self {
-            Route::StandIn(app) => format!("/v1/apps/{app}/stand-in"),
-            Route::Wake(app) => format!("/v1/apps/{app}/wake"),
-        }
-    }
-}
-
 /// Where the daemon listens.
 pub struct DaemonLink {
     /// The daemon's `api.sock`.
@@ -65,7 +48,7 @@ impl DaemonLink {
         let Some(down) = down else { return };
         tracing::info!(app, down, ?stand_in, "telling the daemon that copy {down} is down");
         let sock = self.api_sock.clone();
-        let path = Route::StandIn(app).path();
+        let path = crate::api_client::routes::stand_in(app);
         let body = serde_json::to_vec(&StandIn { down, stand_in }).unwrap_or_default();
         tokio::spawn(async move {
             match crate::uds::request(&sock, Method::POST, &path, Some(body), Duration::from_secs(1)).await {
@@ -90,7 +73,7 @@ impl DaemonLink {
         let name = app.to_string();
         tracing::info!(app = %name, "asking the daemon to wake {name}");
         tokio::spawn(async move {
-            let path = Route::Wake(&name).path();
+            let path = crate::api_client::routes::wake(&name);
             // The daemon answers by the app's request-timeout itself; the
             // margins only cover it being slow to.
             let ask = crate::uds::request(&sock, Method::POST, &path, None, limit + Duration::from_secs(5));
@@ -120,18 +103,5 @@ pub async fn wake_outcome(wake: Option<&mut WakeWatch>) -> Wake {
         Ok(outcome) => outcome.unwrap_or(Wake::Failed),
         // The asking task is gone without an answer.
         Err(_) => Wake::Failed,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_routes_are_the_daemons() {
-        // serve/api.rs matches these paths; a change on one side only would
-        // leave every stand-in and wake unanswered.
-        assert_eq!(Route::StandIn("hello").path(), "/v1/apps/hello/stand-in");
-        assert_eq!(Route::Wake("nap").path(), "/v1/apps/nap/wake");
     }
 }

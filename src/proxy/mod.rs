@@ -67,7 +67,7 @@ const RETRY_BIND: Duration = Duration::from_secs(5);
 
 /// Runs the load balancer until SIGTERM, SIGINT or `POST /shutdown`.
 pub fn run(home: Home) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt().with_writer(io::stderr).with_ansi(false).try_init();
+    let _ = crate::logging::init(io::stderr, true);
     let dir = home.proxy_dir();
     match fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}

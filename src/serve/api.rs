@@ -16,19 +16,15 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 
+use crate::api_client::VersionReply;
 use crate::home::Home;
-use crate::manifest;
+use crate::manifest::{self, AppSpec};
 use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, StandIn};
 use crate::uds;
 
-use super::{AppRt, Event, Shared};
+use super::{AppRt, Daemon, Event, Shared};
 
 type Reply = Response<Full<Bytes>>;
-
-/// True when a daemon answers on the home's socket.
-pub fn answers(home: &Home) -> bool {
-    uds::request_blocking(&home.api_sock(), Method::GET, "/v1/version", None, Duration::from_secs(2)).is_ok_and(|(s, _)| s.is_success())
-}
 
 /// Binds api.sock (mode 0600), replacing a stale one.
 pub fn bind(home: &Home) -> anyhow::Result<tokio::net::UnixListener> {
@@ -73,7 +69,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (req.method().clone(), parts.as_slice()) {
         (Method::GET, ["v1", "version"]) => {
-            uds::json_response(StatusCode::OK, &serde_json::json!({ "version": crate::model::BUILD, "pid": std::process::id() }))
+            uds::json_response(StatusCode::OK, &VersionReply { version: crate::model::BUILD.to_string(), pid: std::process::id() })
         }
         (Method::GET, ["v1", "status"]) => {
             let app = query(&req, "app").map(str::to_string);
@@ -97,10 +93,10 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
         (Method::POST, ["v1", "apps", name, "restart"]) => {
             let now = flag(&req, "now");
             let mut d = shared.lock().await;
-            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.deleting) else { return not_found(name) };
-            app.state.revision += 1;
-            app.state.stop_now = now;
-            let rev = app.state.revision;
+            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
+            app.recorded.state.revision += 1;
+            app.recorded.state.stop_now = now;
+            let rev = app.recorded.state.revision;
             let _ = d.events.send(Event::Changed { app: name.to_string() });
             let how = if now { "the old ones stop as soon as the new ones are ready" } else { "the old ones drain" };
             ok(format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"))
@@ -109,10 +105,10 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let now = flag(&req, "now");
             let mut d = shared.lock().await;
             // Deleting again (with --now) hurries a delete that drains.
-            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.deleting || now) else { return not_found(name) };
-            app.deleting = true;
-            app.state.stop_now = now;
-            let copies = app.state.copies.len();
+            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.recorded.deleting || now) else { return not_found(name) };
+            app.recorded.deleting = true;
+            app.recorded.state.stop_now = now;
+            let copies = app.recorded.state.copies.len();
             if let Err(e) = d.save_registry() {
                 return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
             }
@@ -129,7 +125,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let copy = query(&req, "copy").and_then(|c| c.parse::<u32>().ok()).unwrap_or(1);
             let d = shared.lock().await;
             let Some(app) = d.apps.get(*name) else { return not_found(name) };
-            let path = super::log_path(&d.home, &app.spec, copy);
+            let path = super::log_path(&d.home, &app.recorded.spec, copy);
             uds::json_response(StatusCode::OK, &LogsReply { path })
         }
         (Method::POST, ["v1", "apps", name, "wake"]) => wake(&shared, name).await,
@@ -154,13 +150,13 @@ async fn wake(shared: &Shared, name: &str) -> Reply {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let timeout = {
         let mut d = shared.lock().await;
-        let Some(app) = d.apps.get_mut(name).filter(|a| !a.deleting) else { return not_found(name) };
-        if app.state.asleep_since_ms.is_none() && app.roles.iter().any(|(_, r)| *r == crate::model::Role::Active) {
+        let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
+        if app.recorded.state.asleep_since_ms.is_none() && app.tracked.has_active() {
             return ok(format!("{name} is awake"));
         }
-        app.wake_requested = true;
-        app.wake_waiters.push(tx);
-        let timeout = Duration::from_millis(app.spec.request_timeout_ms);
+        app.wake.requested = true;
+        app.wake.waiters.push(tx);
+        let timeout = Duration::from_millis(app.recorded.spec.request_timeout_ms);
         let _ = d.events.send(Event::Changed { app: name.to_string() });
         timeout
     };
@@ -185,68 +181,17 @@ async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     };
     let mut d = shared.lock().await;
-    let here = |key: &str, message: String| {
-        manifest::ManifestError { file: path.clone(), line: manifest::line_of_key(&req.text, key), key: Some(key.into()), message }
-            .to_string()
-    };
     // The app this manifest already is: the same manifest file, or the same name.
-    let existing = d.apps.iter().find(|(_, a)| !a.deleting && super::same_path(&a.spec.manifest, &spec.manifest)).map(|(n, _)| n.clone());
-    if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.deleting) {
-        return error(
-            StatusCode::CONFLICT,
-            here(
-                "app-name",
-                format!("{} is being deleted; its copies stop once their sessions end. Apply again once `shinyctl status` no longer lists it, or use `shinyctl delete {} --now` first", spec.name, spec.name),
-            ),
-        );
-    }
-    for (name, other) in d.apps.iter().filter(|(n, a)| Some(*n) != existing.as_ref() && !a.deleting) {
-        if *name == spec.name {
-            return error(
-                StatusCode::CONFLICT,
-                here("app-name", format!("{name} is already the name of the app in {}; pick another name", other.spec.manifest.display())),
-            );
-        }
-        if other.spec.port == spec.port {
-            return error(
-                StatusCode::CONFLICT,
-                here("port", format!("{} is already used by app {name} ({}); pick another port", spec.port, other.spec.manifest.display())),
-            );
-        }
-        if super::same_path(&other.spec.state_file, &spec.state_file) {
-            return error(
-                StatusCode::CONFLICT,
-                here(
-                    "state-file",
-                    format!("{} is already the state file of app {name}; set state-file to another path", spec.state_file.display()),
-                ),
-            );
-        }
+    let existing = d
+        .apps
+        .iter()
+        .find(|(_, a)| !a.recorded.deleting && super::same_path(&a.recorded.spec.manifest, &spec.manifest))
+        .map(|(n, _)| n.clone());
+    if let Some(conflict) = conflict(&d, &req, &spec, existing.as_deref()) {
+        return error(StatusCode::CONFLICT, conflict);
     }
     let message = match existing {
-        Some(old_name) => {
-            let mut app = d.apps.remove(&old_name).expect("found above");
-            let restarts = app.spec.settings_hash() != spec.settings_hash();
-            let same = app.spec == spec;
-            if !super::same_path(&app.spec.state_file, &spec.state_file) {
-                let _ = std::fs::remove_file(&app.spec.state_file);
-            }
-            app.spec = spec.clone();
-            app.state.stop_now = req.now;
-            d.apps.insert(spec.name.clone(), app);
-            if same {
-                format!("{}: unchanged.", spec.name)
-            } else if restarts && d.apps.get(&spec.name).is_some_and(|a| a.state.asleep_since_ms.is_some()) {
-                format!("{}: changed how it starts; it is asleep and wakes with the new version.", spec.name)
-            } else if restarts {
-                format!(
-                    "{}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {}",
-                    spec.name, spec.name
-                )
-            } else {
-                format!("{}: updated without restarting any copy.", spec.name)
-            }
-        }
+        Some(old_name) => update(&mut d, &old_name, &spec, req.now),
         None => {
             // A new app: state.json from an earlier life names no process we
             // hold, so it starts afresh, at a revision after the old one.
@@ -268,4 +213,70 @@ async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
     }
     let _ = d.events.send(Event::Changed { app: spec.name.clone() });
     ok(message)
+}
+
+/// Why a manifest cannot be applied beside the other apps (a name, port or
+/// state file another app has, or its name on an app being deleted), as a
+/// manifest error at the key's line; `None` when it can.
+fn conflict(d: &Daemon, req: &ApplyRequest, spec: &AppSpec, existing: Option<&str>) -> Option<String> {
+    let here = |key: &str, message: String| {
+        manifest::ManifestError {
+            file: std::path::PathBuf::from(&req.path),
+            line: manifest::line_of_key(&req.text, key),
+            key: Some(key.into()),
+            message,
+        }
+        .to_string()
+    };
+    if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.recorded.deleting) {
+        return Some(here(
+            "app-name",
+            format!("{} is being deleted; its copies stop once their sessions end. Apply again once `shinyctl status` no longer lists it, or use `shinyctl delete {} --now` first", spec.name, spec.name),
+        ));
+    }
+    for (name, other) in d.apps.iter().filter(|(n, a)| Some(n.as_str()) != existing && !a.recorded.deleting) {
+        if *name == spec.name {
+            return Some(here(
+                "app-name",
+                format!("{name} is already the name of the app in {}; pick another name", other.recorded.spec.manifest.display()),
+            ));
+        }
+        if other.recorded.spec.port == spec.port {
+            return Some(here(
+                "port",
+                format!("{} is already used by app {name} ({}); pick another port", spec.port, other.recorded.spec.manifest.display()),
+            ));
+        }
+        if super::same_path(&other.recorded.spec.state_file, &spec.state_file) {
+            return Some(here(
+                "state-file",
+                format!("{} is already the state file of app {name}; set state-file to another path", spec.state_file.display()),
+            ));
+        }
+    }
+    None
+}
+
+/// Puts a new spec in place of an app's (renamed, if its name changed) and
+/// says what that does to its copies.
+fn update(d: &mut Daemon, old_name: &str, spec: &AppSpec, now: bool) -> String {
+    let mut app = d.apps.remove(old_name).expect("found by the caller");
+    let restarts = app.recorded.spec.settings_hash() != spec.settings_hash();
+    let same = app.recorded.spec == *spec;
+    if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
+        let _ = std::fs::remove_file(&app.recorded.spec.state_file);
+    }
+    app.recorded.spec = spec.clone();
+    app.recorded.state.stop_now = now;
+    let asleep = app.recorded.state.asleep_since_ms.is_some();
+    d.apps.insert(spec.name.clone(), app);
+    if same {
+        format!("{}: unchanged.", spec.name)
+    } else if restarts && asleep {
+        format!("{}: changed how it starts; it is asleep and wakes with the new version.", spec.name)
+    } else if restarts {
+        format!("{}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {}", spec.name, spec.name)
+    } else {
+        format!("{}: updated without restarting any copy.", spec.name)
+    }
 }
