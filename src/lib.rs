@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod clock;
 pub mod home;
+pub mod launcher;
 pub mod manifest;
 pub mod model;
 pub mod procfs;

@@ -399,6 +399,11 @@ pub struct CopyStatus {
     pub outdated: bool,
     /// Its log file.
     pub log: String,
+    /// What isolation its launcher made (mount namespace, Landlock, none,
+    /// and why not more); none for a copy that is not running or was
+    /// started before the launcher existed.
+    #[serde(default)]
+    pub isolation: Option<crate::launcher::Isolation>,
 }
 
 /// `GET /v1/apps/<app>/logs?copy=N`: where a copy's log is.

@@ -130,6 +130,7 @@ mod tests {
             started: Some(started.into()),
             outdated: false,
             log: String::new(),
+            isolation: None,
         }
     }
 
