@@ -5,6 +5,7 @@ mod balancer;
 mod browser;
 mod foundation;
 mod helpers;
+mod launcher;
 mod sleep;
 mod staying_up;
 mod upgrade;
