@@ -86,10 +86,12 @@ impl Launch {
     }
 
     /// The command that starts the copy through this binary's launcher.
-    /// The caller adds env, session and output.
+    /// The caller adds env, session and output. It starts in `/`: the
+    /// launcher enters the app folder itself, so a folder that is gone is
+    /// reported in the copy's log rather than as a failed spawn.
     pub fn command(&self) -> std::io::Result<Command> {
         let mut cmd = Command::new(std::env::current_exe()?);
-        cmd.arg("launch").args(self.args()).current_dir(&self.app_dir);
+        cmd.arg("launch").args(self.args()).current_dir("/");
         Ok(cmd)
     }
 
@@ -265,7 +267,8 @@ mod tests {
         let cmd = sample().command().expect("current_exe");
         let args: Vec<_> = cmd.get_args().collect();
         assert_eq!(args[0], "launch");
-        assert_eq!(cmd.get_current_dir(), Some(Path::new("/srv/apps/it's here")));
+        assert_eq!(cmd.get_current_dir(), Some(Path::new("/")));
+        assert_eq!(Launch::parse(&args[1..].iter().map(|a| a.to_os_string()).collect::<Vec<_>>()), Ok(sample()));
     }
 
     #[test]

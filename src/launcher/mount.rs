@@ -93,13 +93,13 @@ fn build_root(app_dir: &Path, scratch: &Path) -> anyhow::Result<()> {
     let new = |p: &Path| Path::new("/newroot").join(p.strip_prefix("/").unwrap_or(p));
     std::fs::create_dir_all(new(Path::new(APP_DIR))).context("cannot make the app folder's mount point")?;
     std::fs::create_dir_all(new(Path::new(SCRATCH_DIR))).context("cannot make the scratch disk's mount point")?;
-    bind(&old(app_dir), &new(Path::new(APP_DIR)), true)?;
+    bind(old(app_dir), new(Path::new(APP_DIR)), true)?;
     // The host path of the app folder is in the new root too (through its
     // top-level folder): read-only there as well.
-    if new(app_dir).is_dir() {
-        bind(&old(app_dir), &new(app_dir), true)?;
+    if app_dir != Path::new("/") && new(app_dir).is_dir() {
+        bind(old(app_dir), new(app_dir), true)?;
     }
-    bind(&old(scratch), &new(Path::new(SCRATCH_DIR)), false)?;
+    bind(old(scratch), new(Path::new(SCRATCH_DIR)), false)?;
     // Detach the old root, then make the new root `/` (pivot onto itself
     // and detach what ends up on top, as bubblewrap, runc and LXC do).
     mount(None::<&str>, "/oldroot", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)

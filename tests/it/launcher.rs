@@ -118,7 +118,7 @@ fn serve_without_namespaces(env: &Env) -> u32 {
         "echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set=-all --inh-caps=-all {} serve",
         bin()
     );
-    let child = Command::new("unshare")
+    let mut child = Command::new("unshare")
         .args(["--user", "--map-root-user", "sh", "-c", &script])
         .env("SHINYCTL_HOME", env.home())
         .stdin(Stdio::null())
@@ -128,6 +128,8 @@ fn serve_without_namespaces(env: &Env) -> u32 {
         .expect("unshare (util-linux) runs");
     let pid = child.id();
     env.track(pid);
+    // Reaped when it ends, so its end is seen as an end.
+    std::thread::spawn(move || child.wait());
     wait_until(Duration::from_secs(20), "the daemon to answer", || env.run(&["status"]).status.success().then_some(()));
     assert!(cmdline(pid).ends_with("shinyctl serve"), "the daemon is the process started: {}", cmdline(pid));
     pid
