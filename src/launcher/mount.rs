@@ -116,7 +116,10 @@ fn build_root(app_dir: &Path, scratch: &Path) -> anyhow::Result<()> {
 
 /// Fills the new root with the old root's top-level entries: folders (and
 /// files) bind-mounted recursively, symlinks made anew. An entry named like
-/// the fixed folder of shinyctl's own is left out (it is shadowed).
+/// the fixed folder of shinyctl's own is left out (it is shadowed), and so
+/// is one that cannot be bound (a FUSE mount of another user, say), with a
+/// line in the log: the copy may not need it, and if it does, the log says
+/// why it is missing.
 fn fill_root(old: &Path, new: &Path) -> anyhow::Result<()> {
     let own_top = Path::new(APP_DIR).iter().nth(1).map(|s| s.to_os_string());
     for entry in std::fs::read_dir(old).context("cannot list the host's /")? {
@@ -130,14 +133,20 @@ fn fill_root(old: &Path, new: &Path) -> anyhow::Result<()> {
         if kind.is_symlink() {
             let target = std::fs::read_link(&from).with_context(|| format!("cannot read the symlink {}", from.display()))?;
             std::os::unix::fs::symlink(&target, &to).with_context(|| format!("cannot make the symlink {}", to.display()))?;
-        } else if kind.is_dir() {
+            continue;
+        }
+        if kind.is_dir() {
             std::fs::create_dir(&to).with_context(|| format!("cannot make {}", to.display()))?;
-            rbind(&from, &to)?;
         } else if kind.is_file() {
             std::fs::File::create(&to).with_context(|| format!("cannot make {}", to.display()))?;
-            rbind(&from, &to)?;
+        } else {
+            // Sockets, fifos and devices at the top level are left out.
+            continue;
         }
-        // Sockets, fifos and devices at the top level are left out.
+        if let Err(e) = rbind(&from, &to) {
+            super::log(&format!("--- shinyctl: /{} is left out of the copy's root: {e:#} ---", name.to_string_lossy()));
+            let _ = if kind.is_dir() { std::fs::remove_dir(&to) } else { std::fs::remove_file(&to) };
+        }
     }
     Ok(())
 }

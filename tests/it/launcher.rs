@@ -108,24 +108,19 @@ fn a_copy_runs_in_its_own_mount_namespace_with_its_folder_read_only() {
     assert_eq!(listing(&folder), before, "the app folder is unchanged");
 }
 
-/// Starts the daemon where no namespace can be made: in a user namespace
-/// of its own whose limit of user namespaces is 0 (what
-/// `user.max_user_namespaces = 0` does to a whole machine), with no
-/// capabilities, so neither a mount namespace nor a nested user namespace
-/// can be had. Returns its PID once it answers.
-fn serve_without_namespaces(env: &Env) -> u32 {
-    let script = format!(
-        "echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set=-all --inh-caps=-all {} serve",
-        bin()
-    );
-    let mut child = Command::new("unshare")
-        .args(["--user", "--map-root-user", "sh", "-c", &script])
+/// Starts `shinyctl serve` for this test's home through a wrapper
+/// (`program args… BIN serve`, the wrapper exec'ing it); returns its PID
+/// once it answers.
+fn serve_through(env: &Env, program: &str, args: &[&str]) -> u32 {
+    let mut child = Command::new(program)
+        .args(args)
+        .args([bin(), "serve"])
         .env("SHINYCTL_HOME", env.home())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("unshare (util-linux) runs");
+        .unwrap_or_else(|e| panic!("{program} (util-linux) runs: {e}"));
     let pid = child.id();
     env.track(pid);
     // Reaped when it ends, so its end is seen as an end.
@@ -133,6 +128,50 @@ fn serve_without_namespaces(env: &Env) -> u32 {
     wait_until(Duration::from_secs(20), "the daemon to answer", || env.run(&["status"]).status.success().then_some(()));
     assert!(cmdline(pid).ends_with("shinyctl serve"), "the daemon is the process started: {}", cmdline(pid));
     pid
+}
+
+/// Starts the daemon where no namespace can be made: in a user namespace
+/// of its own whose limit of user namespaces is 0 (what
+/// `user.max_user_namespaces = 0` does to a whole machine), with no
+/// capabilities, so neither a mount namespace nor a nested user namespace
+/// can be had.
+fn serve_without_namespaces(env: &Env) -> u32 {
+    let script = "echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set=-all --inh-caps=-all \"$@\"";
+    serve_through(env, "unshare", &["--user", "--map-root-user", "sh", "-c", script, "sh"])
+}
+
+/// The uid a process runs as, on the host.
+fn uid_of(pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn an_unprivileged_daemons_copies_get_a_user_namespace_and_a_read_only_folder() {
+    let env = Env::new("userns");
+    let port = free_port();
+    let (manifest, folder) = app_with(&env, "plain", port, PROBE_R);
+    // Everything of the test belongs to nobody, who could write into the
+    // app folder by its mode bits: only the mount stops it.
+    let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(&env.dir).status().unwrap();
+    assert!(chown.success());
+    let before = listing(&folder);
+    let daemon = serve_through(&env, "setpriv", &["--reuid=65534", "--regid=65534", "--clear-groups"]);
+    assert_eq!(uid_of(daemon), 65534, "the daemon is unprivileged");
+    env.apply(&manifest);
+    env.wait_roles("plain", "1:active", Duration::from_secs(60));
+    let page = wait_http_ok(port, Duration::from_secs(10)).body;
+
+    assert_eq!(uid_of(env.pid_of("plain", 1)), 65534, "the copy keeps the daemon's uid on the host");
+    let iso = isolation(&env, "plain");
+    assert_eq!(iso["kind"], "mount-namespace", "{iso}");
+    assert_eq!(between(&page, "wd=", ";"), Some("/shinyctl/app"), "{page}");
+    assert_eq!(between(&page, "wrote=", ";"), Some("no"), "{page}");
+    assert_eq!(listing(&folder), before, "the app folder is unchanged");
+    let scratch = env.home().join("scratch/default-plain/1/from-app.txt");
+    assert_eq!(std::fs::read_to_string(&scratch).unwrap(), "from the app\n");
+    wait_log(&env, "default-plain.log", "Read-only file system");
 }
 
 #[test]
