@@ -153,15 +153,18 @@ pub fn main(args: &[OsString]) -> i32 {
         Ok(l) => l,
         Err(e) => return fail(&format!("bad arguments: {e}")),
     };
-    let report = match report::Writer::open(&report_path(&launch.scratch)) {
-        Ok(r) => r,
-        Err(e) => return fail(&format!("cannot write the isolation report beside {}: {e}", launch.scratch.display())),
-    };
+    // Opened before the namespace hides the host's paths. Without it the
+    // copy still runs; only status lacks the field.
+    let report = report::Writer::open(&report_path(&launch.scratch))
+        .map_err(|e| log(&format!("--- shinyctl: no isolation report beside {}: {e} ---", launch.scratch.display())))
+        .ok();
     let (isolation, seen) = match prepare(&launch, Namespaces::default()) {
         Ok(v) => v,
         Err(e) => return fail(&format!("{e:#}")),
     };
-    report.write(&isolation);
+    if let Some(report) = report {
+        report.write(&isolation);
+    }
     log(&isolation_line(&isolation, &seen));
     exec_r(&launch, &seen)
 }
