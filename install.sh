@@ -1,29 +1,45 @@
 #!/usr/bin/env bash
-# Installs (or upgrades) shinyctl for the current user.
+# Installs (or upgrades) shinyctl.
 #
-#   ./install.sh             build, install ~/.local/bin/shinyctl and the user service file
-#   ./install.sh --service   the same, then enable and start the systemd user service
+#   ./install.sh                build if needed, install shinyctl, its man page, shell completions
+#                               and the systemd user service file
+#   ./install.sh --service      the same, then enable and start the systemd user service
+#   ./install.sh --prefix DIR   install under DIR (DIR/bin/shinyctl, DIR/share/...)
 #
+# Where: as root /usr/local (on every login shell's PATH), otherwise ~/.local.
+# ~/.local/bin/shinyctl always works (as root it links to /usr/local/bin/shinyctl),
+# which is why the README's quick start calls it by that path.
 # Running it again is the upgrade path: it rebuilds, replaces the binary and
 # tells you how to restart shinyctl serve (your apps keep running).
 set -euo pipefail
 
 usage() {
-    sed -n '2,8s/^# \{0,1\}//p' "$0"
+    sed -n '2,13s/^# \{0,1\}//p' "$0"
 }
 
 enable_service=0
-for arg in "$@"; do
-    case "$arg" in
+prefix=""
+while [ "$#" -gt 0 ]; do
+    case "$1" in
         --service) enable_service=1 ;;
+        --prefix) [ "$#" -ge 2 ] || { echo "install.sh: --prefix needs a folder" >&2; exit 2; }; prefix="$2"; shift ;;
+        --prefix=*) prefix="${1#--prefix=}" ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "install.sh: unknown argument: $arg" >&2; usage >&2; exit 2 ;;
+        *) echo "install.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
     esac
+    shift
 done
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
-bin_dir="$HOME/.local/bin"
+user_bin="$HOME/.local/bin"
+if [ -z "$prefix" ]; then
+    if [ "$(id -u)" -eq 0 ]; then prefix=/usr/local; else prefix="$HOME/.local"; fi
+    link_user_bin=1
+else
+    link_user_bin=0
+fi
+bin_dir="$prefix/bin"
 unit_dir="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
 shinyctl_home="${SHINYCTL_HOME:-$HOME/.shinyctl}"
 restart_by_hand="pkill -u \"\$USER\" -f '(^|/)shinyctl serve\$' && shinyctl serve -d"
@@ -40,29 +56,32 @@ if ! command -v R >/dev/null 2>&1; then
     echo "warning: R is not on PATH. Install R and the shiny package, or set r-path in your manifests." >&2
 fi
 
-# 2. Build.
-if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
-    export PATH="$HOME/.cargo/bin:$PATH"
-fi
-need_rust="$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml | head -n 1)"
-if ! command -v cargo >/dev/null 2>&1; then
-    echo "cargo not found. Install Rust ${need_rust:+$need_rust or newer }from your distribution" >&2
-    echo "(e.g. apt-get install cargo, if its version is recent enough) or with rustup:" >&2
-    echo "  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh" >&2
-    echo "then run ./install.sh again." >&2
-    exit 1
-fi
-have_rust="$(cargo --version | sed -n 's/^cargo \([0-9]*\.[0-9]*\).*/\1/p')"
-if [ -n "$need_rust" ] && [ -n "$have_rust" ] &&
-   [ "$(printf '%s\n%s\n' "$need_rust" "$have_rust" | sort -V | head -n 1)" != "$need_rust" ]; then
-    echo "cargo $have_rust is too old: shinyctl needs Rust $need_rust or newer." >&2
-    echo "Install a newer one with rustup (https://rustup.rs), then run ./install.sh again." >&2
-    exit 1
-fi
-
-echo "==> cargo build --release"
-cargo build --release
+# 2. Build, unless the release binary is newer than every source.
 built="${CARGO_TARGET_DIR:-target}/release/shinyctl"
+if [ -x "$built" ] && [ -z "$(find src Cargo.toml Cargo.lock build.rs -newer "$built" -print -quit 2>/dev/null)" ]; then
+    echo "==> $built is newer than every source file: not building again"
+else
+    if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    need_rust="$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml | head -n 1)"
+    if ! command -v cargo >/dev/null 2>&1; then
+        echo "cargo not found. Install Rust ${need_rust:+$need_rust or newer }from your distribution" >&2
+        echo "(e.g. apt-get install cargo, if its version is recent enough) or with rustup:" >&2
+        echo "  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh" >&2
+        echo "then run ./install.sh again." >&2
+        exit 1
+    fi
+    have_rust="$(cargo --version | sed -n 's/^cargo \([0-9]*\.[0-9]*\).*/\1/p')"
+    if [ -n "$need_rust" ] && [ -n "$have_rust" ] &&
+       [ "$(printf '%s\n%s\n' "$need_rust" "$have_rust" | sort -V | head -n 1)" != "$need_rust" ]; then
+        echo "cargo $have_rust is too old: shinyctl needs Rust $need_rust or newer." >&2
+        echo "Install a newer one with rustup (https://rustup.rs), then run ./install.sh again." >&2
+        exit 1
+    fi
+    echo "==> cargo build --release"
+    cargo build --release
+fi
 
 # 3. Install the binary: copy to a temporary name in the same folder, then
 # rename over the old one, so a running shinyctl is never overwritten in place.
@@ -75,6 +94,25 @@ chmod 0755 "$tmp"
 mv -f "$tmp" "$bin_dir/shinyctl"
 trap - EXIT
 "$bin_dir/shinyctl" version 2>/dev/null || true
+if [ "$link_user_bin" -eq 1 ] && [ "$bin_dir" != "$user_bin" ]; then
+    # One path that works for root and for everyone else: ~/.local/bin/shinyctl.
+    # (It replaces a binary an older install.sh put there.)
+    mkdir -p "$user_bin"
+    ln -sfn "$bin_dir/shinyctl" "$user_bin/shinyctl"
+fi
+
+# 3b. The man page and shell completions, where man and the shells look.
+share="$prefix/share"
+echo "==> installing the man page and completions under $share"
+install_generated() { # FILE ARGS...: write `shinyctl ARGS` to FILE
+    local file="$1"; shift
+    mkdir -p "$(dirname "$file")"
+    "$bin_dir/shinyctl" "$@" >"$file.new" && mv -f "$file.new" "$file"
+}
+install_generated "$share/man/man1/shinyctl.1" man
+install_generated "$share/bash-completion/completions/shinyctl" completions bash
+install_generated "$share/zsh/site-functions/_shinyctl" completions zsh
+install_generated "$share/fish/vendor_completions.d/shinyctl.fish" completions fish
 
 # 4. The systemd user service, when systemd --user is available.
 have_user_systemd=0
@@ -85,7 +123,7 @@ service_active=0
 if [ "$have_user_systemd" -eq 1 ]; then
     echo "==> installing $unit_dir/shinyctl.service"
     mkdir -p "$unit_dir"
-    cp shinyctl.service "$unit_dir/shinyctl.service.new"
+    sed "s|^ExecStart=.*|ExecStart=$bin_dir/shinyctl serve|" shinyctl.service >"$unit_dir/shinyctl.service.new"
     mv -f "$unit_dir/shinyctl.service.new" "$unit_dir/shinyctl.service"
     systemctl --user daemon-reload
     if systemctl --user is-active --quiet shinyctl; then
@@ -142,14 +180,17 @@ else
     fi
 fi
 
+run_as="shinyctl"
 case ":$PATH:" in
     *":$bin_dir:"*) ;;
     *)
+        run_as="$bin_dir/shinyctl"
         echo
-        echo "warning: $bin_dir is not on your PATH. Add it, for example:" >&2
-        echo "  echo 'export PATH=\"\$HOME/.local/bin:\$PATH\"' >> ~/.profile && . ~/.profile" >&2
+        echo "note: $bin_dir is not on this shell's PATH, so call shinyctl as $bin_dir/shinyctl,"
+        echo "      or add the folder to PATH (Debian's ~/.profile adds ~/.local/bin at login once it exists):"
+        echo "  export PATH=\"$bin_dir:\$PATH\""
         ;;
 esac
 
 echo
-echo "Installed $bin_dir/shinyctl. Try:  shinyctl apply -f examples/hello/app.yaml   then open http://localhost:8765"
+echo "Installed $bin_dir/shinyctl. Try:  $run_as apply -f examples/hello/app.yaml   then open http://localhost:8765"

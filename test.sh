@@ -18,6 +18,8 @@ fi
 
 echo "==> checking test dependencies"
 bash scripts/deps.sh r-base-core r-cran-shiny
+# Several hosts behind a real HAProxy (Debian's).
+bash scripts/deps.sh haproxy
 # The browser test: Chromium with what Debian recommends beside it (fonts).
 bash scripts/deps.sh --recommends chromium chromium-driver
 

@@ -3,7 +3,7 @@
 
 use shinyctl::{cli, home, launcher, model, proxy, serve};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Run R Shiny apps on a machine of your own.
 #[derive(Parser)]
@@ -78,6 +78,22 @@ enum Command {
     },
     /// Print the version.
     Version,
+    /// Print a shell completion script (install.sh installs it).
+    Completions {
+        /// bash, zsh or fish.
+        shell: Shell,
+    },
+    /// Print the man page, in roff (install.sh installs it as shinyctl(1)).
+    #[command(hide = true)]
+    Man,
+}
+
+/// The shells `completions` writes for.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 fn main() {
@@ -97,6 +113,20 @@ fn main() {
             println!("shinyctl {}", model::BUILD);
             Ok(())
         }
+        Command::Completions { shell } => {
+            let shell = match shell {
+                Shell::Bash => clap_complete::Shell::Bash,
+                Shell::Zsh => clap_complete::Shell::Zsh,
+                Shell::Fish => clap_complete::Shell::Fish,
+            };
+            clap_complete::generate(shell, &mut Cli::command(), "shinyctl", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+            // `shinyctl man | head` is no failure.
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+            _ => Ok(()),
+        },
     };
     if let Err(e) = result {
         eprintln!("shinyctl: {e:#}");

@@ -242,6 +242,11 @@ pub struct AppState {
     /// is awake. Asleep, its copies keep their numbers, ports and disks.
     #[serde(default)]
     pub asleep_since_ms: Option<u64>,
+    /// Unix ms when the app was last deployed or woke (set by the first
+    /// decision after either); the earliest it can fall asleep again is
+    /// idle-timeout after this. None while asleep.
+    #[serde(default)]
+    pub awake_since_ms: Option<u64>,
     /// Every copy the daemon knows of, running or not.
     pub copies: Vec<CopyRecord>,
 }

@@ -86,12 +86,16 @@ impl Launch {
     }
 
     /// The command that starts the copy through this binary's launcher.
-    /// The caller adds env, session and output. It starts in `/`: the
-    /// launcher enters the app folder itself, so a folder that is gone is
-    /// reported in the copy's log rather than as a failed spawn.
+    /// The caller adds env, session and output. Like the daemon's other
+    /// processes it runs `/proc/self/exe` (a binary that install.sh renamed
+    /// over ours is another file) with the installed path as argv[0]. It
+    /// starts in `/`: the launcher enters the app folder itself, so a folder
+    /// that is gone is reported in the copy's log, not as a failed spawn.
     pub fn command(&self) -> std::io::Result<Command> {
-        let mut cmd = Command::new(std::env::current_exe()?);
-        cmd.arg("launch").args(self.args()).current_dir("/");
+        let exe = std::env::current_exe()?;
+        let installed = exe.to_string_lossy();
+        let mut cmd = Command::new("/proc/self/exe");
+        cmd.arg0(installed.strip_suffix(" (deleted)").unwrap_or(&installed)).arg("launch").args(self.args()).current_dir("/");
         Ok(cmd)
     }
 
@@ -268,6 +272,7 @@ mod tests {
     #[test]
     fn the_command_runs_this_binary_with_launch_first() {
         let cmd = sample().command().expect("current_exe");
+        assert_eq!(cmd.get_program(), "/proc/self/exe");
         let args: Vec<_> = cmd.get_args().collect();
         assert_eq!(args[0], "launch");
         assert_eq!(cmd.get_current_dir(), Some(Path::new("/")));

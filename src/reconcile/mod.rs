@@ -126,20 +126,30 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
         }
     };
     let conns = |copy: u32| observed.copies.get(&copy).map_or(0, |s| s.connections);
+    let sessions = |copy: u32| observed.copies.get(&copy).map_or(0, |s| s.sessions);
     let revision = st.revision;
     let is_current = |rec: &CopyRecord| rec.revision == revision && rec.settings == settings;
     // Copies still in play: not being stopped and not draining.
     let serving = |rec: &CopyRecord| rec.stop_started_ms.is_none() && rec.drain_started_ms.is_none();
 
-    // 1b. Sleep: a settled app (every copy current and ready, none
-    // draining) with no open connection sleeps idle-timeout after its last
-    // request (or its newest copy's start).
+    // 1b. Sleep: a settled app (every copy current, none draining or being
+    // stopped: no redeploy under way) with no open connection sleeps
+    // idle-timeout after its last activity: its last request, when it last
+    // woke or was deployed, or the start of a copy that is up or starting for
+    // the first time. A crash-looping copy's restarts are not activity, so an
+    // idle broken app sleeps instead of restarting R forever, and so does one
+    // whose copy is left down or stuck starting.
+    if !asleep && st.awake_since_ms.is_none() {
+        st.awake_since_ms = Some(now_ms);
+    }
     if !asleep && spec.idle_timeout_ms > 0 {
-        let settled = !st.copies.is_empty() && st.copies.iter().all(|r| is_current(r) && serving(r) && phase(r) == Phase::Ready);
+        let settled = !st.copies.is_empty() && st.copies.iter().all(|r| is_current(r) && serving(r));
         let busy = st.copies.iter().any(|r| conns(r.copy) > 0);
         if settled && !busy {
-            let newest = st.copies.iter().filter_map(|r| r.started_ms).max().unwrap_or(0);
-            let sleep_at = observed.last_request_ms.max(newest).saturating_add(spec.idle_timeout_ms);
+            let counts = |r: &&CopyRecord| phase(r) == Phase::Ready || (phase(r) == Phase::Starting && r.crashes == 0);
+            let newest = st.copies.iter().filter(counts).filter_map(|r| r.started_ms).max().unwrap_or(0);
+            let last_activity = observed.last_request_ms.max(newest).max(st.awake_since_ms.unwrap_or(0));
+            let sleep_at = last_activity.saturating_add(spec.idle_timeout_ms);
             if now_ms >= sleep_at {
                 st.asleep_since_ms = Some(now_ms);
             } else {
@@ -201,7 +211,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
             let rec = &st.copies[i];
             let p = phase(rec);
             let active = roles.get(&rec.copy) == Some(&Role::Active);
-            (p, if p == Phase::Ready { conns(rec.copy) } else { 0 }, active, std::cmp::Reverse(rec.started_ms), std::cmp::Reverse(rec.copy))
+            (p, if p == Phase::Ready { sessions(rec.copy) } else { 0 }, active, std::cmp::Reverse(rec.started_ms), std::cmp::Reverse(rec.copy))
         });
         for &i in &current[..current.len() - target] {
             let rec = &mut st.copies[i];
@@ -288,6 +298,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
 /// traffic. Outdated copies are forgotten, so a redeploy while asleep wakes
 /// with the new version; replicas and warm-replicas still set the count.
 fn decide_asleep(spec: &AppSpec, mut st: AppState, is_current: &dyn Fn(&CopyRecord) -> bool) -> Plan {
+    st.awake_since_ms = None;
     st.copies.retain(|r| r.pid.is_some() || (is_current(r) && r.stop_started_ms.is_none() && r.drain_started_ms.is_none()));
     for rec in st.copies.iter_mut() {
         // A copy that was draining or being stopped is simply stopped.

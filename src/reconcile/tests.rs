@@ -530,3 +530,79 @@ fn a_redeploy_while_asleep_wakes_with_the_new_version_and_empty_disks() {
     sim.at(500).wake().cycle();
     assert_eq!(sim.actions(), vec![Action::Start(3), Action::Start(4)]);
 }
+
+#[test]
+fn an_idle_app_with_a_crash_looping_copy_still_sleeps() {
+    // faults issue: a broken idle app must not restart R forever.
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1]).cycle();
+    // Copy 2 never gets ready: it crashes at every start.
+    let mut t = 1;
+    while t < 299 {
+        if sim.state.copies.iter().any(|r| r.copy == 2 && r.pid.is_some()) {
+            sim.at(t).kill(2).cycle();
+        } else {
+            sim.at(t).cycle();
+        }
+        assert_eq!(sim.state.asleep_since_ms, None, "awake at {t}s: idle-timeout not reached");
+        t += 3;
+    }
+    assert!(sim.record(2).crashes > 3, "copy 2 was crash-looping");
+    sim.at(300).cycle();
+    assert_eq!(sim.state.asleep_since_ms, Some(sim.now), "idle-timeout after the deploy, though copy 2 kept restarting");
+    sim.at(400).cycle();
+    assert!(sim.actions().is_empty(), "asleep, the broken copy is not restarted");
+}
+
+#[test]
+fn a_broken_app_just_applied_stays_awake_for_its_idle_timeout() {
+    // No copy is ever ready; the app must not fall asleep at its first crash.
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle();
+    sim.at(2).kill(1).cycle();
+    assert_eq!(sim.state.asleep_since_ms, None);
+    assert_eq!(sim.plan.as_ref().unwrap().wake_at_ms, Some(1_000_000 + 4 * S), "its backoff, before its sleep");
+    sim.at(299).cycle();
+    assert_eq!(sim.state.asleep_since_ms, None);
+    sim.at(300).cycle();
+    assert!(sim.state.asleep_since_ms.is_some());
+}
+
+#[test]
+fn a_copy_stuck_starting_does_not_keep_an_idle_app_awake() {
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1]).cycle();
+    sim.at(299).cycle();
+    assert_eq!(sim.state.asleep_since_ms, None);
+    sim.at(300).cycle();
+    assert!(sim.state.asleep_since_ms.is_some(), "copy 2 never got ready in 300 s");
+}
+
+#[test]
+fn an_app_that_woke_gets_a_whole_idle_timeout_again() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle();
+    sim.at(300).cycle().at(301).cycle();
+    assert!(sim.state.asleep_since_ms.is_some());
+    assert_eq!(sim.state.awake_since_ms, None);
+    sim.at(1000).wake().cycle();
+    assert_eq!(sim.state.awake_since_ms, Some(sim.now));
+    // The copy never gets ready (say R is slow); the app still stays up for idle-timeout.
+    sim.at(1299).cycle();
+    assert_eq!(sim.state.asleep_since_ms, None);
+    sim.at(1300).cycle();
+    assert!(sim.state.asleep_since_ms.is_some());
+}
+
+#[test]
+fn scaling_down_counts_sessions_not_connections() {
+    // staying-up.txt: "ready ones with the fewest open sessions". Copy 2 has
+    // many requests in flight but no session; copy 3 one session.
+    let mut sim = Sim::new(3, 0);
+    sim.at(0).cycle().ready(&[1, 2, 3]).cycle();
+    sim.sessions(1, 2).sessions(3, 1);
+    sim.world.copies.get_mut(&2).unwrap().connections = 9;
+    sim.spec.replicas = 2;
+    sim.at(5).cycle();
+    assert_eq!(sim.roles(), "1:active 3:active 2:draining");
+}

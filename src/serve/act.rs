@@ -107,10 +107,16 @@ pub fn own_session(cmd: &mut Command) -> &mut Command {
 /// Starts this binary with one subcommand (`serve`, `proxy`) and extra
 /// environment in its own session, in `/`, its output appended to api.log.
 pub fn spawn_self(home: &Home, subcommand: &str, env: &[(&str, &str)]) -> anyhow::Result<std::process::Child> {
-    let exe = std::env::current_exe()?;
     let log = OpenOptions::new().create(true).append(true).open(home.api_log())?;
-    let mut cmd = Command::new(exe);
-    cmd.arg(subcommand)
+    // Run our own binary through /proc/self/exe: after install.sh renames a
+    // new binary over ours, the path names another file (or none). argv[0]
+    // stays the installed path, so the documented `pkill -f
+    // '(^|/)shinyctl serve$'` still matches.
+    let exe = std::env::current_exe()?;
+    let installed = exe.to_string_lossy();
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0(installed.strip_suffix(" (deleted)").unwrap_or(&installed))
+        .arg(subcommand)
         .envs(env.iter().copied())
         .env("SHINYCTL_HOME", &home.root)
         .current_dir("/")

@@ -117,8 +117,13 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
                 return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
             }
             let _ = d.events.send(Event::Changed { app: name.to_string() });
-            let how = if now { "stop now" } else { "stop once their sessions end" };
-            ok(format!("{name}: deleted; its {copies} copies {how}."))
+            let how = match (copies, now) {
+                (1, true) => "its 1 copy stops now",
+                (1, false) => "its 1 copy stops once its sessions end",
+                (_, true) => "its {n} copies stop now",
+                (_, false) => "its {n} copies stop once their sessions end",
+            };
+            ok(format!("{name}: deleted; {}.", how.replace("{n}", &copies.to_string())))
         }
         (Method::GET, ["v1", "apps", name, "logs"]) => {
             let copy = query(&req, "copy").and_then(|c| c.parse::<u32>().ok()).unwrap_or(1);

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, Mutex};
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
-use crate::model::{AppState, CopyTraffic, Exit, ProxyApp, ProxyCopy, ProxyTable, Role};
+use crate::model::{AppState, CopyRecord, CopyTraffic, Exit, ProxyApp, ProxyCopy, ProxyTable, Role};
 use crate::procfs;
 use crate::reconcile::{self, Action, Observed, Process, Seen};
 
@@ -462,7 +462,8 @@ impl Daemon {
     }
 
     /// Answers the requests waiting for a wake, once the table the load
-    /// balancer has shows an active copy, or a copy of the wake exited.
+    /// balancer has shows an active copy, or every copy of the wake exited
+    /// (one broken copy must not fail a wake that another copy serves).
     fn resolve_wakes(&mut self) {
         let home = self.home.clone();
         for app in self.apps.values_mut().filter(|a| !a.wake_waiters.is_empty()) {
@@ -472,7 +473,9 @@ impl Daemon {
                 Some(Err(format!("{} was deleted", app.spec.name)))
             } else {
                 let since = app.woke_ms.unwrap_or(u64::MAX);
-                app.state.copies.iter().find(|r| r.last_exit.is_some_and(|e| e.at_ms >= since)).map(|r| {
+                let exited = |r: &&CopyRecord| r.last_exit.is_some_and(|e| e.at_ms >= since);
+                let all_exited = !app.state.copies.is_empty() && app.state.copies.iter().all(|r| exited(&r));
+                all_exited.then(|| app.state.copies.iter().find(exited)).flatten().map(|r| {
                     let exit = r.last_exit.map(|e| e.describe()).unwrap_or_default();
                     Err(format!("copy {} {exit} while waking; see {}", r.copy, log_path(&home, &app.spec, r.copy)))
                 })

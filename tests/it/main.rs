@@ -3,9 +3,13 @@
 
 mod balancer;
 mod browser;
+mod command_line;
+mod faults;
 mod foundation;
 mod helpers;
 mod launcher;
+mod quickstart;
+mod several_hosts;
 mod sleep;
 mod staying_up;
 mod upgrade;
