@@ -71,22 +71,33 @@ fn wait_log(env: &Env, log: &str, needle: &str) -> String {
     })
 }
 
+/// Applies the probe app, waits for its copy and returns its page.
+fn deploy(env: &Env, name: &str, manifest: &Path, port: u16) -> String {
+    env.apply(manifest);
+    env.wait_roles(name, "1:active", Duration::from_secs(60));
+    wait_http_ok(port, Duration::from_secs(10)).body
+}
+
+/// Checks what the probe app did: its write into its folder failed and the
+/// folder is as it was, and its scratch file is on the host's scratch disk.
+fn assert_folder_kept_scratch_written(env: &Env, name: &str, page: &str, folder: &Path, before: &[String]) {
+    assert_eq!(between(page, "wrote=", ";"), Some("no"), "the write into its folder failed: {page}");
+    assert_eq!(listing(folder), before, "the app folder is unchanged");
+    let scratch = env.home().join(format!("scratch/default-{name}/1/from-app.txt"));
+    assert_eq!(std::fs::read_to_string(&scratch).unwrap(), "from the app\n", "written to SHINYCTL_SCRATCH, seen on the host");
+}
+
 #[test]
 fn a_copy_runs_in_its_own_mount_namespace_with_its_folder_read_only() {
     let env = Env::new("mountns");
     let port = free_port();
     let (manifest, folder) = app_with(&env, "probe", port, PROBE_R);
     let before = listing(&folder);
-    env.apply(&manifest);
-    env.wait_roles("probe", "1:active", Duration::from_secs(60));
-    let page = wait_http_ok(port, Duration::from_secs(10)).body;
+    let page = deploy(&env, "probe", &manifest, port);
 
     assert_eq!(between(&page, "wd=", ";"), Some("/shinyctl/app"), "the working directory is the fixed path: {page}");
     assert_eq!(between(&page, "scratch=", ";"), Some("/shinyctl/scratch"), "SHINYCTL_SCRATCH is the fixed path: {page}");
-    assert_eq!(between(&page, "wrote=", ";"), Some("no"), "the write into its folder failed: {page}");
-    assert_eq!(listing(&folder), before, "the app folder is unchanged");
-    let scratch = env.home().join("scratch/default-probe/1/from-app.txt");
-    assert_eq!(std::fs::read_to_string(&scratch).unwrap(), "from the app\n", "written at /shinyctl/scratch, seen on the host");
+    assert_folder_kept_scratch_written(&env, "probe", &page, &folder, &before);
 
     let log = wait_log(&env, "default-probe.log", "Read-only file system");
     assert!(
@@ -159,18 +170,13 @@ fn an_unprivileged_daemons_copies_get_a_user_namespace_and_a_read_only_folder() 
     let before = listing(&folder);
     let daemon = serve_through(&env, "setpriv", &["--reuid=65534", "--regid=65534", "--clear-groups"]);
     assert_eq!(uid_of(daemon), 65534, "the daemon is unprivileged");
-    env.apply(&manifest);
-    env.wait_roles("plain", "1:active", Duration::from_secs(60));
-    let page = wait_http_ok(port, Duration::from_secs(10)).body;
+    let page = deploy(&env, "plain", &manifest, port);
 
     assert_eq!(uid_of(env.pid_of("plain", 1)), 65534, "the copy keeps the daemon's uid on the host");
     let iso = isolation(&env, "plain");
     assert_eq!(iso["kind"], "mount-namespace", "{iso}");
     assert_eq!(between(&page, "wd=", ";"), Some("/shinyctl/app"), "{page}");
-    assert_eq!(between(&page, "wrote=", ";"), Some("no"), "{page}");
-    assert_eq!(listing(&folder), before, "the app folder is unchanged");
-    let scratch = env.home().join("scratch/default-plain/1/from-app.txt");
-    assert_eq!(std::fs::read_to_string(&scratch).unwrap(), "from the app\n");
+    assert_folder_kept_scratch_written(&env, "plain", &page, &folder, &before);
     wait_log(&env, "default-plain.log", "Read-only file system");
 }
 
@@ -181,19 +187,14 @@ fn without_namespaces_landlock_keeps_the_folder_unwritten() {
     let port = free_port();
     let (manifest, folder) = app_with(&env, "fenced", port, PROBE_R);
     let before = listing(&folder);
-    env.apply(&manifest);
-    env.wait_roles("fenced", "1:active", Duration::from_secs(60));
-    let page = wait_http_ok(port, Duration::from_secs(10)).body;
+    let page = deploy(&env, "fenced", &manifest, port);
 
     let iso = isolation(&env, "fenced");
     assert_eq!(iso["kind"], "landlock", "{iso}");
     assert!(iso["reason"].as_str().unwrap().contains("user.max_user_namespaces is 0"), "{iso}");
     let host_folder = std::fs::canonicalize(&folder).unwrap();
     assert_eq!(between(&page, "wd=", ";"), Some(host_folder.to_str().unwrap()), "no namespace: the host's path: {page}");
-    assert_eq!(between(&page, "wrote=", ";"), Some("no"), "{page}");
-    assert_eq!(listing(&folder), before, "the app folder is unchanged");
-    let scratch = env.home().join("scratch/default-fenced/1/from-app.txt");
-    assert_eq!(std::fs::read_to_string(&scratch).unwrap(), "from the app\n");
+    assert_folder_kept_scratch_written(&env, "fenced", &page, &folder, &before);
     let log = wait_log(&env, "default-fenced.log", "Permission denied");
     assert!(log.contains("isolation: Landlock (no mount namespace: user namespaces are switched off here"), "{log}");
 }
