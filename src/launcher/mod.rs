@@ -106,6 +106,14 @@ impl Launch {
     }
 }
 
+/// Removes a copy's scratch disk and what its launcher kept beside it (its
+/// isolation report and its TMPDIR), for a copy that is forgotten.
+pub fn remove_scratch(scratch: &Path) {
+    let _ = std::fs::remove_dir_all(scratch);
+    let _ = std::fs::remove_file(report_path(scratch));
+    let _ = std::fs::remove_dir_all(landlock::tmp_path(scratch));
+}
+
 /// Quotes a string for an R single-quoted literal.
 pub fn r_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
@@ -314,5 +322,19 @@ mod tests {
         assert!(line.contains("/shinyctl/app is read-only"), "{line}");
         assert!(line.contains("SHINYCTL_SCRATCH (/shinyctl/scratch)"), "{line}");
         assert!(!line.starts_with("--- shinyctl: copy"), "not taken for a start line");
+    }
+
+    #[test]
+    fn removing_a_scratch_disk_takes_what_the_launcher_kept_beside_it() {
+        let dir = std::env::temp_dir().join(format!("shinyctl-remove-scratch-{}", std::process::id()));
+        let scratch = dir.join("3");
+        for d in [scratch.join("sub"), landlock::tmp_path(&scratch), dir.join("4")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(report_path(&scratch), "{}").unwrap();
+        remove_scratch(&scratch);
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("4")], "only another copy's disk is left");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -415,7 +415,7 @@ impl Daemon {
         // A forgotten copy's own disk goes with it, so a later copy with the
         // same number (a redeploy, a new app of the same name) starts empty.
         for gone in before.copies.iter().filter(|r| !app.state.copies.iter().any(|n| n.copy == r.copy)) {
-            let _ = std::fs::remove_dir_all(home.scratch_dir(&app.spec.group, &app.spec.name, gone.copy));
+            crate::launcher::remove_scratch(&home.scratch_dir(&app.spec.group, &app.spec.name, gone.copy));
         }
         if app.state != before {
             record::save_state(&app.spec.state_file, &app.state);
