@@ -27,7 +27,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-pub use report::{read_report, report_path, Isolation, IsolationKind};
+pub use crate::model::{Isolation, IsolationKind};
+pub use report::{read_report, report_path};
 
 /// Where the app folder is inside the copy's mount namespace (its working
 /// directory there).

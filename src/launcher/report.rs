@@ -9,26 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// How a copy is isolated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum IsolationKind {
-    /// Its own mount namespace: the app folder is a read-only mount.
-    MountNamespace,
-    /// No namespace; Landlock limits where it writes.
-    Landlock,
-    /// Neither could be had: it runs as a plain process.
-    None,
-}
-
-/// What a copy got, and why not more.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Isolation {
-    /// The isolation in force.
-    pub kind: IsolationKind,
-    /// Why it is not a mount namespace (none when it is).
-    pub reason: Option<String>,
-}
+use crate::model::Isolation;
 
 /// The report file as written: the isolation and the PID it is about.
 #[derive(Debug, Serialize, Deserialize)]
@@ -84,6 +65,7 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::IsolationKind;
 
     #[test]
     fn the_report_sits_beside_the_scratch_disk() {
