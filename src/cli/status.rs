@@ -125,6 +125,7 @@ mod tests {
             started: Some(started.into()),
             outdated: false,
             log: String::new(),
+            isolation: None,
         }
     }
 

@@ -13,6 +13,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::home::Home;
+use crate::launcher::Launch;
 use crate::manifest::AppSpec;
 use crate::model::{CopyRecord, Exit};
 use crate::procfs;
@@ -40,30 +41,9 @@ pub fn pick_port(wanted: u16, taken: &[u16], seed: u64) -> Option<u16> {
     (0..span).map(|i| *COPY_PORTS.start() + ((seed + i) % span) as u16).find(|&p| free(p))
 }
 
-/// Quotes a string for an R single-quoted literal.
-fn r_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
-}
-
-/// The `-e` expression a copy runs.
-pub fn run_app_expr(spec: &AppSpec, port: u16) -> String {
-    let app = spec.working_dir.join(&spec.entrypoint);
-    format!("shiny::runApp(appDir = {}, port = {port}L, host = '127.0.0.1', launch.browser = FALSE)", r_string(&app.to_string_lossy()))
-}
-
-/// Starts a copy's process: R in its own session, output appended straight
-/// to its log file. Fills in the record's PID, start time and port.
+/// Starts a copy's process: the launcher (`shinyctl launch`, which makes
+/// the copy's world and execs R) in its own session, output appended
+/// straight to its log file. Fills in the record's PID, start time and port.
 pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, taken_ports: &[u16]) -> anyhow::Result<()> {
     let seed = spec.name.bytes().fold(rec.copy as u64 * 7919, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
     // Other copies' ports are taken; this copy's own is what it wants back.
@@ -84,17 +64,22 @@ pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, taken_ports
             procfs::local_rfc3339(now_ms())
         );
     }
-    let mut cmd = Command::new(&spec.r_path);
-    cmd.args(["--no-echo", "--no-restore", "-e", &run_app_expr(spec, port)])
-        .current_dir(&spec.working_dir)
-        .envs(&spec.env)
+    let launch = Launch {
+        app_dir: spec.working_dir.clone(),
+        scratch,
+        entrypoint: spec.entrypoint.clone(),
+        port,
+        r_path: spec.r_path.clone(),
+        copy: rec.copy,
+    };
+    let mut cmd = launch.command()?;
+    cmd.envs(&spec.env)
         .env("SHINYCTL_COPY", rec.copy.to_string())
-        .env("SHINYCTL_SCRATCH", &scratch)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
     own_session(&mut cmd);
-    let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run {}: {e}", spec.r_path))?;
+    let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run the copy launcher: {e}"))?;
     let pid = child.id();
     // The Child handle is dropped on purpose: the exit watcher reaps the
     // process by PID, the same way for children and adopted processes.
@@ -257,11 +242,6 @@ async fn answers_http(port: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn r_strings_are_quoted() {
-        assert_eq!(r_string("/a/b's\\c"), "'/a/b\\'s\\\\c'");
-    }
 
     #[test]
     fn pick_port_keeps_a_free_port_and_avoids_taken_ones() {
