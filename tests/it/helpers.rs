@@ -35,6 +35,28 @@ pub fn wait_until<T>(timeout: Duration, what: &str, mut cond: impl FnMut() -> Op
     }
 }
 
+/// Checks `cond` every 50 ms for `window` and panics with `what` the first
+/// time it does not hold: for what must stay true, such as a copy left down.
+pub fn holds_for(window: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        assert!(cond(), "no longer true: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Unix time in ms, as the daemon records it.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// Waits until the wall clock reaches `unix_ms`.
+pub fn wait_clock(unix_ms: u64) {
+    while now_ms() < unix_ms {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Waits until the process is gone, or panics with `what` after `timeout`.
 pub fn wait_gone(pid: u32, timeout: Duration, what: &str) {
     wait_until(timeout, what, || (!pid_alive(pid)).then_some(()));
@@ -250,6 +272,13 @@ impl Env {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// One copy's record in the app's state.json (beside its manifest),
+    /// when there is one.
+    pub fn record(&self, app: &str, copy: u32) -> Option<Value> {
+        let state: Value = serde_json::from_slice(&std::fs::read(self.dir.join("apps").join(app).join("state.json")).ok()?).ok()?;
+        state["copies"].as_array()?.iter().find(|c| c["copy"] == copy).cloned()
     }
 
     /// The PID of the copy with this number.
