@@ -412,7 +412,7 @@ impl Env {
 }
 
 /// The processes whose environment names this SHINYCTL_HOME.
-fn pids_with_home(home: &Path) -> Vec<u32> {
+pub fn pids_with_home(home: &Path) -> Vec<u32> {
     let needle = format!("SHINYCTL_HOME={}", home.display());
     let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
