@@ -341,13 +341,17 @@ fn watchdog(home: PathBuf) -> std::sync::mpsc::Sender<()> {
     let test = std::thread::current().name().unwrap_or("a test").to_string();
     std::thread::spawn(move || {
         if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(TEST_LIMIT) {
-            eprintln!("\n{test} ran past its limit of {TEST_LIMIT:?}: ending its processes and the test run");
+            // Straight to stderr: eprintln! would be captured with the test's output and lost in the abort.
+            let _ = writeln!(std::io::stderr(), "\n{test} ran past its limit of {TEST_LIMIT:?}: ending its processes and the test run");
             // The daemon first, so it starts nothing while the rest end.
             let mut pids = pids_with_home(&home);
             pids.sort_by_key(|&p| !cmdline(p).ends_with(" serve"));
             for pid in pids {
                 signal_group(pid, 9);
                 signal(pid, 9);
+            }
+            if let Some(dir) = home.parent() {
+                let _ = std::fs::remove_dir_all(dir);
             }
             std::process::abort();
         }
