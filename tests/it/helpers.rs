@@ -158,6 +158,16 @@ impl Env {
         Env { dir, pids: Default::default(), daemons: Default::default(), _watchdog }
     }
 
+    /// Writes an executable shell script in the test's folder (a stand-in
+    /// for R as an app's r-path); returns its path.
+    pub fn script(&self, name: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
     /// SHINYCTL_HOME.
     pub fn home(&self) -> PathBuf {
         self.dir.join("home")

@@ -76,14 +76,16 @@ fn requests_that_arrive_together_share_one_wake() {
 #[test]
 fn a_wake_that_fails_is_a_503_and_one_that_takes_too_long_a_504() {
     let env = Env::new("badwake");
-    let slow = env.dir.join("slow-R");
-    std::fs::write(&slow, "#!/bin/sh\nexec sleep 600\n").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let base = format!("{IDLE}warm-replicas: 0\nrequest-timeout: 3s\n");
-    // (app, what its redeploy while asleep adds, the answer to the waking request)
-    let cases = [("fails", "env:\n  BROKEN: \"yes\"\n".to_string(), 503), ("slow", format!("r-path: {}\n", slow.display()), 504)];
-    for (name, change, status) in cases {
+    let slow = env.script("slow-R", "exec sleep 600\n");
+    // (app, its request-timeout, what its redeploy while asleep adds, the
+    // answer to the waking request). The failing one has all the time R
+    // may take on a loaded machine to load shiny and fail.
+    let cases = [
+        ("fails", "30s", "env:\n  BROKEN: \"yes\"\n".to_string(), 503),
+        ("slow", "3s", format!("r-path: {}\n", slow.display()), 504),
+    ];
+    for (name, timeout, change, status) in cases {
+        let base = format!("{IDLE}warm-replicas: 0\nrequest-timeout: {timeout}\n");
         let port = env.started(name, &base, "1:active");
         wait_asleep(&env, name, &pids(&env, name));
         let manifest = env.dir.join("apps").join(name).join("app.yaml");
