@@ -62,6 +62,15 @@ pub fn wait_gone(pid: u32, timeout: Duration, what: &str) {
     wait_until(timeout, what, || (!pid_alive(pid)).then_some(()));
 }
 
+/// An app name no other test run on this machine uses at the same time
+/// (`name` and this process's ID). Copy ports are seeded from the app
+/// name, so a test that checks a copy keeps its port, or finds its first
+/// start's disk empty, must not share its name with another suite's test
+/// running beside it.
+pub fn unique(name: &str) -> String {
+    format!("{name}{}", std::process::id())
+}
+
 /// A free TCP port outside the copies' range (the kernel's ephemeral range).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

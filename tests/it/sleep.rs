@@ -34,14 +34,15 @@ fn pids(env: &Env, app: &str) -> Vec<u32> {
 #[test]
 fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     let env = Env::new("sleep");
-    let port = env.started("nap", IDLE, "1:active 2:warm");
-    let pids = pids(&env, "nap");
+    let nap = &unique("nap");
+    let port = env.started(nap, IDLE, "1:active 2:warm");
+    let pids = pids(&env, nap);
     assert_eq!(pids.len(), 2);
     assert_eq!(between(&wait_http_ok(port, Duration::from_secs(10)).body, "scratch=", ";"), Some("empty"));
 
-    let asleep = wait_asleep(&env, "nap", &pids);
-    let text = env.ok(&["status", "nap"]);
-    assert!(text.contains("nap: asleep for ") && text.contains("the first request wakes it"), "{text}");
+    let asleep = wait_asleep(&env, nap, &pids);
+    let text = env.ok(&["status", nap]);
+    assert!(text.contains(&format!("{nap}: asleep for ")) && text.contains("the first request wakes it"), "{text}");
     assert!(text.contains("Memory: 0M in 0 R processes"), "all memory back to the machine: {text}");
     let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(row[5], "asleep", "{text}");
@@ -51,8 +52,8 @@ fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     assert_eq!(r.status, 200, "held while the app woke: {r:?}");
     assert!(r.copy().is_some(), "served by a copy: {r:?}");
     assert_eq!(between(&r.body, "scratch=", ";"), Some("kept"), "the copy's disk stayed through the sleep");
-    env.wait_roles("nap", "1:active 2:warm", START);
-    let after = env.copies("nap");
+    env.wait_roles(nap, "1:active 2:warm", START);
+    let after = env.copies(nap);
     let numbers_and_ports = |copies: &[Copy]| copies.iter().map(|c| (c.copy, c.copy_port)).collect::<Vec<_>>();
     assert_eq!(numbers_and_ports(&asleep), numbers_and_ports(&after), "the same copies, on the same ports");
     assert_eq!(after.len(), 2);
@@ -62,15 +63,17 @@ fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
 #[test]
 fn requests_that_arrive_together_share_one_wake() {
     let env = Env::new("together");
-    let port = env.started("crowd", &format!("{IDLE}warm-replicas: 0\n"), "1:active");
-    wait_asleep(&env, "crowd", &pids(&env, "crowd"));
-    assert_eq!(env.starts("default-crowd.log").len(), 1);
+    let crowd = &unique("crowd");
+    let log = &format!("default-{crowd}.log");
+    let port = env.started(crowd, &format!("{IDLE}warm-replicas: 0\n"), "1:active");
+    wait_asleep(&env, crowd, &pids(&env, crowd));
+    assert_eq!(env.starts(log).len(), 1);
 
     let clients: Vec<_> = (0..8).map(|_| std::thread::spawn(move || get(port, "/", &[]).map(|r| r.status))).collect();
     for c in clients {
         assert_eq!(c.join().unwrap().unwrap(), 200);
     }
-    assert_eq!(env.starts("default-crowd.log").len(), 2, "one wake started the copy once");
+    assert_eq!(env.starts(log).len(), 2, "one wake started the copy once");
 }
 
 #[test]

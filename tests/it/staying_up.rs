@@ -259,9 +259,11 @@ fn scaling_down_keeps_the_copy_with_sessions() {
 #[test]
 fn while_the_daemon_is_down_the_spare_still_stands_in_and_the_dead_copy_waits_for_it() {
     let env = Env::new("daemondown");
-    let port = env.started("downd", "", "1:active 2:warm");
+    let downd = &unique("downd");
+    let log = &format!("default-{downd}.log");
+    let port = env.started(downd, "", "1:active 2:warm");
     let daemon = env.status()["daemon_pid"].as_u64().unwrap() as u32;
-    let first = env.pid_of("downd", 1);
+    let first = env.pid_of(downd, 1);
     signal(daemon, 15);
     wait_gone(daemon, Duration::from_secs(10), "the daemon to exit");
 
@@ -270,12 +272,12 @@ fn while_the_daemon_is_down_the_spare_still_stands_in_and_the_dead_copy_waits_fo
     wait_gone(first, Duration::from_secs(10), "copy 1 to be killed");
     let r = get(port, "/", &[]).unwrap();
     assert_eq!(r.copy(), Some(2), "the load balancer put the spare in on its own");
-    assert_eq!(env.starts("default-downd.log").len(), 1, "nothing started copy 1 again while the daemon was down");
+    assert_eq!(env.starts(log).len(), 1, "nothing started copy 1 again while the daemon was down");
 
     env.ok(&["serve", "-d"]);
-    env.wait_roles("downd", "2:active 1:warm", START);
-    assert_ne!(env.pid_of("downd", 1), first, "the new daemon restarted the dead copy");
-    assert_eq!(env.starts("default-downd.log").len(), 2, "once");
+    env.wait_roles(downd, "2:active 1:warm", START);
+    assert_ne!(env.pid_of(downd, 1), first, "the new daemon restarted the dead copy");
+    assert_eq!(env.starts(log).len(), 2, "once");
     let (sent, errors) = requests.finish();
     assert!(errors.is_empty(), "no request lost: {} of {sent}: {errors:?}", errors.len());
 }
@@ -300,23 +302,24 @@ fn a_copy_whose_port_another_program_took_moves_to_another_port() {
 #[test]
 fn a_copys_own_disk_outlives_its_process_but_not_a_redeploy() {
     let env = Env::new("scratch");
-    let port = env.started("sc", "warm-replicas: 0\n", "1:active");
+    let sc = &unique("sc");
+    let port = env.started(sc, "warm-replicas: 0\n", "1:active");
     let scratch = |r: &Response| between(&r.body, "scratch=", ";").map(str::to_string);
     assert_eq!(scratch(&wait_http_ok(port, Duration::from_secs(10))).as_deref(), Some("empty"));
-    let dir = env.home().join("scratch/default-sc/1");
+    let dir = env.home().join(format!("scratch/default-{sc}/1"));
     assert!(dir.join("marker").exists(), "SHINYCTL_SCRATCH is the copy's folder under the home");
 
     // The same copy, restarted after a crash, finds what it wrote.
-    let pid = env.pid_of("sc", 1);
+    let pid = env.pid_of(sc, 1);
     signal(pid, 9);
     wait_gone(pid, Duration::from_secs(10), "copy 1 to be killed");
-    env.wait_roles("sc", "1:active", START);
-    assert_ne!(env.pid_of("sc", 1), pid, "copy 1 was started again");
+    env.wait_roles(sc, "1:active", START);
+    assert_ne!(env.pid_of(sc, 1), pid, "copy 1 was started again");
     assert_eq!(scratch(&get(port, "/", &[]).unwrap()).as_deref(), Some("kept"));
 
     // A redeploy starts from an empty disk, and the old copy's goes with it.
-    env.ok(&["restart", "sc", "--now"]);
-    env.wait_roles("sc", "2:active", START);
+    env.ok(&["restart", sc, "--now"]);
+    env.wait_roles(sc, "2:active", START);
     assert_eq!(scratch(&get(port, "/", &[]).unwrap()).as_deref(), Some("empty"));
     wait_until(Duration::from_secs(15), "copy 1's disk to be removed", || (!dir.exists()).then_some(()));
 }
