@@ -252,7 +252,12 @@ fn scaling_down_keeps_the_copy_with_sessions() {
     env.apply(&manifest);
     // Copies 1 and 3 have no sessions: they go first, and stop after the settle.
     env.wait_roles("sd", "2:active", Duration::from_secs(30));
-    assert_eq!(env.copies("sd").len(), 1);
+    // Their records go once their processes have exited.
+    let left = wait_until(Duration::from_secs(30), "copies 1 and 3 to be gone", || {
+        let copies = env.copies("sd");
+        (copies.len() == 1).then_some(copies)
+    });
+    assert_eq!(left[0].copy, 2, "the copy with the session stays");
     session.close();
 }
 
