@@ -3,7 +3,7 @@
 #
 #   ./test.sh                      # everything
 #   ./test.sh proxy                # only tests whose name contains "proxy"
-#   ./test.sh --test e2e -- --nocapture
+#   ./test.sh --test it -- --nocapture   # only the integration tests (tests/it)
 #
 # Installs what the tests need when it is missing (Debian/Ubuntu), builds, and
 # runs `cargo test -- --test-threads=2`.

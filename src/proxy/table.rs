@@ -342,6 +342,22 @@ mod tests {
     }
 
     #[test]
+    fn holds_follow_the_docs_fifteen_seconds_for_a_copy_thirty_for_a_wake() {
+        // staying-up.txt: "a request waits up to 15 seconds for the app to
+        // come back"; sleep-and-wake.txt: "for the app's request timeout,
+        // but never more than 30 seconds". A request-timeout above 30 s
+        // (as a table could carry) is still capped.
+        let key = [1u8; 32];
+        for (request_timeout, hold, wake_hold) in [(45, 15, 30), (30, 15, 30), (20, 15, 20), (3, 3, 3)] {
+            let mut source = table(&[(1, 20001, 100)]);
+            source.apps[0].request_timeout_ms = request_timeout * 1000;
+            let t = Table::build(source, &key, &Table::default());
+            assert_eq!(t.apps[0].hold, Duration::from_secs(hold), "request-timeout {request_timeout}s");
+            assert_eq!(t.apps[0].wake_hold, Duration::from_secs(wake_hold), "request-timeout {request_timeout}s");
+        }
+    }
+
+    #[test]
     fn the_sticky_cookie_must_be_signed_for_a_copy_in_the_table() {
         let key = [1u8; 32];
         let t = Table::build(table(&[(1, 20001, 100), (2, 20002, 200)]), &key, &Table::default());

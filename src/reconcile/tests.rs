@@ -381,34 +381,43 @@ fn scaling_up_starts_copies() {
 
 #[test]
 fn scaling_down_removes_in_the_documented_order() {
-    // Copies 1–3 active, 4 warm (all ready), 5 starting, 6 down in backoff.
+    // Copies 1–6 ready; then copy 3 crashes and is starting again, and copy
+    // 2 dies and is down in its backoff. The copy with no process and the
+    // one starting are old ones, so "newest first" or "fewest sessions"
+    // alone would pick others: only the documented order picks 2, then 3.
     let mut sim = Sim::new(3, 3);
     sim.at(0).cycle().ready(&[1, 2, 3, 4, 5, 6]).cycle();
-    sim.at(1).ready(&[]).cycle();
-    sim.world.copies.get_mut(&5).unwrap().process = Process::Running { ready: false };
-    sim.at(2).kill(6).cycle();
-    sim.sessions(1, 4).sessions(2, 1).sessions(3, 1).sessions(4, 1);
-    assert_eq!(sim.roles(), "1:active 2:active 3:active 4:warm");
+    sim.at(1).kill(3).cycle();
+    sim.at(3).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(3)], "copy 3 restarts after its backoff");
+    sim.at(4).kill(2).cycle();
+    // Copy 5 has more sessions than 4, so newest first would pick wrong.
+    sim.sessions(1, 4).sessions(4, 1).sessions(5, 2).sessions(6, 1);
+    assert_eq!(sim.roles(), "1:active 4:active 5:active 6:warm");
 
     // Remove one: the copy with no process goes first, at once.
     sim.spec.warm_replicas = 2;
-    sim.at(3).cycle();
-    assert_eq!(sim.copies(), "1 2 3 4 5");
+    sim.at(5).cycle();
+    assert_eq!(sim.copies(), "1 3 4 5 6");
     // Then the one still starting, at once.
     sim.spec.warm_replicas = 1;
-    sim.at(4).cycle();
-    assert_eq!(sim.actions(), vec![Action::Stop(5)]);
     sim.at(5).cycle();
-    assert_eq!(sim.copies(), "1 2 3 4");
+    assert_eq!(sim.actions(), vec![Action::Stop(3)]);
+    sim.at(6).cycle();
+    assert_eq!(sim.copies(), "1 4 5 6");
     // Then ready ones with the fewest sessions, warm before active on a tie:
-    // 2, 3 and 4 have one session each; 4 is warm.
+    // 4 and 6 have one session each; 6 is warm.
     sim.spec.warm_replicas = 0;
     sim.at(6).cycle();
-    assert_eq!(sim.roles(), "1:active 2:active 3:active 4:draining");
-    // Then the tied active ones; copy 1 with 4 sessions stays.
-    sim.spec.replicas = 1;
+    assert_eq!(sim.roles(), "1:active 4:active 5:active 6:draining");
+    // Then copy 4 (one session) before copy 5 (two).
+    sim.spec.replicas = 2;
     sim.at(7).cycle();
-    assert_eq!(sim.roles(), "1:active 2:draining 3:draining 4:draining");
+    assert_eq!(sim.roles(), "1:active 5:active 4:draining 6:draining");
+    // Copy 1 with four sessions stays.
+    sim.spec.replicas = 1;
+    sim.at(8).cycle();
+    assert_eq!(sim.roles(), "1:active 4:draining 5:draining 6:draining");
 }
 
 #[test]
@@ -519,13 +528,16 @@ fn idle_timeout_zero_never_sleeps_and_a_busy_app_doesnt_either() {
 }
 
 #[test]
-fn a_redeploy_while_asleep_wakes_with_the_new_version_and_empty_disks() {
+fn a_redeploy_while_asleep_wakes_new_copies_of_the_new_version() {
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle();
     sim.at(300).cycle().at(301).cycle();
     assert!(sim.state.asleep_since_ms.is_some());
     sim.restart(false).at(400).cycle();
+    // A copy's disk is its number's (the daemon removes a forgotten copy's
+    // disk: staying_up::a_copys_own_disk_outlives_its_process_but_not_a_redeploy).
     assert_eq!(sim.copies(), "3 4", "outdated copies are forgotten, new ones wait to wake");
+    assert!(sim.state.copies.iter().all(|r| r.revision == sim.state.revision && r.pid.is_none()), "{:?}", sim.state.copies);
     assert!(sim.actions().is_empty());
     sim.at(500).wake().cycle();
     assert_eq!(sim.actions(), vec![Action::Start(3), Action::Start(4)]);

@@ -81,6 +81,11 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
+        // A daemon told to stop starts nothing more, a load balancer least
+        // of all: one killed beside it would come back with no one to end it.
+        if stop_pending(&mut term, &mut int).await {
+            break;
+        }
         let mut guard = shared.lock().await;
         let d = &mut *guard;
         if all {
@@ -99,6 +104,16 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
     tracing::info!("shinyctl serve stopping; the copies and the load balancer keep running");
     let _ = std::fs::remove_file(home.api_sock());
     Ok(())
+}
+
+/// True when SIGTERM or SIGINT has arrived and not been handled yet.
+async fn stop_pending(term: &mut tokio::signal::unix::Signal, int: &mut tokio::signal::unix::Signal) -> bool {
+    tokio::select! {
+        biased;
+        _ = term.recv() => true,
+        _ = int.recv() => true,
+        _ = std::future::ready(()) => false,
+    }
 }
 
 impl Daemon {
@@ -149,9 +164,7 @@ impl Daemon {
             Event::ProxyExit => {
                 tracing::warn!("the load balancer exited; starting it again");
                 self.proxy.forget();
-                let home = self.home.clone();
-                let events = self.events.clone();
-                self.proxy.ensure(&home, &events).await;
+                // Started by the loop once it has checked it is not stopping.
                 *all = true;
             }
         }

@@ -144,6 +144,13 @@ mod tests {
     }
 
     #[test]
+    fn the_daemon_rotates_logs_at_one_gib() {
+        // how-it-works.txt: "Logs rotate at 1 GiB." The daemon's rotation
+        // is rotate_if_larger with this limit (tested above with a small one).
+        assert_eq!(crate::serve::LOG_ROTATE_BYTES, 1024 * 1024 * 1024);
+    }
+
+    #[test]
     fn a_second_lock_is_refused() {
         let path = std::env::temp_dir().join(format!("shinyctl-lock-{}", std::process::id()));
         let held = lock_exclusive(&path).unwrap();

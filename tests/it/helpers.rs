@@ -1,9 +1,10 @@
 //! Shared helpers: a temporary SHINYCTL_HOME per test, the real binary, a
 //! real R Shiny app, a tiny HTTP client, and waiting on conditions with a
 //! deadline. Every process a test started is ended by PID when its `Env`
-//! drops.
+//! drops, once it is sure the PID still names that process; a test that
+//! runs past `TEST_LIMIT` is ended with its processes and a clear message.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -34,9 +35,40 @@ pub fn wait_until<T>(timeout: Duration, what: &str, mut cond: impl FnMut() -> Op
     }
 }
 
+/// Checks `cond` every 50 ms for `window` and panics with `what` the first
+/// time it does not hold: for what must stay true, such as a copy left down.
+pub fn holds_for(window: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        assert!(cond(), "no longer true: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Unix time in ms, as the daemon records it.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// Waits until the wall clock reaches `unix_ms`.
+pub fn wait_clock(unix_ms: u64) {
+    while now_ms() < unix_ms {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Waits until the process is gone, or panics with `what` after `timeout`.
 pub fn wait_gone(pid: u32, timeout: Duration, what: &str) {
     wait_until(timeout, what, || (!pid_alive(pid)).then_some(()));
+}
+
+/// An app name no other test run on this machine uses at the same time
+/// (`name` and this process's ID). Copy ports are seeded from the app
+/// name, so a test that checks a copy keeps its port, or finds its first
+/// start's disk empty, must not share its name with another suite's test
+/// running beside it.
+pub fn unique(name: &str) -> String {
+    format!("{name}{}", std::process::id())
 }
 
 /// A free TCP port outside the copies' range (the kernel's ephemeral range).
@@ -104,15 +136,24 @@ shinyApp(ui, server)
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// The longest one test may run, however it waits: cargo test has no
+/// per-test time limit, so each `Env` carries one. The slowest test (a
+/// minute up, on a loaded machine) takes about two minutes.
+pub const TEST_LIMIT: Duration = Duration::from_secs(6 * 60);
+
 /// One test's world: its own SHINYCTL_HOME and app folder.
 pub struct Env {
     /// The test's folder; SHINYCTL_HOME is `home/` under it.
     pub dir: PathBuf,
-    /// Every PID seen that this test started (daemon, load balancer, copies).
-    pids: std::cell::RefCell<BTreeSet<u32>>,
+    /// Every process seen that this test started (daemon, load balancer,
+    /// copies): PID → start time (field 22 of /proc/PID/stat), so a PID the
+    /// kernel has since given to another process is never signalled.
+    pids: std::cell::RefCell<BTreeMap<u32, u64>>,
     /// The daemons among them: ended first, so none starts a new load
     /// balancer while the old one is being ended.
     daemons: std::cell::RefCell<BTreeSet<u32>>,
+    /// Dropping it tells the watchdog the test is over.
+    _watchdog: std::sync::mpsc::Sender<()>,
 }
 
 impl Env {
@@ -122,7 +163,18 @@ impl Env {
         let dir = std::env::temp_dir().join(format!("shinyctl-it-{}-{n}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("home")).unwrap();
-        Env { dir, pids: Default::default(), daemons: Default::default() }
+        let _watchdog = watchdog(dir.join("home"));
+        Env { dir, pids: Default::default(), daemons: Default::default(), _watchdog }
+    }
+
+    /// Writes an executable shell script in the test's folder (a stand-in
+    /// for R as an app's r-path); returns its path.
+    pub fn script(&self, name: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
     }
 
     /// SHINYCTL_HOME.
@@ -188,7 +240,7 @@ impl Env {
         for app in v["apps"].as_array().into_iter().flatten() {
             for c in app["copies"].as_array().into_iter().flatten() {
                 if let Some(p) = c["pid"].as_u64() {
-                    self.pids.borrow_mut().insert(p as u32);
+                    self.remember(p as u32);
                 }
             }
         }
@@ -241,6 +293,13 @@ impl Env {
         }
     }
 
+    /// One copy's record in the app's state.json (beside its manifest),
+    /// when there is one.
+    pub fn record(&self, app: &str, copy: u32) -> Option<Value> {
+        let state: Value = serde_json::from_slice(&std::fs::read(self.dir.join("apps").join(app).join("state.json")).ok()?).ok()?;
+        state["copies"].as_array()?.iter().find(|c| c["copy"] == copy).cloned()
+    }
+
     /// The PID of the copy with this number.
     pub fn pid_of(&self, app: &str, copy: u32) -> u32 {
         self.copies(app).iter().find(|c| c.copy == copy).and_then(|c| c.pid).unwrap_or_else(|| panic!("copy {copy} has a PID"))
@@ -257,7 +316,7 @@ impl Env {
             let Ok(s) = serde_json::from_slice::<Value>(&s) else { continue };
             for c in s["copies"].as_array().into_iter().flatten() {
                 if let Some(p) = c["pid"].as_u64() {
-                    self.pids.borrow_mut().insert(p as u32);
+                    self.remember(p as u32);
                 }
             }
         }
@@ -275,15 +334,57 @@ impl Env {
 
     /// Remembers a PID to end at the end of the test.
     pub fn track(&self, pid: u32) {
-        self.pids.borrow_mut().insert(pid);
+        self.remember(pid);
     }
+
+    /// Remembers a running process with its start time; the first start
+    /// time seen for a PID is the one this test started.
+    fn remember(&self, pid: u32) {
+        if let Some(start) = shinyctl::procfs::start_ticks(pid) {
+            self.pids.borrow_mut().entry(pid).or_insert(start);
+        }
+    }
+
+    /// The remembered processes that are still the same ones (same PID and
+    /// start time) and alive.
+    fn still_ours(&self) -> Vec<u32> {
+        self.pids.borrow().iter().filter(|(&pid, &start)| shinyctl::procfs::is_alive(pid, start)).map(|(&pid, _)| pid).collect()
+    }
+}
+
+/// Starts the thread that ends a test running past `TEST_LIMIT`: it kills
+/// the processes of the test's home and aborts the test binary with the
+/// test's name (a hung test would otherwise hold the suite forever).
+fn watchdog(home: PathBuf) -> std::sync::mpsc::Sender<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let test = std::thread::current().name().unwrap_or("a test").to_string();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(TEST_LIMIT) {
+            // Straight to stderr: eprintln! would be captured with the test's output and lost in the abort.
+            let _ = writeln!(std::io::stderr(), "\n{test} ran past its limit of {TEST_LIMIT:?}: ending its processes and the test run");
+            // The daemon first, so it starts nothing while the rest end.
+            let mut pids = pids_with_home(&home);
+            pids.sort_by_key(|&p| !cmdline(p).ends_with(" serve"));
+            for pid in pids {
+                signal_group(pid, 9);
+                signal(pid, 9);
+            }
+            if let Some(dir) = home.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            std::process::abort();
+        }
+    });
+    tx
 }
 
 impl Drop for Env {
     fn drop(&mut self) {
         let _ = self.status_quiet();
         self.note_pids();
-        let daemons: Vec<u32> = self.daemons.borrow().iter().copied().collect();
+        // The daemons first, and wait for them: a daemon still running
+        // would start a new load balancer when it sees the old one end.
+        let daemons: Vec<u32> = self.still_ours().into_iter().filter(|p| self.daemons.borrow().contains(p)).collect();
         for &pid in &daemons {
             signal(pid, 15);
         }
@@ -291,21 +392,18 @@ impl Drop for Env {
         while Instant::now() < deadline && daemons.iter().any(|&p| pid_alive(p)) {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let pids: Vec<u32> = self.pids.borrow().iter().copied().collect();
         // Copies lead their own process group: end the group.
-        for &pid in &pids {
+        for pid in self.still_ours() {
             signal(pid, 15);
             signal_group(pid, 15);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline && pids.iter().any(|&p| pid_alive(p)) {
+        while Instant::now() < deadline && !self.still_ours().is_empty() {
             std::thread::sleep(Duration::from_millis(50));
         }
-        for &pid in &pids {
-            if pid_alive(pid) {
-                signal(pid, 9);
-                signal_group(pid, 9);
-            }
+        for pid in self.still_ours() {
+            signal(pid, 9);
+            signal_group(pid, 9);
         }
         // Anything else this test's home started (a load balancer started
         // in the instant its daemon was ended): found by its environment.
@@ -328,16 +426,16 @@ impl Env {
     fn note_status_pids(&self, v: &Value) {
         if let Some(p) = v["daemon_pid"].as_u64() {
             self.daemons.borrow_mut().insert(p as u32);
-            self.pids.borrow_mut().insert(p as u32);
+            self.remember(p as u32);
         }
         if let Some(p) = v["proxy_pid"].as_u64() {
-            self.pids.borrow_mut().insert(p as u32);
+            self.remember(p as u32);
         }
     }
 }
 
 /// The processes whose environment names this SHINYCTL_HOME.
-fn pids_with_home(home: &Path) -> Vec<u32> {
+pub fn pids_with_home(home: &Path) -> Vec<u32> {
     let needle = format!("SHINYCTL_HOME={}", home.display());
     let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
@@ -431,25 +529,46 @@ pub fn wait_http_ok(port: u16, timeout: Duration) -> Response {
 }
 
 /// A client sending a request every 10 ms until stopped; counts failures.
+/// It stops when dropped too, so a test that panics leaves no loop hitting
+/// whatever later gets its port.
 pub struct Loop {
     stop: Arc<AtomicBool>,
     sent: Arc<AtomicU32>,
-    handle: std::thread::JoinHandle<Vec<String>>,
+    /// The copy that served the last answer (0 before one).
+    last_copy: Arc<AtomicU32>,
+    handle: Option<std::thread::JoinHandle<Vec<String>>>,
 }
 
 impl Loop {
-    /// Starts the loop against the port.
+    /// Starts the loop against the port, as new visitors each time.
     pub fn start(port: u16) -> Loop {
+        Loop::spawn(port, None)
+    }
+
+    /// Starts the loop as one visitor: it sends `cookie` and takes any new
+    /// cookie it is given, as a browser does.
+    pub fn sticky(port: u16, cookie: String) -> Loop {
+        Loop::spawn(port, Some(cookie))
+    }
+
+    fn spawn(port: u16, mut cookie: Option<String>) -> Loop {
         let stop = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU32::new(0));
+        let last_copy = Arc::new(AtomicU32::new(0));
         let handle = {
-            let (stop, sent) = (stop.clone(), sent.clone());
+            let (stop, sent, last_copy) = (stop.clone(), sent.clone(), last_copy.clone());
             std::thread::spawn(move || {
                 let mut errors = Vec::new();
                 while !stop.load(Ordering::SeqCst) {
                     sent.fetch_add(1, Ordering::SeqCst);
-                    match get(port, "/", &[]) {
-                        Ok(r) if r.status == 200 => {}
+                    let headers: Vec<(&str, &str)> = cookie.as_deref().map(|c| ("Cookie", c)).into_iter().collect();
+                    match get(port, "/", &headers) {
+                        Ok(r) if r.status == 200 => {
+                            last_copy.store(r.copy().unwrap_or(0), Ordering::SeqCst);
+                            if let (Some(_), Some(new)) = (&cookie, r.cookie()) {
+                                cookie = Some(new);
+                            }
+                        }
                         other => errors.push(format!("{:?}", other.map(|r| r.status))),
                     }
                     std::thread::sleep(Duration::from_millis(10));
@@ -457,14 +576,33 @@ impl Loop {
                 errors
             })
         };
-        Loop { stop, sent, handle }
+        Loop { stop, sent, last_copy, handle: Some(handle) }
+    }
+
+    /// Requests sent so far.
+    pub fn sent(&self) -> u32 {
+        self.sent.load(Ordering::SeqCst)
+    }
+
+    /// The copy that served the last answer (0 before one).
+    pub fn last_copy(&self) -> u32 {
+        self.last_copy.load(Ordering::SeqCst)
     }
 
     /// Stops the loop; returns (sent, failures).
-    pub fn finish(self) -> (u32, Vec<String>) {
+    pub fn finish(mut self) -> (u32, Vec<String>) {
         self.stop.store(true, Ordering::SeqCst);
-        let errors = self.handle.join().unwrap();
-        (self.sent.load(Ordering::SeqCst), errors)
+        let errors = self.handle.take().map(|h| h.join().unwrap()).unwrap_or_default();
+        (self.sent(), errors)
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
     }
 }
 

@@ -9,26 +9,40 @@ use crate::helpers::*;
 
 const START: Duration = Duration::from_secs(60);
 
-/// Waits until every copy of the app is asleep, and returns the PIDs it had.
-fn wait_asleep(env: &Env, app: &str, pids: &[u32]) {
-    wait_until(Duration::from_secs(30), "the app to sleep", || {
+/// The idle-timeout of these tests: well above an R start on a loaded
+/// machine, since the idle time counts from the newest copy's start. With
+/// less, a wake's copy can fall asleep again in the cycle it gets ready.
+const IDLE: &str = "idle-timeout: 20s\n";
+
+/// Waits until every copy of the app is asleep and the processes it had
+/// (at least one) are gone; returns the copies as status shows them asleep.
+fn wait_asleep(env: &Env, app: &str, pids: &[u32]) -> Vec<Copy> {
+    assert!(!pids.is_empty(), "the app had processes to stop");
+    let asleep = wait_until(Duration::from_secs(60), "the app to sleep", || {
         let copies = env.copies(app);
-        (!copies.is_empty() && copies.iter().all(|c| c.status == "asleep" && c.pid.is_none())).then_some(())
+        (!copies.is_empty() && copies.iter().all(|c| c.status == "asleep" && c.pid.is_none())).then_some(copies)
     });
-    wait_until(Duration::from_secs(15), "its processes to be gone", || pids.iter().all(|&p| !pid_alive(p)).then_some(()));
+    wait_until(Duration::from_secs(30), "its processes to be gone", || pids.iter().all(|&p| !pid_alive(p)).then_some(()));
+    asleep
+}
+
+/// The PIDs of the app's copies.
+fn pids(env: &Env, app: &str) -> Vec<u32> {
+    env.copies(app).iter().filter_map(|c| c.pid).collect()
 }
 
 #[test]
 fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     let env = Env::new("sleep");
-    let port = env.started("nap", "idle-timeout: 2s\n", "1:active 2:warm");
-    let before = env.copies("nap");
-    let pids: Vec<u32> = before.iter().filter_map(|c| c.pid).collect();
+    let nap = &unique("nap");
+    let port = env.started(nap, IDLE, "1:active 2:warm");
+    let pids = pids(&env, nap);
+    assert_eq!(pids.len(), 2);
     assert_eq!(between(&wait_http_ok(port, Duration::from_secs(10)).body, "scratch=", ";"), Some("empty"));
 
-    wait_asleep(&env, "nap", &pids);
-    let text = env.ok(&["status", "nap"]);
-    assert!(text.contains("nap: asleep for ") && text.contains("the first request wakes it"), "{text}");
+    let asleep = wait_asleep(&env, nap, &pids);
+    let text = env.ok(&["status", nap]);
+    assert!(text.contains(&format!("{nap}: asleep for ")) && text.contains("the first request wakes it"), "{text}");
     assert!(text.contains("Memory: 0M in 0 R processes"), "all memory back to the machine: {text}");
     let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(row[5], "asleep", "{text}");
@@ -38,50 +52,50 @@ fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     assert_eq!(r.status, 200, "held while the app woke: {r:?}");
     assert!(r.copy().is_some(), "served by a copy: {r:?}");
     assert_eq!(between(&r.body, "scratch=", ";"), Some("kept"), "the copy's disk stayed through the sleep");
-    env.wait_roles("nap", "1:active 2:warm", START);
-    let after = env.copies("nap");
-    assert_eq!(
-        before.iter().map(|c| (c.copy, c.copy_port)).collect::<Vec<_>>(),
-        after.iter().map(|c| (c.copy, c.copy_port)).collect::<Vec<_>>(),
-        "the same copies, on the same ports"
-    );
-    assert!(after.iter().all(|c| !pids.contains(&c.pid.unwrap())), "new processes");
+    env.wait_roles(nap, "1:active 2:warm", START);
+    let after = env.copies(nap);
+    let numbers_and_ports = |copies: &[Copy]| copies.iter().map(|c| (c.copy, c.copy_port)).collect::<Vec<_>>();
+    assert_eq!(numbers_and_ports(&asleep), numbers_and_ports(&after), "the same copies, on the same ports");
+    assert_eq!(after.len(), 2);
+    assert!(after.iter().all(|c| c.pid.is_some_and(|p| !pids.contains(&p))), "new processes: {after:?}");
 }
 
 #[test]
 fn requests_that_arrive_together_share_one_wake() {
     let env = Env::new("together");
-    let port = free_port();
-    env.apply(&env.app("crowd", port, "idle-timeout: 1s\nwarm-replicas: 0\n"));
-    wait_asleep(&env, "crowd", &[]);
-    assert_eq!(env.starts("default-crowd.log").len(), 1);
+    let crowd = &unique("crowd");
+    let log = &format!("default-{crowd}.log");
+    let port = env.started(crowd, &format!("{IDLE}warm-replicas: 0\n"), "1:active");
+    wait_asleep(&env, crowd, &pids(&env, crowd));
+    assert_eq!(env.starts(log).len(), 1);
 
     let clients: Vec<_> = (0..8).map(|_| std::thread::spawn(move || get(port, "/", &[]).map(|r| r.status))).collect();
     for c in clients {
         assert_eq!(c.join().unwrap().unwrap(), 200);
     }
-    assert_eq!(env.starts("default-crowd.log").len(), 2, "one wake started the copy once");
+    assert_eq!(env.starts(log).len(), 2, "one wake started the copy once");
 }
 
 #[test]
 fn a_wake_that_fails_is_a_503_and_one_that_takes_too_long_a_504() {
     let env = Env::new("badwake");
-    let slow = env.dir.join("slow-R");
-    std::fs::write(&slow, "#!/bin/sh\nexec sleep 600\n").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let base = "idle-timeout: 1s\nwarm-replicas: 0\nrequest-timeout: 3s\n";
-    // (app, what its redeploy while asleep adds, the answer to the waking request)
-    let cases = [("fails", "env:\n  BROKEN: \"yes\"\n".to_string(), 503), ("slow", format!("r-path: {}\n", slow.display()), 504)];
-    for (name, change, status) in cases {
-        let port = free_port();
-        let manifest = env.app(name, port, base);
-        env.apply(&manifest);
-        // With a 1 s idle-timeout it may sleep as soon as it is ready.
-        wait_asleep(&env, name, &[]);
+    let slow = env.script("slow-R", "exec sleep 600\n");
+    // (app, its request-timeout, what its redeploy while asleep adds, the
+    // answer to the waking request). The failing one has all the time R
+    // may take on a loaded machine to load shiny and fail.
+    let cases = [
+        ("fails", "30s", "env:\n  BROKEN: \"yes\"\n".to_string(), 503),
+        ("slow", "3s", format!("r-path: {}\n", slow.display()), 504),
+    ];
+    for (name, timeout, change, status) in cases {
+        let base = format!("{IDLE}warm-replicas: 0\nrequest-timeout: {timeout}\n");
+        let port = env.started(name, &base, "1:active");
+        wait_asleep(&env, name, &pids(&env, name));
+        let manifest = env.dir.join("apps").join(name).join("app.yaml");
         std::fs::write(&manifest, format!("app-name: {name}\nport: {port}\n{base}{change}")).unwrap();
         env.apply(&manifest);
-        assert!(env.copies(name).iter().all(|c| c.status == "asleep"), "a redeploy leaves it asleep");
+        let copies = env.copies(name);
+        assert!(!copies.is_empty() && copies.iter().all(|c| c.status == "asleep"), "a redeploy leaves it asleep: {copies:?}");
         let r = get(port, "/", &[]).unwrap();
         assert_eq!(r.status, status, "{name}: {r:?}");
     }
