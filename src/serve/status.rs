@@ -5,6 +5,7 @@
 use crate::model::{AppStatus, CopyStatus, StatusReport};
 use crate::procfs;
 use crate::reconcile::{self, Observed, Process, Seen};
+use crate::release;
 
 use super::{now_ms, Daemon};
 
@@ -66,15 +67,19 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                         started: rec.started_ms.filter(|_| alive).map(procfs::local_rfc3339),
                         outdated: rec.revision != app.state.revision || rec.settings != settings,
                         log: super::log_path(&d.home, &app.spec, rec.copy),
+                        release: rec.release.clone(),
                     }
                 })
                 .collect();
-            let notes = reconcile::notes(&app.spec, &app.state, &observed, now, &|c| super::log_path(&d.home, &app.spec, c));
+            let mut notes = reconcile::notes(&app.spec, &app.state, &observed, now, &|c| super::log_path(&d.home, &app.spec, c));
+            notes.extend(release::notes(name, &app.state, &|r| observed.copies.contains_key(&r.copy)));
             AppStatus {
                 name: name.clone(),
                 group: app.spec.group.clone(),
                 port: app.spec.port,
                 revision: app.state.revision,
+                release: app.state.release.clone(),
+                previous_release: app.state.previous_release.clone(),
                 copies,
                 notes,
             }
