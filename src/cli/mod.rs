@@ -4,6 +4,7 @@ pub mod apply;
 pub mod delete;
 pub mod logs;
 pub mod restart;
+pub mod rollback;
 pub mod status;
 
 use std::time::Duration;

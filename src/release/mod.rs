@@ -196,6 +196,30 @@ pub fn notes(name: &str, state: &AppState, alive: &dyn Fn(&CopyRecord) -> bool) 
     out
 }
 
+/// After a cycle: notes which copies run which release, deletes the
+/// releases no longer needed (neither current, nor the one before, nor run
+/// by a copy) and the logs of their copies that no longer exist.
+pub fn prune(home: &Home, spec: &AppSpec, state: &mut AppState) {
+    note_copies(state);
+    for (rel, logs) in unneeded(state) {
+        tracing::info!(app = spec.name, release = rel.id, "deleting a release no copy runs");
+        remove_later(&rel.dir);
+        for copy in logs {
+            let log = home.copy_log(&spec.group, &spec.name, copy);
+            let mut rotated = log.clone().into_os_string();
+            rotated.push(".1");
+            let _ = std::fs::remove_file(&log);
+            let _ = std::fs::remove_file(rotated);
+        }
+    }
+}
+
+/// A deleted app is forgotten: its releases and its copies' own disks go.
+pub fn forget(home: &Home, spec: &AppSpec) {
+    remove_later(&home.app_releases(&spec.group, &spec.name));
+    let _ = std::fs::remove_dir_all(home.app_scratch(&spec.group, &spec.name));
+}
+
 /// Deletes a release folder without holding up the caller: renamed aside
 /// at once (so nothing takes it for a release), removed in the background.
 pub fn remove_later(dir: &Path) {
@@ -233,13 +257,10 @@ pub fn orphans(app_dir: &Path, state: &AppState) -> Vec<PathBuf> {
 /// release is being taken.
 pub fn clean_leftovers(root: &Path) {
     let dirs = |p: &Path| std::fs::read_dir(p).into_iter().flatten().filter_map(|e| e.ok()).map(|e| e.path()).collect::<Vec<_>>();
-    for group in dirs(root) {
-        for app in dirs(&group) {
-            for entry in dirs(&app) {
-                if entry.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
-                    let _ = std::fs::remove_dir_all(&entry);
-                }
-            }
+    let hidden = |p: &Path| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
+    for entry in dirs(root).iter().flat_map(|group| dirs(group)).flat_map(|app| if hidden(&app) { vec![app] } else { dirs(&app) }) {
+        if hidden(&entry) {
+            let _ = std::fs::remove_dir_all(&entry);
         }
     }
 }

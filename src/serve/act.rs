@@ -6,6 +6,7 @@ use std::fs::OpenOptions;
 use std::net::TcpListener;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -56,15 +57,17 @@ fn r_string(s: &str) -> String {
     out
 }
 
-/// The `-e` expression a copy runs.
-pub fn run_app_expr(spec: &AppSpec, port: u16) -> String {
-    let app = spec.working_dir.join(&spec.entrypoint);
+/// The `-e` expression a copy runs, with `dir` as the app's folder.
+pub fn run_app_expr(spec: &AppSpec, dir: &Path, port: u16) -> String {
+    let app = dir.join(&spec.entrypoint);
     format!("shiny::runApp(appDir = {}, port = {port}L, host = '127.0.0.1', launch.browser = FALSE)", r_string(&app.to_string_lossy()))
 }
 
 /// Starts a copy's process: R in its own session, output appended straight
-/// to its log file. Fills in the record's PID, start time and port.
-pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, taken_ports: &[u16]) -> anyhow::Result<()> {
+/// to its log file. Fills in the record's PID, start time and port. `dir`
+/// is the folder it runs (on the host): its release, or working-dir for a
+/// copy from before releases.
+pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, dir: &Path, taken_ports: &[u16]) -> anyhow::Result<()> {
     let seed = spec.name.bytes().fold(rec.copy as u64 * 7919, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
     // Other copies' ports are taken; this copy's own is what it wants back.
     let taken: Vec<u16> = taken_ports.iter().copied().filter(|&p| p != rec.port).collect();
@@ -85,8 +88,8 @@ pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, taken_ports
         );
     }
     let mut cmd = Command::new(&spec.r_path);
-    cmd.args(["--no-echo", "--no-restore", "-e", &run_app_expr(spec, port)])
-        .current_dir(&spec.working_dir)
+    cmd.args(["--no-echo", "--no-restore", "-e", &run_app_expr(spec, dir, port)])
+        .current_dir(dir)
         .envs(&spec.env)
         .env("SHINYCTL_COPY", rec.copy.to_string())
         .env("SHINYCTL_SCRATCH", &scratch)

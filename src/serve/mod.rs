@@ -5,6 +5,7 @@
 
 mod act;
 mod api;
+mod deploy;
 mod proxy_ctl;
 mod record;
 mod status;
@@ -21,6 +22,7 @@ use crate::manifest::AppSpec;
 use crate::model::{AppState, CopyRecord, CopyTraffic, Exit, ProxyApp, ProxyCopy, ProxyTable, Role};
 use crate::procfs;
 use crate::reconcile::{self, Action, Observed, Process, Seen};
+use crate::release;
 
 pub use act::now_ms;
 
@@ -265,6 +267,8 @@ impl Daemon {
     /// name that still run (same PID and start time) are adopted by the
     /// first cycle's observe, which runs at once.
     fn load(&mut self) -> anyhow::Result<()> {
+        // Nothing is being taken yet: partial copies are a dead daemon's.
+        release::clean_leftovers(&self.home.releases_root());
         let registry = record::load_registry(&self.home)?;
         for (name, spec) in registry.apps {
             let state = record::load_state(&spec.state_file).unwrap_or_default();
@@ -417,6 +421,7 @@ impl Daemon {
         for gone in before.copies.iter().filter(|r| !app.state.copies.iter().any(|n| n.copy == r.copy)) {
             let _ = std::fs::remove_dir_all(home.scratch_dir(&app.spec.group, &app.spec.name, gone.copy));
         }
+        release::prune(&home, &app.spec, &mut app.state);
         if app.state != before {
             record::save_state(&app.spec.state_file, &app.state);
         }
@@ -425,8 +430,14 @@ impl Daemon {
         for action in plan.actions {
             match action {
                 Action::Start(copy) => {
+                    // The copy's recorded release and the settings it was deployed with.
+                    let Some(run) = app.state.copies.iter().find(|r| r.copy == copy).map(|r| release::run_dir(&app.spec, &app.state, r))
+                    else {
+                        continue;
+                    };
                     let Some(rec) = app.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
-                    match act::start_copy(&home, &app.spec, rec, &taken) {
+                    let started = run.map_err(anyhow::Error::msg).and_then(|(dir, spec)| act::start_copy(&home, &spec, rec, &dir, &taken));
+                    match started {
                         Ok(()) => {
                             tracing::info!(app = name, copy, pid = rec.pid.unwrap_or(0), port = rec.port, "started copy");
                             follow(name, rec, false, &mut app.watched, &mut app.probing, &events);
@@ -456,6 +467,7 @@ impl Daemon {
         }
         if app.deleting && app.state.copies.is_empty() {
             let _ = std::fs::remove_file(&app.spec.state_file);
+            release::forget(&home, &app.spec);
             self.apps.remove(name);
             tracing::info!(app = name, "deleted");
         }
