@@ -117,8 +117,10 @@ pub fn roll_back(state: &mut AppState, name: &str) -> Result<Release, String> {
         return Err(format!("{name}: the release before the current one is gone from {}; nothing to roll back to", rel.dir.display()));
     }
     state.previous_release = state.release.take();
+    // Back on the newest release (a second rollback), what runs is what
+    // the last deploy took.
+    state.rolled_back = state.releases.iter().map(|r| &r.id).max() != Some(&prev);
     state.release = Some(prev);
-    state.rolled_back = true;
     Ok(rel)
 }
 

@@ -54,6 +54,10 @@ fn a_deploy_makes_the_current_release_the_one_before_and_rollback_swaps_them() {
     let back = roll_back(&mut st, "hello").unwrap();
     assert_eq!(back.deployed.env["V"], "r1", "it comes with the settings it was deployed with");
     assert_eq!((st.release.as_deref(), st.previous_release.as_deref(), st.rolled_back), (Some("r1"), Some("r2"), true));
+    std::fs::create_dir_all(dir.join("r2")).unwrap();
+    roll_back(&mut st, "hello").unwrap();
+    assert_eq!((st.release.as_deref(), st.rolled_back), (Some("r2"), false), "back on the newest release: nothing differs");
+    roll_back(&mut st, "hello").unwrap();
     record(&mut st, rel("r3", &dir));
     assert_eq!((st.release.as_deref(), st.previous_release.as_deref(), st.rolled_back), (Some("r3"), Some("r1"), false));
     std::fs::remove_dir_all(&dir).unwrap();

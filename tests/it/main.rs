@@ -9,6 +9,7 @@ mod foundation;
 mod helpers;
 mod several_hosts;
 mod quickstart;
+mod releases;
 mod sleep;
 mod staying_up;
 mod upgrade;

@@ -1,0 +1,283 @@
+//! Releases with real R, in the words of issue 7 and staying-up.txt: what
+//! runs is what was deployed. An edit of app.R changes nothing until a
+//! restart; old pages keep their version while it drains; a broken edit
+//! never takes over; restart reads the manifest as it is now; rollback
+//! brings the previous version back; a crash restart runs its release.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::balancer::Session;
+use crate::helpers::*;
+
+const START: Duration = Duration::from_secs(60);
+
+/// An app whose page says its version (`version=v1;`), the copy, and the
+/// GREETING it was started with; `live` is a reactive output over the
+/// WebSocket, as in the shared test app.
+fn app_r(version: &str) -> String {
+    format!(
+        r#"library(shiny)
+ui <- function(req) {{
+  fluidPage(
+    tags$p(id = "version", "version={version};"),
+    tags$p(id = "who", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")),
+    tags$p(id = "greeting", paste0("greeting=", Sys.getenv("GREETING"), ";")),
+    textOutput("live")
+  )
+}}
+server <- function(input, output, session) {{
+  output$live <- renderText(paste0("live-from-copy-", Sys.getenv("SHINYCTL_COPY")))
+}}
+shinyApp(ui, server)
+"#
+    )
+}
+
+/// Writes `apps/<name>/` with app.R at `version` and app.yaml (`app-name`,
+/// `port`, then `extra`); returns (manifest, app.R).
+fn versioned_app(env: &Env, name: &str, port: u16, extra: &str, version: &str) -> (PathBuf, PathBuf) {
+    let manifest = env.app(name, port, extra);
+    let app_r_path = manifest.with_file_name("app.R");
+    std::fs::write(&app_r_path, app_r(version)).unwrap();
+    (manifest, app_r_path)
+}
+
+/// The version a visitor gets: a new one, or one holding this cookie.
+fn version(port: u16, cookie: Option<&str>) -> Option<String> {
+    let headers: Vec<(&str, &str)> = cookie.map(|c| vec![("Cookie", c)]).unwrap_or_default();
+    let r = get(port, "/", &headers).ok().filter(|r| r.status == 200)?;
+    between(&r.body, "version=", ";").map(str::to_string)
+}
+
+/// Waits until a fresh visitor gets `want`.
+fn wait_version(port: u16, want: &str) {
+    wait_until(START, &format!("new visitors to get {want}"), || (version(port, None).as_deref() == Some(want)).then_some(()));
+}
+
+/// Asserts that every request for `span` gets `want` with status 200 (the
+/// test of a change that must not happen, watched for a while).
+fn stays(port: u16, want: &str, span: Duration, why: &str) {
+    let end = Instant::now() + span;
+    while Instant::now() < end {
+        assert_eq!(version(port, None).as_deref(), Some(want), "{why}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The release each copy runs, from status --json, by copy number.
+fn releases(env: &Env, app: &str) -> Vec<(u32, Option<String>)> {
+    let v = env.status();
+    let a = v["apps"].as_array().unwrap().iter().find(|a| a["name"] == app).cloned().unwrap_or_default();
+    a["copies"].as_array().into_iter().flatten().map(|c| (c["copy"].as_u64().unwrap() as u32, c["release"].as_str().map(str::to_string))).collect()
+}
+
+fn app_releases_dir(env: &Env, app: &str) -> PathBuf {
+    env.home().join("releases/default").join(app)
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir).into_iter().flatten().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn editing_app_r_in_place_changes_nothing_until_restart() {
+    let env = Env::new("rel-edit");
+    let port = free_port();
+    let (manifest, app_r_path) = versioned_app(&env, "edit", port, "warm-replicas: 0\n", "v1");
+    let out = env.apply(&manifest);
+    assert!(out.contains("Release ") && out.contains(" taken in "), "apply says the release it took: {out}");
+    env.wait_roles("edit", "1:active", START);
+    wait_version(port, "v1");
+
+    std::fs::write(&app_r_path, app_r("v2")).unwrap();
+    // Shiny re-reads a changed app.R on a new page; the copy's is its release's.
+    stays(port, "v1", Duration::from_secs(3), "an edit in working-dir changes nothing that runs");
+
+    let out = env.ok(&["restart", "edit"]);
+    assert!(out.contains("restarting at revision") && out.contains("Release "), "{out}");
+    wait_version(port, "v2");
+    let rel = releases(&env, "edit");
+    assert!(rel.iter().all(|(_, r)| r.is_some()), "every copy runs a release: {rel:?}");
+
+    // delete removes the app's releases and scratch disks.
+    env.ok(&["delete", "edit", "--now"]);
+    wait_until(Duration::from_secs(20), "the releases and scratch disks to go", || {
+        (!app_releases_dir(&env, "edit").exists() && !env.home().join("scratch/default-edit").exists()).then_some(())
+    });
+}
+
+#[test]
+fn after_restart_an_old_page_keeps_the_old_version_and_new_visitors_get_the_new() {
+    let env = Env::new("rel-cookie");
+    let port = free_port();
+    let (manifest, app_r_path) = versioned_app(&env, "ck", port, "warm-replicas: 0\ndrain-timeout: 60s\n", "v1");
+    env.apply(&manifest);
+    env.wait_roles("ck", "1:active", START);
+    let first = get(port, "/", &[]).unwrap();
+    let cookie = first.cookie().expect("a cookie for copy 1");
+    let session = Session::open(port, &cookie);
+    assert_eq!(session.copy, 1);
+
+    std::fs::write(&app_r_path, app_r("v2")).unwrap();
+    env.ok(&["restart", "ck"]);
+    env.wait_roles("ck", "2:active 1:draining", START);
+    assert_eq!(version(port, Some(&cookie)).as_deref(), Some("v1"), "the page held by the old copy's cookie gets the old version");
+    assert_eq!(version(port, None).as_deref(), Some("v2"), "new visitors get the new one");
+
+    let rel = releases(&env, "ck");
+    let (old, new) = (rel.iter().find(|(c, _)| *c == 1).unwrap().1.clone(), rel.iter().find(|(c, _)| *c == 2).unwrap().1.clone());
+    assert!(old.is_some() && new.is_some() && old != new, "status --json gives each copy's release: {rel:?}");
+    let text = env.ok(&["status", "ck"]);
+    let line = format!("ck: copy 1 runs the previous version (release {}); new copies run release {}.", old.unwrap(), new.unwrap());
+    assert!(text.contains(&line), "the line under the table says which copies run the previous one:\n{text}");
+    session.close();
+}
+
+#[test]
+fn a_broken_edit_of_app_r_never_takes_over() {
+    let env = Env::new("rel-broken");
+    let port = free_port();
+    let (manifest, app_r_path) = versioned_app(&env, "bk", port, "warm-replicas: 0\n", "v1");
+    env.apply(&manifest);
+    env.wait_roles("bk", "1:active", START);
+    wait_version(port, "v1");
+
+    let requests = Loop::start(port);
+    std::fs::write(&app_r_path, format!("stop(\"boom\")\n{}", app_r("v2"))).unwrap();
+    stays(port, "v1", Duration::from_secs(2), "a broken edit changes nothing before restart");
+    env.ok(&["restart", "bk"]);
+    let text = wait_until(Duration::from_secs(30), "status to say copy 2 doesn't start", || {
+        let t = env.ok(&["status", "bk"]);
+        t.contains("bk: copy 2 doesn't start: it exited with status 1").then_some(t)
+    });
+    assert!(text.contains("the old copies keep serving"), "{text}");
+    stays(port, "v1", Duration::from_secs(2), "the old copy keeps answering 200 with the old version");
+    assert_eq!(env.roles("bk"), "1:active");
+    let log = std::fs::read_to_string(env.home().join("logs/default-bk@2.log")).unwrap();
+    assert!(log.contains("boom"), "the new copy's log says why: {log}");
+    let (sent, errors) = requests.finish();
+    assert!(errors.is_empty(), "no request failed: {} of {sent}: {errors:?}", errors.len());
+}
+
+#[test]
+fn restart_picks_up_an_env_edited_in_app_yaml() {
+    let env = Env::new("rel-env");
+    let port = free_port();
+    let (manifest, _) = versioned_app(&env, "ev", port, "warm-replicas: 0\nenv:\n  GREETING: hello\n", "v1");
+    env.apply(&manifest);
+    env.wait_roles("ev", "1:active", START);
+    assert!(get(port, "/", &[]).unwrap().body.contains("greeting=hello;"));
+
+    std::fs::write(&manifest, format!("app-name: ev\nport: {port}\nwarm-replicas: 0\nenv:\n  GREETING: bonjour\n")).unwrap();
+    env.ok(&["restart", "ev"]);
+    wait_until(START, "the new copy to greet with the edited env", || {
+        get(port, "/", &[]).ok().filter(|r| r.body.contains("greeting=bonjour;")).map(|_| ())
+    });
+}
+
+#[test]
+fn a_manifest_made_bad_before_restart_is_refused_and_nothing_changes() {
+    let env = Env::new("rel-bad");
+    let port = free_port();
+    let (manifest, _) = versioned_app(&env, "bad", port, "warm-replicas: 0\n", "v1");
+    env.apply(&manifest);
+    env.wait_roles("bad", "1:active", START);
+    let pid = env.pid_of("bad", 1);
+    let revision = || env.status()["apps"][0]["revision"].as_u64();
+    let before = revision();
+    let kept = listing(&app_releases_dir(&env, "bad"));
+    let good = std::fs::read_to_string(&manifest).unwrap();
+
+    let refused = |why: &str, expect: &[&str]| {
+        let out = env.run(&["restart", "bad"]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{why}: refused");
+        assert!(err.contains("bad: not restarted, nothing changed"), "{why}: {err}");
+        for e in expect {
+            assert!(err.contains(e), "{why}: {e:?} in {err}");
+        }
+    };
+    std::fs::write(&manifest, format!("app-name: bad\nport: {port}\nreplicas: many\n")).unwrap();
+    refused("a bad key", &["app.yaml:3: replicas"]);
+    std::fs::write(&manifest, format!("app-name: other\nport: {port}\n")).unwrap();
+    refused("another app-name", &["now names app-name other"]);
+    std::fs::remove_file(&manifest).unwrap();
+    refused("a manifest gone", &["cannot read its manifest", "app.yaml"]);
+
+    assert_eq!(revision(), before, "no new revision");
+    assert_eq!(listing(&app_releases_dir(&env, "bad")), kept, "no release taken");
+    assert_eq!(env.roles("bad"), "1:active");
+    assert_eq!(env.pid_of("bad", 1), pid, "the same copy runs");
+
+    std::fs::write(&manifest, good).unwrap();
+    env.ok(&["restart", "bad"]);
+    env.wait_roles("bad", "2:active", START);
+}
+
+#[test]
+fn rollback_brings_the_previous_version_back_with_no_failed_request() {
+    let env = Env::new("rel-rollback");
+    let port = free_port();
+    let (manifest, app_r_path) = versioned_app(&env, "rb", port, "warm-replicas: 0\nenv:\n  GREETING: one\n", "v1");
+    env.apply(&manifest);
+    env.wait_roles("rb", "1:active", START);
+    let out = env.run(&["rollback", "rb"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no release before the current one"));
+
+    std::fs::write(&app_r_path, app_r("v2")).unwrap();
+    std::fs::write(&manifest, format!("app-name: rb\nport: {port}\nwarm-replicas: 0\nenv:\n  GREETING: two\n")).unwrap();
+    env.ok(&["restart", "rb", "--now"]);
+    env.wait_roles("rb", "2:active", START);
+    wait_version(port, "v2");
+
+    let requests = Loop::start(port);
+    let dirs_before = listing(&app_releases_dir(&env, "rb"));
+    let out = env.ok(&["rollback", "rb"]);
+    assert!(out.contains("rolling back to release"), "{out}");
+    env.wait_roles("rb", "3:active", START);
+    let page = get(port, "/", &[]).unwrap().body;
+    assert!(page.contains("version=v1;") && page.contains("greeting=one;"), "the previous version with the settings it was deployed with: {page}");
+    let (sent, errors) = requests.finish();
+    assert!(errors.is_empty(), "no failed request in the loop: {} of {sent}: {errors:?}", errors.len());
+    assert_eq!(listing(&app_releases_dir(&env, "rb")), dirs_before, "nothing copied, nothing deleted");
+    let text = env.ok(&["status", "rb"]);
+    assert!(text.contains("rb: runs the rolled-back release") && text.contains("its manifest differs"), "{text}");
+
+    // The next restart deploys the manifest again, and the line goes.
+    env.ok(&["restart", "rb", "--now"]);
+    env.wait_roles("rb", "4:active", START);
+    wait_version(port, "v2");
+    let text = env.ok(&["status", "rb"]);
+    assert!(!text.contains("rolled-back"), "{text}");
+    // Kept: the current release and the one before it (the rolled-back
+    // one, which ran before it); the one rolled back from is deleted.
+    wait_until(Duration::from_secs(30), "the unneeded release to be deleted", || {
+        (listing(&app_releases_dir(&env, "rb")).len() == 2).then_some(())
+    });
+    let kept = listing(&app_releases_dir(&env, "rb"));
+    assert!(kept.contains(&dirs_before[0]) && !kept.contains(&dirs_before[1]), "{kept:?} after {dirs_before:?}");
+}
+
+#[test]
+fn a_copy_restarted_after_a_crash_runs_its_recorded_release() {
+    let env = Env::new("rel-crash");
+    let port = free_port();
+    let (manifest, app_r_path) = versioned_app(&env, "cr", port, "warm-replicas: 0\n", "v1");
+    env.apply(&manifest);
+    env.wait_roles("cr", "1:active", START);
+    wait_version(port, "v1");
+    let recorded = releases(&env, "cr");
+
+    std::fs::write(&app_r_path, app_r("v2")).unwrap();
+    let pid = env.pid_of("cr", 1);
+    signal_group(pid, 9);
+    wait_until(START, "copy 1 to come back as another process", || {
+        env.copies("cr").iter().find(|c| c.copy == 1 && c.ready && c.pid.is_some_and(|p| p != pid)).map(|_| ())
+    });
+    wait_http_ok(port, Duration::from_secs(10));
+    assert_eq!(version(port, None).as_deref(), Some("v1"), "the recorded release, not the edited folder");
+    assert_eq!(releases(&env, "cr"), recorded, "the same release");
+}
