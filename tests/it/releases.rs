@@ -281,3 +281,83 @@ fn a_copy_restarted_after_a_crash_runs_its_recorded_release() {
     assert_eq!(version(port, None).as_deref(), Some("v1"), "the recorded release, not the edited folder");
     assert_eq!(releases(&env, "cr"), recorded, "the same release");
 }
+
+/// A loop-mounted XFS filesystem (reflink on) in a temporary folder,
+/// unmounted and removed when dropped.
+struct Xfs {
+    dir: PathBuf,
+    mnt: PathBuf,
+}
+
+impl Xfs {
+    fn new(name: &str) -> Xfs {
+        let dir = std::env::temp_dir().join(format!("shinyctl-xfs-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        let img = dir.join("xfs.img");
+        // Sparse: 320M is just over mkfs.xfs's smallest, and takes no room.
+        std::fs::File::create(&img).unwrap().set_len(320 << 20).unwrap();
+        let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
+            let out = std::process::Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e} (test.sh installs xfsprogs)"));
+            assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        run("mkfs.xfs", &["-q".as_ref(), "-m".as_ref(), "reflink=1".as_ref(), img.as_os_str()]);
+        run("mount", &["-o".as_ref(), "loop".as_ref(), img.as_os_str(), mnt.as_os_str()]);
+        Xfs { dir, mnt }
+    }
+
+    /// Bytes in use on the filesystem.
+    fn used(&self) -> u64 {
+        let out = std::process::Command::new("df").args(["-B1", "--output=used"]).arg(&self.mnt).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().nth(1).and_then(|l| l.trim().parse().ok()).expect("df's used bytes")
+    }
+}
+
+impl Drop for Xfs {
+    fn drop(&mut self) {
+        // A loop mount frees its loop device when unmounted (autoclear).
+        let _ = std::process::Command::new("umount").arg(&self.mnt).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn a_release_on_xfs_shares_its_extents_with_working_dir() {
+    if !nix_root() {
+        eprintln!("skipped: a loop-mounted XFS needs root (CI runs the tests as root)");
+        return;
+    }
+    let xfs = Xfs::new("extents");
+    let env = Env::new("rel-xfs");
+    // SHINYCTL_HOME and the app on the same XFS, so a release can share extents.
+    std::fs::create_dir_all(xfs.mnt.join("home")).unwrap();
+    std::fs::remove_dir(env.home()).unwrap();
+    std::os::unix::fs::symlink(xfs.mnt.join("home"), env.home()).unwrap();
+    let app = xfs.mnt.join("app");
+    std::fs::create_dir_all(&app).unwrap();
+    let data: Vec<u8> = (0..16u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    std::fs::write(app.join("data.bin"), &data).unwrap();
+    std::fs::write(app.join("app.R"), app_r("v1")).unwrap();
+    let port = free_port();
+    let manifest = app.join("app.yaml");
+    std::fs::write(&manifest, format!("app-name: xfs\nport: {port}\nwarm-replicas: 0\n")).unwrap();
+    let used_before = xfs.used();
+
+    let out = env.apply(&manifest);
+    let id = between(&out, "Release ", ":").expect("apply names its release").to_string();
+    let copy = xfs.mnt.join("home/releases/default/xfs").join(&id).join("data.bin");
+    assert_eq!(std::fs::read(&copy).unwrap(), data, "the release holds the same bytes");
+    let frag = std::process::Command::new("filefrag").arg("-v").arg(&copy).output().expect("filefrag (e2fsprogs)");
+    let frag = String::from_utf8_lossy(&frag.stdout);
+    let extents: Vec<&str> = frag.lines().filter(|l| l.contains(':') && l.trim_start().starts_with(char::is_numeric)).collect();
+    assert!(!extents.is_empty() && extents.iter().all(|l| l.contains("shared")), "every extent is shared:\n{frag}");
+    let grew = xfs.used().saturating_sub(used_before);
+    assert!(grew < 2 << 20, "16 MiB taken as a release used {grew} bytes of disk, not another 16 MiB");
+}
+
+/// True when the tests run as root.
+fn nix_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
