@@ -53,9 +53,11 @@ pub fn human_bytes(bytes: u64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
-/// A span for people: `15 ms`, `1.2 s`.
+/// A span for people: `under 1 ms`, `15 ms`, `1.2 s`.
 pub fn human_took(ms: u64) -> String {
-    if ms < 1000 {
+    if ms == 0 {
+        "under 1 ms".to_string()
+    } else if ms < 1000 {
         format!("{ms} ms")
     } else {
         format!("{:.1} s", ms as f64 / 1000.0)
