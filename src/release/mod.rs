@@ -84,7 +84,13 @@ pub fn deployed(spec: &AppSpec) -> Deployed {
 
 /// The spec with a release's deployed settings in place of its own.
 pub fn with_deployed(spec: &AppSpec, d: &Deployed) -> AppSpec {
-    AppSpec { working_dir: d.working_dir.clone(), entrypoint: d.entrypoint.clone(), r_path: d.r_path.clone(), env: d.env.clone(), ..spec.clone() }
+    AppSpec {
+        working_dir: d.working_dir.clone(),
+        entrypoint: d.entrypoint.clone(),
+        r_path: d.r_path.clone(),
+        env: d.env.clone(),
+        ..spec.clone()
+    }
 }
 
 /// Makes `release` the current one; the current one becomes the one before
@@ -141,7 +147,13 @@ pub fn note_copies(state: &mut AppState) {
 /// The ids that must stay: the current release, the one before it, and
 /// every release a recorded copy runs.
 pub fn kept_ids(state: &AppState) -> HashSet<String> {
-    state.release.iter().chain(state.previous_release.iter()).chain(state.copies.iter().filter_map(|r| r.release.as_ref())).cloned().collect()
+    state
+        .release
+        .iter()
+        .chain(state.previous_release.iter())
+        .chain(state.copies.iter().filter_map(|r| r.release.as_ref()))
+        .cloned()
+        .collect()
 }
 
 /// Takes the releases no longer needed out of the state and returns them,
@@ -191,11 +203,16 @@ pub fn notes(name: &str, state: &AppState, alive: &dyn Fn(&CopyRecord) -> bool) 
     if !old.is_empty() && running.iter().any(|r| r.release == state.release) {
         let which = old.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
         let (copies, run) = if old.len() == 1 { ("copy", "runs") } else { ("copies", "run") };
-        let version = |id: &Option<String>| id.as_deref().map_or("working-dir (from before releases)".to_string(), |i| format!("release {i}"));
+        let version =
+            |id: &Option<String>| id.as_deref().map_or("working-dir (from before releases)".to_string(), |i| format!("release {i}"));
         let olds: std::collections::BTreeSet<String> =
             running.iter().filter(|r| r.release != state.release).map(|r| version(&r.release)).collect();
         let olds: Vec<String> = olds.into_iter().collect();
-        out.push(format!("{name}: {copies} {which} {run} the previous version ({}); new copies run {}.", olds.join(", "), version(&state.release)));
+        out.push(format!(
+            "{name}: {copies} {which} {run} the previous version ({}); new copies run {}.",
+            olds.join(", "),
+            version(&state.release)
+        ));
     }
     out
 }

@@ -102,7 +102,8 @@ pub fn take(src: &Source, dest: &Path, limit: u64) -> Result<Pending, String> {
     }
     let parent = dest.parent().ok_or_else(|| format!("{} has no parent folder", dest.display()))?;
     fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-    let mut pending = Pending { tmp: partial_path(dest), dest: dest.to_path_buf(), bytes: 0, files: 0, took: Duration::ZERO, committed: false };
+    let mut pending =
+        Pending { tmp: partial_path(dest), dest: dest.to_path_buf(), bytes: 0, files: 0, took: Duration::ZERO, committed: false };
     // A partial copy left by a daemon that died while taking it.
     let _ = fs::remove_dir_all(&pending.tmp);
     let mut count = Count::default();
@@ -161,8 +162,7 @@ impl Walk {
             return true;
         }
         self.leave_out.iter().any(|p| {
-            p.parent() == path.parent()
-                && p.file_name().is_some_and(|f| name.starts_with(&format!(".{}.tmp.", f.to_string_lossy())))
+            p.parent() == path.parent() && p.file_name().is_some_and(|f| name.starts_with(&format!(".{}.tmp.", f.to_string_lossy())))
         })
     }
 
@@ -319,7 +319,11 @@ mod tests {
         assert_eq!((pending.bytes, pending.files), (3, 4), "v1 + h, plus two symlinks");
         let dir = pending.commit().unwrap();
         assert_eq!(listing(&dir), ["R/", "R/helpers.R", "app.R", "helpers.R", "renv-lib", "sub/"]);
-        assert_eq!(fs::read_link(dir.join("renv-lib")).unwrap(), Path::new("/nonexistent/renv/cache"), "a dangling symlink is kept as it is");
+        assert_eq!(
+            fs::read_link(dir.join("renv-lib")).unwrap(),
+            Path::new("/nonexistent/renv/cache"),
+            "a dangling symlink is kept as it is"
+        );
         assert_eq!(fs::read_to_string(dir.join("helpers.R")).unwrap(), "h", "a relative symlink points inside the release");
         assert_eq!(fs::metadata(dir.join("app.R")).unwrap().permissions().mode() & 0o777, 0o640);
 

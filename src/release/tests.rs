@@ -4,7 +4,12 @@ use super::*;
 use crate::model::{AppState, CopyRecord, Release};
 
 fn rel(id: &str, dir: &Path) -> Release {
-    Release { id: id.into(), dir: dir.join(id), deployed: Deployed { env: BTreeMap::from([("V".into(), id.into())]), ..Default::default() }, ..Default::default() }
+    Release {
+        id: id.into(),
+        dir: dir.join(id),
+        deployed: Deployed { env: BTreeMap::from([("V".into(), id.into())]), ..Default::default() },
+        ..Default::default()
+    }
 }
 
 fn copy(copy: u32, release: Option<&str>, pid: Option<u32>) -> CopyRecord {
@@ -72,7 +77,8 @@ fn releases_go_once_no_copy_runs_them_and_their_gone_copies_logs_with_them() {
         record(&mut st, rel(id, dir));
     }
     // Copy 1 ran r1 and is gone; copy 2 ran r2 and drains; 3 and 4 run r4.
-    st.copies = vec![copy(1, Some("r1"), None), copy(2, Some("r2"), Some(20)), copy(3, Some("r4"), Some(30)), copy(4, Some("r4"), Some(40))];
+    st.copies =
+        vec![copy(1, Some("r1"), None), copy(2, Some("r2"), Some(20)), copy(3, Some("r4"), Some(30)), copy(4, Some("r4"), Some(40))];
     note_copies(&mut st);
     st.copies.remove(0);
     let gone = unneeded(&mut st);
@@ -139,4 +145,14 @@ fn status_says_which_copies_run_the_previous_version_and_that_a_rollback_differs
         "hello: runs the rolled-back release r1, rolled back from r2; its manifest differs. `shinyctl restart hello` deploys the manifest again."
     );
     let _ = std::fs::remove_dir_all(&st.releases[0].dir);
+}
+
+#[test]
+fn a_state_json_from_before_releases_reads_as_one_with_none() {
+    let old = r#"{"app":"hello","revision":3,"next_copy":2,"copies":[{"copy":1,"pid":10,"pid_start":5,"port":20001,"revision":3,
+        "settings":"ab","started_ms":1,"crashes":0,"last_exit":null,"drain_started_ms":null,"stop_started_ms":null,"left_down":null}]}"#;
+    let st: AppState = serde_json::from_str(old).unwrap();
+    assert_eq!((st.release.as_ref(), st.previous_release.as_ref(), st.rolled_back, st.releases.len()), (None, None, false, 0));
+    assert_eq!(st.copies[0].release, None, "adopted as it is: it runs working-dir");
+    assert!(notes("hello", &st, &|_| true).is_empty());
 }

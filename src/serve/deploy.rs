@@ -34,7 +34,8 @@ impl Taken {
     /// Release folders no state names (an earlier life of the app) go.
     fn record(self, home: &Home, spec: &AppSpec, state: &mut AppState) -> Result<Release, String> {
         let (bytes, files, took_ms) = (self.pending.bytes, self.pending.files, self.pending.took.as_millis() as u64);
-        let dir = self.pending.commit().map_err(|e| format!("{}: cannot put the release in place: {e}; nothing was deployed", spec.name))?;
+        let dir =
+            self.pending.commit().map_err(|e| format!("{}: cannot put the release in place: {e}; nothing was deployed", spec.name))?;
         let rel = Release { id: self.id, dir, taken_ms: self.taken_ms, bytes, files, took_ms, deployed: self.deployed, copies: Vec::new() };
         release::record(state, rel.clone());
         for orphan in release::orphans(&home.app_releases(&spec.group, &spec.name), state) {
@@ -56,7 +57,7 @@ fn taken_line(rel: &Release) -> String {
 }
 
 /// Takes a release of the spec's working-dir, off the daemon's lock.
-async fn take(home: &Home, spec: &AppSpec) -> Result<Taken, Reply> {
+async fn take(home: &Home, spec: &AppSpec) -> Result<Taken, Box<Reply>> {
     let taken_ms = now_ms();
     let id = release::new_id(taken_ms);
     let dest = home.release_dir(&spec.group, &spec.name, &id);
@@ -70,50 +71,50 @@ async fn take(home: &Home, spec: &AppSpec) -> Result<Taken, Reply> {
     };
     match copied {
         Ok(Ok(pending)) => Ok(Taken { pending, id, deployed: release::deployed(spec), taken_ms }),
-        Ok(Err(why)) => Err(refused(why)),
-        Err(e) => Err(refused(format!("the copy stopped: {e}"))),
+        Ok(Err(why)) => Err(Box::new(refused(why))),
+        Err(e) => Err(Box::new(refused(format!("the copy stopped: {e}")))),
     }
 }
 
 /// Checks a spec against the other apps (name, port, state-file) and an
 /// app of the same name being deleted. Returns the name of the app this
 /// manifest already is (the same manifest file), if any.
-fn check(d: &Daemon, spec: &AppSpec, text: &str) -> Result<Option<String>, Reply> {
+fn check(d: &Daemon, spec: &AppSpec, text: &str) -> Result<Option<String>, Box<Reply>> {
     let here = |key: &str, message: String| {
         manifest::ManifestError { file: spec.manifest.clone(), line: manifest::line_of_key(text, key), key: Some(key.into()), message }
             .to_string()
     };
     let existing = d.apps.iter().find(|(_, a)| !a.deleting && super::same_path(&a.spec.manifest, &spec.manifest)).map(|(n, _)| n.clone());
     if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.deleting) {
-        return Err(error(
+        return Err(Box::new(error(
             StatusCode::CONFLICT,
             here(
                 "app-name",
                 format!("{} is being deleted; its copies stop once their sessions end. Apply again once `shinyctl status` no longer lists it, or use `shinyctl delete {} --now` first", spec.name, spec.name),
             ),
-        ));
+        )));
     }
     for (name, other) in d.apps.iter().filter(|(n, a)| Some(*n) != existing.as_ref() && !a.deleting) {
         if *name == spec.name {
-            return Err(error(
+            return Err(Box::new(error(
                 StatusCode::CONFLICT,
                 here("app-name", format!("{name} is already the name of the app in {}; pick another name", other.spec.manifest.display())),
-            ));
+            )));
         }
         if other.spec.port == spec.port {
-            return Err(error(
+            return Err(Box::new(error(
                 StatusCode::CONFLICT,
                 here("port", format!("{} is already used by app {name} ({}); pick another port", spec.port, other.spec.manifest.display())),
-            ));
+            )));
         }
         if super::same_path(&other.spec.state_file, &spec.state_file) {
-            return Err(error(
+            return Err(Box::new(error(
                 StatusCode::CONFLICT,
                 here(
                     "state-file",
                     format!("{} is already the state file of app {name}; set state-file to another path", spec.state_file.display()),
                 ),
-            ));
+            )));
         }
     }
     Ok(existing)
@@ -138,14 +139,14 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
         let d = shared.lock().await;
         let existing = match check(&d, &spec, &req.text) {
             Ok(e) => e,
-            Err(reply) => return reply,
+            Err(reply) => return *reply,
         };
         (d.home.clone(), deploys(existing.and_then(|n| d.apps.get(&n)), &spec))
     };
     let taken = if needs {
         match take(&home, &spec).await {
             Ok(t) => Some(t),
-            Err(reply) => return reply,
+            Err(reply) => return *reply,
         }
     } else {
         None
@@ -154,7 +155,7 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
     // The world may have changed while the release was copied.
     let existing = match check(&d, &spec, &req.text) {
         Ok(e) => e,
-        Err(reply) => return reply,
+        Err(reply) => return *reply,
     };
     if taken.is_none() && deploys(existing.as_ref().and_then(|n| d.apps.get(n)), &spec) {
         return error(StatusCode::CONFLICT, format!("{}: changed while this apply ran; apply again", spec.name));
@@ -162,7 +163,8 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
     let message = match existing {
         Some(old_name) => {
             let mut app = d.apps.remove(&old_name).expect("checked above");
-            let restarts = app.spec.settings_hash() != spec.settings_hash() || app.state.rolled_back;
+            let was_rolled_back = app.state.rolled_back;
+            let restarts = app.spec.settings_hash() != spec.settings_hash() || was_rolled_back;
             let same = app.spec == spec && !restarts;
             let rel = match taken.map(|t| t.record(&home, &spec, &mut app.state)).transpose() {
                 Ok(rel) => rel,
@@ -185,6 +187,8 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
             let name = &spec.name;
             let line = if same {
                 format!("{name}: unchanged.")
+            } else if was_rolled_back && !asleep {
+                format!("{name}: deploys the manifest again in place of the rolled-back release; new copies start and the old ones drain. Watch: shinyctl status {name}")
             } else if restarts && asleep {
                 format!("{name}: changed how it starts; it is asleep and wakes with the new version.")
             } else if restarts {
@@ -243,12 +247,10 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
     let refused = |why: String| error(StatusCode::UNPROCESSABLE_ENTITY, format!("{name}: not restarted, nothing changed: {why}"));
     let text = match tokio::fs::read_to_string(&manifest_path).await {
         Ok(t) => t,
-        Err(e) => {
-            return refused(format!(
-                "cannot read its manifest {} ({e}); restart reads the manifest it was applied from. If it moved, apply it from where it is now",
-                manifest_path.display()
-            ))
-        }
+        Err(e) => return refused(format!(
+            "cannot read its manifest {} ({e}); restart reads the manifest it was applied from. If it moved, apply it from where it is now",
+            manifest_path.display()
+        )),
     };
     let spec = match manifest::parse(&manifest_path, &text) {
         Ok(s) => s,
@@ -262,17 +264,17 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
         ));
     }
     if let Err(reply) = check(&*shared.lock().await, &spec, &text) {
-        return reply;
+        return *reply;
     }
     let taken = match take(&home, &spec).await {
         Ok(t) => t,
-        Err(reply) => return reply,
+        Err(reply) => return *reply,
     };
     let mut d = shared.lock().await;
     match check(&d, &spec, &text) {
         Ok(Some(existing)) if existing == name => {}
         Ok(_) => return not_found(name),
-        Err(reply) => return reply,
+        Err(reply) => return *reply,
     }
     let app = d.apps.get_mut(name).expect("checked above");
     let rel = match taken.record(&home, &spec, &mut app.state) {

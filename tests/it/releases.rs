@@ -69,7 +69,12 @@ fn stays(port: u16, want: &str, span: Duration, why: &str) {
 fn releases(env: &Env, app: &str) -> Vec<(u32, Option<String>)> {
     let v = env.status();
     let a = v["apps"].as_array().unwrap().iter().find(|a| a["name"] == app).cloned().unwrap_or_default();
-    a["copies"].as_array().into_iter().flatten().map(|c| (c["copy"].as_u64().unwrap() as u32, c["release"].as_str().map(str::to_string))).collect()
+    a["copies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| (c["copy"].as_u64().unwrap() as u32, c["release"].as_str().map(str::to_string)))
+        .collect()
 }
 
 fn app_releases_dir(env: &Env, app: &str) -> PathBuf {
@@ -77,7 +82,8 @@ fn app_releases_dir(env: &Env, app: &str) -> PathBuf {
 }
 
 fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir).into_iter().flatten().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).into_iter().flatten().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     v.sort();
     v
 }
@@ -239,7 +245,10 @@ fn rollback_brings_the_previous_version_back_with_no_failed_request() {
     assert!(out.contains("rolling back to release"), "{out}");
     env.wait_roles("rb", "3:active", START);
     let page = get(port, "/", &[]).unwrap().body;
-    assert!(page.contains("version=v1;") && page.contains("greeting=one;"), "the previous version with the settings it was deployed with: {page}");
+    assert!(
+        page.contains("version=v1;") && page.contains("greeting=one;"),
+        "the previous version with the settings it was deployed with: {page}"
+    );
     let (sent, errors) = requests.finish();
     assert!(errors.is_empty(), "no failed request in the loop: {} of {sent}: {errors:?}", errors.len());
     assert_eq!(listing(&app_releases_dir(&env, "rb")), dirs_before, "nothing copied, nothing deleted");
@@ -299,7 +308,8 @@ impl Xfs {
         // Sparse: 320M is just over mkfs.xfs's smallest, and takes no room.
         std::fs::File::create(&img).unwrap().set_len(320 << 20).unwrap();
         let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
-            let out = std::process::Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e} (test.sh installs xfsprogs)"));
+            let out =
+                std::process::Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e} (test.sh installs xfsprogs)"));
             assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         };
         run("mkfs.xfs", &["-q".as_ref(), "-m".as_ref(), "reflink=1".as_ref(), img.as_os_str()]);
