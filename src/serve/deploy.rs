@@ -247,10 +247,12 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
     let refused = |why: String| error(StatusCode::UNPROCESSABLE_ENTITY, format!("{name}: not restarted, nothing changed: {why}"));
     let text = match tokio::fs::read_to_string(&manifest_path).await {
         Ok(t) => t,
-        Err(e) => return refused(format!(
+        Err(e) => {
+            return refused(format!(
             "cannot read its manifest {} ({e}); restart reads the manifest it was applied from. If it moved, apply it from where it is now",
             manifest_path.display()
-        )),
+        ))
+        }
     };
     let spec = match manifest::parse(&manifest_path, &text) {
         Ok(s) => s,
@@ -285,16 +287,29 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
         let _ = std::fs::remove_file(&app.spec.state_file);
     }
     app.spec = spec;
+    match redeploy(&mut d, name, now) {
+        Ok((rev, how)) => ok(with_release(
+            format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"),
+            Some(&rel),
+        )),
+        Err(reply) => *reply,
+    }
+}
+
+/// The end of restart and rollback, with the app's spec and release in
+/// place: a new revision (so every copy is outdated), saved, and the cycle
+/// told. Returns the revision and how the old copies go.
+fn redeploy(d: &mut Daemon, name: &str, now: bool) -> Result<(u64, &'static str), Box<Reply>> {
+    let app = d.apps.get_mut(name).expect("the caller holds the app");
     app.state.revision += 1;
     app.state.stop_now = now;
     let rev = app.state.revision;
     record::save_state(&app.spec.state_file, &app.state);
     if let Err(e) = d.save_registry() {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
+        return Err(Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"))));
     }
     let _ = d.events.send(Event::Changed { app: name.to_string() });
-    let how = if now { "the old ones stop as soon as the new ones are ready" } else { "the old ones drain" };
-    ok(with_release(format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"), Some(&rel)))
+    Ok((rev, if now { "the old ones stop as soon as the new ones are ready" } else { "the old ones drain" }))
 }
 
 /// `POST /v1/apps/NAME/rollback`: redeploys the release before the current
@@ -309,15 +324,10 @@ pub async fn rollback(shared: &Shared, name: &str, now: bool) -> Reply {
         Err(why) => return error(StatusCode::CONFLICT, format!("{why}. Nothing changed.")),
     };
     app.spec = release::with_deployed(&app.spec, &rel.deployed);
-    app.state.revision += 1;
-    app.state.stop_now = now;
-    let rev = app.state.revision;
-    record::save_state(&app.spec.state_file, &app.state);
-    if let Err(e) = d.save_registry() {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
-    }
-    let _ = d.events.send(Event::Changed { app: name.to_string() });
-    let how = if now { "the old ones stop as soon as the new ones are ready" } else { "the old ones drain" };
+    let (rev, how) = match redeploy(&mut d, name, now) {
+        Ok(done) => done,
+        Err(reply) => return *reply,
+    };
     ok(format!(
         "{name}: rolling back to release {} (taken {}) with the settings it was deployed with, at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}",
         rel.id,

@@ -43,6 +43,17 @@ fn versioned_app(env: &Env, name: &str, port: u16, extra: &str, version: &str) -
     (manifest, app_r_path)
 }
 
+/// A versioned app at v1 with `warm-replicas: 0` and `extra` manifest
+/// lines, applied and serving from copy 1; returns (port, manifest, app.R).
+fn started_v1(env: &Env, name: &str, extra: &str) -> (u16, PathBuf, PathBuf) {
+    let port = free_port();
+    let (manifest, app_r_path) = versioned_app(env, name, port, &format!("warm-replicas: 0\n{extra}"), "v1");
+    env.apply(&manifest);
+    env.wait_roles(name, "1:active", START);
+    wait_version(port, "v1");
+    (port, manifest, app_r_path)
+}
+
 /// The version a visitor gets: a new one, or one holding this cookie.
 fn version(port: u16, cookie: Option<&str>) -> Option<String> {
     let headers: Vec<(&str, &str)> = cookie.map(|c| vec![("Cookie", c)]).unwrap_or_default();
@@ -118,10 +129,7 @@ fn editing_app_r_in_place_changes_nothing_until_restart() {
 #[test]
 fn after_restart_an_old_page_keeps_the_old_version_and_new_visitors_get_the_new() {
     let env = Env::new("rel-cookie");
-    let port = free_port();
-    let (manifest, app_r_path) = versioned_app(&env, "ck", port, "warm-replicas: 0\ndrain-timeout: 60s\n", "v1");
-    env.apply(&manifest);
-    env.wait_roles("ck", "1:active", START);
+    let (port, _, app_r_path) = started_v1(&env, "ck", "drain-timeout: 60s\n");
     let first = get(port, "/", &[]).unwrap();
     let cookie = first.cookie().expect("a cookie for copy 1");
     let session = Session::open(port, &cookie);
@@ -145,11 +153,7 @@ fn after_restart_an_old_page_keeps_the_old_version_and_new_visitors_get_the_new(
 #[test]
 fn a_broken_edit_of_app_r_never_takes_over() {
     let env = Env::new("rel-broken");
-    let port = free_port();
-    let (manifest, app_r_path) = versioned_app(&env, "bk", port, "warm-replicas: 0\n", "v1");
-    env.apply(&manifest);
-    env.wait_roles("bk", "1:active", START);
-    wait_version(port, "v1");
+    let (port, _, app_r_path) = started_v1(&env, "bk", "");
 
     let requests = Loop::start(port);
     std::fs::write(&app_r_path, format!("stop(\"boom\")\n{}", app_r("v2"))).unwrap();
@@ -171,10 +175,7 @@ fn a_broken_edit_of_app_r_never_takes_over() {
 #[test]
 fn restart_picks_up_an_env_edited_in_app_yaml() {
     let env = Env::new("rel-env");
-    let port = free_port();
-    let (manifest, _) = versioned_app(&env, "ev", port, "warm-replicas: 0\nenv:\n  GREETING: hello\n", "v1");
-    env.apply(&manifest);
-    env.wait_roles("ev", "1:active", START);
+    let (port, manifest, _) = started_v1(&env, "ev", "env:\n  GREETING: hello\n");
     assert!(get(port, "/", &[]).unwrap().body.contains("greeting=hello;"));
 
     std::fs::write(&manifest, format!("app-name: ev\nport: {port}\nwarm-replicas: 0\nenv:\n  GREETING: bonjour\n")).unwrap();
@@ -187,10 +188,7 @@ fn restart_picks_up_an_env_edited_in_app_yaml() {
 #[test]
 fn a_manifest_made_bad_before_restart_is_refused_and_nothing_changes() {
     let env = Env::new("rel-bad");
-    let port = free_port();
-    let (manifest, _) = versioned_app(&env, "bad", port, "warm-replicas: 0\n", "v1");
-    env.apply(&manifest);
-    env.wait_roles("bad", "1:active", START);
+    let (port, manifest, _) = started_v1(&env, "bad", "");
     let pid = env.pid_of("bad", 1);
     let revision = || env.status()["apps"][0]["revision"].as_u64();
     let before = revision();
@@ -226,10 +224,7 @@ fn a_manifest_made_bad_before_restart_is_refused_and_nothing_changes() {
 #[test]
 fn rollback_brings_the_previous_version_back_with_no_failed_request() {
     let env = Env::new("rel-rollback");
-    let port = free_port();
-    let (manifest, app_r_path) = versioned_app(&env, "rb", port, "warm-replicas: 0\nenv:\n  GREETING: one\n", "v1");
-    env.apply(&manifest);
-    env.wait_roles("rb", "1:active", START);
+    let (port, manifest, app_r_path) = started_v1(&env, "rb", "env:\n  GREETING: one\n");
     let out = env.run(&["rollback", "rb"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no release before the current one"));
 
@@ -273,11 +268,7 @@ fn rollback_brings_the_previous_version_back_with_no_failed_request() {
 #[test]
 fn a_copy_restarted_after_a_crash_runs_its_recorded_release() {
     let env = Env::new("rel-crash");
-    let port = free_port();
-    let (manifest, app_r_path) = versioned_app(&env, "cr", port, "warm-replicas: 0\n", "v1");
-    env.apply(&manifest);
-    env.wait_roles("cr", "1:active", START);
-    wait_version(port, "v1");
+    let (port, _, app_r_path) = started_v1(&env, "cr", "");
     let recorded = releases(&env, "cr");
 
     std::fs::write(&app_r_path, app_r("v2")).unwrap();
