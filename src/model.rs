@@ -1,14 +1,16 @@
 //! The types that cross a process boundary: the API between the command and
 //! the daemon, the copies table the daemon pushes to the load balancer, the
-//! load balancer's statistics, and the files the daemon records
-//! (`state.json`, `registry.json`).
+//! load balancer's statistics, and the state the daemon records
+//! (`state.json`; `registry.json` is `serve::record::Registry`, as it holds
+//! the manifest's `AppSpec`).
 //!
 //! Everything here is plain data with serde derives; no I/O lives in this file.
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
-use crate::manifest::AppSpec;
+/// The policy the copies table carries ([`ProxyApp::policy`]); the manifest
+/// owns it, as it is a manifest value first.
+pub use crate::manifest::LbPolicy;
 
 /// The build identity of this binary (the version and a hash of its
 /// sources): a load balancer of another build is replaced on upgrade.
@@ -34,74 +36,6 @@ impl Role {
             Role::Active => "active",
             Role::Warm => "warm",
             Role::Draining => "draining",
-        }
-    }
-}
-
-/// How the load balancer picks a copy for a visitor who has none yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum LbPolicy {
-    /// The copy with the fewest open connections.
-    #[default]
-    LeastConn,
-    /// Each active copy in turn.
-    RoundRobin,
-    /// Any active copy.
-    Random,
-    /// Always the oldest active copy.
-    First,
-}
-
-impl LbPolicy {
-    /// Every accepted spelling, for error messages.
-    pub const ALLOWED: &'static str = "least-conn, round-robin, random, first";
-
-    /// Parses the manifest spelling.
-    pub fn parse(s: &str) -> Option<LbPolicy> {
-        match s {
-            "least-conn" => Some(LbPolicy::LeastConn),
-            "round-robin" => Some(LbPolicy::RoundRobin),
-            "random" => Some(LbPolicy::Random),
-            "first" => Some(LbPolicy::First),
-            _ => None,
-        }
-    }
-}
-
-/// Whether a copy that exited comes back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum RestartPolicy {
-    /// After any exit.
-    #[default]
-    Always,
-    /// Only after a non-zero exit (or a signal).
-    OnFailure,
-    /// Never.
-    Never,
-}
-
-impl RestartPolicy {
-    /// Every accepted spelling, for error messages.
-    pub const ALLOWED: &'static str = "always, on-failure, never";
-
-    /// Parses the manifest spelling.
-    pub fn parse(s: &str) -> Option<RestartPolicy> {
-        match s {
-            "always" => Some(RestartPolicy::Always),
-            "on-failure" => Some(RestartPolicy::OnFailure),
-            "never" => Some(RestartPolicy::Never),
-            _ => None,
-        }
-    }
-
-    /// The manifest spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RestartPolicy::Always => "always",
-            RestartPolicy::OnFailure => "on-failure",
-            RestartPolicy::Never => "never",
         }
     }
 }
@@ -302,7 +236,7 @@ pub struct Deployed {
     /// `r-path`.
     pub r_path: String,
     /// `env`.
-    pub env: BTreeMap<String, String>,
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// One copy's identity and history.
@@ -365,13 +299,6 @@ impl Exit {
             (None, None) => "exited".to_string(),
         }
     }
-}
-
-/// `registry.json`: every app the daemon manages.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Registry {
-    /// The applied spec of each app, by app name.
-    pub apps: BTreeMap<String, AppSpec>,
 }
 
 // ---------------------------------------------------------------------------

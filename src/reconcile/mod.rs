@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::manifest::AppSpec;
-use crate::model::{AppState, CopyRecord, Exit, RestartPolicy, Role};
+use crate::manifest::{AppSpec, RestartPolicy};
+use crate::model::{AppState, CopyRecord, Exit, Role};
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 //! stopped one exits, and the test says when a copy is ready or dies.
 
 use super::*;
-use crate::model::{LbPolicy, RestartPolicy};
+use crate::manifest::{LbPolicy, RestartPolicy};
 use std::path::PathBuf;
 
 const S: u64 = 1000;

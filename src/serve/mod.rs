@@ -548,7 +548,7 @@ impl Daemon {
     /// Saves registry.json from the apps held (those not being deleted).
     fn save_registry(&self) -> anyhow::Result<()> {
         let apps = self.apps.iter().filter(|(_, a)| !a.deleting).map(|(n, a)| (n.clone(), a.spec.clone())).collect();
-        record::save_registry(&self.home, &crate::model::Registry { apps })
+        record::save_registry(&self.home, &record::Registry { apps })
     }
 }
 

@@ -2,13 +2,24 @@
 //! temporary file, fsync, rename), registry.json, the daemon's lock, and log
 //! rotation.
 
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use crate::home::{write_atomic, Home};
-use crate::model::{AppState, Registry};
+use crate::manifest::AppSpec;
+use crate::model::AppState;
+
+/// `registry.json`: every app the daemon manages. Only the daemon reads and
+/// writes it, so it lives here beside the code that does.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Registry {
+    /// The applied spec of each app, by app name.
+    pub apps: BTreeMap<String, AppSpec>,
+}
 
 /// Takes an exclusive, non-blocking flock on `path`; held while the file
 /// stays open.

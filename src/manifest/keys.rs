@@ -1,0 +1,263 @@
+//! One check per key: each takes the key's YAML value and gives the value
+//! the spec holds, or an error that names the key, its line and what is
+//! allowed. `draft::TAKE` says which check takes which key; `env`, with its
+//! entries, has a file of its own (`env.rs`); the checks that need several
+//! keys are at the end.
+
+use serde_yaml::Value;
+use std::path::{Component, Path, PathBuf};
+
+use super::error::{shown_scalar, Cx};
+use super::{LbPolicy, ManifestError, RestartPolicy, MAX_COPIES, MAX_LONG_DURATION_MS, MAX_NAME_LEN, MAX_REQUEST_TIMEOUT_MS};
+
+/// What `app-name` and `app-group` allow.
+pub(super) const NAME_ALLOWED: &str = "lowercase letters, digits and '-', starting with a letter or a digit \
+     ([a-z0-9][a-z0-9-]*), at most 63 characters";
+/// What `port` allows.
+pub(super) const PORT_ALLOWED: &str = "a whole number 1-65535, outside 20000-29999";
+const DURATION_ALLOWED: &str = "a duration such as 500ms, 30s, 15m or 1h, or a whole number of seconds";
+const HOST_ALLOWED: &str = "an IP address to listen on, such as 0.0.0.0 (every IPv4 address), \
+     127.0.0.1 (this machine only) or :: (every address)";
+
+/// `app-name`.
+pub(super) fn app_name(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+    name(cx, v)
+}
+
+/// `app-group`.
+pub(super) fn app_group(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+    name(cx, v)
+}
+
+/// `working-dir`: an existing folder.
+pub(super) fn working_dir(cx: &Cx, v: &Value) -> Result<PathBuf, ManifestError> {
+    let s = cx.nonempty_string(v, "an existing folder, absolute or relative to the manifest's folder")?;
+    let p = resolve(cx.doc.dir, &s);
+    check_dir(cx, &p)?;
+    Ok(p)
+}
+
+/// `entrypoint-file`: a relative path (that it exists is checked once
+/// working-dir is known, by [`entrypoint_exists`]).
+pub(super) fn entrypoint_file(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+    let allowed = "a file in working-dir, such as app.R";
+    let s = cx.nonempty_string(v, allowed)?;
+    let p = Path::new(s.trim());
+    if p.is_absolute() {
+        return Err(cx.err(format!("{s:?} is an absolute path; allowed: {allowed} (a path relative to working-dir)")));
+    }
+    let rel: PathBuf = p.components().filter(|c| !matches!(c, Component::CurDir)).collect();
+    if rel.as_os_str().is_empty() {
+        return Err(cx.err(format!("{s:?} names no file; allowed: {allowed}")));
+    }
+    Ok(rel.to_string_lossy().into_owned())
+}
+
+/// `port`: outside the copies' own range.
+pub(super) fn port(cx: &Cx, v: &Value) -> Result<u16, ManifestError> {
+    let n = cx.uint(v, PORT_ALLOWED)?;
+    if n == 0 || n > 65535 {
+        return Err(cx.err(format!("{n} is not a port number; allowed: {PORT_ALLOWED}")));
+    }
+    if (20000..=29999).contains(&n) {
+        return Err(cx.err(format!("{n} is in 20000-29999, which is kept for the copies' own ports; allowed: {PORT_ALLOWED}")));
+    }
+    Ok(n as u16)
+}
+
+/// `host`: an IP address, brackets around an IPv6 one allowed.
+pub(super) fn host(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+    let s = cx.nonempty_string(v, HOST_ALLOWED)?;
+    let t = s.trim();
+    let t = t.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(t);
+    match t.parse::<std::net::IpAddr>() {
+        Ok(ip) => Ok(ip.to_string()),
+        Err(_) => Err(cx.err(format!("{s:?} is not an IP address; allowed: {HOST_ALLOWED}"))),
+    }
+}
+
+/// `replicas`: 1 to [`MAX_COPIES`].
+pub(super) fn replicas(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+    let allowed = format!("a whole number, at least 1 (and at most {MAX_COPIES})");
+    let n = cx.uint(v, &allowed)?;
+    if n < 1 {
+        return Err(cx.err(format!("{n} copies would serve nobody; allowed: {allowed}")));
+    }
+    if n > MAX_COPIES {
+        return Err(cx.err(format!("{n} is too many; allowed: {allowed}")));
+    }
+    Ok(n as u32)
+}
+
+/// `warm-replicas`: 0 to [`MAX_COPIES`].
+pub(super) fn warm_replicas(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+    let allowed = format!("a whole number, 0 or more (and at most {MAX_COPIES})");
+    let n = cx.uint(v, &allowed)?;
+    if n > MAX_COPIES {
+        return Err(cx.err(format!("{n} is too many; allowed: {allowed}")));
+    }
+    Ok(n as u32)
+}
+
+/// `lb-policy`.
+pub(super) fn lb_policy(cx: &Cx, v: &Value) -> Result<LbPolicy, ManifestError> {
+    let allowed = format!("one of {}", LbPolicy::ALLOWED);
+    let s = cx.string(v, &allowed)?;
+    LbPolicy::parse(s.trim()).ok_or_else(|| cx.err(format!("{s:?} is not a policy; allowed: {allowed}")))
+}
+
+/// `drain-timeout`.
+pub(super) fn drain_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+    long_duration(cx, v)
+}
+
+/// `restart-policy`.
+pub(super) fn restart_policy(cx: &Cx, v: &Value) -> Result<RestartPolicy, ManifestError> {
+    let allowed = format!("one of {}", RestartPolicy::ALLOWED);
+    let s = cx.string(v, &allowed)?;
+    RestartPolicy::parse(s.trim()).ok_or_else(|| cx.err(format!("{s:?} is not a policy; allowed: {allowed}")))
+}
+
+/// `state-file`: a file path whose folder exists.
+pub(super) fn state_file(cx: &Cx, v: &Value) -> Result<PathBuf, ManifestError> {
+    let allowed = "a file path for the app's state.json, absolute or relative to the manifest's folder";
+    let s = cx.nonempty_string(v, allowed)?;
+    let p = resolve(cx.doc.dir, &s);
+    if p.is_dir() {
+        return Err(cx.err(format!("{} is a folder; allowed: {allowed}", p.display())));
+    }
+    if let Some(parent) = p.parent() {
+        if !parent.is_dir() {
+            return Err(cx.err(format!("the folder {} does not exist; allowed: {allowed}, in an existing folder", parent.display())));
+        }
+    }
+    Ok(p)
+}
+
+/// `idle-timeout`.
+pub(super) fn idle_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+    long_duration(cx, v)
+}
+
+/// `request-timeout`: more than 0, at most [`MAX_REQUEST_TIMEOUT_MS`].
+pub(super) fn request_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+    let allowed = format!("more than 0 and at most 30s: {DURATION_ALLOWED}");
+    let ms = cx.duration(v, &allowed)?;
+    if ms == 0 {
+        return Err(cx.err(format!("0 would never wait for the app; allowed: {allowed}")));
+    }
+    if ms > MAX_REQUEST_TIMEOUT_MS {
+        return Err(cx.err(format!("{} is longer than 30s; allowed: {allowed}", shown_scalar(v))));
+    }
+    Ok(ms)
+}
+
+/// `r-path`: a name looked up on PATH when the copy starts, or a path
+/// (with a `/` or a `~`) to a file that exists now.
+pub(super) fn r_path(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+    let allowed = "the R executable: a name found on PATH, such as R, or a path to it \
+                   (relative to the manifest's folder)";
+    let s = cx.nonempty_string(v, allowed)?;
+    let s = s.trim();
+    if !(s.contains('/') || s.starts_with('~')) {
+        return Ok(s.to_string());
+    }
+    let p = resolve(cx.doc.dir, s);
+    if !p.is_file() {
+        let what = if p.exists() { "is not a file" } else { "does not exist" };
+        return Err(cx.err(format!("{} {what}; allowed: {allowed}", p.display())));
+    }
+    Ok(p.to_string_lossy().into_owned())
+}
+
+// ---------------------------------------------------------------------------
+// Shared by several keys
+// ---------------------------------------------------------------------------
+
+/// `app-name` / `app-group`: `[a-z0-9][a-z0-9-]*`.
+fn name(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+    let s = cx.string(v, NAME_ALLOWED)?;
+    if !valid_name(&s) {
+        return Err(cx.err(format!("{s:?} is not a valid name; allowed: {NAME_ALLOWED}")));
+    }
+    Ok(s)
+}
+
+/// `drain-timeout`, `idle-timeout`: any duration up to a year.
+fn long_duration(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+    let allowed = format!("{DURATION_ALLOWED}, at most 8760h (a year)");
+    let ms = cx.duration(v, &allowed)?;
+    if ms > MAX_LONG_DURATION_MS {
+        return Err(cx.err(format!("{} is too long; allowed: {allowed}", shown_scalar(v))));
+    }
+    Ok(ms)
+}
+
+/// `[a-z0-9][a-z0-9-]*`, at most [`MAX_NAME_LEN`] characters.
+fn valid_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_NAME_LEN
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// The key's folder `p` exists and is a folder (working-dir, given or the
+/// default).
+pub(super) fn check_dir(cx: &Cx, p: &Path) -> Result<(), ManifestError> {
+    if p.is_dir() {
+        return Ok(());
+    }
+    let what = if p.exists() { "is not a folder" } else { "does not exist" };
+    Err(cx.err(format!(
+        "{} {what}; allowed: an existing folder, absolute or relative to the manifest's folder {}",
+        p.display(),
+        cx.doc.dir.display()
+    )))
+}
+
+// ---------------------------------------------------------------------------
+// Checks that need several keys
+// ---------------------------------------------------------------------------
+
+/// The entrypoint file (entrypoint-file, default app.R) is a file in
+/// working-dir. `cx` is for entrypoint-file, given or not.
+pub(super) fn entrypoint_exists(cx: &Cx, working_dir: &Path, entrypoint: &str) -> Result<(), ManifestError> {
+    let entry_path = working_dir.join(entrypoint);
+    if entry_path.is_file() {
+        return Ok(());
+    }
+    let what = if entry_path.is_dir() { "is a folder, not a file" } else { "does not exist" };
+    Err(cx.err(format!(
+        "missing entrypoint file {} ({what}); allowed: a file in working-dir {} \
+         (entrypoint-file, default app.R)",
+        entry_path.display(),
+        working_dir.display()
+    )))
+}
+
+// ---------------------------------------------------------------------------
+// Paths
+// ---------------------------------------------------------------------------
+
+/// `path` made absolute (against the current folder) without `.` parts.
+pub(super) fn absolute(path: &Path) -> PathBuf {
+    let p = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")).join(path) };
+    clean(&p)
+}
+
+/// A path from the manifest: `~/…` is under $HOME, relative is relative to
+/// the manifest's folder. `.` parts are dropped; `..` parts are kept, so a
+/// symlinked folder resolves as the system resolves it.
+fn resolve(base: &Path, s: &str) -> PathBuf {
+    let s = s.trim();
+    let p = match (s == "~" || s.starts_with("~/"), std::env::var_os("HOME")) {
+        (true, Some(h)) if !h.is_empty() => PathBuf::from(h).join(s[1..].trim_start_matches('/')),
+        _ => PathBuf::from(s),
+    };
+    clean(&if p.is_absolute() { p } else { base.join(p) })
+}
+
+fn clean(p: &Path) -> PathBuf {
+    p.components().filter(|c| !matches!(c, Component::CurDir)).collect()
+}

@@ -1,0 +1,186 @@
+//! The manifest: YAML (one app a file, kebab-case keys) → a validated
+//! [`AppSpec`]. A bad manifest is refused whole, with the file, the line, the
+//! key and what is allowed.
+//!
+//! How it is read: [`parse`] loads the YAML and hands each key to a
+//! [`draft::Draft`], which looks the key up in its table and runs that key's
+//! own check (`keys.rs`: one function per key, such as
+//! `fn port(cx: &Cx, v: &Value) -> Result<u16, ManifestError>`). Once every
+//! key is in, `Draft::finish` fills the defaults and runs the checks that need
+//! several keys. `error.rs` holds the error type and finds the line of a key;
+//! `value.rs` reads the kinds of value keys share (text, whole numbers,
+//! durations).
+//!
+//! Adding a key: its check function in `keys.rs`, a field in `Draft` and its
+//! line in `draft::TAKE` (which also lists it in [`KEYS`] and in the "did you
+//! mean" suggestions), its field in [`AppSpec`] with its default in
+//! `Draft::finish`.
+
+mod draft;
+mod env;
+mod error;
+mod keys;
+mod policy;
+mod value;
+
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+use serde_yaml::{Mapping, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use error::{describe, first_content_line, Doc};
+
+pub use draft::KEYS;
+pub use error::{line_of_key, ManifestError};
+pub use policy::{LbPolicy, RestartPolicy};
+pub use value::parse_duration;
+
+/// A validated app, as applied. Durations are in milliseconds, paths are
+/// absolute.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppSpec {
+    /// `app-name`: `[a-z0-9][a-z0-9-]*`.
+    pub name: String,
+    /// `app-group`, default `default`.
+    pub group: String,
+    /// The manifest's absolute path.
+    pub manifest: PathBuf,
+    /// `working-dir`, absolute; default the manifest's folder.
+    pub working_dir: PathBuf,
+    /// `entrypoint-file`, default `app.R`, relative to working-dir.
+    pub entrypoint: String,
+    /// `port`: the load balancer listens here.
+    pub port: u16,
+    /// `host`, default `0.0.0.0`: the load balancer's listen address.
+    pub host: String,
+    /// `replicas`, default 1, at least 1.
+    pub replicas: u32,
+    /// `warm-replicas`, default 1.
+    pub warm_replicas: u32,
+    /// `lb-policy`, default least-conn.
+    pub lb_policy: LbPolicy,
+    /// `drain-timeout` in ms, default 15m.
+    pub drain_timeout_ms: u64,
+    /// `restart-policy`, default always.
+    pub restart_policy: RestartPolicy,
+    /// `env`: extra environment for the copies.
+    pub env: BTreeMap<String, String>,
+    /// `state-file`, absolute; default `state.json` beside the manifest.
+    pub state_file: PathBuf,
+    /// `idle-timeout` in ms, default 300s; 0 never sleeps.
+    pub idle_timeout_ms: u64,
+    /// `request-timeout` in ms, default 30s, at most 30s.
+    pub request_timeout_ms: u64,
+    /// `r-path`, default `R` (found on PATH).
+    pub r_path: String,
+}
+
+impl AppSpec {
+    /// The hash of everything that decides how a copy starts: env,
+    /// working-dir, app-group, app-name, entrypoint-file, r-path. Copies
+    /// started with another hash are outdated.
+    pub fn settings_hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for part in
+            [self.name.as_str(), self.group.as_str(), &self.working_dir.to_string_lossy(), self.entrypoint.as_str(), self.r_path.as_str()]
+        {
+            h.update(part.as_bytes());
+            h.update([0]);
+        }
+        for (k, v) in &self.env {
+            h.update(k.as_bytes());
+            h.update([b'=']);
+            h.update(v.as_bytes());
+            h.update([0]);
+        }
+        let digest = h.finalize();
+        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The longest `app-name` / `app-group` (a DNS label's limit; both end up in
+/// file names).
+pub const MAX_NAME_LEN: usize = 63;
+/// The most `replicas`, and the most `warm-replicas` (a sanity limit: every
+/// copy needs a port of its own in 20000-29999, and a redeploy runs old and
+/// new copies side by side).
+pub const MAX_COPIES: u64 = 1000;
+/// The longest `drain-timeout` / `idle-timeout`: 365 days (so that adding
+/// it to a clock can never overflow).
+pub const MAX_LONG_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
+/// The longest `request-timeout`: 30 s.
+pub const MAX_REQUEST_TIMEOUT_MS: u64 = 30_000;
+
+/// Parses and validates a manifest's text. `path` is the manifest's absolute
+/// path (relative paths inside it are relative to its folder; a relative
+/// `path` is taken relative to the current folder).
+///
+/// Errors come in the order of the document: the first bad key wins, then a
+/// missing required key, then the checks that need several keys (the
+/// entrypoint file inside working-dir). Every error names the file, the
+/// 1-based line, the key (when there is one) and what is allowed.
+pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
+    let file = keys::absolute(path);
+    let dir = file.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let doc = Doc { file: &file, dir: &dir, text };
+
+    let mut draft = draft::Draft::default();
+    for (k, v) in &mapping(&doc)? {
+        let key = key_text(&doc, k)?;
+        draft.take(&doc.key(key), v)?;
+    }
+    draft.finish(&doc)
+}
+
+/// The document's top-level mapping; an empty document, another kind of
+/// value or YAML that does not parse is refused.
+fn mapping(doc: &Doc) -> Result<Mapping, ManifestError> {
+    let text = doc.text;
+    match serde_yaml::from_str(text) {
+        Ok(Value::Mapping(m)) => Ok(m),
+        Ok(Value::Null) => Err(doc.at(
+            first_content_line(text),
+            None,
+            "the manifest is empty; it needs at least app-name and port, \
+             such as `app-name: hello` and `port: 8080` on lines of their own"
+                .to_string(),
+        )),
+        Ok(other) => Err(doc.at(
+            first_content_line(text),
+            None,
+            format!(
+                "the manifest must be a YAML mapping of keys (`app-name: hello`, `port: 8080`, ...), \
+                 not {}; allowed keys: {}",
+                describe(&other),
+                KEYS.join(", ")
+            ),
+        )),
+        Err(e) => Err(doc.yaml_error(&e)),
+    }
+}
+
+/// A top-level key as text; a key that is a number, true/false, a list or a
+/// mapping is refused.
+fn key_text<'v>(doc: &Doc, k: &'v Value) -> Result<&'v str, ManifestError> {
+    match k {
+        Value::String(s) => Ok(s.as_str()),
+        other => {
+            let shown = describe(other);
+            let line = match other {
+                Value::Number(n) => error::key_line(doc.text, &n.to_string()),
+                Value::Bool(b) => error::key_line(doc.text, &b.to_string()),
+                _ => None,
+            };
+            Err(doc.at(
+                line.unwrap_or_else(|| first_content_line(doc.text)),
+                Some(&shown),
+                format!("keys must be text; allowed keys: {}", KEYS.join(", ")),
+            ))
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! The manifest's unit tests: every key, every refusal with its file, line,
+//! key and what is allowed, and the line-finding.
+
+use super::error::{key_line, raw_value_after_key};
+use super::*;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A temporary folder of its own, removed at the end of the test.
+struct TestDir(PathBuf);
+
+impl TestDir {
+    fn new() -> TestDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let p = std::env::temp_dir().join(format!(
+            "shinyctl-manifest-test-{}-{}-{nanos}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        fs::create_dir_all(&p).unwrap();
+        fs::write(p.join("app.R"), "library(shiny)\n").unwrap();
+        TestDir(p)
+    }
+    fn manifest(&self) -> PathBuf {
+        self.0.join("hello.yaml")
+    }
+    fn parse(&self, text: &str) -> Result<AppSpec, ManifestError> {
+        parse(&self.manifest(), text)
+    }
+    /// Asserts `text` is refused at `line` for `key`, with each of `wants`
+    /// in the message; returns the message.
+    fn refused(&self, text: &str, line: usize, key: &str, wants: &[&str]) -> String {
+        let e = self.parse(text).expect_err("should be refused");
+        let shown = e.to_string();
+        let prefix = format!("{}:{line}: {key}: ", self.manifest().display());
+        assert!(shown.starts_with(&prefix), "{shown:?} does not start with {prefix:?}");
+        assert_eq!(e.line, Some(line), "{shown}");
+        assert_eq!(e.key.as_deref(), Some(key), "{shown}");
+        for w in wants {
+            assert!(shown.contains(w), "{shown:?} lacks {w:?}");
+        }
+        shown
+    }
+}
+
+use std::fs;
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+const MIN: &str = "app-name: hello\nport: 8080\n";
+
+#[test]
+fn defaults_are_filled() {
+    let d = TestDir::new();
+    let s = d.parse(MIN).unwrap();
+    assert_eq!(s.name, "hello");
+    assert_eq!(s.group, "default");
+    assert_eq!(s.manifest, d.manifest());
+    assert_eq!(s.working_dir, d.0);
+    assert_eq!(s.entrypoint, "app.R");
+    assert_eq!(s.port, 8080);
+    assert_eq!(s.host, "0.0.0.0");
+    assert_eq!(s.replicas, 1);
+    assert_eq!(s.warm_replicas, 1);
+    assert_eq!(s.lb_policy, LbPolicy::LeastConn);
+    assert_eq!(s.drain_timeout_ms, 15 * 60 * 1000);
+    assert_eq!(s.restart_policy, RestartPolicy::Always);
+    assert!(s.env.is_empty());
+    assert_eq!(s.state_file, d.0.join("state.json"));
+    assert_eq!(s.idle_timeout_ms, 300_000);
+    assert_eq!(s.request_timeout_ms, 30_000);
+    assert_eq!(s.r_path, "R");
+}
+
+#[test]
+fn every_key_is_parsed() {
+    let d = TestDir::new();
+    fs::create_dir_all(d.0.join("src/www")).unwrap();
+    fs::write(d.0.join("src/main.R"), "").unwrap();
+    fs::create_dir_all(d.0.join("var")).unwrap();
+    fs::create_dir_all(d.0.join("bin")).unwrap();
+    fs::write(d.0.join("bin/R"), "#!/bin/sh\n").unwrap();
+    let text = "\
+# a comment
+app-name: sales-2
+app-group: team-a
+working-dir: ./src
+entrypoint-file: main.R
+port: 8765
+host: 127.0.0.1
+replicas: 3
+warm-replicas: 0
+lb-policy: round-robin
+drain-timeout: 1h
+restart-policy: on-failure
+env:
+  DB_HOST: db.local
+  WORKERS: 4
+  VERSION: 1.10
+  DEBUG: true
+  EMPTY: \"\"
+state-file: var/sales.json
+idle-timeout: 0
+request-timeout: 500ms
+r-path: bin/R
+";
+    let s = d.parse(text).unwrap();
+    assert_eq!(s.name, "sales-2");
+    assert_eq!(s.group, "team-a");
+    assert_eq!(s.working_dir, d.0.join("src"));
+    assert_eq!(s.entrypoint, "main.R");
+    assert_eq!(s.port, 8765);
+    assert_eq!(s.host, "127.0.0.1");
+    assert_eq!(s.replicas, 3);
+    assert_eq!(s.warm_replicas, 0);
+    assert_eq!(s.lb_policy, LbPolicy::RoundRobin);
+    assert_eq!(s.drain_timeout_ms, 3_600_000);
+    assert_eq!(s.restart_policy, RestartPolicy::OnFailure);
+    let env: Vec<(&str, &str)> = s.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(env, vec![("DB_HOST", "db.local"), ("DEBUG", "true"), ("EMPTY", ""), ("VERSION", "1.10"), ("WORKERS", "4")]);
+    assert_eq!(s.state_file, d.0.join("var/sales.json"));
+    assert_eq!(s.idle_timeout_ms, 0);
+    assert_eq!(s.request_timeout_ms, 500);
+    assert_eq!(s.r_path, d.0.join("bin/R").to_string_lossy());
+}
+
+#[test]
+fn other_spellings_are_accepted() {
+    let d = TestDir::new();
+    let s = d
+        .parse(
+            "\"app-name\": hello\nport: 9000\nhost: '::'\nenv: {A: 1, B: x}\nidle-timeout: 90\n\
+             drain-timeout: 30s\nlb-policy: first\nrestart-policy: never\nreplicas: \"2\"\n\
+             working-dir: ",
+        )
+        .map(|_| ())
+        .expect_err("empty working-dir");
+    assert_eq!(s.key.as_deref(), Some("working-dir"));
+    let wd = d.0.to_string_lossy().into_owned();
+    let s = d
+        .parse(&format!(
+            "\"app-name\": hello\nport: 9000\nhost: '::'\nenv: {{A: 1, B: x}}\nidle-timeout: 90\n\
+             drain-timeout: 30s\nlb-policy: first\nrestart-policy: never\nreplicas: \"2\"\n\
+             working-dir: {wd}\nstate-file: {wd}/s.json\n"
+        ))
+        .unwrap();
+    assert_eq!(s.host, "::");
+    assert_eq!(s.env.get("A").map(String::as_str), Some("1"));
+    assert_eq!(s.idle_timeout_ms, 90_000);
+    assert_eq!(s.drain_timeout_ms, 30_000);
+    assert_eq!(s.lb_policy, LbPolicy::First);
+    assert_eq!(s.restart_policy, RestartPolicy::Never);
+    assert_eq!(s.replicas, 2);
+    assert_eq!(s.working_dir, d.0);
+    assert_eq!(s.state_file, d.0.join("s.json"));
+    // An empty env is no env.
+    assert!(d.parse("app-name: a\nport: 1\nenv:\n").unwrap().env.is_empty());
+}
+
+#[test]
+fn unknown_key() {
+    let d = TestDir::new();
+    let msg = d.refused(
+        "app-name: hello\nport: 8080\nreplica: 2\n",
+        3,
+        "replica",
+        &["unknown key", "allowed keys", "app-name", "warm-replicas", "r-path", "did you mean replicas?"],
+    );
+    assert!(msg.contains("request-timeout"));
+    d.refused("app-name: hello\nport: 8080\n\nworking_dir: .\n", 4, "working_dir", &["did you mean working-dir?"]);
+    d.refused("name: hello\nport: 8080\n", 1, "name", &["did you mean app-name?"]);
+}
+
+#[test]
+fn wrong_types() {
+    let d = TestDir::new();
+    d.refused("app-name: hello\nport: 8080\nreplicas: two\n", 3, "replicas", &["\"two\"", "whole number", "at least 1", "at most 1000"]);
+    d.refused("app-name: hello\nport: \"abc\"\n", 2, "port", &["\"abc\"", "1-65535", "20000-29999"]);
+    d.refused("app-name: hello\nport: 80.5\n", 2, "port", &["80.5", "1-65535"]);
+    d.refused("app-name: hello\nport: 8080\nhost:\n  - a\n  - b\n", 3, "host", &["a list", "IP address"]);
+    d.refused("app-name: [a]\nport: 8080\n", 1, "app-name", &["a list", "[a-z0-9][a-z0-9-]*"]);
+    d.refused("app-name: hello\nport: 8080\nenv: [A, B]\n", 3, "env", &["a list", "mapping of variable names"]);
+    d.refused("app-name: hello\nport: 8080\nwarm-replicas: -1\n", 3, "warm-replicas", &["-1", "0 or more"]);
+    d.refused("app-name: hello\nport: 8080\nlb-policy: 3\n", 3, "lb-policy", &["least-conn, round-robin, random, first"]);
+    d.refused("app-name: hello\nport: 8080\ndrain-timeout: true\n", 3, "drain-timeout", &["true", "500ms", "30s", "15m", "1h"]);
+    d.refused("app-name: hello\nport: 8080\nr-path:\n", 3, "r-path", &["empty value", "R executable"]);
+}
+
+#[test]
+fn env_entries() {
+    let d = TestDir::new();
+    let base = "app-name: hello\nport: 8080\nenv:\n  GOOD: 1\n";
+    d.refused(&format!("{base}  BAD-NAME: x\n"), 5, "env.BAD-NAME", &["[A-Za-z_][A-Za-z0-9_]*"]);
+    d.refused(&format!("{base}  # note\n  NESTED:\n    a: 1\n"), 6, "env.NESTED", &["a mapping", "text"]);
+    d.refused(&format!("{base}  LIST: [1, 2]\n"), 5, "env.LIST", &["a list", "text"]);
+    d.refused(&format!("{base}  NOTHING:\n"), 5, "env.NOTHING", &["no value", "\"\""]);
+    d.refused(&format!("{base}  SHINYCTL_COPY: 3\n"), 5, "env.SHINYCTL_COPY", &["set by shinyctl"]);
+    d.refused("app-name: hello\nport: 8080\nenv: {A: 1, 9X: 2}\n", 3, "env.9X", &["variable name"]);
+}
+
+#[test]
+fn ports() {
+    let d = TestDir::new();
+    for (p, what) in [("20000", "20000-29999"), ("29999", "kept for the copies"), ("0", "not a port"), ("70000", "not a port")] {
+        d.refused(&format!("app-name: hello\n\nport: {p}\n"), 3, "port", &[what, "1-65535", p]);
+    }
+    assert_eq!(d.parse("app-name: hello\nport: 19999\n").unwrap().port, 19999);
+    assert_eq!(d.parse("app-name: hello\nport: 65535\n").unwrap().port, 65535);
+    assert_eq!(d.parse("app-name: hello\nport: 30000\n").unwrap().port, 30000);
+}
+
+#[test]
+fn replicas_zero() {
+    let d = TestDir::new();
+    d.refused("app-name: hello\nport: 8080\nreplicas: 0\n", 3, "replicas", &["0", "at least 1"]);
+    d.refused("app-name: hello\nport: 8080\nreplicas: 5000\n", 3, "replicas", &["too many", "at most 1000"]);
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nwarm-replicas: 0\n").unwrap().warm_replicas, 0);
+}
+
+#[test]
+fn bad_durations() {
+    let d = TestDir::new();
+    for bad in ["15 minutes", "1.5s", "-1", "10d", "s", "1h30m", "1.5"] {
+        d.refused(
+            &format!("app-name: hello\nport: 8080\ndrain-timeout: {bad}\n"),
+            3,
+            "drain-timeout",
+            &["500ms", "30s", "15m", "1h", "whole number of seconds"],
+        );
+    }
+    d.refused("app-name: hello\nport: 8080\nidle-timeout: 9000h\n", 3, "idle-timeout", &["too long", "8760h"]);
+}
+
+#[test]
+fn request_timeout_limits() {
+    let d = TestDir::new();
+    d.refused("app-name: hello\nport: 8080\nrequest-timeout: 45s\n", 3, "request-timeout", &["45s", "longer than 30s", "at most 30s"]);
+    d.refused("app-name: hello\nport: 8080\nrequest-timeout: 31\n", 3, "request-timeout", &["at most 30s"]);
+    d.refused("app-name: hello\nport: 8080\nrequest-timeout: 0\n", 3, "request-timeout", &["more than 0"]);
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nrequest-timeout: 30\n").unwrap().request_timeout_ms, 30_000);
+}
+
+#[test]
+fn bad_policies() {
+    let d = TestDir::new();
+    d.refused("app-name: hello\nport: 8080\nlb-policy: fastest\n", 3, "lb-policy", &["\"fastest\"", LbPolicy::ALLOWED]);
+    d.refused("app-name: hello\nport: 8080\nrestart-policy: sometimes\n", 3, "restart-policy", &["\"sometimes\"", RestartPolicy::ALLOWED]);
+}
+
+#[test]
+fn bad_host() {
+    let d = TestDir::new();
+    d.refused("app-name: hello\nport: 8080\nhost: localhost\n", 3, "host", &["not an IP address", "0.0.0.0", "127.0.0.1"]);
+}
+
+#[test]
+fn missing_entrypoint_file() {
+    let d = TestDir::new();
+    let want = d.0.join("main.R").display().to_string();
+    d.refused("app-name: hello\nport: 8080\nentrypoint-file: main.R\n", 3, "entrypoint-file", &["missing entrypoint file", &want]);
+    fs::remove_file(d.0.join("app.R")).unwrap();
+    let want = d.0.join("app.R").display().to_string();
+    d.refused("app-name: hello\nport: 8080\n", 1, "entrypoint-file", &["missing entrypoint file", &want, "default app.R"]);
+    d.refused(
+        "app-name: hello\nport: 8080\nentrypoint-file: /etc/passwd\n",
+        3,
+        "entrypoint-file",
+        &["absolute", "relative to working-dir"],
+    );
+}
+
+#[test]
+fn missing_or_bad_folders() {
+    let d = TestDir::new();
+    let want = d.0.join("nope").display().to_string();
+    d.refused("app-name: hello\nport: 8080\nworking-dir: nope\n", 3, "working-dir", &[&want, "does not exist", "existing folder"]);
+    d.refused("app-name: hello\nport: 8080\nworking-dir: app.R\n", 3, "working-dir", &["is not a folder"]);
+    d.refused("app-name: hello\nport: 8080\nstate-file: nope/state.json\n", 3, "state-file", &[&want, "does not exist"]);
+    d.refused("app-name: hello\nport: 8080\nstate-file: .\n", 3, "state-file", &["is a folder"]);
+    d.refused("app-name: hello\nport: 8080\nr-path: ./nope/R\n", 3, "r-path", &["does not exist", "R executable"]);
+}
+
+#[test]
+fn bad_app_names() {
+    let d = TestDir::new();
+    for bad in ["Hello", "hello_world", "-hello", "hé", "\"\""] {
+        d.refused(&format!("port: 8080\napp-name: {bad}\n"), 2, "app-name", &["not a valid name", "[a-z0-9][a-z0-9-]*"]);
+    }
+    d.refused(&format!("port: 8080\napp-name: {}\n", "a".repeat(64)), 2, "app-name", &["at most 63"]);
+    d.refused("app-name: ok\nport: 8080\napp-group: Team A\n", 3, "app-group", &["not a valid name"]);
+    assert_eq!(d.parse("app-name: 2048\nport: 8080\n").unwrap().name, "2048");
+}
+
+#[test]
+fn missing_required_keys() {
+    let d = TestDir::new();
+    d.refused("# hello\nport: 8080\n", 2, "app-name", &["missing", "required", "[a-z0-9][a-z0-9-]*"]);
+    d.refused("app-name: hello\n", 1, "port", &["missing", "required", "1-65535"]);
+}
+
+#[test]
+fn bad_documents() {
+    let d = TestDir::new();
+    let file = d.manifest().display().to_string();
+    for (text, line, want) in [
+        ("", 1, "empty"),
+        ("# only a comment\n", 1, "empty"),
+        ("- app-name: hello\n", 1, "not a list"),
+        ("hello\n", 1, "mapping"),
+        ("app-name: hello\nport: 8080\n  bad: indent\n", 3, "not valid YAML"),
+        ("app-name: hello\nport: [8080\n", 3, "not valid YAML"),
+        ("app-name: hello\n\tport: 8080\n", 2, "not valid YAML"),
+        ("app-name: a\nport: 1\n---\napp-name: b\nport: 2\n", 3, "one app a file"),
+    ] {
+        let e = d.parse(text).expect_err(text);
+        let shown = e.to_string();
+        assert!(shown.starts_with(&format!("{file}:{line}: ")), "{text:?}: {shown}");
+        assert!(shown.contains(want), "{text:?}: {shown}");
+    }
+    d.refused("app-name: hello\nport: 8080\nport: 8081\n", 3, "port", &["twice"]);
+    let e = d.parse("app-name: hello\nport: 8080\n1: x\n").unwrap_err();
+    assert_eq!(e.line, Some(3), "{e}");
+    assert!(e.to_string().contains("allowed keys"), "{e}");
+}
+
+#[test]
+fn relative_manifest_path_is_made_absolute() {
+    let d = TestDir::new();
+    let cwd = std::env::current_dir().unwrap();
+    let rel = Path::new("some/where/hello.yaml");
+    let e = parse(rel, MIN).unwrap_err();
+    // The folder does not exist there, but the error names the absolute path.
+    assert_eq!(e.file, cwd.join(rel));
+    drop(d);
+}
+
+#[test]
+fn durations() {
+    assert_eq!(parse_duration("500ms"), Some(500));
+    assert_eq!(parse_duration("30s"), Some(30_000));
+    assert_eq!(parse_duration("15m"), Some(900_000));
+    assert_eq!(parse_duration("1h"), Some(3_600_000));
+    assert_eq!(parse_duration("0"), Some(0));
+    assert_eq!(parse_duration("45"), Some(45_000));
+    assert_eq!(parse_duration(" 2s "), Some(2000));
+    for bad in ["", "ms", "1.5s", "-1", "+1", "1 s", "1d", "1h30m", "99999999999999999999", "18446744073709551615h"] {
+        assert_eq!(parse_duration(bad), None, "{bad:?}");
+    }
+}
+
+#[test]
+fn key_lines() {
+    let text = "# c\n\"port\": 1\nenv: {A: 1}\nx: {app-name: y}\n";
+    assert_eq!(key_line(text, "port"), Some(2));
+    assert_eq!(key_line(text, "env"), Some(3));
+    assert_eq!(key_line(text, "app-name"), Some(4));
+    assert_eq!(key_line(text, "host"), None);
+    assert_eq!(key_line("é: 1\n", "é"), Some(1));
+    assert_eq!(raw_value_after_key("  V: 1.10 # the version", "V").as_deref(), Some("1.10"));
+}
