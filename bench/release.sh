@@ -4,7 +4,8 @@
 # `cp -r` of the same folder beside it, in one run. The release is taken by
 # the daemon through `shinyctl apply` (its own timing, printed in apply's
 # "Release …" line); `cp -r` is timed here. Both read the folder from the
-# page cache (it was just written).
+# page cache (it was just written), and each starts after a `sync`; neither
+# time includes writing the copy back to disk.
 #
 #   bench/release.sh
 #
@@ -68,6 +69,8 @@ bench_on() {
         local rel=$home/releases/default/$name/$id
         printf '%-7s %-9s %10s %12s %12s\n' "${size}M" "release" "$took" "$(mib "$(du -sB1 "$rel" | cut -f1)")" "$(mib $((after - before)))"
 
+        # Each starts with nothing left to write back from the one before.
+        sync
         local t0 t1
         before=$(df_used "$dir")
         t0=$(date +%s%N)

@@ -235,9 +235,14 @@ pub fn prune(home: &Home, spec: &AppSpec, state: &mut AppState) {
     }
 }
 
-/// A deleted app is forgotten: its releases and its copies' own disks go.
-pub fn forget(home: &Home, spec: &AppSpec) {
-    remove_later(&home.app_releases(&spec.group, &spec.name));
+/// A deleted app is forgotten: its releases (also those taken under an
+/// earlier name or group) and its copies' own disks go.
+pub fn forget(home: &Home, spec: &AppSpec, state: &AppState) {
+    let app_dir = home.app_releases(&spec.group, &spec.name);
+    for rel in state.releases.iter().filter(|r| !r.dir.starts_with(&app_dir)) {
+        remove_later(&rel.dir);
+    }
+    remove_later(&app_dir);
     let _ = std::fs::remove_dir_all(home.app_scratch(&spec.group, &spec.name));
 }
 

@@ -467,7 +467,7 @@ impl Daemon {
         }
         if app.deleting && app.state.copies.is_empty() {
             let _ = std::fs::remove_file(&app.spec.state_file);
-            release::forget(&home, &app.spec);
+            release::forget(&home, &app.spec, &app.state);
             self.apps.remove(name);
             tracing::info!(app = name, "deleted");
         }
