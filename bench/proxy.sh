@@ -67,7 +67,9 @@ wait_port "$BACKEND_PORT"
 
 # shinyctl proxy, with a one-copy table pushed over its socket.
 home="$tmp/home"
-mkdir -m 700 "$home"
+mkdir -m 700 "$home" "$home/proxy"
+# The cookie key, as the daemon makes it (the load balancer only reads it).
+(umask 077 && head -c 32 /dev/urandom >"$home/proxy/cookie.key")
 SHINYCTL_HOME="$home" target/release/shinyctl proxy 2>"$tmp/proxy.log" &
 proxy_pid=$!
 pids+=("$proxy_pid")

@@ -2,9 +2,11 @@
 //! and the daemon's pieces can be tested in-process (`tests/`). `main.rs`
 //! only parses the command line and dispatches here.
 
+pub mod api_client;
 pub mod cli;
 pub mod clock;
 pub mod home;
+pub mod logging;
 pub mod manifest;
 pub mod model;
 pub mod procfs;

@@ -110,13 +110,8 @@ pub fn descendants(pid: u32) -> Vec<u32> {
 fn page_size() -> u64 {
     static PAGE: OnceLock<u64> = OnceLock::new();
     *PAGE.get_or_init(|| {
-        // SAFETY: sysconf has no preconditions.
-        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if n > 0 {
-            n as u64
-        } else {
-            4096
-        }
+        use nix::unistd::{sysconf, SysconfVar};
+        sysconf(SysconfVar::PAGE_SIZE).ok().flatten().and_then(|n| u64::try_from(n).ok()).filter(|&n| n > 0).unwrap_or(4096)
     })
 }
 
@@ -295,7 +290,7 @@ pub fn rfc3339_at_offset(unix_ms: u64, offset_secs: i64) -> String {
 
 /// The local time zone's UTC offset at `unix_secs`, in seconds east of UTC
 /// (`localtime_r`'s `tm_gmtoff`, so TZ and summer time are honoured). 0 when
-/// it can't be worked out.
+/// it can't be worked out. Through libc: nix has no localtime_r.
 pub fn local_offset_secs(unix_secs: i64) -> i64 {
     let t = unix_secs as libc::time_t;
     // SAFETY: an all-zero tm is valid, and localtime_r writes only to it.

@@ -2,8 +2,7 @@
 
 use std::path::Path;
 
-use hyper::Method;
-
+use crate::api_client::Client;
 use crate::home::Home;
 use crate::model::ApplyRequest;
 
@@ -13,10 +12,10 @@ pub fn run(home: &Home, file: &Path, now: bool) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: cannot read the manifest: {e}", file.display()))?;
     let path = std::path::absolute(file)?;
     crate::manifest::parse(&path, &text)?;
-    if !crate::serve::api_answers(home) {
+    if !Client::answers(home) {
         eprintln!("shinyctl serve is not running; starting it.");
         crate::serve::spawn_daemon(home)?;
     }
-    let body = serde_json::to_vec(&ApplyRequest { path: path.to_string_lossy().into_owned(), text, now })?;
-    super::act(home, Method::POST, "/v1/apply", Some(body))
+    let req = ApplyRequest { path: path.to_string_lossy().into_owned(), text, now };
+    super::print(Client::new(home).apply(&req)?)
 }

@@ -1,11 +1,9 @@
 //! `shinyctl delete APP [--now]`.
 
-use hyper::Method;
-
+use crate::api_client::Client;
 use crate::home::Home;
 
 /// Stops an app's copies and forgets it; returns at once.
 pub fn run(home: &Home, app: &str, now: bool) -> anyhow::Result<()> {
-    let q = if now { "?now=1" } else { "" };
-    super::act(home, Method::DELETE, &format!("/v1/apps/{app}{q}"), None)
+    super::print(Client::new(home).delete(app, now)?)
 }

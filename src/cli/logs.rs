@@ -3,16 +3,13 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::time::Duration;
 
-use hyper::Method;
-
+use crate::api_client::Client;
 use crate::home::Home;
-use crate::model::LogsReply;
 
 /// Prints a copy's log; with `follow`, keeps printing what is appended
 /// (and starts over when the log is rotated).
 pub fn run(home: &Home, app: &str, copy: u32, follow: bool) -> anyhow::Result<()> {
-    let bytes = super::call(home, Method::GET, &format!("/v1/apps/{app}/logs?copy={copy}"), None)?;
-    let reply: LogsReply = serde_json::from_slice(&bytes)?;
+    let reply = Client::new(home).logs(app, copy)?;
     let mut file =
         std::fs::File::open(&reply.path).map_err(|e| anyhow::anyhow!("{}: {e} (copy {copy} may not have started yet)", reply.path))?;
     let mut out = std::io::stdout().lock();

@@ -1,8 +1,7 @@
 //! `shinyctl status [APP] [--json]`: the table of staying-up.txt, the memory
 //! line under it, and a line for anything a person must know.
 
-use hyper::Method;
-
+use crate::api_client::Client;
 use crate::home::Home;
 use crate::model::{Role, StatusReport};
 use crate::procfs::format_mem;
@@ -12,16 +11,12 @@ const COLUMNS: [&str; 11] = ["NAME", "COPY", "ROLE", "PORT", "PID", "STATUS", "R
 
 /// Prints status, or its JSON.
 pub fn run(home: &Home, app: Option<&str>, json: bool) -> anyhow::Result<()> {
-    let path = match app {
-        Some(a) => format!("/v1/status?app={a}"),
-        None => "/v1/status".to_string(),
-    };
-    let bytes = super::call(home, Method::GET, &path, None)?;
+    let client = Client::new(home);
     if json {
-        println!("{}", String::from_utf8_lossy(&bytes));
+        println!("{}", String::from_utf8_lossy(&client.status_json(app)?));
         return Ok(());
     }
-    let report: StatusReport = serde_json::from_slice(&bytes)?;
+    let report = client.status(app)?;
     print!("{}", render(&report));
     Ok(())
 }

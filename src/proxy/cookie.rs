@@ -33,8 +33,8 @@ pub fn sign(key: &[u8], port: u16, copy: u32) -> String {
 /// The copy number a value names, when its MAC is right for `port`; `None`
 /// for a forged, malformed or other app's value. The load balancer compares
 /// with each copy's value computed once per table instead
-/// ([`LiveApp::sticky_copy`](super::table::LiveApp::sticky_copy)); this is
-/// the same check written out, for the tests.
+/// (`LiveApp::sticky_copy` in table.rs); this is the same check written
+/// out, for the tests.
 #[cfg(test)]
 pub fn verify(key: &[u8], port: u16, value: &str) -> Option<u32> {
     let copy = copy_of(value)?;

@@ -7,45 +7,33 @@
 //! copy back.
 
 use std::convert::Infallible;
-use std::io;
-use std::net::Ipv4Addr;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::sync::Arc;
 
-use bytes::Bytes;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::SendRequest;
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::body::{Body, Incoming};
+use hyper::header::{self, HeaderValue};
 use hyper::http::request;
-use hyper::{Method, Request, Response, StatusCode, Uri, Version};
-use hyper_util::rt::TokioIo;
-use tokio::sync::watch;
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::time::Instant;
 
 use super::balance::{self, Need};
-use super::table::{CopyState, LiveApp, LiveCopy, Wake};
-use super::{pages, websocket, worker_index, ErrorSource, Shared, WORKERS};
-use crate::model::{LbPolicy, Role, StandIn};
+use super::body::DownBody;
+use super::daemon::{wake_outcome, Wake, WakeWatch};
+use super::headers;
+use super::pool::UpBody;
+use super::shared::{ErrorSource, Shared};
+use super::table::{LiveApp, LiveCopy};
+use super::upstream::{send, Failure, Replay, Sent};
+use super::{pages, websocket};
+use crate::clock::now_ms;
+use crate::model::{LbPolicy, Role};
 
-/// A connection to a copy that is refused or times out within this marks
-/// the copy down.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long an idle pooled connection may take to say it is ready again.
-const READY_WAIT: Duration = Duration::from_millis(200);
-/// Idle connections kept per copy.
-const POOL_MAX: usize = 256;
 /// Attempts to send one request (new connections, stand-ins and retries
 /// of a request that was lost on a dying connection).
 const MAX_SENDS: u32 = 5;
 /// Of those, how many may be lost after they were sent: a copy that keeps
 /// dropping the same request is not dying, it refuses that request.
 const MAX_LOST: u32 = 3;
-/// A copy marked down is tried again after this long even if the table
-/// did not change, so a copy that refused once by mistake comes back by
-/// itself (the cost of a wrong guess is one refused connect).
-pub const DOWN_FOR_MS: u64 = 10_000;
 
 /// A client connection's own facts, shared by its requests.
 pub struct Client {
@@ -57,223 +45,9 @@ pub struct Client {
     pub xff: HeaderValue,
 }
 
-/// A request sender on one connection to a copy.
-pub type Sender = SendRequest<UpBody>;
-
-/// Idle keep-alive connections to one copy, one list per worker: a
-/// connection is driven by the worker that opened it, so a request reuses
-/// only its own worker's (the lock is then never contended).
-#[derive(Default)]
-pub struct Pool {
-    /// Per worker, most recently used last.
-    idle: [Mutex<Vec<Sender>>; WORKERS],
-}
-
-impl Pool {
-    fn lock(&self) -> MutexGuard<'_, Vec<Sender>> {
-        self.idle[worker_index() % WORKERS].lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The most recently used connection still open.
-    fn take(&self) -> Option<Sender> {
-        let mut idle = self.lock();
-        while let Some(s) = idle.pop() {
-            if !s.is_closed() {
-                return Some(s);
-            }
-        }
-        None
-    }
-
-    /// Keeps a connection whose last answer was read to the end.
-    fn put(&self, s: Sender) {
-        if s.is_closed() {
-            return;
-        }
-        let mut idle = self.lock();
-        if idle.len() < POOL_MAX {
-            idle.push(s);
-        }
-    }
-
-    /// Drops every idle connection (the copy just failed one: the others
-    /// are likely dead too).
-    pub fn clear(&self) {
-        for idle in &self.idle {
-            let dropped = std::mem::take(&mut *idle.lock().unwrap_or_else(|e| e.into_inner()));
-            drop(dropped);
-        }
-    }
-}
-
-/// The body sent to a copy: the visitor's, streamed, or none (a retry or
-/// a WebSocket upgrade).
-pub enum UpBody {
-    /// The visitor's request body.
-    Client(Incoming),
-    /// No body.
-    Empty,
-}
-
-impl Body for UpBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.get_mut() {
-            UpBody::Client(b) => Pin::new(b).poll_frame(cx),
-            UpBody::Empty => Poll::Ready(None),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            UpBody::Client(b) => b.is_end_stream(),
-            UpBody::Empty => true,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            UpBody::Client(b) => b.size_hint(),
-            UpBody::Empty => SizeHint::with_exact(0),
-        }
-    }
-}
-
-/// A request counted against a copy until its answer is read to the end;
-/// then its connection goes back to the pool.
-pub struct Lease {
-    /// The copy's counters and pool.
-    state: Arc<CopyState>,
-    /// The connection, when it may be reused.
-    sender: Option<Sender>,
-}
-
-impl Lease {
-    fn new(state: Arc<CopyState>) -> Lease {
-        state.connections.fetch_add(1, Ordering::Relaxed);
-        Lease { state, sender: None }
-    }
-
-    /// The answer was read to the end: the connection may serve another.
-    fn finish(mut self) {
-        if let Some(s) = self.sender.take() {
-            self.state.pool.put(s);
-        }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.state.connections.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// The body sent to the visitor: a copy's, streamed, or a page of our own.
-pub enum DownBody {
-    /// A copy's answer; the lease ends with it.
-    Upstream {
-        /// The copy's body.
-        body: Incoming,
-        /// Ends (and pools the connection) once the body is read.
-        lease: Option<Lease>,
-    },
-    /// A whole body (our pages), taken on first poll.
-    Full(Option<Bytes>),
-}
-
-impl DownBody {
-    /// No body at all.
-    pub fn empty() -> DownBody {
-        DownBody::Full(None)
-    }
-}
-
-impl Body for DownBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.get_mut() {
-            DownBody::Upstream { body, lease } => {
-                let polled = Pin::new(&mut *body).poll_frame(cx);
-                match &polled {
-                    Poll::Ready(None) => finish(lease),
-                    Poll::Ready(Some(Ok(_))) if body.is_end_stream() => finish(lease),
-                    Poll::Ready(Some(Err(e))) => {
-                        tracing::warn!(source = %ErrorSource::Upstream, "a copy's answer broke off: {e}");
-                        // Not pooled: the connection is in no state to reuse.
-                        *lease = None;
-                    }
-                    _ => {}
-                }
-                polled
-            }
-            DownBody::Full(b) => Poll::Ready(b.take().map(|d| Ok(Frame::data(d)))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            DownBody::Upstream { body, .. } => body.is_end_stream(),
-            DownBody::Full(b) => b.is_none(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            DownBody::Upstream { body, .. } => body.size_hint(),
-            DownBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-        }
-    }
-}
-
-fn finish(lease: &mut Option<Lease>) {
-    if let Some(l) = lease.take() {
-        l.finish();
-    }
-}
-
 /// The hyper service: every request of a visitor's connection.
 pub async fn handle(req: Request<Incoming>, client: Arc<Client>) -> Result<Response<DownBody>, Infallible> {
     Ok(forward(req, &client).await)
-}
-
-/// What a failed send leaves.
-enum Failure {
-    /// The copy could not be reached; the request was not sent and comes back.
-    Refused(Box<Request<UpBody>>, io::Error),
-    /// The request was sent (maybe in part) and no answer came.
-    Lost(hyper::Error),
-}
-
-/// A sent request's answer, with the lease it holds.
-struct Sent {
-    resp: Response<Incoming>,
-    lease: Lease,
-}
-
-/// The head of a request without a body, kept so it can be sent again.
-struct Replay {
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-}
-
-impl Replay {
-    fn of(parts: &request::Parts) -> Replay {
-        Replay { method: parts.method.clone(), uri: parts.uri.clone(), headers: parts.headers.clone() }
-    }
-
-    fn request(&self) -> Request<UpBody> {
-        let mut req = Request::new(UpBody::Empty);
-        *req.method_mut() = self.method.clone();
-        *req.uri_mut() = self.uri.clone();
-        *req.headers_mut() = self.headers.clone();
-        *req.version_mut() = Version::HTTP_11;
-        req
-    }
 }
 
 async fn forward(req: Request<Incoming>, client: &Client) -> Response<DownBody> {
@@ -297,137 +71,171 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
     app.counters.last_request_ms.store(now_ms(), Ordering::Relaxed);
     let client_upgrade = websocket::is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
-    let mut claimed = parts.headers.get_all(header::COOKIE).iter().find_map(|v| app.sticky_copy(v.as_bytes()));
-    // A visitor of a draining copy who loads the page anew (a reload, not
-    // one of the open page's own requests) gets the new version:
-    // staying-up.txt, "reloading it brings the new one".
-    if claimed.is_some_and(|c| app.index_of(c).is_some_and(|i| app.copies[i].role == Role::Draining)) && is_page_load(&parts) {
-        claimed = None;
-    }
-    prepare(&mut parts, client, client_upgrade.is_some());
+    let claimed = claimed_copy(&app, &parts);
+    headers::for_copy(&mut parts, &client.xff, client_upgrade.is_some());
     // A request without a body can be sent again if it is lost on a dying
     // connection; one with a body cannot (it was consumed).
     let replay = body.is_end_stream().then(|| Replay::of(&parts));
-    let mut req = Some(Request::from_parts(parts, UpBody::Client(body)));
-
-    // Set once this request finds a copy down: new visitors then go to a
-    // stand-in first.
-    let mut failed = false;
-    // The copy this request marked down: the daemon is told once a stand-in
-    // is picked (or none can be).
-    let mut notice: Option<u32> = None;
-    // When the hold started to end, and whether it waits for a wake.
-    let mut hold: Option<(tokio::time::Instant, bool)> = None;
-    let mut wake: Option<watch::Receiver<Option<Wake>>> = None;
-    let mut woken = false;
-    let mut sends = 0;
-    let mut lost = 0;
+    let mut req = Request::from_parts(parts, UpBody::Client(body));
+    let mut attempt = Attempt::default();
     loop {
-        let i = loop {
-            if let Some(i) = choose(&app, claimed, failed, now_ms()) {
-                break i;
-            }
-            // Nothing can take it: hold it until a new table brings a copy.
-            let mut changes = shared.table.subscribe();
-            // A swap between the look above and subscribe() would be missed.
-            app = match shared.table.app(client.port) {
-                Some(a) => a,
-                None => return pages::no_app(client.port),
-            };
-            if let Some(i) = choose(&app, claimed, failed, now_ms()) {
-                break i;
-            }
-            tell(shared, &app.name, notice.take(), None);
-            // A sleeping app is woken, and waited for up to its
-            // request-timeout; one whose copies are down or gone, up to 15 s.
-            if app.asleep && wake.is_none() && !woken {
-                wake = Some(ask_wake(shared, &app));
-            }
-            let (until, waking) = *hold.get_or_insert_with(|| {
-                let limit = if app.asleep { app.wake_hold } else { app.hold };
-                (tokio::time::Instant::now() + limit, app.asleep)
-            });
-            tokio::select! {
-                _ = changes.changed() => {}
-                outcome = wake_outcome(wake.as_mut()) => match outcome {
-                    // The table with the woken copy is on its way, if not here.
-                    Wake::Awake => {
-                        wake = None;
-                        woken = true;
-                    }
-                    Wake::Failed => return pages::wake_failed(&app.name),
-                    Wake::TimedOut => return pages::wake_timed_out(&app.name),
-                },
-                _ = tokio::time::sleep_until(until) => {
-                    if waking {
-                        tracing::warn!(app = %app.name, "{} was not awake within {:?}", app.name, app.wake_hold);
-                        return pages::wake_timed_out(&app.name);
-                    }
-                    tracing::warn!(app = %app.name, "no copy could take a request within {:?}", app.hold);
-                    return pages::restarting(&app.name);
-                }
-            }
-            app = match shared.table.app(client.port) {
-                Some(a) => a,
-                None => return pages::no_app(client.port),
-            };
+        let i;
+        (app, i) = match wait_for_copy(shared, client.port, app, claimed, &mut attempt).await {
+            Ok(found) => found,
+            Err(page) => return page,
         };
         let copy = &app.copies[i];
         // Told now rather than once the stand-in answers: a slow answer
         // must not delay the daemon making it active.
-        tell(shared, &app.name, notice.take(), (copy.role == Role::Warm).then_some(copy.copy));
-        let Some(out) = req.take() else { return pages::bad_gateway(&app.name) };
-        sends += 1;
-        match send(copy, out, client_upgrade.is_some()).await {
+        shared.daemon.report_stand_in(&app.name, attempt.notice.take(), (copy.role == Role::Warm).then_some(copy.copy));
+        attempt.sends += 1;
+        req = match send(copy, req, client_upgrade.is_some()).await {
             Ok(sent) => return respond(&app, copy, claimed, sent, client_upgrade),
-            Err(Failure::Refused(back, e)) => {
-                req = Some(*back);
-                failed = true;
-                copy.state.pool.clear();
-                let was = copy.state.down_at_ms.swap(now_ms(), Ordering::Relaxed);
-                if !is_down(was, now_ms()) {
+            Err(failure) => match attempt.failed(shared, &app, copy, failure, replay.as_ref()) {
+                Ok(again) => again,
+                Err(page) => return page,
+            },
+        };
+    }
+}
+
+/// The copy the request's sticky cookie names, if any. A visitor of a
+/// draining copy who loads the page anew (a reload, not one of the open
+/// page's own requests) claims none and gets the new version:
+/// staying-up.txt, "reloading it brings the new one".
+fn claimed_copy(app: &LiveApp, parts: &request::Parts) -> Option<u32> {
+    let claimed = parts.headers.get_all(header::COOKIE).iter().find_map(|v| app.sticky_copy(v.as_bytes()))?;
+    let draining = app.index_of(claimed).is_some_and(|i| app.copies[i].role == Role::Draining);
+    if draining && headers::is_page_load(parts) {
+        return None;
+    }
+    Some(claimed)
+}
+
+/// What one request has been through, across its sends and holds.
+#[derive(Default)]
+struct Attempt {
+    /// Set once this request finds a copy down: new visitors then go to a
+    /// stand-in first.
+    stand_in: bool,
+    /// The copy this request marked down: the daemon is told once a
+    /// stand-in is picked (or none can be).
+    notice: Option<u32>,
+    /// When the hold ends, and whether it waits for a wake; set when the
+    /// request is first held and kept for any later hold.
+    hold: Option<(Instant, bool)>,
+    /// The wake this request waits for.
+    wake: Option<WakeWatch>,
+    /// A wake ended with the app awake: no other is asked for.
+    woken: bool,
+    /// Sends so far (new connections, stand-ins and retries).
+    sends: u32,
+    /// Sends that were lost after they were sent.
+    lost: u32,
+}
+
+impl Attempt {
+    /// Takes in a failed send to `copy`: the request to send again, or the
+    /// page that answers it when it cannot be.
+    // The page is the request's answer, as large as the request beside it;
+    // boxing it would only add an allocation to a failure.
+    #[allow(clippy::result_large_err)]
+    fn failed(
+        &mut self,
+        shared: &Shared,
+        app: &LiveApp,
+        copy: &LiveCopy,
+        failure: Failure,
+        replay: Option<&Replay>,
+    ) -> Result<Request<UpBody>, Response<DownBody>> {
+        copy.state.pool.clear();
+        let again = match failure {
+            Failure::Refused(back, e) => {
+                self.stand_in = true;
+                if copy.state.mark_down(now_ms()) {
                     tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, port = copy.port,
                         "copy {} refused a connection ({e}); it gets no visitor until it comes back", copy.copy);
-                    notice = Some(copy.copy);
+                    self.notice = Some(copy.copy);
                 }
+                *back
             }
-            Err(Failure::Lost(e)) => {
-                copy.state.pool.clear();
-                lost += 1;
-                match &replay {
-                    Some(r) if lost < MAX_LOST => {
+            Failure::Lost(e) => {
+                self.lost += 1;
+                match replay {
+                    Some(r) if self.lost < MAX_LOST => {
                         tracing::debug!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, "request lost ({e}); sending it again");
-                        req = Some(r.request());
+                        r.request()
                     }
                     _ => {
                         tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy,
                             "copy {} dropped a request ({e}); it cannot be sent again", copy.copy);
-                        return pages::bad_gateway(&app.name);
+                        return Err(pages::bad_gateway(&app.name));
                     }
                 }
             }
+        };
+        if self.sends >= MAX_SENDS {
+            tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, "no copy answered after {} attempts", self.sends);
+            shared.daemon.report_stand_in(&app.name, self.notice.take(), None);
+            return Err(pages::bad_gateway(&app.name));
         }
-        if sends >= MAX_SENDS {
-            tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, "no copy answered after {sends} attempts");
-            tell(shared, &app.name, notice.take(), None);
-            return pages::bad_gateway(&app.name);
-        }
+        Ok(again)
     }
 }
 
-/// True for a browser loading a page (a navigation), as opposed to the
-/// requests an open page makes itself. Shiny's per-session URLs (downloads,
-/// uploads under `session/<token>/`) belong to an open page even when the
-/// browser fetches them as a navigation.
-fn is_page_load(parts: &request::Parts) -> bool {
-    let navigate = parts.headers.get("sec-fetch-mode").is_some_and(|v| v.as_bytes() == b"navigate");
-    let document = parts.headers.get("sec-fetch-dest").is_none_or(|v| v.as_bytes() == b"document");
-    parts.method == Method::GET && navigate && document && !parts.uri.path().contains("/session/")
-}
-
-/// True while a copy marked down at `down_at` (0: never) stays down.
-pub fn is_down(down_at: u64, now: u64) -> bool {
-    down_at != 0 && now.saturating_sub(down_at) < DOWN_FOR_MS
+/// The copy that takes the request (the app's current table entry and the
+/// copy's index in it), at once when one can; else the request is held:
+/// until a new table brings a copy, while a sleeping app wakes (the daemon
+/// is asked, once for the requests that arrive together), up to the app's
+/// hold (15 s) or, when it wakes, its request-timeout (at most 30 s). A
+/// hold that ends without a copy gives the page that answers the request.
+async fn wait_for_copy(
+    shared: &Shared,
+    port: u16,
+    mut app: Arc<LiveApp>,
+    claimed: Option<u32>,
+    attempt: &mut Attempt,
+) -> Result<(Arc<LiveApp>, usize), Response<DownBody>> {
+    loop {
+        if let Some(i) = choose(&app, claimed, attempt.stand_in, now_ms()) {
+            return Ok((app, i));
+        }
+        let mut changes = shared.table.subscribe();
+        // A swap between the look above and subscribe() would be missed.
+        app = shared.table.app(port).ok_or_else(|| pages::no_app(port))?;
+        if let Some(i) = choose(&app, claimed, attempt.stand_in, now_ms()) {
+            return Ok((app, i));
+        }
+        shared.daemon.report_stand_in(&app.name, attempt.notice.take(), None);
+        if app.asleep && attempt.wake.is_none() && !attempt.woken {
+            attempt.wake = Some(shared.daemon.ask_wake(&app.counters.wake, &app.name, app.wake_hold));
+        }
+        let (until, waking) = *attempt.hold.get_or_insert_with(|| {
+            let limit = if app.asleep { app.wake_hold } else { app.hold };
+            (Instant::now() + limit, app.asleep)
+        });
+        tokio::select! {
+            _ = changes.changed() => {}
+            outcome = wake_outcome(attempt.wake.as_mut()) => match outcome {
+                // The table with the woken copy is on its way, if not here.
+                Wake::Awake => {
+                    attempt.wake = None;
+                    attempt.woken = true;
+                }
+                Wake::Failed => return Err(pages::wake_failed(&app.name)),
+                Wake::TimedOut => return Err(pages::wake_timed_out(&app.name)),
+            },
+            _ = tokio::time::sleep_until(until) => {
+                if waking {
+                    tracing::warn!(app = %app.name, "{} was not awake within {:?}", app.name, app.wake_hold);
+                    return Err(pages::wake_timed_out(&app.name));
+                }
+                tracing::warn!(app = %app.name, "no copy could take a request within {:?}", app.hold);
+                return Err(pages::restarting(&app.name));
+            }
+        }
+        app = shared.table.app(port).ok_or_else(|| pages::no_app(port))?;
+    }
 }
 
 /// The copy for this request: the one its cookie names while that copy is
@@ -435,7 +243,7 @@ pub fn is_down(down_at: u64, now: u64) -> bool {
 fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, now: u64) -> Option<usize> {
     let mut need = if failed { Need::StandIn } else { Need::NewVisitor };
     if let Some(i) = claimed.and_then(|n| app.index_of(n)) {
-        if !is_down(app.copies[i].state.down_at_ms.load(Ordering::Relaxed), now) {
+        if !app.copies[i].state.is_down(now) {
             return Some(i);
         }
         need = Need::StandIn;
@@ -451,28 +259,6 @@ fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, now: u64) -> Option
     balance::pick_by(app.policy, app.copies.len(), |i| app.copies[i].candidate(now), need, rr, random)
 }
 
-/// The request as a copy gets it.
-fn prepare(parts: &mut request::Parts, client: &Client, upgrade: bool) {
-    let h = &mut parts.headers;
-    strip_hop_by_hop(h, upgrade);
-    if upgrade {
-        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    }
-    // The visitor's address only: an incoming X-Forwarded-For is not trusted.
-    h.insert(X_FORWARDED_FOR, client.xff.clone());
-    h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    // The visitor already got its 100 Continue from us when the body was read.
-    h.remove(header::EXPECT);
-    if !h.contains_key(header::HOST) {
-        h.insert(header::HOST, HeaderValue::from_static("localhost"));
-    }
-    parts.version = Version::HTTP_11;
-    if parts.uri.authority().is_some() {
-        // Absolute-form from a visitor: copies expect origin-form.
-        parts.uri = parts.uri.path_and_query().map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
-    }
-}
-
 /// The answer as the visitor gets it.
 fn respond(
     app: &LiveApp,
@@ -485,15 +271,7 @@ fn respond(
     let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
     let upstream_upgrade = switching.then(|| hyper::upgrade::on(&mut resp));
     let (mut parts, body) = resp.into_parts();
-    parts.version = Version::HTTP_11;
-    strip_hop_by_hop(&mut parts.headers, switching);
-    if claimed != Some(copy.copy) {
-        parts.headers.append(header::SET_COOKIE, copy.set_cookie.clone());
-        // A shared cache must not hand one visitor's placement to everyone.
-        if !switching && !parts.headers.contains_key(header::CACHE_CONTROL) {
-            parts.headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
-        }
-    }
+    headers::for_visitor(&mut parts, switching, (claimed != Some(copy.copy)).then_some(&copy.set_cookie));
     match (upstream_upgrade, client_upgrade) {
         (Some(upstream), Some(client)) => {
             parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -518,175 +296,6 @@ fn respond(
     }
 }
 
-/// Sends the request to a copy: on an idle pooled connection when there is
-/// one (a WebSocket always gets a new one), else on a new connection.
-async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> Result<Sent, Failure> {
-    let mut lease = Lease::new(copy.state.clone());
-    if !upgrade {
-        while let Some(mut s) = copy.state.pool.take() {
-            // Pooled as soon as its last answer was read, a connection may
-            // not have said it is ready yet; a closed one says so at once.
-            if !matches!(tokio::time::timeout(READY_WAIT, s.ready()).await, Ok(Ok(()))) {
-                continue;
-            }
-            match s.try_send_request(req).await {
-                Ok(resp) => {
-                    lease.sender = Some(s);
-                    return Ok(Sent { resp, lease });
-                }
-                Err(mut e) => match e.take_message() {
-                    // Never written: the connection had closed. Try another.
-                    Some(back) => req = back,
-                    None => return Err(Failure::Lost(e.into_error())),
-                },
-            }
-        }
-    }
-    let connect = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, copy.port));
-    let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(Failure::Refused(Box::new(req), e)),
-        Err(_) => return Err(Failure::Refused(Box::new(req), io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))),
-    };
-    let _ = stream.set_nodelay(true);
-    let (mut s, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
-        Ok(pair) => pair,
-        Err(e) => return Err(Failure::Refused(Box::new(req), io::Error::other(e))),
-    };
-    let port = copy.port;
-    if upgrade {
-        tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(source = %ErrorSource::Upstream, port, "connection: {e}");
-            }
-        });
-    } else {
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(source = %ErrorSource::Upstream, port, "connection: {e}");
-            }
-        });
-    }
-    match s.try_send_request(req).await {
-        Ok(resp) => {
-            if !upgrade {
-                lease.sender = Some(s);
-            }
-            Ok(Sent { resp, lease })
-        }
-        Err(mut e) => match e.take_message() {
-            // Accepted, then closed before a byte was written: a copy on its
-            // way out is as good as one that refuses.
-            Some(back) => Err(Failure::Refused(Box::new(back), io::Error::other(e.into_error()))),
-            None => Err(Failure::Lost(e.into_error())),
-        },
-    }
-}
-
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-
-/// Removes the headers that belong to one connection, not to the message
-/// (RFC 9110 §7.6.1), keeping `Upgrade` for a protocol switch.
-fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
-    if let Some(conn) = h.get(header::CONNECTION) {
-        // Headers the sender named in Connection are hop-by-hop too. Rare
-        // beyond the standard ones, so the allocation is rare as well.
-        let named: Vec<HeaderName> = conn
-            .to_str()
-            .unwrap_or("")
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.eq_ignore_ascii_case("keep-alive") && !t.eq_ignore_ascii_case("close") && !t.eq_ignore_ascii_case("upgrade"))
-            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
-            .collect();
-        for name in named {
-            if keep_upgrade && name == header::UPGRADE {
-                continue;
-            }
-            h.remove(name);
-        }
-        h.remove(header::CONNECTION);
-    }
-    h.remove(KEEP_ALIVE);
-    h.remove(PROXY_CONNECTION);
-    h.remove(header::TE);
-    h.remove(header::TRAILER);
-    h.remove(header::TRANSFER_ENCODING);
-    if !keep_upgrade {
-        h.remove(header::UPGRADE);
-    }
-}
-
-/// Tells the daemon, without delaying anyone, that `down` refused a
-/// connection and which warm copy stood in. Errors are ignored: the daemon
-/// may be down, and the load balancer carries on with the table it has.
-fn tell(shared: &Arc<Shared>, app: &str, down: Option<u32>, stand_in: Option<u32>) {
-    let Some(down) = down else { return };
-    tracing::info!(app, down, ?stand_in, "telling the daemon that copy {down} is down");
-    let sock = shared.home.api_sock();
-    let path = format!("/v1/apps/{app}/stand-in");
-    let body = serde_json::to_vec(&StandIn { down, stand_in }).unwrap_or_default();
-    tokio::spawn(async move {
-        match crate::uds::request(&sock, Method::POST, &path, Some(body), Duration::from_secs(1)).await {
-            Ok((status, _)) if status.is_success() => {}
-            Ok((status, _)) => tracing::debug!("the daemon answered {status} to {path}"),
-            Err(e) => tracing::debug!("cannot tell the daemon ({path}): {e:#}"),
-        }
-    });
-}
-
-/// Asks the daemon to wake a sleeping app (`POST /v1/apps/<app>/wake` on
-/// api.sock), or joins the wake another request already asked for, so
-/// requests that arrive together share one.
-fn ask_wake(shared: &Arc<Shared>, app: &LiveApp) -> watch::Receiver<Option<Wake>> {
-    let mut slot = app.counters.wake.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(rx) = slot.as_ref().filter(|rx| rx.borrow().is_none()) {
-        return rx.clone();
-    }
-    let (tx, rx) = watch::channel(None);
-    *slot = Some(rx.clone());
-    let sock = shared.home.api_sock();
-    let name = app.name.clone();
-    let limit = app.wake_hold;
-    tracing::info!(app = %name, "asking the daemon to wake {name}");
-    tokio::spawn(async move {
-        let path = format!("/v1/apps/{name}/wake");
-        // The daemon answers by the app's request-timeout itself; the
-        // margins only cover it being slow to.
-        let ask = crate::uds::request(&sock, Method::POST, &path, None, limit + Duration::from_secs(5));
-        let outcome = match tokio::time::timeout(limit + Duration::from_secs(1), ask).await {
-            Ok(Ok((status, _))) if status.is_success() => Wake::Awake,
-            Ok(Ok((StatusCode::GATEWAY_TIMEOUT, _))) => Wake::TimedOut,
-            Ok(Ok((status, body))) => {
-                tracing::warn!(app = %name, "the daemon could not wake it ({status}): {}", String::from_utf8_lossy(&body));
-                Wake::Failed
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(app = %name, "cannot ask the daemon for a wake: {e:#}");
-                Wake::Failed
-            }
-            Err(_) => Wake::TimedOut,
-        };
-        tx.send_replace(Some(outcome));
-    });
-    rx
-}
-
-/// How the wake being waited for ended; never, when there is none.
-async fn wake_outcome(wake: Option<&mut watch::Receiver<Option<Wake>>>) -> Wake {
-    let Some(rx) = wake else { return std::future::pending().await };
-    match rx.wait_for(Option::is_some).await {
-        Ok(outcome) => outcome.unwrap_or(Wake::Failed),
-        // The asking task is gone without an answer.
-        Err(_) => Wake::Failed,
-    }
-}
-
-pub use crate::clock::now_ms;
-
 /// A cheap random number (xorshift64*, one state per thread) for the
 /// random policy; nothing secret depends on it.
 fn random() -> u64 {
@@ -710,38 +319,92 @@ fn random() -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::table::Table;
     use super::*;
+    use crate::model::{ProxyApp, ProxyCopy, ProxyTable};
 
-    #[test]
-    fn hop_by_hop_headers_are_stripped() {
-        let mut h = HeaderMap::new();
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, X-Private, Upgrade"));
-        h.insert("x-private", HeaderValue::from_static("1"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        h.insert(header::COOKIE, HeaderValue::from_static("a=1"));
-        let mut ws = h.clone();
-        strip_hop_by_hop(&mut h, false);
-        assert_eq!(h.len(), 1);
-        assert!(h.contains_key(header::COOKIE));
-        strip_hop_by_hop(&mut ws, true);
-        assert_eq!(ws.len(), 2);
-        assert!(ws.contains_key(header::UPGRADE));
+    const KEY: [u8; 32] = [3; 32];
+
+    /// App `web` on port 8080 with `copies` (number, role), as a pushed table
+    /// makes it.
+    fn app(policy: LbPolicy, copies: &[(u32, Role)]) -> Arc<LiveApp> {
+        let copies = copies.iter().map(|&(copy, role)| ProxyCopy { copy, port: 20000 + copy as u16, role, pid: copy }).collect();
+        let source = ProxyTable {
+            apps: vec![ProxyApp {
+                name: "web".into(),
+                host: "127.0.0.1".into(),
+                port: 8080,
+                policy,
+                request_timeout_ms: 30_000,
+                asleep: false,
+                copies,
+            }],
+        };
+        Table::build(source, &KEY, &Table::default()).apps[0].clone()
+    }
+
+    /// The copy number `choose` picks.
+    fn chosen(app: &LiveApp, claimed: Option<u32>, stand_in: bool) -> Option<u32> {
+        choose(app, claimed, stand_in, 1_000_000).map(|i| app.copies[i].copy)
     }
 
     #[test]
-    fn a_mark_down_expires() {
-        assert!(!is_down(0, 5));
-        assert!(is_down(1000, 1000 + DOWN_FOR_MS - 1));
-        assert!(!is_down(1000, 1000 + DOWN_FOR_MS));
-        assert!(is_down(1000, 999));
+    fn a_claimed_copy_that_is_up_is_chosen_whatever_its_role() {
+        let web = app(LbPolicy::First, &[(1, Role::Active), (2, Role::Warm), (3, Role::Draining)]);
+        assert_eq!(chosen(&web, None, false), Some(1));
+        assert_eq!(chosen(&web, Some(2), false), Some(2));
+        assert_eq!(chosen(&web, Some(3), false), Some(3), "a draining copy keeps its visitors");
+        assert_eq!(chosen(&web, Some(9), false), Some(1), "a copy gone from the table: the policy picks");
     }
 
     #[test]
-    fn random_numbers_differ() {
-        let a = random();
-        let b = random();
-        assert_ne!(a, b);
+    fn a_claimed_copy_that_is_down_sends_its_visitor_to_a_stand_in() {
+        let web = app(LbPolicy::First, &[(1, Role::Active), (2, Role::Active), (3, Role::Warm)]);
+        web.copies[0].state.mark_down(1_000_000);
+        assert_eq!(chosen(&web, Some(1), false), Some(3), "the warm copy stands in, not active copy 2");
+        assert_eq!(chosen(&web, None, false), Some(2), "a new visitor gets an active copy that is up");
+        assert_eq!(chosen(&web, None, true), Some(3), "once a request found a copy down, a warm copy first");
+        web.copies[1].state.mark_down(1_000_000);
+        web.copies[2].state.mark_down(1_000_000);
+        assert_eq!(chosen(&web, Some(1), false), None, "nothing up: the request is held");
+    }
+
+    #[test]
+    fn a_reload_leaves_a_draining_copy_and_the_pages_own_requests_stay() {
+        let web = app(LbPolicy::First, &[(1, Role::Draining), (2, Role::Active)]);
+        let cookie = format!("lb_8080={}", web.copies[0].cookie);
+        let parts = |navigate: bool, path: &str| {
+            let mut req = Request::builder().uri(path).header(header::COOKIE, &cookie);
+            if navigate {
+                req = req.header("sec-fetch-mode", "navigate").header("sec-fetch-dest", "document");
+            }
+            req.body(()).unwrap().into_parts().0
+        };
+        assert_eq!(claimed_copy(&web, &parts(true, "/")), None, "a reload gets the new version");
+        assert_eq!(claimed_copy(&web, &parts(false, "/shared/shiny.js")), Some(1));
+        assert_eq!(claimed_copy(&web, &parts(true, "/session/abc/download/x")), Some(1), "a download belongs to the open page");
+        let active = format!("lb_8080={}", web.copies[1].cookie);
+        let reload =
+            Request::builder().header(header::COOKIE, active).header("sec-fetch-mode", "navigate").body(()).unwrap().into_parts().0;
+        assert_eq!(claimed_copy(&web, &reload), Some(2), "a reload stays on an active copy");
+    }
+
+    #[test]
+    fn random_picks_are_spread_and_not_an_alternation() {
+        let web = app(LbPolicy::Random, &[(1, Role::Active), (2, Role::Active)]);
+        let picks: Vec<u32> = (0..2000).map(|_| chosen(&web, None, false).unwrap()).collect();
+        let ones = picks.iter().filter(|&&c| c == 1).count();
+        // Binomial(2000, 1/2): 1000 ± 22; these bounds are 9 deviations out.
+        assert!((800..=1200).contains(&ones), "copy 1 got {ones} of 2000");
+        // A counter would alternate (no repeats) or repeat always; random
+        // repeats about half the time.
+        let repeats = picks.windows(2).filter(|w| w[0] == w[1]).count();
+        assert!((800..=1200).contains(&repeats), "{repeats} repeats in 1999 pairs");
+    }
+
+    #[test]
+    fn each_thread_draws_its_own_numbers() {
+        let draw = || std::thread::spawn(|| (0..4).map(|_| random()).collect::<Vec<u64>>()).join().unwrap();
+        assert_ne!(draw(), draw(), "two workers must not pick in lockstep");
     }
 }

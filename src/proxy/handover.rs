@@ -12,11 +12,13 @@
 //! the new one binds its own sockets beside it with SO_REUSEPORT.
 
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 
 use crate::home::Home;
 
@@ -46,48 +48,23 @@ pub fn receive(path: &Path) -> io::Result<Inherited> {
     let stream = UnixStream::connect(path)?;
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
     let mut buf = vec![0u8; 64 * 1024];
-    // u64 words keep the control buffer aligned for cmsghdr.
-    let mut control = vec![0u64; cmsg_space(MAX_FDS).div_ceil(8)];
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = control.len() * 8;
-    // SAFETY: recvmsg writes only within the buffers msg points to.
-    let len = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if len < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let mut control = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut control), MsgFlags::MSG_CMSG_CLOEXEC)?;
     let mut sockets = Vec::new();
-    // SAFETY: the CMSG_* walk stays within msg_controllen, as the kernel
-    // filled it; each SCM_RIGHTS descriptor is new to this process and owned
-    // at once, so none leaks whatever comes next.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
-                let data = libc::CMSG_DATA(c).cast::<RawFd>();
-                for i in 0..n {
-                    sockets.push(std::net::TcpListener::from_raw_fd(data.add(i).read_unaligned()));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            // SAFETY: each SCM_RIGHTS descriptor is new to this process and
+            // owned here at once, so none leaks whatever comes next.
+            sockets.extend(fds.into_iter().map(|fd| unsafe { std::net::TcpListener::from_raw_fd(fd) }));
         }
     }
-    let names: Vec<(String, u16)> =
-        serde_json::from_slice(&buf[..len as usize]).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    if msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC) != 0 || names.len() != sockets.len() {
+    let (len, truncated) = (msg.bytes, msg.flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC));
+    let names: Vec<(String, u16)> = serde_json::from_slice(&buf[..len]).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    if truncated || names.len() != sockets.len() {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} names for {} sockets", names.len(), sockets.len())));
     }
     Ok(names.into_iter().zip(sockets).collect())
-}
-
-fn cmsg_space(fds: usize) -> usize {
-    // SAFETY: CMSG_SPACE only computes a size.
-    unsafe { libc::CMSG_SPACE((fds * std::mem::size_of::<RawFd>()) as u32) as usize }
 }
 
 /// Sends the listening sockets held now (host, port and descriptor each)
@@ -97,29 +74,11 @@ pub fn send(stream: &impl AsRawFd, held: &[(String, u16, RawFd)]) -> io::Result<
     let held = &held[..held.len().min(MAX_FDS)];
     let names: Vec<(&str, u16)> = held.iter().map(|(h, p, _)| (h.as_str(), *p)).collect();
     let fds: Vec<RawFd> = held.iter().map(|(_, _, fd)| *fd).collect();
-    let mut payload = serde_json::to_vec(&names).map_err(io::Error::other)?;
-    let mut control = vec![0u64; cmsg_space(fds.len().max(1)).div_ceil(8)];
-    let mut iov = libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() };
-    // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the
-    // call, and the one cmsghdr written fits the control buffer (CMSG_SPACE).
-    let sent = unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        if !fds.is_empty() {
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = cmsg_space(fds.len());
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN((fds.len() * std::mem::size_of::<RawFd>()) as u32) as _;
-            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), fds.len());
-        }
-        libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let payload = serde_json::to_vec(&names).map_err(io::Error::other)?;
+    let rights = [ControlMessage::ScmRights(&fds)];
+    // No control message at all when there is nothing to hand over.
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
+    sendmsg::<()>(stream.as_raw_fd(), &[IoSlice::new(&payload)], cmsgs, MsgFlags::MSG_NOSIGNAL, None)?;
     Ok(fds.len())
 }
 

@@ -19,8 +19,13 @@ use tokio::task::JoinHandle;
 
 use super::forward::{self, Client};
 use super::handover::Inherited;
+use super::shared::{ErrorSource, Shared};
 use super::table::Table;
-use super::{ErrorSource, Shared, SHUTDOWN_GRACE};
+
+/// Once told to stop, how long a connection may still bring a request (a
+/// new connection's first one, or the next on a busy keep-alive one)
+/// before an idle connection is closed.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 /// Accept queue length of each listening socket.
 const BACKLOG: u32 = 1024;

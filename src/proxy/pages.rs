@@ -4,7 +4,7 @@ use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 
-use super::forward::DownBody;
+use super::body::DownBody;
 
 /// 503 while an app has no copy that can take a request: a page that says
 /// so and reloads itself every 5 seconds.

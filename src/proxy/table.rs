@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hyper::header::HeaderValue;
@@ -15,7 +15,8 @@ use tokio::sync::watch;
 
 use super::balance::Candidate;
 use super::cookie;
-use super::forward::{is_down, Pool};
+use super::daemon::WakeSlot;
+use super::pool::Pool;
 use crate::model::{AppTraffic, CopyTraffic, LbPolicy, ProxyTable, Role};
 
 /// The longest a request is held while no copy can take it
@@ -24,6 +25,11 @@ pub const MAX_HOLD: Duration = Duration::from_secs(15);
 /// The longest a request is held while its app wakes
 /// (sleep-and-wake.txt: "never more than 30 seconds").
 pub const MAX_WAKE_HOLD: Duration = Duration::from_secs(30);
+
+/// A copy marked down is tried again after this long even if the table
+/// did not change, so a copy that refused once by mistake comes back by
+/// itself (the cost of a wrong guess is one refused connect).
+pub const DOWN_FOR_MS: u64 = 10_000;
 
 /// What the load balancer knows about one copy's process, shared by every
 /// table that names the same process on the same port.
@@ -35,10 +41,28 @@ pub struct CopyState {
     pub sessions: AtomicU64,
     /// Unix ms when the copy last refused a connection (0: never). It gets
     /// no visitor until a table names another process or port for it, or
-    /// [`DOWN_FOR_MS`](super::forward::DOWN_FOR_MS) passes.
+    /// [`DOWN_FOR_MS`] passes.
     pub down_at_ms: AtomicU64,
     /// Idle keep-alive connections to the copy.
     pub pool: Pool,
+}
+
+impl CopyState {
+    /// True while the copy is marked down at unix ms `now`.
+    pub fn is_down(&self, now: u64) -> bool {
+        is_down(self.down_at_ms.load(Ordering::Relaxed), now)
+    }
+
+    /// Marks the copy down at `now`; true when it was not down already (so
+    /// the caller is the one to report it).
+    pub fn mark_down(&self, now: u64) -> bool {
+        !is_down(self.down_at_ms.swap(now, Ordering::Relaxed), now)
+    }
+}
+
+/// True while a copy marked down at `down_at` (0: never) stays down.
+fn is_down(down_at: u64, now: u64) -> bool {
+    down_at != 0 && now.saturating_sub(down_at) < DOWN_FOR_MS
 }
 
 /// One copy in the live table.
@@ -62,11 +86,7 @@ pub struct LiveCopy {
 impl LiveCopy {
     /// The copy as the balancer sees it at unix ms `now`.
     pub fn candidate(&self, now: u64) -> Candidate {
-        Candidate {
-            role: self.role,
-            down: is_down(self.state.down_at_ms.load(Ordering::Relaxed), now),
-            connections: self.state.connections.load(Ordering::Relaxed),
-        }
+        Candidate { role: self.role, down: self.state.is_down(now), connections: self.state.connections.load(Ordering::Relaxed) }
     }
 }
 
@@ -79,18 +99,7 @@ pub struct AppCounters {
     pub rr: AtomicUsize,
     /// The wake asked of the daemon, shared by the requests that arrive
     /// while it goes on (`None` inside until it ends).
-    pub wake: Mutex<Option<watch::Receiver<Option<Wake>>>>,
-}
-
-/// How a wake asked of the daemon ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wake {
-    /// A copy is active.
-    Awake,
-    /// The wake failed (or the daemon could not be asked).
-    Failed,
-    /// No copy was ready within the app's request-timeout.
-    TimedOut,
+    pub wake: WakeSlot,
 }
 
 /// One app in the live table.
@@ -322,6 +331,14 @@ mod tests {
         assert_eq!(t2.apps[0].counters.last_request_ms.load(Ordering::Relaxed), 42);
         assert_eq!(t2.apps[0].hold, MAX_HOLD);
         assert_eq!(t2.apps[0].wake_hold, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_mark_down_expires() {
+        assert!(!is_down(0, 5));
+        assert!(is_down(1000, 1000 + DOWN_FOR_MS - 1));
+        assert!(!is_down(1000, 1000 + DOWN_FOR_MS));
+        assert!(is_down(1000, 999));
     }
 
     #[test]

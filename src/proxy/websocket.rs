@@ -10,8 +10,8 @@ use hyper::header::{self, HeaderMap};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
+use super::shared::ErrorSource;
 use super::table::CopyState;
-use super::ErrorSource;
 
 /// True for a request that asks to switch to the WebSocket protocol
 /// (`Connection: upgrade` and `Upgrade: websocket`, in any case, among

@@ -211,7 +211,13 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
             let rec = &st.copies[i];
             let p = phase(rec);
             let active = roles.get(&rec.copy) == Some(&Role::Active);
-            (p, if p == Phase::Ready { sessions(rec.copy) } else { 0 }, active, std::cmp::Reverse(rec.started_ms), std::cmp::Reverse(rec.copy))
+            (
+                p,
+                if p == Phase::Ready { sessions(rec.copy) } else { 0 },
+                active,
+                std::cmp::Reverse(rec.started_ms),
+                std::cmp::Reverse(rec.copy),
+            )
         });
         for &i in &current[..current.len() - target] {
             let rec = &mut st.copies[i];

@@ -169,7 +169,8 @@ pub fn stop_process(pid: u32, start: Option<u64>) {
     });
 }
 
-/// Opens a pidfd for a process, if it still exists.
+/// Opens a pidfd for a process, if it still exists. A raw syscall through
+/// libc: nix (0.29, in Cargo.toml) has no pidfd_open.
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, libc::PIDFD_NONBLOCK) };

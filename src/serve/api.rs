@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 
+use crate::api_client::VersionReply;
 use crate::home::Home;
 use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, StandIn};
 use crate::uds;
@@ -25,11 +26,6 @@ use super::{Event, Shared};
 
 /// An answer of the API.
 pub type Reply = Response<Full<Bytes>>;
-
-/// True when a daemon answers on the home's socket.
-pub fn answers(home: &Home) -> bool {
-    uds::request_blocking(&home.api_sock(), Method::GET, "/v1/version", None, Duration::from_secs(2)).is_ok_and(|(s, _)| s.is_success())
-}
 
 /// Binds api.sock (mode 0600), replacing a stale one.
 pub fn bind(home: &Home) -> anyhow::Result<tokio::net::UnixListener> {
@@ -76,7 +72,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (req.method().clone(), parts.as_slice()) {
         (Method::GET, ["v1", "version"]) => {
-            uds::json_response(StatusCode::OK, &serde_json::json!({ "version": crate::model::BUILD, "pid": std::process::id() }))
+            uds::json_response(StatusCode::OK, &VersionReply { version: crate::model::BUILD.to_string(), pid: std::process::id() })
         }
         (Method::GET, ["v1", "status"]) => {
             let app = query(&req, "app").map(str::to_string);
@@ -103,10 +99,10 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let now = flag(&req, "now");
             let mut d = shared.lock().await;
             // Deleting again (with --now) hurries a delete that drains.
-            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.deleting || now) else { return not_found(name) };
-            app.deleting = true;
-            app.state.stop_now = now;
-            let copies = app.state.copies.len();
+            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.recorded.deleting || now) else { return not_found(name) };
+            app.recorded.deleting = true;
+            app.recorded.state.stop_now = now;
+            let copies = app.recorded.state.copies.len();
             if let Err(e) = d.save_registry() {
                 return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
             }
@@ -123,7 +119,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let copy = query(&req, "copy").and_then(|c| c.parse::<u32>().ok()).unwrap_or(1);
             let d = shared.lock().await;
             let Some(app) = d.apps.get(*name) else { return not_found(name) };
-            let path = super::log_path(&d.home, &app.spec, copy);
+            let path = super::log_path(&d.home, &app.recorded.spec, copy);
             uds::json_response(StatusCode::OK, &LogsReply { path })
         }
         (Method::POST, ["v1", "apps", name, "wake"]) => wake(&shared, name).await,
@@ -148,13 +144,13 @@ async fn wake(shared: &Shared, name: &str) -> Reply {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let timeout = {
         let mut d = shared.lock().await;
-        let Some(app) = d.apps.get_mut(name).filter(|a| !a.deleting) else { return not_found(name) };
-        if app.state.asleep_since_ms.is_none() && app.roles.iter().any(|(_, r)| *r == crate::model::Role::Active) {
+        let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
+        if app.recorded.state.asleep_since_ms.is_none() && app.tracked.has_active() {
             return ok(format!("{name} is awake"));
         }
-        app.wake_requested = true;
-        app.wake_waiters.push(tx);
-        let timeout = Duration::from_millis(app.spec.request_timeout_ms);
+        app.wake.requested = true;
+        app.wake.waiters.push(tx);
+        let timeout = Duration::from_millis(app.recorded.spec.request_timeout_ms);
         let _ = d.events.send(Event::Changed { app: name.to_string() });
         timeout
     };

@@ -84,8 +84,12 @@ fn check(d: &Daemon, spec: &AppSpec, text: &str) -> Result<Option<String>, Box<R
         manifest::ManifestError { file: spec.manifest.clone(), line: manifest::line_of_key(text, key), key: Some(key.into()), message }
             .to_string()
     };
-    let existing = d.apps.iter().find(|(_, a)| !a.deleting && super::same_path(&a.spec.manifest, &spec.manifest)).map(|(n, _)| n.clone());
-    if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.deleting) {
+    let existing = d
+        .apps
+        .iter()
+        .find(|(_, a)| !a.recorded.deleting && super::same_path(&a.recorded.spec.manifest, &spec.manifest))
+        .map(|(n, _)| n.clone());
+    if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.recorded.deleting) {
         return Err(Box::new(error(
             StatusCode::CONFLICT,
             here(
@@ -94,20 +98,26 @@ fn check(d: &Daemon, spec: &AppSpec, text: &str) -> Result<Option<String>, Box<R
             ),
         )));
     }
-    for (name, other) in d.apps.iter().filter(|(n, a)| Some(*n) != existing.as_ref() && !a.deleting) {
+    for (name, other) in d.apps.iter().filter(|(n, a)| Some(*n) != existing.as_ref() && !a.recorded.deleting) {
         if *name == spec.name {
             return Err(Box::new(error(
                 StatusCode::CONFLICT,
-                here("app-name", format!("{name} is already the name of the app in {}; pick another name", other.spec.manifest.display())),
+                here(
+                    "app-name",
+                    format!("{name} is already the name of the app in {}; pick another name", other.recorded.spec.manifest.display()),
+                ),
             )));
         }
-        if other.spec.port == spec.port {
+        if other.recorded.spec.port == spec.port {
             return Err(Box::new(error(
                 StatusCode::CONFLICT,
-                here("port", format!("{} is already used by app {name} ({}); pick another port", spec.port, other.spec.manifest.display())),
+                here(
+                    "port",
+                    format!("{} is already used by app {name} ({}); pick another port", spec.port, other.recorded.spec.manifest.display()),
+                ),
             )));
         }
-        if super::same_path(&other.spec.state_file, &spec.state_file) {
+        if super::same_path(&other.recorded.spec.state_file, &spec.state_file) {
             return Err(Box::new(error(
                 StatusCode::CONFLICT,
                 here(
@@ -124,7 +134,7 @@ fn check(d: &Daemon, spec: &AppSpec, text: &str) -> Result<Option<String>, Box<R
 /// starts, or the app runs a rolled-back release (the manifest is what runs
 /// again after an apply).
 fn deploys(app: Option<&AppRt>, spec: &AppSpec) -> bool {
-    app.is_none_or(|a| a.spec.settings_hash() != spec.settings_hash() || a.state.rolled_back)
+    app.is_none_or(|a| a.recorded.spec.settings_hash() != spec.settings_hash() || a.recorded.state.rolled_back)
 }
 
 /// `POST /v1/apply`: parse and validate the manifest whole, check it
@@ -163,10 +173,10 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
     let message = match existing {
         Some(old_name) => {
             let mut app = d.apps.remove(&old_name).expect("checked above");
-            let was_rolled_back = app.state.rolled_back;
-            let restarts = app.spec.settings_hash() != spec.settings_hash() || was_rolled_back;
-            let same = app.spec == spec && !restarts;
-            let rel = match taken.map(|t| t.record(&home, &spec, &mut app.state)).transpose() {
+            let was_rolled_back = app.recorded.state.rolled_back;
+            let restarts = app.recorded.spec.settings_hash() != spec.settings_hash() || was_rolled_back;
+            let same = app.recorded.spec == spec && !restarts;
+            let rel = match taken.map(|t| t.record(&home, &spec, &mut app.recorded.state)).transpose() {
                 Ok(rel) => rel,
                 Err(why) => {
                     d.apps.insert(old_name, app);
@@ -174,15 +184,15 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
                 }
             };
             if rel.is_some() {
-                app.state.revision += 1;
+                app.recorded.state.revision += 1;
             }
-            if !super::same_path(&app.spec.state_file, &spec.state_file) {
-                let _ = std::fs::remove_file(&app.spec.state_file);
+            if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
+                let _ = std::fs::remove_file(&app.recorded.spec.state_file);
             }
-            app.spec = spec.clone();
-            app.state.stop_now = req.now;
-            let asleep = app.state.asleep_since_ms.is_some();
-            record::save_state(&app.spec.state_file, &app.state);
+            app.recorded.spec = spec.clone();
+            app.recorded.state.stop_now = req.now;
+            let asleep = app.recorded.state.asleep_since_ms.is_some();
+            record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
             d.apps.insert(spec.name.clone(), app);
             let name = &spec.name;
             let line = if same {
@@ -241,8 +251,8 @@ fn with_release(line: String, rel: Option<&Release>) -> String {
 pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
     let (home, manifest_path) = {
         let d = shared.lock().await;
-        let Some(app) = d.apps.get(name).filter(|a| !a.deleting) else { return not_found(name) };
-        (d.home.clone(), app.spec.manifest.clone())
+        let Some(app) = d.apps.get(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
+        (d.home.clone(), app.recorded.spec.manifest.clone())
     };
     let refused = |why: String| error(StatusCode::UNPROCESSABLE_ENTITY, format!("{name}: not restarted, nothing changed: {why}"));
     let text = match tokio::fs::read_to_string(&manifest_path).await {
@@ -279,14 +289,14 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
         Err(reply) => return *reply,
     }
     let app = d.apps.get_mut(name).expect("checked above");
-    let rel = match taken.record(&home, &spec, &mut app.state) {
+    let rel = match taken.record(&home, &spec, &mut app.recorded.state) {
         Ok(rel) => rel,
         Err(why) => return error(StatusCode::INTERNAL_SERVER_ERROR, why),
     };
-    if !super::same_path(&app.spec.state_file, &spec.state_file) {
-        let _ = std::fs::remove_file(&app.spec.state_file);
+    if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
+        let _ = std::fs::remove_file(&app.recorded.spec.state_file);
     }
-    app.spec = spec;
+    app.recorded.spec = spec;
     match redeploy(&mut d, name, now) {
         Ok((rev, how)) => ok(with_release(
             format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"),
@@ -301,10 +311,10 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
 /// told. Returns the revision and how the old copies go.
 fn redeploy(d: &mut Daemon, name: &str, now: bool) -> Result<(u64, &'static str), Box<Reply>> {
     let app = d.apps.get_mut(name).expect("the caller holds the app");
-    app.state.revision += 1;
-    app.state.stop_now = now;
-    let rev = app.state.revision;
-    record::save_state(&app.spec.state_file, &app.state);
+    app.recorded.state.revision += 1;
+    app.recorded.state.stop_now = now;
+    let rev = app.recorded.state.revision;
+    record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
     if let Err(e) = d.save_registry() {
         return Err(Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"))));
     }
@@ -318,12 +328,12 @@ fn redeploy(d: &mut Daemon, name: &str, now: bool) -> Result<(u64, &'static str)
 /// one came from.
 pub async fn rollback(shared: &Shared, name: &str, now: bool) -> Reply {
     let mut d = shared.lock().await;
-    let Some(app) = d.apps.get_mut(name).filter(|a| !a.deleting) else { return not_found(name) };
-    let rel = match release::roll_back(&mut app.state, name) {
+    let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
+    let rel = match release::roll_back(&mut app.recorded.state, name) {
         Ok(rel) => rel,
         Err(why) => return error(StatusCode::CONFLICT, format!("{why}. Nothing changed.")),
     };
-    app.spec = release::with_deployed(&app.spec, &rel.deployed);
+    app.recorded.spec = release::with_deployed(&app.recorded.spec, &rel.deployed);
     let (rev, how) = match redeploy(&mut d, name, now) {
         Ok(done) => done,
         Err(reply) => return *reply,

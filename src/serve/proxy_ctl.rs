@@ -1,7 +1,7 @@
 //! The daemon's side of the load balancer: start it (or adopt the one that
 //! runs), watch it, push the copies table, read its traffic figures.
 
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::Read;
 use std::time::Duration;
 
 use hyper::Method;
@@ -33,18 +33,9 @@ pub struct ProxyCtl {
 }
 
 impl ProxyCtl {
-    /// Makes sure the cookie key exists (32 random bytes, mode 0600).
+    /// Makes sure the cookie key exists (see [`ensure_cookie_key`]).
     pub fn new(home: &Home) -> anyhow::Result<ProxyCtl> {
-        let key = home.cookie_key();
-        if !key.exists() {
-            let mut bytes = [0u8; 32];
-            use std::io::Read;
-            std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&key)?;
-            use std::io::Write;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-        }
+        ensure_cookie_key(home)?;
         Ok(ProxyCtl { pid: None, pushed: None, pending: None, retiring: None })
     }
 
@@ -80,6 +71,12 @@ impl ProxyCtl {
             None => {}
         }
         if answered.is_none() {
+            // The load balancer only reads the key; it may have gone since
+            // the daemon started.
+            if let Err(e) = ensure_cookie_key(home) {
+                tracing::error!("cannot start the load balancer: {e:#}");
+                return;
+            }
             let env: &[(&str, &str)] = if self.retiring.is_some() { &[(TAKEOVER_ENV, "1")] } else { &[] };
             let mut child = match super::act::spawn_self(home, "proxy", env) {
                 Ok(c) => c,
@@ -175,5 +172,55 @@ impl ProxyCtl {
             Ok((status, body)) => tracing::error!("the load balancer refused the table: {status} {}", String::from_utf8_lossy(&body)),
             Err(e) => tracing::warn!("cannot push the table to the load balancer: {e:#}"),
         }
+    }
+}
+
+/// Makes the sticky cookie's key, `proxy/cookie.key` (32 random bytes, mode
+/// 0600), unless it is there with the right length. The daemon alone makes
+/// it, before it starts a load balancer, which only reads it. A new key
+/// places visitors anew.
+pub fn ensure_cookie_key(home: &Home) -> anyhow::Result<()> {
+    let path = home.cookie_key();
+    match std::fs::read(&path) {
+        Ok(bytes) if bytes.len() == crate::proxy::COOKIE_KEY_LEN => return Ok(()),
+        Ok(bytes) => tracing::warn!(
+            "{} is {} bytes, not {}; making a new key (visitors are placed anew)",
+            path.display(),
+            bytes.len(),
+            crate::proxy::COOKIE_KEY_LEN
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+    }
+    let mut key = [0u8; crate::proxy::COOKIE_KEY_LEN];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .map_err(|e| anyhow::anyhow!("cannot read /dev/urandom: {e}"))?;
+    write_atomic(&path, &key, 0o600).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_daemon_makes_the_cookie_key_keeps_a_good_one_and_replaces_a_bad_one() {
+        let home = Home { root: std::env::temp_dir().join(format!("shinyctl-key-{}", std::process::id())) };
+        let _ = std::fs::remove_dir_all(&home.root);
+        home.ensure().unwrap();
+        let path = home.cookie_key();
+        ensure_cookie_key(&home).unwrap();
+        let made = std::fs::read(&path).unwrap();
+        assert_eq!(made.len(), crate::proxy::COOKIE_KEY_LEN);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        ensure_cookie_key(&home).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), made, "a good key is kept: visitors stay placed");
+        std::fs::write(&path, b"short").unwrap();
+        ensure_cookie_key(&home).unwrap();
+        let replaced = std::fs::read(&path).unwrap();
+        assert_eq!(replaced.len(), crate::proxy::COOKIE_KEY_LEN);
+        assert_ne!(replaced, made);
+        let _ = std::fs::remove_dir_all(&home.root);
     }
 }

@@ -6,12 +6,15 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::Path;
+
+use nix::fcntl::{Flock, FlockArg};
 
 use crate::home::{write_atomic, Home};
 use crate::manifest::AppSpec;
 use crate::model::AppState;
+
+use super::{AppRt, Daemon, LOG_ROTATE_BYTES};
 
 /// `registry.json`: every app the daemon manages. Only the daemon reads and
 /// writes it, so it lives here beside the code that does.
@@ -21,16 +24,11 @@ pub struct Registry {
     pub apps: BTreeMap<String, AppSpec>,
 }
 
-/// Takes an exclusive, non-blocking flock on `path`; held while the file
-/// stays open.
-pub fn lock_exclusive(path: &Path) -> io::Result<fs::File> {
+/// Takes an exclusive, non-blocking flock on `path`; held until the
+/// returned lock drops.
+pub fn lock_exclusive(path: &Path) -> io::Result<Flock<fs::File>> {
     let f = fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path)?;
-    // SAFETY: flock on an fd we own.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(f)
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| io::Error::from(errno))
 }
 
 /// Reads registry.json (empty when there is none yet).
@@ -89,6 +87,41 @@ pub fn rotate_if_larger(path: &Path, limit: u64) -> io::Result<bool> {
     fs::copy(path, &old)?;
     fs::OpenOptions::new().write(true).open(path)?.set_len(0)?;
     Ok(true)
+}
+
+impl Daemon {
+    /// Loads registry.json and each app's state.json. The processes they
+    /// name that still run (same PID and start time) are adopted by the
+    /// first cycle's observe, which runs at once.
+    pub(super) fn load(&mut self) -> anyhow::Result<()> {
+        // Nothing is being taken yet: partial copies are a dead daemon's.
+        crate::release::clean_leftovers(&self.home.releases_root());
+        let registry = load_registry(&self.home)?;
+        for (name, spec) in registry.apps {
+            let state = load_state(&spec.state_file).unwrap_or_default();
+            self.apps.insert(name, AppRt::new(spec, state));
+        }
+        Ok(())
+    }
+
+    /// Rotates copy logs and api.log past 1 GiB by copy-and-truncate, so a
+    /// copy that writes while the daemon is down loses nothing.
+    pub(super) fn rotate_logs(&self) {
+        let copies = self.apps.values().flat_map(|a| {
+            a.recorded.state.copies.iter().map(|r| self.home.copy_log(&a.recorded.spec.group, &a.recorded.spec.name, r.copy))
+        });
+        for path in copies.chain([self.home.api_log()]) {
+            if let Err(e) = rotate_if_larger(&path, LOG_ROTATE_BYTES) {
+                tracing::warn!(log = %path.display(), "cannot rotate: {e}");
+            }
+        }
+    }
+
+    /// Saves registry.json from the apps held (those not being deleted).
+    pub(super) fn save_registry(&self) -> anyhow::Result<()> {
+        let apps = self.apps.iter().filter(|(_, a)| !a.recorded.deleting).map(|(n, a)| (n.clone(), a.recorded.spec.clone())).collect();
+        save_registry(&self.home, &Registry { apps })
+    }
 }
 
 #[cfg(test)]

@@ -23,15 +23,16 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
         .filter(|(n, _)| only.is_none_or(|o| o == n.as_str()))
         .map(|(name, app)| {
             let traffic = d.traffic.get(name);
-            let settings = app.spec.settings_hash();
+            let settings = app.recorded.spec.settings_hash();
             let mut observed = Observed::default();
             let copies = app
+                .recorded
                 .state
                 .copies
                 .iter()
                 .map(|rec| {
                     let alive = rec.pid.zip(rec.pid_start).is_some_and(|(p, s)| procfs::is_alive(p, s));
-                    let ready = alive && rec.pid.is_some_and(|p| app.ready.contains(&p));
+                    let ready = alive && rec.pid.is_some_and(|p| app.tracked.ready.contains(&p));
                     let t = traffic.and_then(|t| t.get(&rec.copy));
                     let sessions = t.map_or(0, |t| t.sessions);
                     if alive {
@@ -40,8 +41,8 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                             Seen { process: Process::Running { ready }, connections: t.map_or(0, |t| t.connections), sessions },
                         );
                     }
-                    let role = app.roles.iter().find(|(c, _)| *c == rec.copy).map(|(_, r)| *r).filter(|_| ready);
-                    let status = if app.state.asleep_since_ms.is_some() && !alive {
+                    let role = app.tracked.roles.iter().find(|(c, _)| *c == rec.copy).map(|(_, r)| *r).filter(|_| ready);
+                    let status = if app.recorded.state.asleep_since_ms.is_some() && !alive {
                         "asleep"
                     } else if rec.left_down.is_some() {
                         "exited"
@@ -65,21 +66,23 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                         sessions,
                         crashes: rec.crashes,
                         started: rec.started_ms.filter(|_| alive).map(procfs::local_rfc3339),
-                        outdated: rec.revision != app.state.revision || rec.settings != settings,
-                        log: super::log_path(&d.home, &app.spec, rec.copy),
+                        outdated: rec.revision != app.recorded.state.revision || rec.settings != settings,
+                        log: super::log_path(&d.home, &app.recorded.spec, rec.copy),
                         release: rec.release.clone(),
                     }
                 })
                 .collect();
-            let mut notes = reconcile::notes(&app.spec, &app.state, &observed, now, &|c| super::log_path(&d.home, &app.spec, c));
-            notes.extend(release::notes(name, &app.state, &|r| observed.copies.contains_key(&r.copy)));
+            let mut notes = reconcile::notes(&app.recorded.spec, &app.recorded.state, &observed, now, &|c| {
+                super::log_path(&d.home, &app.recorded.spec, c)
+            });
+            notes.extend(release::notes(name, &app.recorded.state, &|r| observed.copies.contains_key(&r.copy)));
             AppStatus {
                 name: name.clone(),
-                group: app.spec.group.clone(),
-                port: app.spec.port,
-                revision: app.state.revision,
-                release: app.state.release.clone(),
-                previous_release: app.state.previous_release.clone(),
+                group: app.recorded.spec.group.clone(),
+                port: app.recorded.spec.port,
+                revision: app.recorded.state.revision,
+                release: app.recorded.state.release.clone(),
+                previous_release: app.recorded.state.previous_release.clone(),
                 copies,
                 notes,
             }

@@ -234,7 +234,7 @@ fn delete_drains_open_sessions_unless_now() {
     let session = crate::balancer::Session::open(port, "");
 
     let out = env.ok(&["delete", "dd"]);
-    assert!(out.contains("stop once their sessions end"), "{out}");
+    assert!(out.contains("its 1 copy stops once its sessions end"), "{out}");
     wait_until(Duration::from_secs(5), "the port to stop listening", || get(port, "/", &[]).is_err().then_some(()));
     std::thread::sleep(Duration::from_secs(1));
     assert!(pid_alive(pid), "the copy keeps its open session");

@@ -103,7 +103,9 @@ fn two_hosts_behind_haproxy_keep_visitors_and_sessions_and_take_over_for_each_ot
     let visitors = Loop::start(front);
     gone.ok(&["delete", gone_app, "--now"]);
     wait_until(Duration::from_secs(30), "the deleted app to be gone", || gone.copies(gone_app).is_empty().then_some(()));
-    wait_until(Duration::from_secs(10), "its port to close", || std::net::TcpStream::connect((if host == "host-a" { "127.0.0.2" } else { "127.0.0.3" }, port)).is_err().then_some(()));
+    wait_until(Duration::from_secs(10), "its port to close", || {
+        std::net::TcpStream::connect((if host == "host-a" { "127.0.0.2" } else { "127.0.0.3" }, port)).is_err().then_some(())
+    });
     let r = get(front, "/", &[("Cookie", &jar)]).unwrap();
     assert_eq!((r.status, between(&r.body, "greeting=", ";")), (200, Some(stays)), "the visitor of the deleted host is redispatched");
     let (sent, failed) = visitors.finish();

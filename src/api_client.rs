@@ -1,0 +1,199 @@
+//! The daemon's API as a typed client: one method per route of `api.sock`
+//! (see `serve::api`), used by the command and by the daemon's own checks
+//! (is one already running?). The route paths are built in [`routes`] only,
+//! for the load balancer's calls too (stand-in, wake).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::Method;
+use serde::{Deserialize, Serialize};
+
+use crate::home::Home;
+use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, StatusReport};
+
+/// The paths of the API's routes, the one place they are written.
+pub mod routes {
+    /// `GET`: the daemon's build and PID ([`super::VersionReply`]).
+    pub const VERSION: &str = "/v1/version";
+    /// `POST`: apply a manifest (`ApplyRequest`).
+    pub const APPLY: &str = "/v1/apply";
+
+    /// `GET`: every app's status, or one app's.
+    pub fn status(app: Option<&str>) -> String {
+        match app {
+            Some(a) => format!("/v1/status?app={a}"),
+            None => "/v1/status".to_string(),
+        }
+    }
+
+    /// `POST`: redeploy an app; with `now`, the old copies stop as soon as
+    /// the new ones are ready.
+    pub fn restart(app: &str, now: bool) -> String {
+        format!("/v1/apps/{app}/restart{}", now_query(now))
+    }
+
+    /// `POST`: redeploy the release before the current one; with `now`,
+    /// the old copies stop as soon as the new ones are ready.
+    pub fn rollback(app: &str, now: bool) -> String {
+        format!("/v1/apps/{app}/rollback{}", now_query(now))
+    }
+
+    /// `DELETE`: stop an app's copies and forget it; with `now`, at once.
+    pub fn delete(app: &str, now: bool) -> String {
+        format!("/v1/apps/{app}{}", now_query(now))
+    }
+
+    /// `GET`: where a copy's log is.
+    pub fn logs(app: &str, copy: u32) -> String {
+        format!("/v1/apps/{app}/logs?copy={copy}")
+    }
+
+    /// `POST` (from the load balancer): a copy refused a connection and a
+    /// warm copy stood in (`StandIn`).
+    pub fn stand_in(app: &str) -> String {
+        format!("/v1/apps/{app}/stand-in")
+    }
+
+    /// `POST` (from the load balancer): wake a sleeping app; answers once a
+    /// copy is active.
+    pub fn wake(app: &str) -> String {
+        format!("/v1/apps/{app}/wake")
+    }
+
+    fn now_query(now: bool) -> &'static str {
+        if now {
+            "?now=1"
+        } else {
+            ""
+        }
+    }
+}
+
+/// `GET /v1/version`: the daemon's build and PID.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VersionReply {
+    /// The build (`model::BUILD`) of the daemon that answered.
+    pub version: String,
+    /// Its PID.
+    pub pid: u32,
+}
+
+/// How long the command waits for an answer.
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long apply and restart may take: they answer once the release is
+/// taken, and copying a working-dir near the 2 GiB limit onto a slow disk
+/// takes a while.
+const DEPLOY_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long the check for a running daemon waits.
+const ANSWERS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A client of one home's `api.sock`. Its calls block (each on a small
+/// runtime of its own), for code that is not async: the command, and the
+/// daemon before its runtime starts.
+pub struct Client {
+    /// The socket.
+    sock: PathBuf,
+    /// How long a call may take.
+    timeout: Duration,
+}
+
+impl Client {
+    /// A client of the home's daemon.
+    pub fn new(home: &Home) -> Client {
+        Client { sock: home.api_sock(), timeout: TIMEOUT }
+    }
+
+    /// True when a daemon answers on the home's socket (within 2 s).
+    pub fn answers(home: &Home) -> bool {
+        // Any 2xx will do: a daemon of another build may answer otherwise.
+        Client { sock: home.api_sock(), timeout: ANSWERS_TIMEOUT }.call(Method::GET, routes::VERSION, None).is_ok()
+    }
+
+    /// `GET /v1/version`.
+    pub fn version(&self) -> anyhow::Result<VersionReply> {
+        self.json(Method::GET, routes::VERSION, None)
+    }
+
+    /// `GET /v1/status[?app=NAME]`, as the daemon wrote it (for `--json`).
+    pub fn status_json(&self, app: Option<&str>) -> anyhow::Result<Bytes> {
+        self.call(Method::GET, &routes::status(app), None)
+    }
+
+    /// `GET /v1/status[?app=NAME]`.
+    pub fn status(&self, app: Option<&str>) -> anyhow::Result<StatusReport> {
+        Ok(serde_json::from_slice(&self.status_json(app)?)?)
+    }
+
+    /// `POST /v1/apply`.
+    pub fn apply(&self, req: &ApplyRequest) -> anyhow::Result<ActionReply> {
+        self.deploying().json(Method::POST, routes::APPLY, Some(serde_json::to_vec(req)?))
+    }
+
+    /// `POST /v1/apps/NAME/restart[?now=1]`.
+    pub fn restart(&self, app: &str, now: bool) -> anyhow::Result<ActionReply> {
+        self.deploying().json(Method::POST, &routes::restart(app, now), None)
+    }
+
+    /// `POST /v1/apps/NAME/rollback[?now=1]`.
+    pub fn rollback(&self, app: &str, now: bool) -> anyhow::Result<ActionReply> {
+        self.json(Method::POST, &routes::rollback(app, now), None)
+    }
+
+    /// This client with room for a deploy, which answers once its release
+    /// is taken.
+    fn deploying(&self) -> Client {
+        Client { sock: self.sock.clone(), timeout: self.timeout.max(DEPLOY_TIMEOUT) }
+    }
+
+    /// `DELETE /v1/apps/NAME[?now=1]`.
+    pub fn delete(&self, app: &str, now: bool) -> anyhow::Result<ActionReply> {
+        self.json(Method::DELETE, &routes::delete(app, now), None)
+    }
+
+    /// `GET /v1/apps/NAME/logs?copy=N`.
+    pub fn logs(&self, app: &str, copy: u32) -> anyhow::Result<LogsReply> {
+        self.json(Method::GET, &routes::logs(app, copy), None)
+    }
+
+    /// Calls a route and reads its JSON answer.
+    fn json<T: serde::de::DeserializeOwned>(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> anyhow::Result<T> {
+        Ok(serde_json::from_slice(&self.call(method, path, body)?)?)
+    }
+
+    /// Calls a route and returns the body of a 2xx answer; any other answer
+    /// becomes an error carrying the daemon's message.
+    fn call(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> anyhow::Result<Bytes> {
+        let (status, bytes) = crate::uds::request_blocking(&self.sock, method, path, body, self.timeout).map_err(|_| {
+            anyhow::anyhow!(
+                "shinyctl serve is not running (nothing answers on {}). Start it with `shinyctl serve -d`; `shinyctl apply` starts it too.",
+                self.sock.display()
+            )
+        })?;
+        if status.is_success() {
+            return Ok(bytes);
+        }
+        match serde_json::from_slice::<ApiError>(&bytes) {
+            Ok(e) => anyhow::bail!("{}", e.error),
+            Err(_) => anyhow::bail!("shinyctl serve answered {status}: {}", String::from_utf8_lossy(&bytes)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::routes;
+
+    #[test]
+    fn routes_are_the_documented_paths() {
+        assert_eq!(routes::status(None), "/v1/status");
+        assert_eq!(routes::status(Some("a")), "/v1/status?app=a");
+        assert_eq!(routes::restart("a", false), "/v1/apps/a/restart");
+        assert_eq!(routes::restart("a", true), "/v1/apps/a/restart?now=1");
+        assert_eq!(routes::delete("a", true), "/v1/apps/a?now=1");
+        assert_eq!(routes::logs("a", 2), "/v1/apps/a/logs?copy=2");
+        assert_eq!(routes::stand_in("a"), "/v1/apps/a/stand-in");
+        assert_eq!(routes::wake("a"), "/v1/apps/a/wake");
+    }
+}

@@ -1,0 +1,143 @@
+//! The load balancer's core as its callers see it: the state every
+//! connection shares, the listeners that follow the table, and what can be
+//! asked of them — the routes on `proxy.sock` for the daemon, and the same
+//! steps for an in-process load balancer (`Proxy` in mod.rs).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::sync::{watch, Mutex, Notify};
+
+use super::cookie::KEY_LEN;
+use super::daemon::DaemonLink;
+use super::handover::Inherited;
+use super::listeners::Listeners;
+use super::shared::Shared;
+use super::table;
+use super::workers::{Worker, WORKERS};
+use crate::model::{ActionReply, ApiError, ProxySettings, ProxyStats, ProxyTable, BUILD};
+use crate::uds;
+
+/// How long requests in flight may take to finish once told to stop.
+pub const DRAIN: Duration = Duration::from_secs(5);
+/// A visitor must send a request's head within this (and an idle
+/// keep-alive connection is closed after it).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest request head accepted (request line and headers).
+const MAX_HEAD: usize = 64 * 1024;
+/// The largest table accepted on the control socket.
+const MAX_TABLE: usize = 16 * 1024 * 1024;
+
+/// A load balancer's state, as its control socket and callers reach it.
+pub struct Control {
+    /// Shared with the listeners and every connection.
+    pub shared: Arc<Shared>,
+    /// The listening sockets; the lock also keeps table pushes in order.
+    pub listeners: Mutex<Listeners>,
+    /// Woken by `POST /shutdown`.
+    pub stop: Notify,
+}
+
+impl Control {
+    /// A load balancer with an empty table, serving visitors on `workers`,
+    /// reporting to `daemon`, signing cookies with `key`; `inherited`
+    /// sockets are used for the apps they were bound for.
+    pub fn new(daemon: DaemonLink, key: [u8; KEY_LEN], workers: Vec<Worker>, inherited: Inherited) -> Arc<Control> {
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_header_size(MAX_HEAD).max_buf_size(MAX_HEAD);
+        let shared = Arc::new(Shared {
+            daemon,
+            key,
+            table: table::LiveTable::default(),
+            http,
+            shutdown: watch::Sender::new(false),
+            stopping: AtomicBool::new(false),
+            workers,
+        });
+        Arc::new(Control { shared, listeners: Mutex::new(Listeners::inheriting(inherited)), stop: Notify::new() })
+    }
+
+    /// Swaps in `table` when it differs from the one held, and makes the
+    /// listening sockets follow it.
+    pub async fn push(&self, table: ProxyTable) {
+        let shared = &self.shared;
+        let mut listeners = self.listeners.lock().await;
+        let current = shared.table.load();
+        if current.source != table {
+            tracing::info!("new table: {}", table::describe(&table));
+            let next = table::Table::build(table, &shared.key, &current);
+            shared.table.swap(next);
+            listeners.apply(&shared.table.load(), shared).await;
+        }
+    }
+
+    /// Stops taking connections and lets the open ones finish for up to
+    /// [`DRAIN`]: answers carry `Connection: close` from now on.
+    pub async fn stop_serving(&self) {
+        let shared = &self.shared;
+        self.listeners.lock().await.stop_all();
+        shared.stopping.store(true, Ordering::Relaxed);
+        shared.shutdown.send_replace(true);
+        let deadline = tokio::time::Instant::now() + DRAIN;
+        while shared.open() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = shared.open();
+        if left > 0 {
+            tracing::warn!("{left} connections still open after {DRAIN:?}; closing them");
+        }
+    }
+
+    /// What `GET /stats` answers.
+    fn stats(&self) -> ProxyStats {
+        ProxyStats {
+            build: BUILD.to_string(),
+            pid: std::process::id(),
+            rss_bytes: crate::procfs::rss_bytes(std::process::id()).unwrap_or(0),
+            apps: self.shared.table.load().traffic(),
+            settings: ProxySettings {
+                header_timeout_ms: HEADER_TIMEOUT.as_millis() as u64,
+                max_header_bytes: MAX_HEAD,
+                workers: WORKERS,
+                hold_ms: table::MAX_HOLD.as_millis() as u64,
+                wake_hold_ms: table::MAX_WAKE_HOLD.as_millis() as u64,
+                shutdown_drain_ms: DRAIN.as_millis() as u64,
+            },
+        }
+    }
+}
+
+/// Answers one request on `proxy.sock`.
+pub async fn handle(req: Request<hyper::body::Incoming>, ctl: &Control) -> Response<Full<Bytes>> {
+    match (req.method(), req.uri().path()) {
+        (&Method::PUT, "/table") => {
+            let body = match uds::read_body(req.into_body(), MAX_TABLE).await {
+                Ok(b) => b,
+                Err(e) => return error(StatusCode::BAD_REQUEST, format!("{e:#}")),
+            };
+            let table: ProxyTable = match serde_json::from_slice(&body) {
+                Ok(t) => t,
+                Err(e) => return error(StatusCode::BAD_REQUEST, format!("not a copies table: {e}")),
+            };
+            let apps = table.apps.len();
+            ctl.push(table).await;
+            uds::json_response(StatusCode::OK, &ActionReply { message: format!("table of {apps} apps in place") })
+        }
+        (&Method::GET, "/table") => uds::json_response(StatusCode::OK, &ctl.shared.table.load().source),
+        (&Method::GET, "/stats") => uds::json_response(StatusCode::OK, &ctl.stats()),
+        (&Method::POST, "/shutdown") => {
+            ctl.stop.notify_one();
+            uds::json_response(StatusCode::OK, &ActionReply { message: "stopping".into() })
+        }
+        (_, "/table" | "/stats" | "/shutdown") => error(StatusCode::METHOD_NOT_ALLOWED, format!("{} is not allowed here", req.method())),
+        (_, path) => error(StatusCode::NOT_FOUND, format!("no such route: {path}")),
+    }
+}
+
+fn error(status: StatusCode, error: String) -> Response<Full<Bytes>> {
+    uds::json_response(status, &ApiError { error })
+}

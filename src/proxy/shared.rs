@@ -1,0 +1,55 @@
+//! What every connection of the load balancer shares: the table, the
+//! settings visitors' connections are served with, the stop signal, the
+//! worker threads that serve them; and which side an error came from.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::watch;
+
+use super::daemon::DaemonLink;
+use super::workers::Worker;
+use super::{cookie, table};
+
+/// Which side of the load balancer an error came from, for the logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorSource {
+    /// A copy (connect, send, its answer).
+    Upstream,
+    /// A visitor (its connection, its request).
+    Downstream,
+}
+
+impl std::fmt::Display for ErrorSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ErrorSource::Upstream => "upstream",
+            ErrorSource::Downstream => "downstream",
+        })
+    }
+}
+
+/// What every connection of the load balancer shares.
+pub struct Shared {
+    /// Where stand-ins are reported and wakes asked for.
+    pub daemon: DaemonLink,
+    /// The sticky cookie's HMAC key.
+    pub key: [u8; cookie::KEY_LEN],
+    /// The live copies table.
+    pub table: table::LiveTable,
+    /// How visitors' connections are served (timeouts, limits).
+    pub http: hyper::server::conn::http1::Builder,
+    /// Turns true once the load balancer stops.
+    pub shutdown: watch::Sender<bool>,
+    /// The same, read on every answer (cheaper than the channel): answers
+    /// then carry `Connection: close`.
+    pub stopping: AtomicBool,
+    /// The threads that serve visitors' connections.
+    pub workers: Vec<Worker>,
+}
+
+impl Shared {
+    /// Visitors' connections being served, on all workers.
+    pub fn open(&self) -> usize {
+        self.workers.iter().map(|w| w.open.load(Ordering::Relaxed)).sum()
+    }
+}

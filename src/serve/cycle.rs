@@ -1,0 +1,234 @@
+//! The cycle for one app: observe what its processes are doing, decide
+//! (the pure [`reconcile::decide`]), record the new state, act on the plan;
+//! then, for all apps at once, push the copies table and answer the wakes.
+//!
+//! What each step touches of an app: observe reads the recorded state and
+//! the tracked processes; decide and record replace the recorded state and
+//! the tracked roles and timer; act starts and stops the processes the
+//! state names and tracks them.
+
+use tokio::sync::mpsc;
+
+use crate::home::Home;
+use crate::model::{CopyRecord, Exit, ProxyApp, ProxyCopy, ProxyTable};
+use crate::procfs;
+use crate::reconcile::{self, Action, Observed, Process, Seen};
+use crate::release;
+
+use super::app::{AppRt, Recorded, Tracked, WakeOutcome};
+use super::{act, log_path, now_ms, record, Daemon, Event};
+
+impl Daemon {
+    /// Observe: what each recorded process is doing now, from what is
+    /// tracked, /proc and the load balancer's traffic figures. Starts
+    /// tracking a running process the daemon does not watch yet (adopted).
+    pub(super) fn observe(&mut self, name: &str) -> Observed {
+        let events = self.events.clone();
+        let traffic = self.traffic.get(name).cloned().unwrap_or_default();
+        let Some(AppRt { recorded, tracked, .. }) = self.apps.get_mut(name) else { return Observed::default() };
+        let mut observed = Observed { last_request_ms: tracked.last_request_ms, ..Observed::default() };
+        for rec in &recorded.state.copies {
+            let Some(pid) = rec.pid else { continue };
+            let process = if let Some(exit) = tracked.exits.get(&pid) {
+                Process::Exited(*exit)
+            } else if !rec.pid_start.is_some_and(|s| procfs::is_alive(pid, s)) {
+                // Gone before its watcher reported: reap it here if it is our
+                // child; if it died while nobody watched, its status is unknown.
+                let (code, signal) = act::reap(pid).unwrap_or((None, None));
+                Process::Exited(Exit { at_ms: now_ms(), code, signal })
+            } else {
+                let ready = tracked.ready.contains(&pid);
+                // The daemon watches what it starts from the start, so a
+                // process first watched here is one it adopted.
+                if follow(name, rec, ready, tracked, &events) {
+                    tracing::info!(app = name, copy = rec.copy, pid, "adopted copy");
+                }
+                Process::Running { ready }
+            };
+            let t = traffic.get(&rec.copy);
+            observed
+                .copies
+                .insert(rec.copy, Seen { process, connections: t.map_or(0, |t| t.connections), sessions: t.map_or(0, |t| t.sessions) });
+        }
+        observed
+    }
+
+    /// One cycle for one app: observe, decide, record, (push happens for
+    /// all apps after the cycles), act.
+    pub(super) fn cycle(&mut self, name: &str) {
+        let observed = self.observe(name);
+        let now = now_ms();
+        let taken: Vec<u16> = self.apps.values().flat_map(|a| a.recorded.state.copies.iter().map(|r| r.port)).collect();
+        let cx = Cx { name, home: &self.home, events: &self.events, now };
+        let Some(AppRt { recorded, tracked, wake }) = self.apps.get_mut(name) else { return };
+        if wake.settle(&mut recorded.state, now) {
+            tracing::info!(app = name, "waking");
+        }
+        // Decide: a deleted app wants no copies.
+        let mut spec = recorded.spec.clone();
+        if recorded.deleting {
+            spec.replicas = 0;
+            spec.warm_replicas = 0;
+        }
+        let plan = reconcile::decide(&spec, &recorded.state, &observed, now);
+        // Record: the plan's state replaces the recorded one.
+        let before = std::mem::replace(&mut recorded.state, plan.state);
+        tracked.roles = plan.roles;
+        tracked.wake_at_ms = plan.wake_at_ms;
+        tracked.fold(&before, &recorded.state);
+        // A forgotten copy's own disk goes with it, so a later copy with the
+        // same number (a redeploy, a new app of the same name) starts empty.
+        for gone in before.copies.iter().filter(|r| !recorded.state.copies.iter().any(|n| n.copy == r.copy)) {
+            let _ = std::fs::remove_dir_all(cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, gone.copy));
+        }
+        release::prune(cx.home, &recorded.spec, &mut recorded.state);
+        if recorded.state != before {
+            record::save_state(&recorded.spec.state_file, &recorded.state);
+        }
+        if act_on(&cx, plan.actions, recorded, tracked, &taken) {
+            record::save_state(&recorded.spec.state_file, &recorded.state);
+        }
+        if recorded.deleting && recorded.state.copies.is_empty() {
+            let _ = std::fs::remove_file(&recorded.spec.state_file);
+            release::forget(cx.home, &recorded.spec, &recorded.state);
+            self.apps.remove(name);
+            tracing::info!(app = name, "deleted");
+        }
+    }
+
+    /// Answers the requests waiting for a wake, once the table the load
+    /// balancer has shows an active copy, or every copy of the wake exited.
+    pub(super) fn resolve_wakes(&mut self) {
+        for app in self.apps.values_mut().filter(|a| !a.wake.waiters.is_empty()) {
+            if let Some(outcome) = wake_outcome(&self.home, app) {
+                app.wake.answer(outcome);
+            }
+        }
+    }
+
+    /// The copies table for every app, from the last roles.
+    pub(super) fn table(&self) -> ProxyTable {
+        let apps = self
+            .apps
+            .values()
+            .filter(|a| !a.recorded.deleting)
+            .map(|a| ProxyApp {
+                name: a.recorded.spec.name.clone(),
+                host: a.recorded.spec.host.clone(),
+                port: a.recorded.spec.port,
+                policy: a.recorded.spec.lb_policy,
+                request_timeout_ms: a.recorded.spec.request_timeout_ms,
+                asleep: a.recorded.state.asleep_since_ms.is_some(),
+                copies: a
+                    .tracked
+                    .roles
+                    .iter()
+                    .filter_map(|(copy, role)| {
+                        let rec = a.recorded.state.copies.iter().find(|r| r.copy == *copy)?;
+                        Some(ProxyCopy { copy: *copy, port: rec.port, role: *role, pid: rec.pid? })
+                    })
+                    .collect(),
+            })
+            .collect();
+        ProxyTable { apps }
+    }
+
+    /// Push: sends the copies table to the load balancer when it changed.
+    pub(super) async fn push(&mut self) {
+        let table = self.table();
+        let home = self.home.clone();
+        self.proxy.push(&home, table).await;
+    }
+}
+
+/// What one cycle's act step works with, besides the app.
+struct Cx<'a> {
+    /// The app's name.
+    name: &'a str,
+    /// The home folder.
+    home: &'a Home,
+    /// Where the processes' watchers send their events.
+    events: &'a mpsc::UnboundedSender<Event>,
+    /// The cycle's time, Unix ms.
+    now: u64,
+}
+
+/// Act: starts and stops the processes the plan names, and tracks them.
+/// Returns true when a start changed the recorded state (its PID, port,
+/// or a failure counted as a crash).
+fn act_on(cx: &Cx, actions: Vec<Action>, recorded: &mut Recorded, tracked: &mut Tracked, taken: &[u16]) -> bool {
+    let name = cx.name;
+    let mut changed = false;
+    for action in actions {
+        match action {
+            Action::Start(copy) => {
+                // The copy's recorded release and the settings it was deployed with.
+                let Some(run) =
+                    recorded.state.copies.iter().find(|r| r.copy == copy).map(|r| release::run_dir(&recorded.spec, &recorded.state, r))
+                else {
+                    continue;
+                };
+                let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
+                let started = run.map_err(anyhow::Error::msg).and_then(|(dir, spec)| act::start_copy(cx.home, &spec, rec, &dir, taken));
+                match started {
+                    Ok(()) => {
+                        tracing::info!(app = name, copy, pid = rec.pid.unwrap_or(0), port = rec.port, "started copy");
+                        follow(name, rec, false, tracked, cx.events);
+                    }
+                    Err(e) => {
+                        tracing::error!(app = name, copy, "cannot start copy: {e:#}");
+                        // Counted like a crash, so it is retried after a backoff.
+                        rec.crashes += 1;
+                        rec.last_exit = Some(Exit { at_ms: cx.now, code: Some(127), signal: None });
+                        let _ = cx.events.send(Event::Changed { app: name.to_string() });
+                    }
+                }
+                changed = true;
+            }
+            Action::Stop(copy) => {
+                let Some(rec) = recorded.state.copies.iter().find(|r| r.copy == copy) else { continue };
+                let Some(pid) = rec.pid else { continue };
+                if tracked.stopping.insert(pid) {
+                    tracing::info!(app = name, copy, pid, "stopping copy");
+                    act::stop_process(pid, rec.pid_start);
+                }
+            }
+        }
+    }
+    changed
+}
+
+/// How a wake ended, if it has: `Ok` once a copy is active, `Err` when the
+/// app was deleted or every copy exited since the wake.
+fn wake_outcome(home: &Home, app: &AppRt) -> Option<WakeOutcome> {
+    let AppRt { recorded, tracked, wake } = app;
+    if tracked.has_active() {
+        return Some(Ok(()));
+    }
+    if recorded.deleting {
+        return Some(Err(format!("{} was deleted", recorded.spec.name)));
+    }
+    // One broken copy must not fail a wake that another copy serves.
+    let since = wake.woke_ms.unwrap_or(u64::MAX);
+    let exited = |r: &&CopyRecord| r.last_exit.is_some_and(|e| e.at_ms >= since);
+    let all_exited = !recorded.state.copies.is_empty() && recorded.state.copies.iter().all(|r| exited(&r));
+    all_exited.then(|| recorded.state.copies.iter().find(exited)).flatten().map(|r| {
+        let exit = r.last_exit.map(|e| e.describe()).unwrap_or_default();
+        Err(format!("copy {} {exit} while waking; see {}", r.copy, log_path(home, &recorded.spec, r.copy)))
+    })
+}
+
+/// Watches a running copy's process for its exit and, until it is ready,
+/// probes its port; each once per process. Returns true when the process
+/// was not watched before.
+fn follow(name: &str, rec: &CopyRecord, ready: bool, tracked: &mut Tracked, events: &mpsc::UnboundedSender<Event>) -> bool {
+    let Some(pid) = rec.pid else { return false };
+    let new = tracked.watched.insert(pid);
+    if new {
+        act::watch_exit(name.to_string(), pid, events.clone());
+    }
+    if !ready && tracked.probing.insert(pid) {
+        act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, events.clone());
+    }
+    new
+}

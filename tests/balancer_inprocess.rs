@@ -1,0 +1,427 @@
+//! The load balancer in-process, as tokio-rs/mini-redis tests its server:
+//! `proxy::Proxy` on a port of its own in front of small hyper backends and
+//! a stand-in for the daemon's `api.sock`, all in this test's runtime, with
+//! tokio's clock paused. No R and no other process: the hold, the stand-in,
+//! retries and timeouts run in milliseconds.
+//!
+//! Paused time moves on its own only when every task waits; it then jumps
+//! to the next timer. A task woken by a socket in that same instant sees
+//! the jump too, so each test runs a metronome (a 10 ms timer, always
+//! pending) that keeps every jump to 10 ms: times are then exact to a few
+//! ticks, and a 15 s hold is 1,500 quick turns of the runtime.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{timeout, Instant};
+
+use shinyctl::model::{LbPolicy, ProxyApp, ProxyCopy, ProxyTable, Role};
+use shinyctl::proxy::{Proxy, Settings};
+
+/// Any wait in these tests: far above what any of them takes.
+const DEADLINE: Duration = Duration::from_secs(120);
+/// The sticky cookie's key.
+const KEY: [u8; 32] = [7; 32];
+
+// ---------------------------------------------------------------------------
+// The rig: a load balancer, the daemon's stand-in, backends
+// ---------------------------------------------------------------------------
+
+/// A load balancer serving one app, `web`, and the daemon it talks to.
+struct Rig {
+    /// The load balancer.
+    proxy: Proxy,
+    /// The app's public port.
+    port: u16,
+    /// What the load balancer asks of the daemon.
+    daemon: Daemon,
+    /// A folder of this test's own (api.sock), removed at the end.
+    dir: PathBuf,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts a load balancer with the table `of(port)` gives for its port.
+async fn start(of: impl FnOnce(u16) -> ProxyTable) -> Rig {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!("shinyctl-inproc-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let api_sock = dir.join("api.sock");
+    let daemon = Daemon::serve(&api_sock);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let proxy = Proxy::start(Settings { api_sock, key: KEY }, of(port), vec![listener]).await.unwrap();
+    tokio::spawn(async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    Rig { proxy, port, daemon, dir }
+}
+
+/// The table of app `web` on `port`: its policy, whether it sleeps, its
+/// request-timeout, and its copies (number, port, role).
+fn table(port: u16, policy: LbPolicy, asleep: bool, request_timeout_ms: u64, copies: &[(u32, u16, Role)]) -> ProxyTable {
+    ProxyTable {
+        apps: vec![ProxyApp {
+            name: "web".into(),
+            host: "127.0.0.1".into(),
+            port,
+            policy,
+            request_timeout_ms,
+            asleep,
+            copies: copies.iter().map(|&(copy, port, role)| ProxyCopy { copy, port, role, pid: 1000 + copy }).collect(),
+        }],
+    }
+}
+
+/// One request the load balancer made of the daemon, waiting for its answer.
+struct Call {
+    /// The route, `/v1/apps/web/wake`.
+    path: String,
+    /// The JSON body, if any.
+    body: serde_json::Value,
+    /// The status to answer with; dropping it answers 200.
+    answer: oneshot::Sender<StatusCode>,
+}
+
+/// The daemon's `api.sock`, as the test plays it.
+struct Daemon {
+    /// Each request, as it comes.
+    calls: mpsc::UnboundedReceiver<Call>,
+}
+
+impl Daemon {
+    fn serve(sock: &Path) -> Daemon {
+        let listener = tokio::net::UnixListener::bind(sock).unwrap();
+        let (tx, calls) = mpsc::unbounded_channel();
+        tokio::spawn(shinyctl::uds::serve(listener, move |req: hyper::Request<hyper::body::Incoming>| {
+            let tx = tx.clone();
+            async move {
+                let path = req.uri().path().to_string();
+                let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                let (answer, status) = oneshot::channel();
+                let _ = tx.send(Call { path, body, answer });
+                let status = status.await.unwrap_or(StatusCode::OK);
+                let mut resp = Response::new(Full::new(Bytes::from_static(b"{}")));
+                *resp.status_mut() = status;
+                resp
+            }
+        }));
+        Daemon { calls }
+    }
+
+    /// The next request made of the daemon.
+    async fn next(&mut self) -> Call {
+        timeout(DEADLINE, self.calls.recv()).await.expect("the load balancer called the daemon").expect("the daemon's socket is served")
+    }
+
+    /// Fails if the daemon is asked anything within `d`.
+    async fn nothing_within(&mut self, d: Duration) {
+        if let Ok(Some(call)) = timeout(d, self.calls.recv()).await {
+            panic!("the daemon was asked {} {} once more", call.path, call.body);
+        }
+    }
+}
+
+/// A copy: answers `copy=N;` to every request; counts them.
+async fn backend(copy: u32) -> (u16, Arc<AtomicUsize>) {
+    flaky_backend(copy, 0).await
+}
+
+/// A copy whose first `drop_first` connections are closed once a request
+/// head has come in, unanswered (a copy dying mid-request); the rest are
+/// answered as [`backend`] answers. Counts the requests it read.
+async fn flaky_backend(copy: u32, drop_first: usize) -> (u16, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        for n in 0.. {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            if n < drop_first {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => head.extend_from_slice(&buf[..k]),
+                    }
+                }
+                counter.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            let counter = counter.clone();
+            let svc = hyper::service::service_fn(move |_req| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(format!("copy={copy};"))))) }
+            });
+            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc));
+        }
+    });
+    (port, seen)
+}
+
+/// A port nothing listens on: a copy there refuses every connection.
+fn dead_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+// ---------------------------------------------------------------------------
+// A visitor
+// ---------------------------------------------------------------------------
+
+/// An answer as the visitor got it.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    /// Header lines, as sent.
+    head: Vec<String>,
+    body: String,
+}
+
+impl Answer {
+    /// The value of header `name`.
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.iter().find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim()))
+    }
+
+    /// The `lb_<port>=…` pair the load balancer placed the visitor with.
+    fn placed(&self) -> Option<String> {
+        self.header("set-cookie").map(|v| v.split(';').next().unwrap_or("").to_string())
+    }
+
+    /// The copy that answered (`copy=N;` in the body).
+    fn copy(&self) -> u32 {
+        let digits = self.body.split("copy=").nth(1).and_then(|r| r.split(';').next());
+        digits.and_then(|d| d.parse().ok()).unwrap_or_else(|| panic!("not a copy's answer: {self:?}"))
+    }
+}
+
+/// `method /` on the load balancer with `cookie` (a `name=value` pair) and
+/// `body`, on a connection of its own.
+async fn request(port: u16, method: &str, cookie: Option<&str>, body: &str) -> Answer {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut req = format!("{method} / HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    if let Some(c) = cookie {
+        req.push_str(&format!("Cookie: {c}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    stream.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    timeout(DEADLINE, stream.read_to_end(&mut raw)).await.expect("an answer").unwrap();
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP answer: {raw:?}"));
+    let mut lines = head.lines();
+    let status =
+        lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("status line: {raw:?}"));
+    Answer { status, head: lines.map(String::from).collect(), body: body.to_string() }
+}
+
+/// `GET /` with `cookie`.
+async fn get(port: u16, cookie: Option<&str>) -> Answer {
+    request(port, "GET", cookie, "").await
+}
+
+// ---------------------------------------------------------------------------
+// Sticky sessions
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn the_sticky_cookie_keeps_a_visitor_on_its_copy() {
+    let (one, _) = backend(1).await;
+    let (two, _) = backend(2).await;
+    let rig = start(|port| table(port, LbPolicy::RoundRobin, false, 30_000, &[(1, one, Role::Active), (2, two, Role::Active)])).await;
+    // New visitors alternate, so only the cookie can keep one in place.
+    let first = get(rig.port, None).await;
+    let second = get(rig.port, None).await;
+    assert_ne!(first.copy(), second.copy(), "round-robin places new visitors on both copies");
+    let cookie = first.placed().expect("a new visitor is placed");
+    assert!(cookie.starts_with(&format!("lb_{}={}.", rig.port, first.copy())), "{cookie}");
+    for attr in ["HttpOnly", "SameSite=Lax", "Path=/"] {
+        assert!(first.header("set-cookie").unwrap().contains(attr), "{attr} in {first:?}");
+    }
+    for _ in 0..10 {
+        let again = get(rig.port, Some(&cookie)).await;
+        assert_eq!(again.copy(), first.copy(), "the visitor stays on its copy");
+        assert_eq!(again.placed(), None, "a placed visitor is not placed again");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forged_cookie_is_replaced_by_a_genuine_one() {
+    let (one, _) = backend(1).await;
+    let (two, _) = backend(2).await;
+    let copies = [(1, one, Role::Active), (2, two, Role::Active)];
+    let rig = start(|port| table(port, LbPolicy::RoundRobin, false, 30_000, &copies)).await;
+    let mut genuine = [get(rig.port, None).await, get(rig.port, None).await];
+    genuine.sort_by_key(|a| a.copy());
+    let [for_one, for_two] = genuine.map(|a| a.placed().expect("placed"));
+    // From now on a new visitor always gets copy 1: a cookie that moves
+    // anyone to copy 2 was honoured.
+    rig.proxy.push(table(rig.port, LbPolicy::First, false, 30_000, &copies)).await;
+    let honoured = get(rig.port, Some(&for_two)).await;
+    assert_eq!((honoured.copy(), honoured.placed()), (2, None), "a genuine cookie for copy 2 is honoured");
+
+    let mac_of_one = for_one.split_once('.').unwrap().1;
+    let name = format!("lb_{}", rig.port);
+    for forged in [
+        format!("{name}=2.{mac_of_one}"),
+        format!("{name}=2.{}", "0".repeat(64)),
+        format!("{name}=2.x"),
+        format!("{name}=02.{}", for_two.split_once('.').unwrap().1),
+    ] {
+        let a = get(rig.port, Some(&forged)).await;
+        assert_eq!(a.copy(), 1, "{forged} is not honoured");
+        assert_eq!(a.placed().as_deref(), Some(for_one.as_str()), "{forged} is replaced by a genuine cookie");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Stand-ins and retries
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_connect_goes_at_once_to_the_warm_copy_and_the_daemon_is_told() {
+    let (warm, warm_seen) = backend(2).await;
+    let mut rig =
+        start(|port| table(port, LbPolicy::LeastConn, false, 30_000, &[(1, dead_port(), Role::Active), (2, warm, Role::Warm)])).await;
+    let t = Instant::now();
+    let a = get(rig.port, None).await;
+    assert_eq!((a.status, a.copy()), (200, 2), "{a:?}");
+    assert!(t.elapsed() < Duration::from_millis(500), "sent on at once, not held: {:?}", t.elapsed());
+    assert!(a.placed().unwrap().starts_with(&format!("lb_{}=2.", rig.port)), "the visitor is placed on the stand-in");
+    let call = rig.daemon.next().await;
+    assert_eq!(call.path, "/v1/apps/web/stand-in");
+    assert_eq!(call.body, serde_json::json!({"down": 1, "stand_in": 2}));
+    drop(call);
+
+    // Copy 1 is marked down: the next visitor goes straight to the warm
+    // copy, and the daemon is not told twice.
+    let b = get(rig.port, None).await;
+    assert_eq!(b.copy(), 2);
+    assert_eq!(warm_seen.load(Ordering::SeqCst), 2);
+    rig.daemon.nothing_within(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_lost_on_a_dying_connection_is_sent_again_unless_it_had_a_body() {
+    let (port, seen) = flaky_backend(1, 1).await;
+    let rig = start(|p| table(p, LbPolicy::First, false, 30_000, &[(1, port, Role::Active)])).await;
+    let a = get(rig.port, None).await;
+    assert_eq!((a.status, a.copy()), (200, 1), "{a:?}");
+    assert_eq!(seen.load(Ordering::SeqCst), 2, "lost once, then answered");
+
+    let (port, seen) = flaky_backend(1, 1).await;
+    rig.proxy.push(table(rig.port, LbPolicy::First, false, 30_000, &[(1, port, Role::Active)])).await;
+    let b = request(rig.port, "POST", None, "x=1").await;
+    assert_eq!(b.status, 502, "a body cannot be sent twice: {b:?}");
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Holding a request
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn with_no_copy_up_a_request_is_held_until_a_table_brings_one() {
+    let rig = start(|port| table(port, LbPolicy::LeastConn, false, 30_000, &[])).await;
+    let (one, _) = backend(1).await;
+    let t = Instant::now();
+    let held = tokio::spawn(get(rig.port, None));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(!held.is_finished(), "held while no copy can take it");
+    rig.proxy.push(table(rig.port, LbPolicy::LeastConn, false, 30_000, &[(1, one, Role::Active)])).await;
+    let a = held.await.unwrap();
+    assert_eq!((a.status, a.copy()), (200, 1), "{a:?}");
+    assert!(t.elapsed() < Duration::from_millis(10_500), "answered as the table came: {:?}", t.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_the_15_s_hold_a_request_gets_the_restarting_page() {
+    // staying-up.txt: "a request waits up to 15 seconds".
+    let mut rig = start(|port| table(port, LbPolicy::LeastConn, false, 30_000, &[(1, dead_port(), Role::Active)])).await;
+    let t = Instant::now();
+    let held = tokio::spawn(get(rig.port, None));
+    let call = rig.daemon.next().await;
+    assert_eq!((call.path.as_str(), &call.body), ("/v1/apps/web/stand-in", &serde_json::json!({"down": 1, "stand_in": null})));
+    tokio::time::sleep_until(t + Duration::from_millis(14_800)).await;
+    assert!(!held.is_finished(), "still held at 14.8 s");
+    let a = held.await.unwrap();
+    assert_eq!(a.status, 503, "{a:?}");
+    assert!(a.body.contains("web is restarting"), "{a:?}");
+    assert_eq!(a.header("retry-after"), Some("5"));
+    assert!(t.elapsed() < Duration::from_millis(15_500), "answered at 15 s: {:?}", t.elapsed());
+}
+
+// ---------------------------------------------------------------------------
+// Waking a sleeping app
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn requests_for_a_sleeping_app_share_one_wake() {
+    let mut rig = start(|port| table(port, LbPolicy::LeastConn, true, 30_000, &[])).await;
+    let held: Vec<_> = (0..4).map(|_| tokio::spawn(get(rig.port, None))).collect();
+    let wake = rig.daemon.next().await;
+    assert_eq!(wake.path, "/v1/apps/web/wake");
+    // All four arrive and join the wake before it ends.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(held.iter().all(|h| !h.is_finished()), "held while the app wakes");
+    let (one, seen) = backend(1).await;
+    rig.proxy.push(table(rig.port, LbPolicy::LeastConn, false, 30_000, &[(1, one, Role::Active)])).await;
+    wake.answer.send(StatusCode::OK).unwrap();
+    for h in held {
+        let a = h.await.unwrap();
+        assert_eq!((a.status, a.copy()), (200, 1), "{a:?}");
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 4);
+    rig.daemon.nothing_within(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wake_slower_than_the_request_timeout_is_a_504_and_the_wait_is_capped_at_30_s() {
+    // sleep-and-wake.txt: held up to the request-timeout, "never more than
+    // 30 seconds".
+    for (request_timeout_ms, waited) in [(5_000, Duration::from_secs(5)), (60_000, Duration::from_secs(30))] {
+        let mut rig = start(|port| table(port, LbPolicy::LeastConn, true, request_timeout_ms, &[])).await;
+        let t = Instant::now();
+        let held = tokio::spawn(get(rig.port, None));
+        // Never answered while the request waits.
+        let _wake = rig.daemon.next().await;
+        tokio::time::sleep_until(t + waited - Duration::from_millis(200)).await;
+        assert!(!held.is_finished(), "still waiting for the wake ({request_timeout_ms} ms)");
+        let a = held.await.unwrap();
+        assert_eq!(a.status, 504, "{a:?}");
+        assert!(a.body.contains("web is still waking up"), "{a:?}");
+        assert!(t.elapsed() < waited + Duration::from_millis(500), "answered at {waited:?}: {:?}", t.elapsed());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wake_that_fails_is_a_503() {
+    let mut rig = start(|port| table(port, LbPolicy::LeastConn, true, 30_000, &[])).await;
+    let held = tokio::spawn(get(rig.port, None));
+    let wake = rig.daemon.next().await;
+    assert_eq!(wake.path, "/v1/apps/web/wake");
+    wake.answer.send(StatusCode::SERVICE_UNAVAILABLE).unwrap();
+    let a = held.await.unwrap();
+    assert_eq!(a.status, 503, "{a:?}");
+    assert!(a.body.contains("web did not start"), "{a:?}");
+}
