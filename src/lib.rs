@@ -6,6 +6,7 @@ pub mod api_client;
 pub mod cli;
 pub mod clock;
 pub mod home;
+pub mod launcher;
 pub mod logging;
 pub mod manifest;
 pub mod model;

@@ -1,7 +1,7 @@
 //! shinyctl: one binary, three processes — the command, the daemon
 //! (`shinyctl serve`) and the load balancer (`shinyctl proxy`).
 
-use shinyctl::{cli, home, model, proxy, serve};
+use shinyctl::{cli, home, launcher, model, proxy, serve};
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -77,6 +77,13 @@ enum Command {
     /// Run the load balancer (started by serve, not by people).
     #[command(hide = true)]
     Proxy,
+    /// Start one copy: prepare its world, then exec R (started by serve).
+    #[command(hide = true, disable_help_flag = true)]
+    Launch {
+        /// The launcher's own arguments, parsed by the launcher.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Print the version.
     Version,
     /// Print a shell completion script (install.sh installs it).
@@ -110,6 +117,7 @@ fn main() {
         Command::Serve { detach: true } => serve::detach(&home),
         Command::Serve { detach: false } => serve::run(home),
         Command::Proxy => proxy::run(home),
+        Command::Launch { args } => std::process::exit(launcher::main(&args)),
         Command::Version => {
             println!("shinyctl {}", model::BUILD);
             Ok(())

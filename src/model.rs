@@ -399,6 +399,32 @@ pub struct CopyStatus {
     /// started before releases existed).
     #[serde(default)]
     pub release: Option<String>,
+    /// What isolation its launcher made (mount namespace, Landlock, none,
+    /// and why not more); none for a copy that is not running or was
+    /// started before the launcher existed.
+    #[serde(default)]
+    pub isolation: Option<Isolation>,
+}
+
+/// How a copy is isolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IsolationKind {
+    /// Its own mount namespace: the app folder is a read-only mount.
+    MountNamespace,
+    /// No namespace; Landlock limits where it writes.
+    Landlock,
+    /// Neither could be had: it runs as a plain process.
+    None,
+}
+
+/// What a copy got, and why not more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Isolation {
+    /// The isolation in force.
+    pub kind: IsolationKind,
+    /// Why it is not a mount namespace (none when it is).
+    pub reason: Option<String>,
 }
 
 /// `GET /v1/apps/<app>/logs?copy=N`: where a copy's log is.

@@ -126,6 +126,7 @@ mod tests {
             outdated: false,
             log: String::new(),
             release: None,
+            isolation: None,
         }
     }
 

@@ -41,6 +41,7 @@ mod listeners;
 mod lock;
 mod pages;
 mod pool;
+mod quickack;
 mod shared;
 mod table;
 mod upstream;

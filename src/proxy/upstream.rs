@@ -13,6 +13,7 @@ use hyper::{Method, Request, Response, Uri, Version};
 use hyper_util::rt::TokioIo;
 
 use super::body::Lease;
+use super::quickack::QuickAck;
 use super::pool::UpBody;
 use super::shared::ErrorSource;
 use super::table::LiveCopy;
@@ -94,7 +95,9 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
         Err(_) => return Err(Failure::Refused(Box::new(req), io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))),
     };
     let _ = stream.set_nodelay(true);
-    let (mut s, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
+    // R writes a response's head and body apart: acknowledge at once, so
+    // the body never waits for a delayed ACK (quickack.rs).
+    let (mut s, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(QuickAck(stream))).await {
         Ok(pair) => pair,
         Err(e) => return Err(Failure::Refused(Box::new(req), io::Error::other(e))),
     };

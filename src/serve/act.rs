@@ -14,6 +14,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::home::Home;
+use crate::launcher::Launch;
 use crate::manifest::AppSpec;
 use crate::model::{CopyRecord, Exit};
 use crate::procfs;
@@ -41,32 +42,11 @@ pub fn pick_port(wanted: u16, taken: &[u16], seed: u64) -> Option<u16> {
     (0..span).map(|i| *COPY_PORTS.start() + ((seed + i) % span) as u16).find(|&p| free(p))
 }
 
-/// Quotes a string for an R single-quoted literal.
-fn r_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
-}
-
-/// The `-e` expression a copy runs, with `dir` as the app's folder.
-pub fn run_app_expr(spec: &AppSpec, dir: &Path, port: u16) -> String {
-    let app = dir.join(&spec.entrypoint);
-    format!("shiny::runApp(appDir = {}, port = {port}L, host = '127.0.0.1', launch.browser = FALSE)", r_string(&app.to_string_lossy()))
-}
-
-/// Starts a copy's process: R in its own session, output appended straight
-/// to its log file. Fills in the record's PID, start time and port. `dir`
-/// is the folder it runs (on the host): its release, or working-dir for a
-/// copy from before releases.
+/// Starts a copy's process: the launcher (`shinyctl launch`, which makes
+/// the copy's world and execs R) in its own session, output appended
+/// straight to its log file. Fills in the record's PID, start time and port.
+/// `dir` is the folder it runs (on the host; the launcher mounts it
+/// read-only): its release, or working-dir for a copy from before releases.
 pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, dir: &Path, taken_ports: &[u16]) -> anyhow::Result<()> {
     let seed = spec.name.bytes().fold(rec.copy as u64 * 7919, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
     // Other copies' ports are taken; this copy's own is what it wants back.
@@ -87,17 +67,22 @@ pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, dir: &Path,
             procfs::local_rfc3339(now_ms())
         );
     }
-    let mut cmd = Command::new(&spec.r_path);
-    cmd.args(["--no-echo", "--no-restore", "-e", &run_app_expr(spec, dir, port)])
-        .current_dir(dir)
-        .envs(&spec.env)
+    let launch = Launch {
+        app_dir: dir.to_path_buf(),
+        scratch,
+        entrypoint: spec.entrypoint.clone(),
+        port,
+        r_path: spec.r_path.clone(),
+        copy: rec.copy,
+    };
+    let mut cmd = launch.command()?;
+    cmd.envs(&spec.env)
         .env("SHINYCTL_COPY", rec.copy.to_string())
-        .env("SHINYCTL_SCRATCH", &scratch)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
     own_session(&mut cmd);
-    let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run {}: {e}", spec.r_path))?;
+    let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run the copy launcher: {e}"))?;
     let pid = child.id();
     // The Child handle is dropped on purpose: the exit watcher reaps the
     // process by PID, the same way for children and adopted processes.
@@ -260,11 +245,6 @@ async fn answers_http(port: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn r_strings_are_quoted() {
-        assert_eq!(r_string("/a/b's\\c"), "'/a/b\\'s\\\\c'");
-    }
 
     #[test]
     fn pick_port_keeps_a_free_port_and_avoids_taken_ones() {

@@ -79,7 +79,7 @@ impl Daemon {
         // A forgotten copy's own disk goes with it, so a later copy with the
         // same number (a redeploy, a new app of the same name) starts empty.
         for gone in before.copies.iter().filter(|r| !recorded.state.copies.iter().any(|n| n.copy == r.copy)) {
-            let _ = std::fs::remove_dir_all(cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, gone.copy));
+            crate::launcher::remove_scratch(&cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, gone.copy));
         }
         release::prune(cx.home, &recorded.spec, &mut recorded.state);
         if recorded.state != before {

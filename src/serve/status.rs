@@ -2,6 +2,7 @@
 //! cycle, the recorded copies, /proc for memory, and the load balancer's
 //! traffic figures.
 
+use crate::launcher;
 use crate::model::{AppStatus, CopyStatus, StatusReport};
 use crate::procfs;
 use crate::reconcile::{self, Observed, Process, Seen};
@@ -69,6 +70,9 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                         outdated: rec.revision != app.recorded.state.revision || rec.settings != settings,
                         log: super::log_path(&d.home, &app.recorded.spec, rec.copy),
                         release: rec.release.clone(),
+                        isolation: rec.pid.filter(|_| alive).and_then(|p| {
+                            launcher::read_report(&d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy), p)
+                        }),
                     }
                 })
                 .collect();

@@ -7,6 +7,7 @@ mod command_line;
 mod faults;
 mod foundation;
 mod helpers;
+mod launcher;
 mod quickstart;
 mod releases;
 mod several_hosts;

@@ -1,0 +1,88 @@
+//! What isolation a copy got, as the launcher reports it to the daemon: a
+//! small JSON file beside the copy's scratch disk, keyed by the copy's PID
+//! (the launcher's, which R keeps), so a report of an earlier process of
+//! the same copy is never taken for this one's.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Isolation;
+
+/// The report file as written: the isolation and the PID it is about.
+#[derive(Debug, Serialize, Deserialize)]
+struct Report {
+    /// The copy's PID.
+    pid: u32,
+    /// What it got.
+    #[serde(flatten)]
+    isolation: Isolation,
+}
+
+/// Where the launcher reports copy N's isolation: `<N>.launch.json` beside
+/// its scratch disk `…/scratch/<group>-<name>/<N>`, outside what the copy
+/// may write to.
+pub fn report_path(scratch: &Path) -> PathBuf {
+    let name = scratch.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    scratch.with_file_name(format!("{name}.launch.json"))
+}
+
+/// The isolation of the copy whose process is `pid`, if its launcher
+/// reported one (copies started before the launcher existed have none).
+pub fn read_report(scratch: &Path, pid: u32) -> Option<Isolation> {
+    let bytes = std::fs::read(report_path(scratch)).ok()?;
+    let report: Report = serde_json::from_slice(&bytes).ok()?;
+    (report.pid == pid).then_some(report.isolation)
+}
+
+/// The report file, opened (and emptied) before the launcher leaves the
+/// host's view of the filesystem, written once the isolation is known.
+pub struct Writer {
+    /// The open file.
+    file: File,
+}
+
+impl Writer {
+    /// Opens and empties the report file.
+    pub fn open(path: &Path) -> std::io::Result<Writer> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+        Ok(Writer { file })
+    }
+
+    /// Writes the report for this process. A failure only costs the daemon
+    /// the field in status, so it is not an error.
+    pub fn write(mut self, isolation: &Isolation) {
+        let report = Report { pid: std::process::id(), isolation: isolation.clone() };
+        if let Ok(bytes) = serde_json::to_vec(&report) {
+            let _ = self.file.write_all(&bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::IsolationKind;
+
+    #[test]
+    fn the_report_sits_beside_the_scratch_disk() {
+        assert_eq!(report_path(Path::new("/h/scratch/default-hello/2")), Path::new("/h/scratch/default-hello/2.launch.json"));
+    }
+
+    #[test]
+    fn a_report_is_read_only_for_its_own_pid() {
+        let dir = std::env::temp_dir().join(format!("shinyctl-report-{}", std::process::id()));
+        let scratch = dir.join("1");
+        std::fs::create_dir_all(&scratch).unwrap();
+        let iso = Isolation { kind: IsolationKind::Landlock, reason: Some("no user namespaces".into()) };
+        Writer::open(&report_path(&scratch)).unwrap().write(&iso);
+        assert_eq!(read_report(&scratch, std::process::id()), Some(iso));
+        assert_eq!(read_report(&scratch, std::process::id() + 1), None, "another process of the same copy");
+        let text = std::fs::read_to_string(report_path(&scratch)).unwrap();
+        assert!(text.contains("\"kind\":\"landlock\""), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

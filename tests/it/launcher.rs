@@ -1,0 +1,208 @@
+//! The copy launcher with real R: a copy runs in its own mount namespace
+//! where its folder is read-only in fact (the tests run as root in CI, whom
+//! mode bits don't stop), at a fixed path, with its scratch disk at another;
+//! where no namespace can be made, Landlock keeps the folder unwritten; and
+//! `status --json` says which a copy got.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::*;
+
+/// An app that tries to write into its own folder (and survives the
+/// refusal, logging R's message), writes a file to its scratch disk, and
+/// shows what it saw.
+const PROBE_R: &str = r#"
+library(shiny)
+wrote <- tryCatch({ writeLines("x", "written-by-app.txt"); "yes" },
+  warning = function(w) { message("Warning: ", conditionMessage(w)); "no" },
+  error = function(e) { message("Error: ", conditionMessage(e)); "no" })
+writeLines("from the app", file.path(Sys.getenv("SHINYCTL_SCRATCH"), "from-app.txt"))
+ui <- fluidPage(
+  tags$p(paste0("wd=", getwd(), ";")),
+  tags$p(paste0("scratch=", Sys.getenv("SHINYCTL_SCRATCH"), ";")),
+  tags$p(paste0("wrote=", wrote, ";"))
+)
+shinyApp(ui, function(input, output) {})
+"#;
+
+/// An app that writes into its own folder the way an app written for a
+/// writable folder does: unguarded, so it fails at start.
+const WRITER_R: &str = r#"
+writeLines("x", "written-by-app.txt")
+shiny::shinyApp(shiny::fluidPage("never served"), function(input, output) {})
+"#;
+
+/// Writes an app folder with this app.R; returns (manifest, folder).
+fn app_with(env: &Env, name: &str, port: u16, app_r: &str) -> (PathBuf, PathBuf) {
+    let manifest = env.app(name, port, "warm-replicas: 0\n");
+    let folder = manifest.parent().unwrap().to_path_buf();
+    std::fs::write(folder.join("app.R"), app_r).unwrap();
+    (manifest, folder)
+}
+
+/// The folder's file names, sorted, but for the state-file the daemon
+/// keeps there.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "state.json")
+        .collect();
+    names.sort();
+    names
+}
+
+/// The `isolation` of copy 1 of the app in `status --json`.
+fn isolation(env: &Env, app: &str) -> Value {
+    let v = env.status();
+    let a = v["apps"].as_array().unwrap().iter().find(|a| a["name"] == app).cloned().expect("the app in status");
+    a["copies"][0]["isolation"].clone()
+}
+
+/// Waits until the copy's log holds `needle`; returns the log.
+fn wait_log(env: &Env, log: &str, needle: &str) -> String {
+    let path = env.home().join("logs").join(log);
+    wait_until(Duration::from_secs(60), &format!("{needle:?} in {log}"), || {
+        std::fs::read_to_string(&path).ok().filter(|t| t.contains(needle))
+    })
+}
+
+/// Applies the probe app, waits for its copy and returns its page.
+fn deploy(env: &Env, name: &str, manifest: &Path, port: u16) -> String {
+    env.apply(manifest);
+    env.wait_roles(name, "1:active", Duration::from_secs(60));
+    wait_http_ok(port, Duration::from_secs(10)).body
+}
+
+/// Checks what the probe app did: its write into its folder failed and the
+/// folder is as it was, and its scratch file is on the host's scratch disk.
+fn assert_folder_kept_scratch_written(env: &Env, name: &str, page: &str, folder: &Path, before: &[String]) {
+    assert_eq!(between(page, "wrote=", ";"), Some("no"), "the write into its folder failed: {page}");
+    assert_eq!(listing(folder), before, "the app folder is unchanged");
+    let scratch = env.home().join(format!("scratch/default-{name}/1/from-app.txt"));
+    assert_eq!(std::fs::read_to_string(&scratch).unwrap(), "from the app\n", "written to SHINYCTL_SCRATCH, seen on the host");
+}
+
+#[test]
+fn a_copy_runs_in_its_own_mount_namespace_with_its_folder_read_only() {
+    let env = Env::new("mountns");
+    let port = free_port();
+    let (manifest, folder) = app_with(&env, "probe", port, PROBE_R);
+    let before = listing(&folder);
+    let page = deploy(&env, "probe", &manifest, port);
+
+    assert_eq!(between(&page, "wd=", ";"), Some("/shinyctl/app"), "the working directory is the fixed path: {page}");
+    assert_eq!(between(&page, "scratch=", ";"), Some("/shinyctl/scratch"), "SHINYCTL_SCRATCH is the fixed path: {page}");
+    assert_folder_kept_scratch_written(&env, "probe", &page, &folder, &before);
+
+    let log = wait_log(&env, "default-probe.log", "Read-only file system");
+    assert!(
+        log.contains("isolation: mount namespace. The app's folder /shinyctl/app is read-only: write to SHINYCTL_SCRATCH (/shinyctl/scratch)"),
+        "{log}"
+    );
+    let iso = isolation(&env, "probe");
+    assert_eq!(iso["kind"], "mount-namespace", "{iso}");
+    assert!(iso["reason"].is_null(), "{iso}");
+
+    // An app that writes unguarded fails at once, with R's error in its log,
+    // and its folder stays as it was.
+    let (manifest, folder) = app_with(&env, "writer", free_port(), WRITER_R);
+    let before = listing(&folder);
+    env.apply(&manifest);
+    let log = wait_log(&env, "default-writer.log", "Read-only file system");
+    assert!(log.contains("cannot open file 'written-by-app.txt': Read-only file system"), "{log}");
+    assert!(log.contains("is read-only: write to SHINYCTL_SCRATCH"), "the launcher said where to write first: {log}");
+    assert_eq!(listing(&folder), before, "the app folder is unchanged");
+}
+
+/// Starts `shinyctl serve` for this test's home through a wrapper
+/// (`program args… BIN serve`, the wrapper exec'ing it); returns its PID
+/// once it answers.
+fn serve_through(env: &Env, program: &str, args: &[&str]) -> u32 {
+    let mut child = Command::new(program)
+        .args(args)
+        .args([bin(), "serve"])
+        .env("SHINYCTL_HOME", env.home())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program} (util-linux) runs: {e}"));
+    let pid = child.id();
+    env.track(pid);
+    // Reaped when it ends, so its end is seen as an end.
+    std::thread::spawn(move || child.wait());
+    wait_until(Duration::from_secs(20), "the daemon to answer", || env.run(&["status"]).status.success().then_some(()));
+    assert!(cmdline(pid).ends_with("shinyctl serve"), "the daemon is the process started: {}", cmdline(pid));
+    pid
+}
+
+/// Starts the daemon where no namespace can be made: in a user namespace
+/// of its own whose limit of user namespaces is 0 (what
+/// `user.max_user_namespaces = 0` does to a whole machine), with no
+/// capabilities, so neither a mount namespace nor a nested user namespace
+/// can be had.
+fn serve_without_namespaces(env: &Env) -> u32 {
+    let script = "echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set=-all --inh-caps=-all \"$@\"";
+    serve_through(env, "unshare", &["--user", "--map-root-user", "sh", "-c", script, "sh"])
+}
+
+/// The uid a process runs as, on the host.
+fn uid_of(pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn an_unprivileged_daemons_copies_get_a_user_namespace_and_a_read_only_folder() {
+    let env = Env::new("userns");
+    let port = free_port();
+    let (manifest, folder) = app_with(&env, "plain", port, PROBE_R);
+    // Everything of the test belongs to nobody, who could write into the
+    // app folder by its mode bits: only the mount stops it.
+    let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(&env.dir).status().unwrap();
+    assert!(chown.success());
+    let before = listing(&folder);
+    let daemon = serve_through(&env, "setpriv", &["--reuid=65534", "--regid=65534", "--clear-groups"]);
+    assert_eq!(uid_of(daemon), 65534, "the daemon is unprivileged");
+    let page = deploy(&env, "plain", &manifest, port);
+
+    assert_eq!(uid_of(env.pid_of("plain", 1)), 65534, "the copy keeps the daemon's uid on the host");
+    let iso = isolation(&env, "plain");
+    assert_eq!(iso["kind"], "mount-namespace", "{iso}");
+    assert_eq!(between(&page, "wd=", ";"), Some("/shinyctl/app"), "{page}");
+    assert_folder_kept_scratch_written(&env, "plain", &page, &folder, &before);
+    wait_log(&env, "default-plain.log", "Read-only file system");
+}
+
+#[test]
+fn without_namespaces_landlock_keeps_the_folder_unwritten() {
+    let env = Env::new("landlock");
+    serve_without_namespaces(&env);
+    let port = free_port();
+    let (manifest, folder) = app_with(&env, "fenced", port, PROBE_R);
+    let before = listing(&folder);
+    let page = deploy(&env, "fenced", &manifest, port);
+
+    let iso = isolation(&env, "fenced");
+    assert_eq!(iso["kind"], "landlock", "{iso}");
+    assert!(iso["reason"].as_str().unwrap().contains("user.max_user_namespaces is 0"), "{iso}");
+    let host_folder = std::fs::canonicalize(&folder).unwrap();
+    assert_eq!(between(&page, "wd=", ";"), Some(host_folder.to_str().unwrap()), "no namespace: the host's path: {page}");
+    assert_folder_kept_scratch_written(&env, "fenced", &page, &folder, &before);
+    let log = wait_log(&env, "default-fenced.log", "Permission denied");
+    assert!(log.contains("isolation: Landlock (no mount namespace: user namespaces are switched off here"), "{log}");
+}
+
+#[test]
+fn bad_launcher_arguments_exit_with_the_launchers_own_status() {
+    let out = Command::new(bin()).args(["launch", "--port", "20001"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(121), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the copy could not be launched: bad arguments") && err.contains("--app-dir"), "{err}");
+}
