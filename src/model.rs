@@ -176,9 +176,9 @@ pub struct AppState {
     /// is awake. Asleep, its copies keep their numbers, ports and disks.
     #[serde(default)]
     pub asleep_since_ms: Option<u64>,
-    /// Unix ms when the app was last deployed or woke (set by the first
-    /// decision after either); the earliest it can fall asleep again is
-    /// idle-timeout after this. None while asleep.
+    /// Unix ms when the app was last seen coming up: deployed, woken, or a
+    /// copy on its first start (not crash-looping). The earliest it can fall
+    /// asleep is idle-timeout after this. None while asleep.
     #[serde(default)]
     pub awake_since_ms: Option<u64>,
     /// Every copy the daemon knows of, running or not.

@@ -133,7 +133,8 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
     let serving = |rec: &CopyRecord| rec.stop_started_ms.is_none() && rec.drain_started_ms.is_none();
 
     // 1b. Sleep: a settled app (every copy current, none draining or being
-    // stopped: no redeploy under way) with no open connection sleeps
+    // stopped: no redeploy under way; none on its first start, unless it is
+    // stuck there past SLOW_START_MS) with no open connection sleeps
     // idle-timeout after its last activity: its last request, when it last
     // woke or was deployed, or the start of a copy that is up or starting for
     // the first time. A crash-looping copy's restarts are not activity, so an
@@ -143,7 +144,16 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
         st.awake_since_ms = Some(now_ms);
     }
     if !asleep && spec.idle_timeout_ms > 0 {
-        let settled = !st.copies.is_empty() && st.copies.iter().all(|r| is_current(r) && serving(r));
+        // A copy on its first start (not crash-looping) that is not stuck
+        // yet holds the sleep off until it is ready.
+        let first_start = |r: &CopyRecord| {
+            phase(r) == Phase::Starting && r.crashes == 0 && r.started_ms.is_some_and(|s| now_ms < s.saturating_add(SLOW_START_MS))
+        };
+        if st.copies.iter().any(first_start) {
+            // Idle-timeout counts from when the app is whole, not from before.
+            st.awake_since_ms = Some(now_ms);
+        }
+        let settled = !st.copies.is_empty() && st.copies.iter().all(|r| is_current(r) && serving(r) && !first_start(r));
         let busy = st.copies.iter().any(|r| conns(r.copy) > 0);
         if settled && !busy {
             let counts = |r: &&CopyRecord| phase(r) == Phase::Ready || (phase(r) == Phase::Starting && r.crashes == 0);

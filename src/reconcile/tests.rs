@@ -640,3 +640,21 @@ fn copies_from_before_releases_are_adopted_as_they_are() {
     sim.at(5).cycle();
     assert!(sim.actions().is_empty(), "recording a release alone restarts nothing; only a deploy does");
 }
+
+#[test]
+fn a_copy_on_its_first_start_holds_the_sleep_off_until_it_is_ready() {
+    // A short idle-timeout and a slow R: the app is seen whole before it sleeps.
+    let mut sim = Sim::new(1, 1);
+    sim.spec.idle_timeout_ms = 2 * S;
+    sim.at(0).cycle();
+    sim.at(1).ready(&[1]).cycle();
+    sim.at(4).cycle();
+    assert_eq!(sim.state.asleep_since_ms, None, "copy 2 is still on its first start");
+    sim.at(5).ready(&[2]).cycle();
+    assert_eq!(sim.roles(), "1:active 2:warm");
+    assert_eq!(sim.state.asleep_since_ms, None, "not in the cycle it became whole");
+    // Idle-timeout counts from the last cycle that saw it coming up (4 s).
+    assert_eq!(sim.plan.as_ref().unwrap().wake_at_ms, Some(1_000_000 + 6 * S));
+    sim.at(6).cycle();
+    assert!(sim.state.asleep_since_ms.is_some());
+}

@@ -25,8 +25,12 @@ impl Daemon {
     pub(super) fn observe(&mut self, name: &str) -> Observed {
         let events = self.events.clone();
         let traffic = self.traffic.get(name).cloned().unwrap_or_default();
-        let Some(AppRt { recorded, tracked, .. }) = self.apps.get_mut(name) else { return Observed::default() };
-        let mut observed = Observed { last_request_ms: tracked.last_request_ms, ..Observed::default() };
+        let Some(AppRt { recorded, tracked, wake }) = self.apps.get_mut(name) else { return Observed::default() };
+        // Requests held for a wake are activity until they are answered: the
+        // woken app must not fall asleep again in the cycle its copy gets
+        // ready, before the held requests reach it.
+        let held = if wake.waiters.is_empty() { 0 } else { now_ms() };
+        let mut observed = Observed { last_request_ms: tracked.last_request_ms.max(held), ..Observed::default() };
         for rec in &recorded.state.copies {
             let Some(pid) = rec.pid else { continue };
             let process = if let Some(exit) = tracked.exits.get(&pid) {

@@ -80,3 +80,25 @@ fn after_the_binary_is_replaced_the_daemon_still_starts_a_load_balancer() {
     assert_eq!(cmdline(new_proxy), format!("{} proxy", installed.display()), "argv[0] is still the installed path");
     assert_eq!(wait_http_ok(port, Duration::from_secs(10)).status, 200);
 }
+
+#[test]
+fn a_woken_app_with_an_idle_timeout_shorter_than_its_start_answers_what_it_held() {
+    // R takes longer than 1 s to load shiny: the held requests must still be
+    // answered by the woken copy, not put back to sleep before they reach it.
+    let env = Env::new("faults-short-idle");
+    let port = free_port();
+    env.apply(&env.app("blink", port, "idle-timeout: 1s\nwarm-replicas: 0\n"));
+    wait_until(Duration::from_secs(60), "the app to sleep", || {
+        let copies = env.copies("blink");
+        (!copies.is_empty() && copies.iter().all(|c| c.status == "asleep" && c.pid.is_none())).then_some(())
+    });
+    for round in 0..2 {
+        let clients: Vec<_> = (0..3).map(|_| std::thread::spawn(move || get(port, "/", &[]).map(|r| r.status))).collect();
+        for c in clients {
+            assert_eq!(c.join().unwrap().unwrap(), 200, "round {round}: every held request is answered by the woken copy");
+        }
+        wait_until(Duration::from_secs(60), "the app to sleep again", || {
+            env.copies("blink").iter().all(|c| c.status == "asleep").then_some(())
+        });
+    }
+}
