@@ -362,3 +362,28 @@ fn nix_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+#[test]
+fn a_wake_and_a_scale_up_run_the_recorded_release_not_the_edited_folder() {
+    let env = Env::new("rel-wake");
+    let port = free_port();
+    let (manifest, app_r_path) = versioned_app(&env, "wk", port, "warm-replicas: 0\nidle-timeout: 2s\n", "v1");
+    env.apply(&manifest);
+    wait_version(port, "v1");
+    std::fs::write(&app_r_path, app_r("v2")).unwrap();
+    wait_until(Duration::from_secs(30), "the app to sleep", || {
+        env.copies("wk").iter().all(|c| c.status == "asleep" && c.pid.is_none()).then_some(())
+    });
+    assert_eq!(version(port, None).as_deref(), Some("v1"), "the wake runs the recorded release");
+
+    // replicas changes how many copies run, not how they start: no deploy.
+    std::fs::write(&manifest, format!("app-name: wk\nport: {port}\nwarm-replicas: 0\nreplicas: 2\nidle-timeout: 1h\n")).unwrap();
+    let out = env.apply(&manifest);
+    assert!(!out.contains("Release "), "no release taken: {out}");
+    wait_http_ok(port, START); // wakes it, if it fell asleep again meanwhile
+    env.wait_roles("wk", "1:active 2:active", START);
+    let rel = releases(&env, "wk");
+    assert!(rel.len() == 2 && rel[0].1.is_some() && rel[0].1 == rel[1].1, "the new copy runs the recorded release: {rel:?}");
+    let second = get(port, "/", &[("Cookie", &format!("lb_{port}=invalid"))]).unwrap();
+    assert!(second.body.contains("version=v1;"), "{}", second.body);
+}
