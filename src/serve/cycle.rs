@@ -16,7 +16,7 @@ use crate::reconcile::{self, Action, Observed, Process, Seen};
 use crate::release;
 
 use super::app::{AppRt, Recorded, Tracked, WakeOutcome};
-use super::{act, log_path, now_ms, record, Daemon, Event};
+use super::{act, log_path, now_ms, record, Daemon, Event, PendingStop, STOP_WAITS_FOR_PUSH_MS};
 
 impl Daemon {
     /// Observe: what each recorded process is doing now, from what is
@@ -64,6 +64,7 @@ impl Daemon {
         let now = now_ms();
         let taken: Vec<u16> = self.apps.values().flat_map(|a| a.recorded.state.copies.iter().map(|r| r.port)).collect();
         let cx = Cx { name, home: &self.home, events: &self.events, now };
+        let stops = &mut self.stops;
         let Some(AppRt { recorded, tracked, wake }) = self.apps.get_mut(name) else { return };
         if wake.settle(&mut recorded.state, now) {
             tracing::info!(app = name, "waking");
@@ -89,7 +90,7 @@ impl Daemon {
         if recorded.state != before {
             record::save_state(&recorded.spec.state_file, &recorded.state);
         }
-        if act_on(&cx, plan.actions, recorded, tracked, &taken) {
+        if act_on(&cx, plan.actions, recorded, tracked, &taken, stops) {
             record::save_state(&recorded.spec.state_file, &recorded.state);
         }
         if recorded.deleting && recorded.state.copies.is_empty() {
@@ -138,10 +139,26 @@ impl Daemon {
     }
 
     /// Push: sends the copies table to the load balancer when it changed.
+    /// Then act on the stops the cycles decided: the load balancer no longer
+    /// sends those copies anything. One it cannot reach holds a stop up for
+    /// [`STOP_WAITS_FOR_PUSH_MS`] at most.
     pub(super) async fn push(&mut self) {
         let table = self.table();
         let home = self.home.clone();
-        self.proxy.push(&home, table).await;
+        let pushed = self.proxy.push(&home, table).await;
+        let now = now_ms();
+        self.stops.retain(|s| {
+            let go = pushed || now >= s.since_ms + STOP_WAITS_FOR_PUSH_MS;
+            if go {
+                act::stop_process(s.pid, s.pid_start);
+            }
+            !go
+        });
+    }
+
+    /// When the oldest stop held up by an unreachable load balancer is due.
+    pub(super) fn stops_due_ms(&self) -> Option<u64> {
+        self.stops.iter().map(|s| s.since_ms + STOP_WAITS_FOR_PUSH_MS).min()
     }
 }
 
@@ -160,7 +177,7 @@ struct Cx<'a> {
 /// Act: starts and stops the processes the plan names, and tracks them.
 /// Returns true when a start changed the recorded state (its PID, port,
 /// or a failure counted as a crash).
-fn act_on(cx: &Cx, actions: Vec<Action>, recorded: &mut Recorded, tracked: &mut Tracked, taken: &[u16]) -> bool {
+fn act_on(cx: &Cx, actions: Vec<Action>, recorded: &mut Recorded, tracked: &mut Tracked, taken: &[u16], stops: &mut Vec<PendingStop>) -> bool {
     let name = cx.name;
     let mut changed = false;
     for action in actions {
@@ -194,7 +211,7 @@ fn act_on(cx: &Cx, actions: Vec<Action>, recorded: &mut Recorded, tracked: &mut 
                 let Some(pid) = rec.pid else { continue };
                 if tracked.stopping.insert(pid) {
                     tracing::info!(app = name, copy, pid, "stopping copy");
-                    act::stop_process(pid, rec.pid_start);
+                    stops.push(PendingStop { pid, pid_start: rec.pid_start, since_ms: cx.now });
                 }
             }
         }

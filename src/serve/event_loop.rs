@@ -42,7 +42,8 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let listener = api::bind(&home)?;
     let proxy = proxy_ctl::ProxyCtl::new(&home)?;
-    let mut daemon = Daemon { home: home.clone(), apps: BTreeMap::new(), events: tx.clone(), proxy, traffic: HashMap::new() };
+    let mut daemon =
+        Daemon { home: home.clone(), apps: BTreeMap::new(), events: tx.clone(), proxy, traffic: HashMap::new(), stops: Vec::new() };
     daemon.load()?;
     tracing::info!(pid = std::process::id(), apps = daemon.apps.len(), "shinyctl serve started");
     let shared: Shared = Arc::new(Mutex::new(daemon));
@@ -104,7 +105,7 @@ impl Daemon {
     /// When the loop should wake next: the tick, or an app's timer.
     fn next_wake(&self, next_tick: tokio::time::Instant) -> tokio::time::Instant {
         let now = now_ms();
-        let soonest = self.apps.values().filter_map(|a| a.tracked.wake_at_ms).min();
+        let soonest = self.apps.values().filter_map(|a| a.tracked.wake_at_ms).chain(self.stops_due_ms()).min();
         match soonest {
             Some(w) if w <= now => tokio::time::Instant::now(),
             Some(w) => next_tick.min(tokio::time::Instant::now() + Duration::from_millis(w - now)),

@@ -92,7 +92,25 @@ pub struct Daemon {
     pub proxy: proxy_ctl::ProxyCtl,
     /// The last traffic figures from the load balancer, by app then copy.
     pub traffic: HashMap<String, HashMap<u32, CopyTraffic>>,
+    /// Copies the cycle decided to stop, signalled once the load balancer
+    /// has a table without them (observe, decide, record, push, act).
+    pub stops: Vec<PendingStop>,
 }
+
+/// A copy to stop once the load balancer no longer sends it requests.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingStop {
+    /// Its process.
+    pub pid: u32,
+    /// Its process's start time, so a reused PID is never signalled.
+    pub pid_start: Option<u64>,
+    /// Unix ms when the cycle decided it.
+    pub since_ms: u64,
+}
+
+/// How long a stop waits for a load balancer that cannot be reached: drain,
+/// sleep and delete must still end.
+pub const STOP_WAITS_FOR_PUSH_MS: u64 = 3_000;
 
 /// The daemon as shared between the loop and the API.
 pub type Shared = Arc<Mutex<Daemon>>;

@@ -156,21 +156,29 @@ impl ProxyCtl {
 
     /// Pushes the table when it differs from the last one accepted, and
     /// writes it to proxy/table.json for people to read.
-    pub async fn push(&mut self, home: &Home, table: ProxyTable) {
+    /// Returns true when the load balancer has this table.
+    pub async fn push(&mut self, home: &Home, table: ProxyTable) -> bool {
         if self.pushed.as_ref() == Some(&table) {
-            return;
+            return true;
         }
         self.pending = Some(table.clone());
-        let Ok(body) = serde_json::to_vec(&table) else { return };
+        let Ok(body) = serde_json::to_vec(&table) else { return false };
         match uds::request(&home.proxy_sock(), Method::PUT, "/table", Some(body.clone()), TIMEOUT).await {
             Ok((status, _)) if status.is_success() => {
                 if let Ok(pretty) = serde_json::to_vec_pretty(&table) {
                     let _ = write_atomic(&home.proxy_table(), &pretty, 0o600);
                 }
                 self.pushed = Some(table);
+                true
             }
-            Ok((status, body)) => tracing::error!("the load balancer refused the table: {status} {}", String::from_utf8_lossy(&body)),
-            Err(e) => tracing::warn!("cannot push the table to the load balancer: {e:#}"),
+            Ok((status, body)) => {
+                tracing::error!("the load balancer refused the table: {status} {}", String::from_utf8_lossy(&body));
+                false
+            }
+            Err(e) => {
+                tracing::warn!("cannot push the table to the load balancer: {e:#}");
+                false
+            }
         }
     }
 }
