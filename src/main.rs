@@ -30,8 +30,11 @@ enum Command {
         /// Only this app.
         app: Option<String>,
         /// The same facts as JSON, for scripts.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
+        /// Redraw the table every second until interrupted, as `watch` would.
+        #[arg(short = 'w', long)]
+        watch: bool,
     },
     /// Start new copies from the manifest as it is now; the old ones drain.
     Restart {
@@ -109,7 +112,7 @@ fn main() {
     let home = home::Home::from_env();
     let result = match cli.command {
         Command::Apply { file, now } => cli::apply::run(&home, &file, now),
-        Command::Status { app, json } => cli::status::run(&home, app.as_deref(), json),
+        Command::Status { app, json, watch } => cli::status::run(&home, app.as_deref(), json, watch),
         Command::Restart { app, now } => cli::restart::run(&home, &app, now),
         Command::Rollback { app, now } => cli::rollback::run(&home, &app, now),
         Command::Delete { app, now } => cli::delete::run(&home, &app, now),

@@ -9,16 +9,30 @@ use crate::procfs::format_mem;
 /// The columns, as documented.
 const COLUMNS: [&str; 11] = ["NAME", "COPY", "ROLE", "PORT", "PID", "STATUS", "READY", "MEM", "SESSIONS", "CRASHES", "STARTED"];
 
-/// Prints status, or its JSON.
-pub fn run(home: &Home, app: Option<&str>, json: bool) -> anyhow::Result<()> {
+/// Prints status, or its JSON; with `watch`, redraws it every second until
+/// interrupted (a daemon that stops answering is shown, not fatal).
+pub fn run(home: &Home, app: Option<&str>, json: bool, watch: bool) -> anyhow::Result<()> {
     let client = Client::new(home);
     if json {
         println!("{}", String::from_utf8_lossy(&client.status_json(app)?));
         return Ok(());
     }
-    let report = client.status(app)?;
-    print!("{}", render(&report));
-    Ok(())
+    if !watch {
+        print!("{}", render(&client.status(app)?));
+        return Ok(());
+    }
+    loop {
+        let text = match client.status(app) {
+            Ok(report) => render(&report),
+            Err(e) => format!("shinyctl: {e:#}\n"),
+        };
+        let now = crate::procfs::local_rfc3339(crate::clock::now_ms());
+        // Home the cursor and clear the screen, then the table, as `watch` does.
+        print!("\x1b[H\x1b[2JEvery 1s: shinyctl status{}    {now}\n\n{text}", app.map(|a| format!(" {a}")).unwrap_or_default());
+        use std::io::Write;
+        std::io::stdout().flush()?;
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
 }
 
 /// Renders the report as people read it.

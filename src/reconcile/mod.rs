@@ -414,9 +414,19 @@ pub fn human_duration(ms: u64) -> String {
     }
 }
 
+/// What status says of a copy's log: where it is and its last error line.
+#[derive(Debug, Clone, Default)]
+pub struct CopyLog {
+    /// The log's path.
+    pub path: String,
+    /// The last line of R's that reads as an error (`Error…`), if any.
+    pub last_error: Option<String>,
+}
+
 /// The lines status prints under the table for one app: draining copies and
-/// how long they have left, copies that don't start, copies left down.
-pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64, log_of: &dyn Fn(u32) -> String) -> Vec<String> {
+/// how long they have left, copies that don't start (with their last error
+/// line), copies left down. `log_of` is asked only for the copies named.
+pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64, log_of: &dyn Fn(u32) -> CopyLog) -> Vec<String> {
     let settings = spec.settings_hash();
     let name = &spec.name;
     let mut out = Vec::new();
@@ -449,7 +459,7 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
             continue;
         }
         if let Some(why) = &rec.left_down {
-            out.push(format!("{name}: copy {} is left down: {why}. Its log: {}", rec.copy, log_of(rec.copy)));
+            out.push(format!("{name}: copy {} is left down: {why}. Its log: {}", rec.copy, log_of(rec.copy).path));
             continue;
         }
         let current = rec.revision == state.revision && rec.settings == settings;
@@ -461,14 +471,18 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
             } else {
                 format!("{name}: copy {} is crash-looping: it {exit} ({times}).", rec.copy)
             };
-            out.push(format!("{lead} Its log: {}", log_of(rec.copy)));
+            let log = log_of(rec.copy);
+            match log.last_error {
+                Some(error) => out.push(format!("{lead} Its last error: \"{error}\". Its log: {}", log.path)),
+                None => out.push(format!("{lead} Its log: {}", log.path)),
+            }
         } else if rec.pid.is_some() && !ready && rec.stop_started_ms.is_none() {
             if let Some(started) = rec.started_ms.filter(|s| now_ms.saturating_sub(*s) >= SLOW_START_MS) {
                 out.push(format!(
                     "{name}: copy {} has been starting for {} and is not ready. Its log: {}",
                     rec.copy,
                     human_duration(now_ms - started),
-                    log_of(rec.copy)
+                    log_of(rec.copy).path
                 ));
             }
         }

@@ -125,7 +125,7 @@ impl Sim {
     }
 
     fn notes(&self) -> Vec<String> {
-        notes(&self.spec, &self.state, &self.world, self.now, &|c| format!("logs/default-hello@{c}.log"))
+        notes(&self.spec, &self.state, &self.world, self.now, &|c| CopyLog { path: format!("logs/default-hello@{c}.log"), last_error: None })
     }
 }
 

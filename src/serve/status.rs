@@ -77,7 +77,8 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                 })
                 .collect();
             let mut notes = reconcile::notes(&app.recorded.spec, &app.recorded.state, &observed, now, &|c| {
-                super::log_path(&d.home, &app.recorded.spec, c)
+                let path = d.home.copy_log(&app.recorded.spec.group, &app.recorded.spec.name, c);
+                reconcile::CopyLog { last_error: last_error_line(&path), path: path.display().to_string() }
             });
             notes.extend(release::notes(name, &app.recorded.state, &|r| observed.copies.contains_key(&r.copy)));
             AppStatus {
@@ -94,4 +95,34 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
         .collect();
     let proxy_pid = d.proxy.pid();
     Ok(StatusReport { daemon_pid: std::process::id(), proxy_pid, proxy_rss_bytes: proxy_pid.and_then(procfs::rss_bytes), apps })
+}
+
+/// The last line of R's in a copy's log that reads as an error (R writes
+/// `Error…` / `Error in …`), from the log's last 16 KiB; long lines are cut.
+fn last_error_line(path: &std::path::Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(16 * 1024))).ok()?;
+    let mut tail = Vec::new();
+    f.read_to_end(&mut tail).ok()?;
+    let text = String::from_utf8_lossy(&tail);
+    let line = text.lines().rev().find(|l| l.starts_with("Error"))?.trim();
+    Some(if line.chars().count() > 200 { line.chars().take(200).chain("…".chars()).collect() } else { line.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_last_error_line_of_a_log() {
+        let dir = std::env::temp_dir().join(format!("shinyctl-lasterr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("a.log");
+        std::fs::write(&log, "--- shinyctl: copy 1 ---\nError in f(): first\nok\nError: boom\nExecution halted\n").unwrap();
+        assert_eq!(super::last_error_line(&log).as_deref(), Some("Error: boom"));
+        std::fs::write(&log, "Listening on http://127.0.0.1:20001\n").unwrap();
+        assert_eq!(super::last_error_line(&log), None);
+        assert_eq!(super::last_error_line(&dir.join("missing.log")), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

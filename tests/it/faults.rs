@@ -24,6 +24,11 @@ fn an_idle_app_with_a_crash_looping_copy_goes_to_sleep() {
         env.copies("loopnap").iter().any(|c| c.copy == 2 && c.crashes >= 2).then_some(())
     });
     let pid1 = env.pid_of("loopnap", 1);
+    let text = env.ok(&["status", "loopnap"]);
+    assert!(
+        text.contains("loopnap: copy 2 is crash-looping") && text.contains("Its last error: \"Error") && text.contains("copy 2 is broken on purpose"),
+        "the line under the table quotes the copy's last error: {text}"
+    );
 
     // No request: idle-timeout after the deploy, the app sleeps although
     // copy 2 keeps restarting.
