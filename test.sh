@@ -17,7 +17,8 @@ if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
 fi
 
 echo "==> checking test dependencies"
-bash scripts/deps.sh r-base-core r-cran-shiny
+# xfsprogs: the release test on a loop-mounted XFS (shared extents).
+bash scripts/deps.sh r-base-core r-cran-shiny xfsprogs
 # Several hosts behind a real HAProxy (Debian's).
 bash scripts/deps.sh haproxy
 # The browser test: Chromium with what Debian recommends beside it (fonts).

@@ -34,6 +34,12 @@ pub mod routes {
         format!("/v1/apps/{app}/restart{}", now_query(now))
     }
 
+    /// `POST`: redeploy the release before the current one; with `now`,
+    /// the old copies stop as soon as the new ones are ready.
+    pub fn rollback(app: &str, now: bool) -> String {
+        format!("/v1/apps/{app}/rollback{}", now_query(now))
+    }
+
     /// `DELETE`: stop an app's copies and forget it; with `now`, at once.
     pub fn delete(app: &str, now: bool) -> String {
         format!("/v1/apps/{app}{}", now_query(now))
@@ -76,6 +82,10 @@ pub struct VersionReply {
 
 /// How long the command waits for an answer.
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long apply and restart may take: they answer once the release is
+/// taken, and copying a working-dir near the 2 GiB limit onto a slow disk
+/// takes a while.
+const DEPLOY_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long the check for a running daemon waits.
 const ANSWERS_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -118,12 +128,23 @@ impl Client {
 
     /// `POST /v1/apply`.
     pub fn apply(&self, req: &ApplyRequest) -> anyhow::Result<ActionReply> {
-        self.json(Method::POST, routes::APPLY, Some(serde_json::to_vec(req)?))
+        self.deploying().json(Method::POST, routes::APPLY, Some(serde_json::to_vec(req)?))
     }
 
     /// `POST /v1/apps/NAME/restart[?now=1]`.
     pub fn restart(&self, app: &str, now: bool) -> anyhow::Result<ActionReply> {
-        self.json(Method::POST, &routes::restart(app, now), None)
+        self.deploying().json(Method::POST, &routes::restart(app, now), None)
+    }
+
+    /// `POST /v1/apps/NAME/rollback[?now=1]`.
+    pub fn rollback(&self, app: &str, now: bool) -> anyhow::Result<ActionReply> {
+        self.json(Method::POST, &routes::rollback(app, now), None)
+    }
+
+    /// This client with room for a deploy, which answers once its release
+    /// is taken.
+    fn deploying(&self) -> Client {
+        Client { sock: self.sock.clone(), timeout: self.timeout.max(DEPLOY_TIMEOUT) }
     }
 
     /// `DELETE /v1/apps/NAME[?now=1]`.

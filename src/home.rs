@@ -26,9 +26,9 @@ impl Home {
         Home { root }
     }
 
-    /// Creates the home, `logs/`, `proxy/` and `scratch/`, mode 0700.
+    /// Creates the home, `logs/`, `proxy/`, `scratch/` and `releases/`, mode 0700.
     pub fn ensure(&self) -> io::Result<()> {
-        for dir in [self.root.clone(), self.logs_dir(), self.proxy_dir(), self.scratch_root()] {
+        for dir in [self.root.clone(), self.logs_dir(), self.proxy_dir(), self.scratch_root(), self.releases_root()] {
             fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
         }
         fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700))?;
@@ -91,9 +91,25 @@ impl Home {
     pub fn scratch_root(&self) -> PathBuf {
         self.root.join("scratch")
     }
+    /// An app's copies' own disks, one folder per copy.
+    pub fn app_scratch(&self, group: &str, name: &str) -> PathBuf {
+        self.scratch_root().join(format!("{group}-{name}"))
+    }
     /// Copy N's own disk (`SHINYCTL_SCRATCH`).
     pub fn scratch_dir(&self, group: &str, name: &str, copy: u32) -> PathBuf {
-        self.scratch_root().join(format!("{group}-{name}")).join(copy.to_string())
+        self.app_scratch(group, name).join(copy.to_string())
+    }
+    /// Every app's releases.
+    pub fn releases_root(&self) -> PathBuf {
+        self.root.join("releases")
+    }
+    /// An app's releases, `releases/<app-group>/<app-name>/`.
+    pub fn app_releases(&self, group: &str, name: &str) -> PathBuf {
+        self.releases_root().join(group).join(name)
+    }
+    /// One release's folder.
+    pub fn release_dir(&self, group: &str, name: &str, id: &str) -> PathBuf {
+        self.app_releases(group, name).join(id)
     }
 }
 

@@ -13,5 +13,6 @@ pub mod model;
 pub mod procfs;
 pub mod proxy;
 pub mod reconcile;
+pub mod release;
 pub mod serve;
 pub mod uds;

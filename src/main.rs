@@ -44,6 +44,14 @@ enum Command {
         #[arg(long)]
         now: bool,
     },
+    /// Redeploy the release before the current one, with the settings it was deployed with; the old copies drain.
+    Rollback {
+        /// The app.
+        app: String,
+        /// Stop the old copies as soon as the new ones are ready.
+        #[arg(long)]
+        now: bool,
+    },
     /// Stop an app's copies and forget it.
     Delete {
         /// The app.
@@ -106,6 +114,7 @@ fn main() {
         Command::Apply { file, now } => cli::apply::run(&home, &file, now),
         Command::Status { app, json, watch } => cli::status::run(&home, app.as_deref(), json, watch),
         Command::Restart { app, now } => cli::restart::run(&home, &app, now),
+        Command::Rollback { app, now } => cli::rollback::run(&home, &app, now),
         Command::Delete { app, now } => cli::delete::run(&home, &app, now),
         Command::Logs { app, copy, follow } => cli::logs::run(&home, &app, copy, follow),
         Command::Serve { detach: true } => serve::detach(&home),

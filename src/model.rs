@@ -183,6 +183,60 @@ pub struct AppState {
     pub awake_since_ms: Option<u64>,
     /// Every copy the daemon knows of, running or not.
     pub copies: Vec<CopyRecord>,
+    /// The releases kept on disk, oldest first: the current one, the one
+    /// before it, and any other a copy still runs.
+    #[serde(default)]
+    pub releases: Vec<Release>,
+    /// The id of the release new copies run; none for an app deployed
+    /// before releases existed (its copies run working-dir).
+    #[serde(default)]
+    pub release: Option<String>,
+    /// The id of the release deployed before the current one: what
+    /// `rollback` goes back to.
+    #[serde(default)]
+    pub previous_release: Option<String>,
+    /// The current release came from `rollback`, so the manifest differs
+    /// from what runs; cleared by the next apply or restart.
+    #[serde(default)]
+    pub rolled_back: bool,
+}
+
+/// A release: a snapshot of working-dir taken by a deploy, which its copies
+/// run from (read-only), with the settings it was deployed with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Release {
+    /// Its id, time-sortable (`YYYYMMDDTHHMMSS-xxxx`, UTC), not the revision.
+    pub id: String,
+    /// Its folder, `$SHINYCTL_HOME/releases/<app-group>/<app-name>/<id>`.
+    pub dir: std::path::PathBuf,
+    /// Unix ms when it was taken.
+    pub taken_ms: u64,
+    /// The size of its files, in bytes.
+    pub bytes: u64,
+    /// How many files and symlinks it holds.
+    pub files: u64,
+    /// How long taking it took, in ms.
+    pub took_ms: u64,
+    /// The settings it was deployed with: what `rollback` redeploys it with.
+    pub deployed: Deployed,
+    /// Every copy that has run it: their logs go when it is deleted and
+    /// they no longer exist.
+    #[serde(default)]
+    pub copies: Vec<u32>,
+}
+
+/// The settings that decide how a copy starts, as a release was deployed
+/// with them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Deployed {
+    /// `working-dir`, the folder the release was taken of.
+    pub working_dir: std::path::PathBuf,
+    /// `entrypoint-file`, relative to the release.
+    pub entrypoint: String,
+    /// `r-path`.
+    pub r_path: String,
+    /// `env`.
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// One copy's identity and history.
@@ -213,6 +267,10 @@ pub struct CopyRecord {
     pub stop_started_ms: Option<u64>,
     /// Why it is left down on purpose (restart-policy), shown under status.
     pub left_down: Option<String>,
+    /// The id of the release it runs; none for a copy started before
+    /// releases existed (it runs working-dir).
+    #[serde(default)]
+    pub release: Option<String>,
 }
 
 /// How a process ended.
@@ -298,6 +356,12 @@ pub struct AppStatus {
     pub port: u16,
     /// Its current revision.
     pub revision: u64,
+    /// The release new copies run, when it has one.
+    #[serde(default)]
+    pub release: Option<String>,
+    /// The release before it (what `rollback` goes back to).
+    #[serde(default)]
+    pub previous_release: Option<String>,
     /// Its copies, by copy number.
     pub copies: Vec<CopyStatus>,
     /// Lines a person must know (draining, a copy that doesn't start, …).
@@ -331,6 +395,10 @@ pub struct CopyStatus {
     pub outdated: bool,
     /// Its log file.
     pub log: String,
+    /// The id of the release it runs; none when it runs working-dir (a copy
+    /// started before releases existed).
+    #[serde(default)]
+    pub release: Option<String>,
     /// What isolation its launcher made (mount namespace, Landlock, none,
     /// and why not more); none for a copy that is not running or was
     /// started before the launcher existed.

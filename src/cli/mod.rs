@@ -5,6 +5,7 @@ pub mod apply;
 pub mod delete;
 pub mod logs;
 pub mod restart;
+pub mod rollback;
 pub mod status;
 
 use crate::model::ActionReply;

@@ -139,6 +139,7 @@ mod tests {
             started: Some(started.into()),
             outdated: false,
             log: String::new(),
+            release: None,
             isolation: None,
         }
     }
@@ -154,6 +155,8 @@ mod tests {
                 group: "default".into(),
                 port: 8765,
                 revision: 2,
+                release: None,
+                previous_release: None,
                 copies: vec![
                     copy(1, Role::Draining, 61429, 142, 2, "2026-10-27T10:00:01+02:00"),
                     copy(3, Role::Active, 61501, 140, 1, "2026-10-27T11:30:05+02:00"),

@@ -241,7 +241,13 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
         for _ in current.len()..target {
             let copy = st.next_copy;
             st.next_copy += 1;
-            st.copies.push(CopyRecord { copy, revision: st.revision, settings: settings.clone(), ..CopyRecord::default() });
+            st.copies.push(CopyRecord {
+                copy,
+                revision: st.revision,
+                settings: settings.clone(),
+                release: st.release.clone(),
+                ..CopyRecord::default()
+            });
         }
     }
 
@@ -330,7 +336,13 @@ fn decide_asleep(spec: &AppSpec, mut st: AppState, is_current: &dyn Fn(&CopyReco
     for _ in count..target {
         let copy = st.next_copy;
         st.next_copy += 1;
-        st.copies.push(CopyRecord { copy, revision: st.revision, settings: spec.settings_hash(), ..CopyRecord::default() });
+        st.copies.push(CopyRecord {
+            copy,
+            revision: st.revision,
+            settings: spec.settings_hash(),
+            release: st.release.clone(),
+            ..CopyRecord::default()
+        });
     }
     st.stop_now = false;
     let actions = st.copies.iter().filter(|r| r.pid.is_some()).map(|r| Action::Stop(r.copy)).collect();

@@ -620,6 +620,40 @@ fn scaling_down_counts_sessions_not_connections() {
 }
 
 #[test]
+fn new_copies_run_the_current_release_and_a_crashed_copy_keeps_its_own() {
+    let mut sim = Sim::new(1, 1);
+    sim.state.release = Some("r1".into());
+    sim.at(0).cycle().ready(&[1, 2]).cycle();
+    assert_eq!((sim.record(1).release.as_deref(), sim.record(2).release.as_deref()), (Some("r1"), Some("r1")));
+
+    // A deploy takes r2; before the switch, old copy 1 crashes and comes back.
+    sim.state.release = Some("r2".into());
+    sim.at(10).restart(false).cycle();
+    assert_eq!(sim.record(3).release.as_deref(), Some("r2"), "the deploy's copies run its release");
+    sim.at(11).kill(1).cycle();
+    sim.at(13).cycle();
+    assert!(sim.actions().contains(&Action::Start(1)));
+    assert_eq!(sim.record(1).release.as_deref(), Some("r1"), "a crash restart runs the recorded release");
+
+    // Scaling up after the switch: the new copy runs the current release.
+    sim.at(14).ready(&[1, 3]).cycle().ready(&[4]).cycle();
+    sim.spec.replicas = 2;
+    sim.at(20).cycle();
+    let newest = sim.state.copies.iter().map(|r| r.copy).max().unwrap();
+    assert_eq!(sim.record(newest).release.as_deref(), Some("r2"));
+}
+
+#[test]
+fn copies_from_before_releases_are_adopted_as_they_are() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle();
+    assert_eq!(sim.record(1).release, None, "no release yet: it runs working-dir");
+    sim.state.release = Some("r1".into());
+    sim.at(5).cycle();
+    assert!(sim.actions().is_empty(), "recording a release alone restarts nothing; only a deploy does");
+}
+
+#[test]
 fn a_copy_on_its_first_start_holds_the_sleep_off_until_it_is_ready() {
     // A short idle-timeout and a slow R: the app is seen whole before it sleeps.
     let mut sim = Sim::new(1, 1);

@@ -6,6 +6,7 @@ use std::fs::OpenOptions;
 use std::net::TcpListener;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -44,7 +45,9 @@ pub fn pick_port(wanted: u16, taken: &[u16], seed: u64) -> Option<u16> {
 /// Starts a copy's process: the launcher (`shinyctl launch`, which makes
 /// the copy's world and execs R) in its own session, output appended
 /// straight to its log file. Fills in the record's PID, start time and port.
-pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, taken_ports: &[u16]) -> anyhow::Result<()> {
+/// `dir` is the folder it runs (on the host; the launcher mounts it
+/// read-only): its release, or working-dir for a copy from before releases.
+pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, dir: &Path, taken_ports: &[u16]) -> anyhow::Result<()> {
     let seed = spec.name.bytes().fold(rec.copy as u64 * 7919, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
     // Other copies' ports are taken; this copy's own is what it wants back.
     let taken: Vec<u16> = taken_ports.iter().copied().filter(|&p| p != rec.port).collect();
@@ -65,7 +68,7 @@ pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, taken_ports
         );
     }
     let launch = Launch {
-        app_dir: spec.working_dir.clone(),
+        app_dir: dir.to_path_buf(),
         scratch,
         entrypoint: spec.entrypoint.clone(),
         port,

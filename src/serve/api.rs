@@ -2,8 +2,9 @@
 //!
 //! - `GET  /v1/version`
 //! - `GET  /v1/status[?app=NAME]`
-//! - `POST /v1/apply` (ApplyRequest)
-//! - `POST /v1/apps/NAME/restart[?now=1]`
+//! - `POST /v1/apply` (ApplyRequest; takes a release when it deploys)
+//! - `POST /v1/apps/NAME/restart[?now=1]` (reads the manifest again, takes a release)
+//! - `POST /v1/apps/NAME/rollback[?now=1]` (the release before the current one)
 //! - `DELETE /v1/apps/NAME[?now=1]`
 //! - `GET  /v1/apps/NAME/logs?copy=N`
 //! - `POST /v1/apps/NAME/stand-in` (StandIn, from the load balancer)
@@ -18,13 +19,13 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use crate::api_client::VersionReply;
 use crate::home::Home;
-use crate::manifest::{self, AppSpec};
 use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, StandIn};
 use crate::uds;
 
-use super::{AppRt, Daemon, Event, Shared};
+use super::{Event, Shared};
 
-type Reply = Response<Full<Bytes>>;
+/// An answer of the API.
+pub type Reply = Response<Full<Bytes>>;
 
 /// Binds api.sock (mode 0600), replacing a stale one.
 pub fn bind(home: &Home) -> anyhow::Result<tokio::net::UnixListener> {
@@ -44,11 +45,13 @@ pub async fn serve(listener: tokio::net::UnixListener, shared: Shared) {
     .await;
 }
 
-fn error(status: StatusCode, msg: impl Into<String>) -> Reply {
+/// An error answer with its message.
+pub fn error(status: StatusCode, msg: impl Into<String>) -> Reply {
     uds::json_response(status, &ApiError { error: msg.into() })
 }
 
-fn ok(msg: impl Into<String>) -> Reply {
+/// A 200 answer with one message for the person who ran the command.
+pub fn ok(msg: impl Into<String>) -> Reply {
     uds::json_response(StatusCode::OK, &ActionReply { message: msg.into() })
 }
 
@@ -88,19 +91,10 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let Ok(apply) = serde_json::from_slice::<ApplyRequest>(&body) else {
                 return error(StatusCode::BAD_REQUEST, "the body is not an apply request");
             };
-            apply_manifest(&shared, apply).await
+            super::deploy::apply(&shared, apply).await
         }
-        (Method::POST, ["v1", "apps", name, "restart"]) => {
-            let now = flag(&req, "now");
-            let mut d = shared.lock().await;
-            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
-            app.recorded.state.revision += 1;
-            app.recorded.state.stop_now = now;
-            let rev = app.recorded.state.revision;
-            let _ = d.events.send(Event::Changed { app: name.to_string() });
-            let how = if now { "the old ones stop as soon as the new ones are ready" } else { "the old ones drain" };
-            ok(format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"))
-        }
+        (Method::POST, ["v1", "apps", name, "restart"]) => super::deploy::restart(&shared, name, flag(&req, "now")).await,
+        (Method::POST, ["v1", "apps", name, "rollback"]) => super::deploy::rollback(&shared, name, flag(&req, "now")).await,
         (Method::DELETE, ["v1", "apps", name]) => {
             let now = flag(&req, "now");
             let mut d = shared.lock().await;
@@ -168,115 +162,7 @@ async fn wake(shared: &Shared, name: &str) -> Reply {
     }
 }
 
-fn not_found(name: &str) -> Reply {
+/// The answer for an app that doesn't exist.
+pub fn not_found(name: &str) -> Reply {
     error(StatusCode::NOT_FOUND, format!("no app named {name}; see `shinyctl status` for the apps there are"))
-}
-
-/// Applies a manifest: parse and validate it whole, check it against the
-/// other apps, then record it. Nothing running is touched when it fails.
-async fn apply_manifest(shared: &Shared, req: ApplyRequest) -> Reply {
-    let path = std::path::PathBuf::from(&req.path);
-    let spec = match manifest::parse(&path, &req.text) {
-        Ok(s) => s,
-        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
-    };
-    let mut d = shared.lock().await;
-    // The app this manifest already is: the same manifest file, or the same name.
-    let existing = d
-        .apps
-        .iter()
-        .find(|(_, a)| !a.recorded.deleting && super::same_path(&a.recorded.spec.manifest, &spec.manifest))
-        .map(|(n, _)| n.clone());
-    if let Some(conflict) = conflict(&d, &req, &spec, existing.as_deref()) {
-        return error(StatusCode::CONFLICT, conflict);
-    }
-    let message = match existing {
-        Some(old_name) => update(&mut d, &old_name, &spec, req.now),
-        None => {
-            // A new app: state.json from an earlier life names no process we
-            // hold, so it starts afresh, at a revision after the old one.
-            let old = super::record::load_state(&spec.state_file).unwrap_or_default();
-            let state = crate::model::AppState { app: spec.name.clone(), revision: old.revision + 1, next_copy: 1, ..Default::default() };
-            d.apps.insert(spec.name.clone(), AppRt::new(spec.clone(), state));
-            let n = spec.replicas + spec.warm_replicas;
-            format!(
-                "{}: applied; starting {n} {} on port {}. Watch: shinyctl status {}",
-                spec.name,
-                if n == 1 { "copy" } else { "copies" },
-                spec.port,
-                spec.name
-            )
-        }
-    };
-    if let Err(e) = d.save_registry() {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
-    }
-    let _ = d.events.send(Event::Changed { app: spec.name.clone() });
-    ok(message)
-}
-
-/// Why a manifest cannot be applied beside the other apps (a name, port or
-/// state file another app has, or its name on an app being deleted), as a
-/// manifest error at the key's line; `None` when it can.
-fn conflict(d: &Daemon, req: &ApplyRequest, spec: &AppSpec, existing: Option<&str>) -> Option<String> {
-    let here = |key: &str, message: String| {
-        manifest::ManifestError {
-            file: std::path::PathBuf::from(&req.path),
-            line: manifest::line_of_key(&req.text, key),
-            key: Some(key.into()),
-            message,
-        }
-        .to_string()
-    };
-    if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.recorded.deleting) {
-        return Some(here(
-            "app-name",
-            format!("{} is being deleted; its copies stop once their sessions end. Apply again once `shinyctl status` no longer lists it, or use `shinyctl delete {} --now` first", spec.name, spec.name),
-        ));
-    }
-    for (name, other) in d.apps.iter().filter(|(n, a)| Some(n.as_str()) != existing && !a.recorded.deleting) {
-        if *name == spec.name {
-            return Some(here(
-                "app-name",
-                format!("{name} is already the name of the app in {}; pick another name", other.recorded.spec.manifest.display()),
-            ));
-        }
-        if other.recorded.spec.port == spec.port {
-            return Some(here(
-                "port",
-                format!("{} is already used by app {name} ({}); pick another port", spec.port, other.recorded.spec.manifest.display()),
-            ));
-        }
-        if super::same_path(&other.recorded.spec.state_file, &spec.state_file) {
-            return Some(here(
-                "state-file",
-                format!("{} is already the state file of app {name}; set state-file to another path", spec.state_file.display()),
-            ));
-        }
-    }
-    None
-}
-
-/// Puts a new spec in place of an app's (renamed, if its name changed) and
-/// says what that does to its copies.
-fn update(d: &mut Daemon, old_name: &str, spec: &AppSpec, now: bool) -> String {
-    let mut app = d.apps.remove(old_name).expect("found by the caller");
-    let restarts = app.recorded.spec.settings_hash() != spec.settings_hash();
-    let same = app.recorded.spec == *spec;
-    if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
-        let _ = std::fs::remove_file(&app.recorded.spec.state_file);
-    }
-    app.recorded.spec = spec.clone();
-    app.recorded.state.stop_now = now;
-    let asleep = app.recorded.state.asleep_since_ms.is_some();
-    d.apps.insert(spec.name.clone(), app);
-    if same {
-        format!("{}: unchanged.", spec.name)
-    } else if restarts && asleep {
-        format!("{}: changed how it starts; it is asleep and wakes with the new version.", spec.name)
-    } else if restarts {
-        format!("{}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {}", spec.name, spec.name)
-    } else {
-        format!("{}: updated without restarting any copy.", spec.name)
-    }
 }

@@ -13,6 +13,7 @@ use crate::home::Home;
 use crate::model::{CopyRecord, Exit, ProxyApp, ProxyCopy, ProxyTable};
 use crate::procfs;
 use crate::reconcile::{self, Action, Observed, Process, Seen};
+use crate::release;
 
 use super::app::{AppRt, Recorded, Tracked, WakeOutcome};
 use super::{act, log_path, now_ms, record, Daemon, Event, PendingStop, STOP_WAITS_FOR_PUSH_MS};
@@ -85,6 +86,7 @@ impl Daemon {
         for gone in before.copies.iter().filter(|r| !recorded.state.copies.iter().any(|n| n.copy == r.copy)) {
             crate::launcher::remove_scratch(&cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, gone.copy));
         }
+        release::prune(cx.home, &recorded.spec, &mut recorded.state);
         if recorded.state != before {
             record::save_state(&recorded.spec.state_file, &recorded.state);
         }
@@ -93,6 +95,7 @@ impl Daemon {
         }
         if recorded.deleting && recorded.state.copies.is_empty() {
             let _ = std::fs::remove_file(&recorded.spec.state_file);
+            release::forget(cx.home, &recorded.spec, &recorded.state);
             self.apps.remove(name);
             tracing::info!(app = name, "deleted");
         }
@@ -180,8 +183,15 @@ fn act_on(cx: &Cx, actions: Vec<Action>, recorded: &mut Recorded, tracked: &mut 
     for action in actions {
         match action {
             Action::Start(copy) => {
+                // The copy's recorded release and the settings it was deployed with.
+                let Some(run) =
+                    recorded.state.copies.iter().find(|r| r.copy == copy).map(|r| release::run_dir(&recorded.spec, &recorded.state, r))
+                else {
+                    continue;
+                };
                 let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
-                match act::start_copy(cx.home, &recorded.spec, rec, taken) {
+                let started = run.map_err(anyhow::Error::msg).and_then(|(dir, spec)| act::start_copy(cx.home, &spec, rec, &dir, taken));
+                match started {
                     Ok(()) => {
                         tracing::info!(app = name, copy, pid = rec.pid.unwrap_or(0), port = rec.port, "started copy");
                         follow(name, rec, false, tracked, cx.events);

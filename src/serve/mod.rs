@@ -9,6 +9,7 @@
 //! - `act`: starting, stopping and watching processes.
 //! - `record`: the files (state.json, registry.json, the lock, log rotation).
 //! - `api`: the routes on `api.sock`; `status`: what `status` shows.
+//! - `deploy`: apply, restart and rollback, which take and record releases.
 //! - `proxy_ctl`: the load balancer, from the daemon's side.
 //! - `detach`: `serve -d`.
 
@@ -16,6 +17,7 @@ mod act;
 mod api;
 mod app;
 mod cycle;
+mod deploy;
 mod detach;
 mod event_loop;
 mod proxy_ctl;

@@ -94,6 +94,8 @@ impl Daemon {
     /// name that still run (same PID and start time) are adopted by the
     /// first cycle's observe, which runs at once.
     pub(super) fn load(&mut self) -> anyhow::Result<()> {
+        // Nothing is being taken yet: partial copies are a dead daemon's.
+        crate::release::clean_leftovers(&self.home.releases_root());
         let registry = load_registry(&self.home)?;
         for (name, spec) in registry.apps {
             let state = load_state(&spec.state_file).unwrap_or_default();

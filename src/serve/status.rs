@@ -6,6 +6,7 @@ use crate::launcher;
 use crate::model::{AppStatus, CopyStatus, StatusReport};
 use crate::procfs;
 use crate::reconcile::{self, Observed, Process, Seen};
+use crate::release;
 
 use super::{now_ms, Daemon};
 
@@ -68,21 +69,25 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                         started: rec.started_ms.filter(|_| alive).map(procfs::local_rfc3339),
                         outdated: rec.revision != app.recorded.state.revision || rec.settings != settings,
                         log: super::log_path(&d.home, &app.recorded.spec, rec.copy),
+                        release: rec.release.clone(),
                         isolation: rec.pid.filter(|_| alive).and_then(|p| {
                             launcher::read_report(&d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy), p)
                         }),
                     }
                 })
                 .collect();
-            let notes = reconcile::notes(&app.recorded.spec, &app.recorded.state, &observed, now, &|c| {
+            let mut notes = reconcile::notes(&app.recorded.spec, &app.recorded.state, &observed, now, &|c| {
                 let path = d.home.copy_log(&app.recorded.spec.group, &app.recorded.spec.name, c);
                 reconcile::CopyLog { last_error: last_error_line(&path), path: path.display().to_string() }
             });
+            notes.extend(release::notes(name, &app.recorded.state, &|r| observed.copies.contains_key(&r.copy)));
             AppStatus {
                 name: name.clone(),
                 group: app.recorded.spec.group.clone(),
                 port: app.recorded.spec.port,
                 revision: app.recorded.state.revision,
+                release: app.recorded.state.release.clone(),
+                previous_release: app.recorded.state.previous_release.clone(),
                 copies,
                 notes,
             }

@@ -192,7 +192,9 @@ fn without_namespaces_landlock_keeps_the_folder_unwritten() {
     let iso = isolation(&env, "fenced");
     assert_eq!(iso["kind"], "landlock", "{iso}");
     assert!(iso["reason"].as_str().unwrap().contains("user.max_user_namespaces is 0"), "{iso}");
-    let host_folder = std::fs::canonicalize(&folder).unwrap();
+    // No namespace: the host's path of the folder the copy runs, its release.
+    let release = env.status()["apps"][0]["copies"][0]["release"].as_str().expect("the copy's release").to_string();
+    let host_folder = std::fs::canonicalize(env.home().join("releases/default/fenced").join(release)).unwrap();
     assert_eq!(between(&page, "wd=", ";"), Some(host_folder.to_str().unwrap()), "no namespace: the host's path: {page}");
     assert_folder_kept_scratch_written(&env, "fenced", &page, &folder, &before);
     let log = wait_log(&env, "default-fenced.log", "Permission denied");

@@ -9,6 +9,7 @@ mod foundation;
 mod helpers;
 mod launcher;
 mod quickstart;
+mod releases;
 mod several_hosts;
 mod sleep;
 mod staying_up;

@@ -190,12 +190,13 @@ fn a_broken_version_never_takes_over() {
     let log = std::fs::read_to_string(env.home().join("logs/default-br@3.log")).unwrap();
     assert!(log.contains("this version is broken"), "its log says why: {log}");
 
-    // Fixed, and restarted during the broken redeploy: straight to the newest.
+    // Fixed, and restarted during the broken redeploy (restart reads the
+    // manifest as it is now): straight to the newest.
     std::fs::write(&manifest, format!("app-name: br\nport: {port}\n")).unwrap();
-    env.apply(&manifest);
     env.ok(&["restart", "br"]);
     env.wait_roles("br", "4:active 5:warm", START);
-    assert!(env.copies("br").iter().all(|c| c.copy >= 4), "copy 3 is gone: {:?}", env.copies("br"));
+    // (The old copies 1 and 2 may still be on their way out.)
+    assert!(!env.copies("br").iter().any(|c| c.copy == 3), "copy 3 is gone: {:?}", env.copies("br"));
     let (sent, errors) = requests.finish();
     assert!(errors.is_empty(), "no request lost: {} of {sent}: {errors:?}", errors.len());
 }

@@ -1,0 +1,295 @@
+//! Releases: what runs is what was deployed. Each deploy (the first apply,
+//! an apply that changes how the app starts, every restart) takes a
+//! snapshot of working-dir ([`snapshot::take`]) under
+//! `$SHINYCTL_HOME/releases/<app-group>/<app-name>/<id>/`, and its copies run
+//! from it; crash restarts, scale-ups and wakes run the release their copy
+//! records. `rollback` redeploys the release before the current one with the
+//! settings it was deployed with.
+//!
+//! Everything here but the folder work in [`snapshot`] and [`remove_later`]
+//! is plain bookkeeping on [`AppState`], tested without a daemon.
+
+pub mod snapshot;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use crate::home::Home;
+use crate::manifest::AppSpec;
+use crate::model::{AppState, CopyRecord, Deployed, Release};
+
+/// The largest working-dir a release may hold (each deploy copies it).
+pub const LIMIT_BYTES: u64 = 2 << 30;
+
+/// A new release id: the UTC time to the second and 4 random hex digits,
+/// `20261130T181502-3fa9`, so ids sort by when they were taken.
+pub fn new_id(now_ms: u64) -> String {
+    let stamp: String = crate::procfs::rfc3339_at_offset(now_ms, 0)[..19].chars().filter(|c| *c != '-' && *c != ':').collect();
+    format!("{stamp}-{:04x}", random_u16())
+}
+
+fn random_u16() -> u16 {
+    use std::io::Read;
+    let mut b = [0u8; 2];
+    match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)) {
+        Ok(()) => u16::from_le_bytes(b),
+        // Uniqueness within a second is all the suffix is for.
+        Err(_) => (std::process::id() as u16) ^ (crate::clock::now_ms() as u16),
+    }
+}
+
+/// Bytes for people: `100 B`, `2.9 KiB`, `1.2 MiB`, `2.0 GiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// A span for people: `under 1 ms`, `15 ms`, `1.2 s`.
+pub fn human_took(ms: u64) -> String {
+    if ms == 0 {
+        "under 1 ms".to_string()
+    } else if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
+/// What a release of this app is taken from, and what it leaves out
+/// besides the names in [`snapshot::LEFT_OUT_NAMES`]: the state-file (the
+/// daemon writes it all the time) and the home folder when it lies inside
+/// working-dir.
+pub fn source(spec: &AppSpec, home: &Home) -> snapshot::Source {
+    snapshot::Source { dir: spec.working_dir.clone(), leave_out: vec![spec.state_file.clone(), home.root.clone()] }
+}
+
+/// The settings of a spec that a release is deployed with.
+pub fn deployed(spec: &AppSpec) -> Deployed {
+    Deployed {
+        working_dir: spec.working_dir.clone(),
+        entrypoint: spec.entrypoint.clone(),
+        r_path: spec.r_path.clone(),
+        env: spec.env.clone(),
+    }
+}
+
+/// The spec with a release's deployed settings in place of its own.
+pub fn with_deployed(spec: &AppSpec, d: &Deployed) -> AppSpec {
+    AppSpec {
+        working_dir: d.working_dir.clone(),
+        entrypoint: d.entrypoint.clone(),
+        r_path: d.r_path.clone(),
+        env: d.env.clone(),
+        ..spec.clone()
+    }
+}
+
+/// Makes `release` the current one; the current one becomes the one before
+/// it. Clears a rollback: what runs is the manifest again.
+pub fn record(state: &mut AppState, release: Release) {
+    state.previous_release = state.release.take();
+    state.release = Some(release.id.clone());
+    state.releases.retain(|r| r.id != release.id);
+    state.releases.push(release);
+    state.rolled_back = false;
+}
+
+/// A kept release by id.
+pub fn find<'a>(state: &'a AppState, id: &str) -> Option<&'a Release> {
+    state.releases.iter().find(|r| r.id == id)
+}
+
+/// Makes the release before the current one current again, and the current
+/// one the one before it (so a second rollback undoes the first). Returns
+/// the release now current, or why there is none to go back to.
+pub fn roll_back(state: &mut AppState, name: &str) -> Result<Release, String> {
+    let Some(prev) = state.previous_release.clone() else {
+        return Err(format!(
+            "{name} has no release before the current one to roll back to: it has been deployed once{}",
+            if state.release.is_none() { " (or not since releases came)" } else { "" }
+        ));
+    };
+    let Some(rel) = find(state, &prev).cloned() else {
+        return Err(format!("{name}: the release before the current one ({prev}) is not recorded; nothing to roll back to"));
+    };
+    if !rel.dir.is_dir() {
+        return Err(format!("{name}: the release before the current one is gone from {}; nothing to roll back to", rel.dir.display()));
+    }
+    state.previous_release = state.release.take();
+    // Back on the newest release (a second rollback), what runs is what
+    // the last deploy took.
+    state.rolled_back = state.releases.iter().map(|r| &r.id).max() != Some(&prev);
+    state.release = Some(prev);
+    Ok(rel)
+}
+
+/// Notes in each release which copies run it, so their logs can go with it.
+pub fn note_copies(state: &mut AppState) {
+    for rec in &state.copies {
+        let Some(id) = &rec.release else { continue };
+        if let Some(rel) = state.releases.iter_mut().find(|r| &r.id == id) {
+            if !rel.copies.contains(&rec.copy) {
+                rel.copies.push(rec.copy);
+            }
+        }
+    }
+}
+
+/// The ids that must stay: the current release, the one before it, and
+/// every release a recorded copy runs.
+pub fn kept_ids(state: &AppState) -> HashSet<String> {
+    state
+        .release
+        .iter()
+        .chain(state.previous_release.iter())
+        .chain(state.copies.iter().filter_map(|r| r.release.as_ref()))
+        .cloned()
+        .collect()
+}
+
+/// Takes the releases no longer needed out of the state and returns them,
+/// each with the copies whose logs go with it (those no longer recorded).
+pub fn unneeded(state: &mut AppState) -> Vec<(Release, Vec<u32>)> {
+    let keep = kept_ids(state);
+    let (gone, kept): (Vec<Release>, Vec<Release>) = std::mem::take(&mut state.releases).into_iter().partition(|r| !keep.contains(&r.id));
+    state.releases = kept;
+    gone.into_iter()
+        .map(|r| {
+            let logs = r.copies.iter().copied().filter(|c| !state.copies.iter().any(|rec| rec.copy == *c)).collect();
+            (r, logs)
+        })
+        .collect()
+}
+
+/// The folder a copy runs from and the spec it starts with: its release,
+/// with the settings that release was deployed with; working-dir and the
+/// spec for a copy from before releases. A release gone from disk is an
+/// error: running working-dir instead would run code nobody deployed.
+pub fn run_dir(spec: &AppSpec, state: &AppState, rec: &CopyRecord) -> Result<(PathBuf, AppSpec), String> {
+    let Some(id) = &rec.release else { return Ok((spec.working_dir.clone(), spec.clone())) };
+    let Some(rel) = find(state, id) else {
+        return Err(format!("its release {id} is not recorded; `shinyctl restart {}` takes a new one", spec.name));
+    };
+    if !rel.dir.is_dir() {
+        return Err(format!("its release {id} is gone from {}; `shinyctl restart {}` takes a new one", rel.dir.display(), spec.name));
+    }
+    Ok((rel.dir.clone(), with_deployed(spec, &rel.deployed)))
+}
+
+/// The lines under the table about releases: a rolled-back app, and which
+/// copies run the previous release while two versions run. `alive` says
+/// whether a recorded copy has a process.
+pub fn notes(name: &str, state: &AppState, alive: &dyn Fn(&CopyRecord) -> bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if state.rolled_back {
+        if let Some(id) = &state.release {
+            let from = state.previous_release.as_deref().map(|p| format!(", rolled back from {p}")).unwrap_or_default();
+            out.push(format!(
+                "{name}: runs the rolled-back release {id}{from}; its manifest differs. `shinyctl restart {name}` deploys the manifest again."
+            ));
+        }
+    }
+    let running: Vec<&CopyRecord> = state.copies.iter().filter(|r| alive(r)).collect();
+    let old: Vec<u32> = running.iter().filter(|r| r.release != state.release).map(|r| r.copy).collect();
+    if !old.is_empty() && running.iter().any(|r| r.release == state.release) {
+        let which = old.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+        let (copies, run) = if old.len() == 1 { ("copy", "runs") } else { ("copies", "run") };
+        let version =
+            |id: &Option<String>| id.as_deref().map_or("working-dir (from before releases)".to_string(), |i| format!("release {i}"));
+        let olds: std::collections::BTreeSet<String> =
+            running.iter().filter(|r| r.release != state.release).map(|r| version(&r.release)).collect();
+        let olds: Vec<String> = olds.into_iter().collect();
+        out.push(format!(
+            "{name}: {copies} {which} {run} the previous version ({}); new copies run {}.",
+            olds.join(", "),
+            version(&state.release)
+        ));
+    }
+    out
+}
+
+/// After a cycle: notes which copies run which release, deletes the
+/// releases no longer needed (neither current, nor the one before, nor run
+/// by a copy) and the logs of their copies that no longer exist.
+pub fn prune(home: &Home, spec: &AppSpec, state: &mut AppState) {
+    note_copies(state);
+    for (rel, logs) in unneeded(state) {
+        tracing::info!(app = spec.name, release = rel.id, "deleting a release no copy runs");
+        remove_later(&rel.dir);
+        for copy in logs {
+            let log = home.copy_log(&spec.group, &spec.name, copy);
+            let mut rotated = log.clone().into_os_string();
+            rotated.push(".1");
+            let _ = std::fs::remove_file(&log);
+            let _ = std::fs::remove_file(rotated);
+        }
+    }
+}
+
+/// A deleted app is forgotten: its releases (also those taken under an
+/// earlier name or group) and its copies' own disks go.
+pub fn forget(home: &Home, spec: &AppSpec, state: &AppState) {
+    let app_dir = home.app_releases(&spec.group, &spec.name);
+    for rel in state.releases.iter().filter(|r| !r.dir.starts_with(&app_dir)) {
+        remove_later(&rel.dir);
+    }
+    remove_later(&app_dir);
+    let _ = std::fs::remove_dir_all(home.app_scratch(&spec.group, &spec.name));
+}
+
+/// Deletes a release folder without holding up the caller: renamed aside
+/// at once (so nothing takes it for a release), removed in the background.
+pub fn remove_later(dir: &Path) {
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let aside = dir.with_file_name(format!(".{name}.deleting"));
+    let target = match std::fs::rename(dir, &aside) {
+        Ok(()) => aside,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(_) => dir.to_path_buf(),
+    };
+    std::thread::spawn(move || {
+        if let Err(e) = std::fs::remove_dir_all(&target) {
+            tracing::warn!(dir = %target.display(), "cannot delete a release: {e}");
+        }
+    });
+}
+
+/// Release folders in an app's releases folder that no state names (left
+/// by an earlier life of the app, or a daemon that died between taking and
+/// recording one). Hidden entries (partial copies being taken) are not
+/// listed.
+pub fn orphans(app_dir: &Path, state: &AppState) -> Vec<PathBuf> {
+    let Ok(read) = std::fs::read_dir(app_dir) else { return Vec::new() };
+    read.filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            !name.starts_with('.') && !state.releases.iter().any(|r| r.id == name)
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Removes what a daemon that died left in the releases folder: partial
+/// copies and folders half deleted. Run at the daemon's start, when no
+/// release is being taken.
+pub fn clean_leftovers(root: &Path) {
+    let dirs = |p: &Path| std::fs::read_dir(p).into_iter().flatten().filter_map(|e| e.ok()).map(|e| e.path()).collect::<Vec<_>>();
+    let hidden = |p: &Path| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
+    for entry in dirs(root).iter().flat_map(|group| dirs(group)).flat_map(|app| if hidden(&app) { vec![app] } else { dirs(&app) }) {
+        if hidden(&entry) {
+            let _ = std::fs::remove_dir_all(&entry);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

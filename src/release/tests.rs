@@ -1,0 +1,158 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::model::{AppState, CopyRecord, Release};
+
+fn rel(id: &str, dir: &Path) -> Release {
+    Release {
+        id: id.into(),
+        dir: dir.join(id),
+        deployed: Deployed { env: BTreeMap::from([("V".into(), id.into())]), ..Default::default() },
+        ..Default::default()
+    }
+}
+
+fn copy(copy: u32, release: Option<&str>, pid: Option<u32>) -> CopyRecord {
+    CopyRecord { copy, pid, release: release.map(str::to_string), ..Default::default() }
+}
+
+fn spec(dir: &Path) -> AppSpec {
+    let manifest = dir.join("app.yaml");
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("app.R"), "").unwrap();
+    std::fs::write(&manifest, "app-name: hello\nport: 8765\nenv:\n  V: manifest\n").unwrap();
+    crate::manifest::parse(&manifest, &std::fs::read_to_string(&manifest).unwrap()).unwrap()
+}
+
+#[test]
+fn ids_sort_by_time_and_differ() {
+    let a = new_id(1_764_526_502_000); // 2025-11-30T18:15:02Z
+    assert!(a.starts_with("20251130T181502-") && a.len() == 20, "{a}");
+    assert!(new_id(1_764_526_503_000) > a);
+    let many: HashSet<String> = (0..50).map(|_| new_id(1_764_526_502_000)).collect();
+    assert!(many.len() > 40, "the random part tells ids of the same second apart");
+}
+
+#[test]
+fn sizes_and_spans_read_like_a_person_wrote_them() {
+    assert_eq!(human_bytes(1000), "1000 B");
+    assert_eq!(human_bytes(3000), "2.9 KiB");
+    assert_eq!(human_bytes(100 << 20), "100.0 MiB");
+    assert_eq!(human_bytes(2 << 30), "2.0 GiB");
+    assert_eq!(human_took(0), "under 1 ms");
+    assert_eq!(human_took(15), "15 ms");
+    assert_eq!(human_took(1234), "1.2 s");
+}
+
+#[test]
+fn a_deploy_makes_the_current_release_the_one_before_and_rollback_swaps_them() {
+    let dir = std::env::temp_dir().join(format!("shinyctl-rel-rb-{}", std::process::id()));
+    let mut st = AppState::default();
+    assert!(roll_back(&mut st, "hello").unwrap_err().contains("no release before the current one"));
+    record(&mut st, rel("r1", &dir));
+    assert!(roll_back(&mut st, "hello").unwrap_err().contains("deployed once"));
+    record(&mut st, rel("r2", &dir));
+    assert_eq!((st.release.as_deref(), st.previous_release.as_deref()), (Some("r2"), Some("r1")));
+    assert!(roll_back(&mut st, "hello").unwrap_err().contains("is gone from"), "its folder must exist");
+    assert_eq!(st.release.as_deref(), Some("r2"), "a refused rollback changes nothing");
+
+    std::fs::create_dir_all(dir.join("r1")).unwrap();
+    let back = roll_back(&mut st, "hello").unwrap();
+    assert_eq!(back.deployed.env["V"], "r1", "it comes with the settings it was deployed with");
+    assert_eq!((st.release.as_deref(), st.previous_release.as_deref(), st.rolled_back), (Some("r1"), Some("r2"), true));
+    std::fs::create_dir_all(dir.join("r2")).unwrap();
+    roll_back(&mut st, "hello").unwrap();
+    assert_eq!((st.release.as_deref(), st.rolled_back), (Some("r2"), false), "back on the newest release: nothing differs");
+    roll_back(&mut st, "hello").unwrap();
+    record(&mut st, rel("r3", &dir));
+    assert_eq!((st.release.as_deref(), st.previous_release.as_deref(), st.rolled_back), (Some("r3"), Some("r1"), false));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn releases_go_once_no_copy_runs_them_and_their_gone_copies_logs_with_them() {
+    let dir = Path::new("/nonexistent");
+    let mut st = AppState::default();
+    for id in ["r1", "r2", "r3", "r4"] {
+        record(&mut st, rel(id, dir));
+    }
+    // Copy 1 ran r1 and is gone; copy 2 ran r2 and drains; 3 and 4 run r4.
+    st.copies =
+        vec![copy(1, Some("r1"), None), copy(2, Some("r2"), Some(20)), copy(3, Some("r4"), Some(30)), copy(4, Some("r4"), Some(40))];
+    note_copies(&mut st);
+    st.copies.remove(0);
+    let gone = unneeded(&mut st);
+    let gone: Vec<(&str, Vec<u32>)> = gone.iter().map(|(r, logs)| (r.id.as_str(), logs.clone())).collect();
+    assert_eq!(gone, [("r1", vec![1])], "r2 runs, r3 is the one before r4, r4 is current");
+    assert_eq!(st.releases.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["r2", "r3", "r4"]);
+    assert_eq!(find(&st, "r4").unwrap().copies, [3, 4]);
+
+    st.copies.retain(|r| r.copy != 2);
+    let gone: Vec<String> = unneeded(&mut st).into_iter().map(|(r, _)| r.id).collect();
+    assert_eq!(gone, ["r2"], "once its last copy is gone");
+}
+
+#[test]
+fn a_copy_runs_its_release_with_its_settings_and_one_from_before_releases_runs_working_dir() {
+    let dir = std::env::temp_dir().join(format!("shinyctl-rel-run-{}", std::process::id()));
+    let spec = spec(&dir.join("app"));
+    let mut st = AppState::default();
+    let (folder, run) = run_dir(&spec, &st, &copy(1, None, None)).unwrap();
+    assert_eq!((folder, run), (spec.working_dir.clone(), spec.clone()));
+
+    record(&mut st, rel("r1", &dir));
+    let err = run_dir(&spec, &st, &copy(2, Some("r1"), None)).unwrap_err();
+    assert!(err.contains("is gone from") && err.contains("shinyctl restart hello"), "{err}");
+    assert!(run_dir(&spec, &st, &copy(2, Some("r9"), None)).unwrap_err().contains("not recorded"));
+
+    std::fs::create_dir_all(dir.join("r1")).unwrap();
+    let (folder, run) = run_dir(&spec, &st, &copy(2, Some("r1"), None)).unwrap();
+    assert_eq!(folder, dir.join("r1"));
+    assert_eq!(run.env["V"], "r1", "the release's env, not the manifest's");
+    assert_eq!(run.port, spec.port);
+    assert_eq!(with_deployed(&spec, &deployed(&spec)), spec);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn status_says_which_copies_run_the_previous_version_and_that_a_rollback_differs_from_the_manifest() {
+    let dir = Path::new("/nonexistent");
+    let mut st = AppState::default();
+    record(&mut st, rel("r1", dir));
+    st.copies = vec![copy(1, Some("r1"), Some(10)), copy(2, Some("r1"), Some(11))];
+    let alive = |r: &CopyRecord| r.pid.is_some();
+    assert!(notes("hello", &st, &alive).is_empty(), "one version runs");
+
+    record(&mut st, rel("r2", dir));
+    st.copies.push(copy(3, Some("r2"), None));
+    assert!(notes("hello", &st, &alive).is_empty(), "the new copy has no process yet");
+    st.copies[2].pid = Some(12);
+    assert_eq!(notes("hello", &st, &alive), ["hello: copies 1, 2 run the previous version (release r1); new copies run release r2."]);
+
+    st.copies[1].pid = None;
+    st.copies[0].release = None;
+    assert_eq!(
+        notes("hello", &st, &alive),
+        ["hello: copy 1 runs the previous version (working-dir (from before releases)); new copies run release r2."]
+    );
+
+    st.copies = vec![copy(3, Some("r2"), Some(12))];
+    std::fs::create_dir_all(std::env::temp_dir().join(format!("shinyctl-rel-notes-{}", std::process::id()))).unwrap();
+    st.releases[0].dir = std::env::temp_dir().join(format!("shinyctl-rel-notes-{}", std::process::id()));
+    roll_back(&mut st, "hello").unwrap();
+    assert_eq!(
+        notes("hello", &st, &alive)[0],
+        "hello: runs the rolled-back release r1, rolled back from r2; its manifest differs. `shinyctl restart hello` deploys the manifest again."
+    );
+    let _ = std::fs::remove_dir_all(&st.releases[0].dir);
+}
+
+#[test]
+fn a_state_json_from_before_releases_reads_as_one_with_none() {
+    let old = r#"{"app":"hello","revision":3,"next_copy":2,"copies":[{"copy":1,"pid":10,"pid_start":5,"port":20001,"revision":3,
+        "settings":"ab","started_ms":1,"crashes":0,"last_exit":null,"drain_started_ms":null,"stop_started_ms":null,"left_down":null}]}"#;
+    let st: AppState = serde_json::from_str(old).unwrap();
+    assert_eq!((st.release.as_ref(), st.previous_release.as_ref(), st.rolled_back, st.releases.len()), (None, None, false, 0));
+    assert_eq!(st.copies[0].release, None, "adopted as it is: it runs working-dir");
+    assert!(notes("hello", &st, &|_| true).is_empty());
+}

@@ -1,0 +1,346 @@
+//! Deploys: `apply`, `restart` and `rollback`. A deploy that starts new
+//! copies (the first apply, an apply that changes how the app starts, every
+//! restart) takes a release first. The copy is made off the daemon's lock,
+//! so `status` keeps answering; then the lock is taken again, everything is
+//! checked once more, and the release is renamed into place and recorded.
+//! Whatever is refused changes nothing that runs.
+
+use std::path::PathBuf;
+
+use hyper::StatusCode;
+
+use crate::home::Home;
+use crate::manifest::{self, AppSpec};
+use crate::model::{AppState, ApplyRequest, Deployed, Release};
+use crate::release::{self, snapshot};
+
+use super::api::{error, not_found, ok, Reply};
+use super::{now_ms, record, AppRt, Daemon, Event, Shared};
+
+/// A release copied into its hidden folder, not yet recorded.
+struct Taken {
+    /// The copy, renamed into place when recorded; removed if dropped.
+    pending: snapshot::Pending,
+    /// Its id.
+    id: String,
+    /// The settings it is deployed with.
+    deployed: Deployed,
+    /// Unix ms when it was taken.
+    taken_ms: u64,
+}
+
+impl Taken {
+    /// Renames the copy into place and makes it the app's current release.
+    /// Release folders no state names (an earlier life of the app) go.
+    fn record(self, home: &Home, spec: &AppSpec, state: &mut AppState) -> Result<Release, String> {
+        let (bytes, files, took_ms) = (self.pending.bytes, self.pending.files, self.pending.took.as_millis() as u64);
+        let dir =
+            self.pending.commit().map_err(|e| format!("{}: cannot put the release in place: {e}; nothing was deployed", spec.name))?;
+        let rel = Release { id: self.id, dir, taken_ms: self.taken_ms, bytes, files, took_ms, deployed: self.deployed, copies: Vec::new() };
+        release::record(state, rel.clone());
+        for orphan in release::orphans(&home.app_releases(&spec.group, &spec.name), state) {
+            release::remove_later(&orphan);
+        }
+        Ok(rel)
+    }
+}
+
+/// The line apply and restart add about the release they took.
+fn taken_line(rel: &Release) -> String {
+    format!(
+        "Release {}: {} in {} files, taken in {}.",
+        rel.id,
+        release::human_bytes(rel.bytes),
+        rel.files,
+        release::human_took(rel.took_ms)
+    )
+}
+
+/// Takes a release of the spec's working-dir, off the daemon's lock.
+async fn take(home: &Home, spec: &AppSpec) -> Result<Taken, Box<Reply>> {
+    let taken_ms = now_ms();
+    let id = release::new_id(taken_ms);
+    let dest = home.release_dir(&spec.group, &spec.name, &id);
+    let source = release::source(spec, home);
+    let copied = tokio::task::spawn_blocking(move || snapshot::take(&source, &dest, release::LIMIT_BYTES)).await;
+    let refused = |why: String| {
+        error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("{}: cannot take a release, so nothing was deployed and nothing that runs changed: {why}", spec.name),
+        )
+    };
+    match copied {
+        Ok(Ok(pending)) => Ok(Taken { pending, id, deployed: release::deployed(spec), taken_ms }),
+        Ok(Err(why)) => Err(Box::new(refused(why))),
+        Err(e) => Err(Box::new(refused(format!("the copy stopped: {e}")))),
+    }
+}
+
+/// Checks a spec against the other apps (name, port, state-file) and an
+/// app of the same name being deleted. Returns the name of the app this
+/// manifest already is (the same manifest file), if any.
+fn check(d: &Daemon, spec: &AppSpec, text: &str) -> Result<Option<String>, Box<Reply>> {
+    let here = |key: &str, message: String| {
+        manifest::ManifestError { file: spec.manifest.clone(), line: manifest::line_of_key(text, key), key: Some(key.into()), message }
+            .to_string()
+    };
+    let existing = d
+        .apps
+        .iter()
+        .find(|(_, a)| !a.recorded.deleting && super::same_path(&a.recorded.spec.manifest, &spec.manifest))
+        .map(|(n, _)| n.clone());
+    if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.recorded.deleting) {
+        return Err(Box::new(error(
+            StatusCode::CONFLICT,
+            here(
+                "app-name",
+                format!("{} is being deleted; its copies stop once their sessions end. Apply again once `shinyctl status` no longer lists it, or use `shinyctl delete {} --now` first", spec.name, spec.name),
+            ),
+        )));
+    }
+    for (name, other) in d.apps.iter().filter(|(n, a)| Some(*n) != existing.as_ref() && !a.recorded.deleting) {
+        if *name == spec.name {
+            return Err(Box::new(error(
+                StatusCode::CONFLICT,
+                here(
+                    "app-name",
+                    format!("{name} is already the name of the app in {}; pick another name", other.recorded.spec.manifest.display()),
+                ),
+            )));
+        }
+        if other.recorded.spec.port == spec.port {
+            return Err(Box::new(error(
+                StatusCode::CONFLICT,
+                here(
+                    "port",
+                    format!("{} is already used by app {name} ({}); pick another port", spec.port, other.recorded.spec.manifest.display()),
+                ),
+            )));
+        }
+        if super::same_path(&other.recorded.spec.state_file, &spec.state_file) {
+            return Err(Box::new(error(
+                StatusCode::CONFLICT,
+                here(
+                    "state-file",
+                    format!("{} is already the state file of app {name}; set state-file to another path", spec.state_file.display()),
+                ),
+            )));
+        }
+    }
+    Ok(existing)
+}
+
+/// True when applying `spec` to the app deploys it: it changes how the app
+/// starts, or the app runs a rolled-back release (the manifest is what runs
+/// again after an apply).
+fn deploys(app: Option<&AppRt>, spec: &AppSpec) -> bool {
+    app.is_none_or(|a| a.recorded.spec.settings_hash() != spec.settings_hash() || a.recorded.state.rolled_back)
+}
+
+/// `POST /v1/apply`: parse and validate the manifest whole, check it
+/// against the other apps, take a release when it deploys, then record it.
+pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
+    let path = PathBuf::from(&req.path);
+    let spec = match manifest::parse(&path, &req.text) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+    };
+    let (home, needs) = {
+        let d = shared.lock().await;
+        let existing = match check(&d, &spec, &req.text) {
+            Ok(e) => e,
+            Err(reply) => return *reply,
+        };
+        (d.home.clone(), deploys(existing.and_then(|n| d.apps.get(&n)), &spec))
+    };
+    let taken = if needs {
+        match take(&home, &spec).await {
+            Ok(t) => Some(t),
+            Err(reply) => return *reply,
+        }
+    } else {
+        None
+    };
+    let mut d = shared.lock().await;
+    // The world may have changed while the release was copied.
+    let existing = match check(&d, &spec, &req.text) {
+        Ok(e) => e,
+        Err(reply) => return *reply,
+    };
+    if taken.is_none() && deploys(existing.as_ref().and_then(|n| d.apps.get(n)), &spec) {
+        return error(StatusCode::CONFLICT, format!("{}: changed while this apply ran; apply again", spec.name));
+    }
+    let message = match existing {
+        Some(old_name) => {
+            let mut app = d.apps.remove(&old_name).expect("checked above");
+            let was_rolled_back = app.recorded.state.rolled_back;
+            let restarts = app.recorded.spec.settings_hash() != spec.settings_hash() || was_rolled_back;
+            let same = app.recorded.spec == spec && !restarts;
+            let rel = match taken.map(|t| t.record(&home, &spec, &mut app.recorded.state)).transpose() {
+                Ok(rel) => rel,
+                Err(why) => {
+                    d.apps.insert(old_name, app);
+                    return error(StatusCode::INTERNAL_SERVER_ERROR, why);
+                }
+            };
+            if rel.is_some() {
+                app.recorded.state.revision += 1;
+            }
+            if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
+                let _ = std::fs::remove_file(&app.recorded.spec.state_file);
+            }
+            app.recorded.spec = spec.clone();
+            app.recorded.state.stop_now = req.now;
+            let asleep = app.recorded.state.asleep_since_ms.is_some();
+            record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
+            d.apps.insert(spec.name.clone(), app);
+            let name = &spec.name;
+            let line = if same {
+                format!("{name}: unchanged.")
+            } else if was_rolled_back && !asleep {
+                format!("{name}: deploys the manifest again in place of the rolled-back release; new copies start and the old ones drain. Watch: shinyctl status {name}")
+            } else if restarts && asleep {
+                format!("{name}: changed how it starts; it is asleep and wakes with the new version.")
+            } else if restarts {
+                format!("{name}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {name}")
+            } else {
+                format!("{name}: updated without restarting any copy.")
+            };
+            with_release(line, rel.as_ref())
+        }
+        None => {
+            // A new app: state.json from an earlier life names no process we
+            // hold, so it starts afresh, at a revision after the old one.
+            let old = record::load_state(&spec.state_file).unwrap_or_default();
+            let mut state = AppState { app: spec.name.clone(), revision: old.revision + 1, next_copy: 1, ..Default::default() };
+            let rel = match taken.map(|t| t.record(&home, &spec, &mut state)).transpose() {
+                Ok(rel) => rel,
+                Err(why) => return error(StatusCode::INTERNAL_SERVER_ERROR, why),
+            };
+            record::save_state(&spec.state_file, &state);
+            d.apps.insert(spec.name.clone(), AppRt::new(spec.clone(), state));
+            let n = spec.replicas + spec.warm_replicas;
+            let line = format!(
+                "{}: applied; starting {n} {} on port {}. Watch: shinyctl status {}",
+                spec.name,
+                if n == 1 { "copy" } else { "copies" },
+                spec.port,
+                spec.name
+            );
+            with_release(line, rel.as_ref())
+        }
+    };
+    if let Err(e) = d.save_registry() {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
+    }
+    let _ = d.events.send(Event::Changed { app: spec.name.clone() });
+    ok(message)
+}
+
+fn with_release(line: String, rel: Option<&Release>) -> String {
+    match rel {
+        Some(rel) => format!("{line}\n{}", taken_line(rel)),
+        None => line,
+    }
+}
+
+/// `POST /v1/apps/NAME/restart`: reads the app's manifest from the path it
+/// was applied from, as it is now, validates it like apply, takes a release
+/// and redeploys. A manifest that is gone, bad, or names another app is
+/// refused, and nothing changes.
+pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
+    let (home, manifest_path) = {
+        let d = shared.lock().await;
+        let Some(app) = d.apps.get(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
+        (d.home.clone(), app.recorded.spec.manifest.clone())
+    };
+    let refused = |why: String| error(StatusCode::UNPROCESSABLE_ENTITY, format!("{name}: not restarted, nothing changed: {why}"));
+    let text = match tokio::fs::read_to_string(&manifest_path).await {
+        Ok(t) => t,
+        Err(e) => {
+            return refused(format!(
+            "cannot read its manifest {} ({e}); restart reads the manifest it was applied from. If it moved, apply it from where it is now",
+            manifest_path.display()
+        ))
+        }
+    };
+    let spec = match manifest::parse(&manifest_path, &text) {
+        Ok(s) => s,
+        Err(e) => return refused(format!("its manifest is not valid now:\n{e}")),
+    };
+    if spec.name != name {
+        return refused(format!(
+            "its manifest {} now names app-name {}; restart only restarts {name}. To rename the app, apply the manifest",
+            manifest_path.display(),
+            spec.name
+        ));
+    }
+    if let Err(reply) = check(&*shared.lock().await, &spec, &text) {
+        return *reply;
+    }
+    let taken = match take(&home, &spec).await {
+        Ok(t) => t,
+        Err(reply) => return *reply,
+    };
+    let mut d = shared.lock().await;
+    match check(&d, &spec, &text) {
+        Ok(Some(existing)) if existing == name => {}
+        Ok(_) => return not_found(name),
+        Err(reply) => return *reply,
+    }
+    let app = d.apps.get_mut(name).expect("checked above");
+    let rel = match taken.record(&home, &spec, &mut app.recorded.state) {
+        Ok(rel) => rel,
+        Err(why) => return error(StatusCode::INTERNAL_SERVER_ERROR, why),
+    };
+    if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
+        let _ = std::fs::remove_file(&app.recorded.spec.state_file);
+    }
+    app.recorded.spec = spec;
+    match redeploy(&mut d, name, now) {
+        Ok((rev, how)) => ok(with_release(
+            format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"),
+            Some(&rel),
+        )),
+        Err(reply) => *reply,
+    }
+}
+
+/// The end of restart and rollback, with the app's spec and release in
+/// place: a new revision (so every copy is outdated), saved, and the cycle
+/// told. Returns the revision and how the old copies go.
+fn redeploy(d: &mut Daemon, name: &str, now: bool) -> Result<(u64, &'static str), Box<Reply>> {
+    let app = d.apps.get_mut(name).expect("the caller holds the app");
+    app.recorded.state.revision += 1;
+    app.recorded.state.stop_now = now;
+    let rev = app.recorded.state.revision;
+    record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
+    if let Err(e) = d.save_registry() {
+        return Err(Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"))));
+    }
+    let _ = d.events.send(Event::Changed { app: name.to_string() });
+    Ok((rev, if now { "the old ones stop as soon as the new ones are ready" } else { "the old ones drain" }))
+}
+
+/// `POST /v1/apps/NAME/rollback`: redeploys the release before the current
+/// one with the settings it was deployed with, through the same draining
+/// path, copying nothing. A second rollback goes back to where the first
+/// one came from.
+pub async fn rollback(shared: &Shared, name: &str, now: bool) -> Reply {
+    let mut d = shared.lock().await;
+    let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
+    let rel = match release::roll_back(&mut app.recorded.state, name) {
+        Ok(rel) => rel,
+        Err(why) => return error(StatusCode::CONFLICT, format!("{why}. Nothing changed.")),
+    };
+    app.recorded.spec = release::with_deployed(&app.recorded.spec, &rel.deployed);
+    let (rev, how) = match redeploy(&mut d, name, now) {
+        Ok(done) => done,
+        Err(reply) => return *reply,
+    };
+    ok(format!(
+        "{name}: rolling back to release {} (taken {}) with the settings it was deployed with, at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}",
+        rel.id,
+        crate::procfs::local_rfc3339(rel.taken_ms)
+    ))
+}
