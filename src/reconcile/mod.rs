@@ -103,6 +103,12 @@ enum Phase {
 }
 
 /// Decides one cycle for one app. Pure: no I/O, no clock.
+///
+/// Long on purpose: its numbered steps are staying-up.txt's rules in the
+/// order they apply to one state (fold what happened, sleep, the switch,
+/// outdated copies, scaling, drains, processes, roles), and they share the
+/// same few views of that state (`phase`, `is_current`, `serving`); read it
+/// top to bottom beside the doc. The timelines in `tests.rs` pin each step.
 pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64) -> Plan {
     let settings = spec.settings_hash();
     let mut st = state.clone();

@@ -171,70 +171,81 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
         return error(StatusCode::CONFLICT, format!("{}: changed while this apply ran; apply again", spec.name));
     }
     let message = match existing {
-        Some(old_name) => {
-            let mut app = d.apps.remove(&old_name).expect("checked above");
-            let was_rolled_back = app.recorded.state.rolled_back;
-            let restarts = app.recorded.spec.settings_hash() != spec.settings_hash() || was_rolled_back;
-            let same = app.recorded.spec == spec && !restarts;
-            let rel = match taken.map(|t| t.record(&home, &spec, &mut app.recorded.state)).transpose() {
-                Ok(rel) => rel,
-                Err(why) => {
-                    d.apps.insert(old_name, app);
-                    return error(StatusCode::INTERNAL_SERVER_ERROR, why);
-                }
-            };
-            if rel.is_some() {
-                app.recorded.state.revision += 1;
-            }
-            if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
-                let _ = std::fs::remove_file(&app.recorded.spec.state_file);
-            }
-            app.recorded.spec = spec.clone();
-            app.recorded.state.stop_now = req.now;
-            let asleep = app.recorded.state.asleep_since_ms.is_some();
-            record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
-            d.apps.insert(spec.name.clone(), app);
-            let name = &spec.name;
-            let line = if same {
-                format!("{name}: unchanged.")
-            } else if was_rolled_back && !asleep {
-                format!("{name}: deploys the manifest again in place of the rolled-back release; new copies start and the old ones drain. Watch: shinyctl status {name}")
-            } else if restarts && asleep {
-                format!("{name}: changed how it starts; it is asleep and wakes with the new version.")
-            } else if restarts {
-                format!("{name}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {name}")
-            } else {
-                format!("{name}: updated without restarting any copy.")
-            };
-            with_release(line, rel.as_ref())
-        }
-        None => {
-            // A new app: state.json from an earlier life names no process we
-            // hold, so it starts afresh, at a revision after the old one.
-            let old = record::load_state(&spec.state_file).unwrap_or_default();
-            let mut state = AppState { app: spec.name.clone(), revision: old.revision + 1, next_copy: 1, ..Default::default() };
-            let rel = match taken.map(|t| t.record(&home, &spec, &mut state)).transpose() {
-                Ok(rel) => rel,
-                Err(why) => return error(StatusCode::INTERNAL_SERVER_ERROR, why),
-            };
-            record::save_state(&spec.state_file, &state);
-            d.apps.insert(spec.name.clone(), AppRt::new(spec.clone(), state));
-            let n = spec.replicas + spec.warm_replicas;
-            let line = format!(
-                "{}: applied; starting {n} {} on port {}. Watch: shinyctl status {}",
-                spec.name,
-                if n == 1 { "copy" } else { "copies" },
-                spec.port,
-                spec.name
-            );
-            with_release(line, rel.as_ref())
-        }
+        Some(old_name) => update(&mut d, &home, old_name, &spec, taken, req.now),
+        None => add(&mut d, &home, &spec, taken),
+    };
+    let message = match message {
+        Ok(m) => m,
+        Err(reply) => return *reply,
     };
     if let Err(e) = d.save_registry() {
         return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
     }
     let _ = d.events.send(Event::Changed { app: spec.name.clone() });
     ok(message)
+}
+
+/// apply on an app the daemon has: the new spec in place (under its new
+/// name, if it changed), a new revision when a release was taken.
+fn update(d: &mut Daemon, home: &Home, old_name: String, spec: &AppSpec, taken: Option<Taken>, now: bool) -> Result<String, Box<Reply>> {
+    let mut app = d.apps.remove(&old_name).expect("checked above");
+    let was_rolled_back = app.recorded.state.rolled_back;
+    let restarts = app.recorded.spec.settings_hash() != spec.settings_hash() || was_rolled_back;
+    let same = app.recorded.spec == *spec && !restarts;
+    let rel = match taken.map(|t| t.record(home, spec, &mut app.recorded.state)).transpose() {
+        Ok(rel) => rel,
+        Err(why) => {
+            d.apps.insert(old_name, app);
+            return Err(Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, why)));
+        }
+    };
+    if rel.is_some() {
+        app.recorded.state.revision += 1;
+    }
+    if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
+        let _ = std::fs::remove_file(&app.recorded.spec.state_file);
+    }
+    app.recorded.spec = spec.clone();
+    app.recorded.state.stop_now = now;
+    let asleep = app.recorded.state.asleep_since_ms.is_some();
+    record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
+    d.apps.insert(spec.name.clone(), app);
+    let name = &spec.name;
+    let line = if same {
+        format!("{name}: unchanged.")
+    } else if was_rolled_back && !asleep {
+        format!("{name}: deploys the manifest again in place of the rolled-back release; new copies start and the old ones drain. Watch: shinyctl status {name}")
+    } else if restarts && asleep {
+        format!("{name}: changed how it starts; it is asleep and wakes with the new version.")
+    } else if restarts {
+        format!("{name}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {name}")
+    } else {
+        format!("{name}: updated without restarting any copy.")
+    };
+    Ok(with_release(line, rel.as_ref()))
+}
+
+/// apply of a new app: its first state and, when it deploys, its release.
+fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<Taken>) -> Result<String, Box<Reply>> {
+    // A new app: state.json from an earlier life names no process we
+    // hold, so it starts afresh, at a revision after the old one.
+    let old = record::load_state(&spec.state_file).unwrap_or_default();
+    let mut state = AppState { app: spec.name.clone(), revision: old.revision + 1, next_copy: 1, ..Default::default() };
+    let rel = match taken.map(|t| t.record(home, spec, &mut state)).transpose() {
+        Ok(rel) => rel,
+        Err(why) => return Err(Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, why))),
+    };
+    record::save_state(&spec.state_file, &state);
+    d.apps.insert(spec.name.clone(), AppRt::new(spec.clone(), state));
+    let n = spec.replicas + spec.warm_replicas;
+    let line = format!(
+        "{}: applied; starting {n} {} on port {}. Watch: shinyctl status {}",
+        spec.name,
+        if n == 1 { "copy" } else { "copies" },
+        spec.port,
+        spec.name
+    );
+    Ok(with_release(line, rel.as_ref()))
 }
 
 fn with_release(line: String, rel: Option<&Release>) -> String {

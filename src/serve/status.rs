@@ -11,6 +11,8 @@ use crate::release;
 use super::{now_ms, Daemon};
 
 /// The status of every app, or of one.
+// A little over a screen: one pass over every app and copy that fills each
+// row from the cycle's view, /proc and the load balancer's figures at once.
 pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
     if let Some(name) = only {
         if !d.apps.contains_key(name) {
