@@ -195,10 +195,8 @@ fn a_broken_version_never_takes_over() {
     env.apply(&manifest);
     env.ok(&["restart", "br"]);
     env.wait_roles("br", "4:active 5:warm", START);
-    // The old copies' records go once their processes have exited.
-    wait_until(Duration::from_secs(30), "only copies 4 and 5 left (copy 3 gone)", || {
-        env.copies("br").iter().all(|c| c.copy >= 4).then_some(())
-    });
+    // (The old copies 1 and 2 may still be on their way out.)
+    assert!(!env.copies("br").iter().any(|c| c.copy == 3), "copy 3 is gone: {:?}", env.copies("br"));
     let (sent, errors) = requests.finish();
     assert!(errors.is_empty(), "no request lost: {} of {sent}: {errors:?}", errors.len());
 }
