@@ -70,8 +70,18 @@ pub struct ProxyApp {
     /// arrive together) and is held until a copy is ready.
     #[serde(default)]
     pub asleep: bool,
+    /// Its port is listened on. False for an app being deleted: it takes no
+    /// new connection, while the ones it has (a Shiny session draining) are
+    /// still carried and counted until its copies are gone.
+    #[serde(default = "listening_by_default")]
+    pub listening: bool,
     /// The copies that may receive traffic: ready ones, each with its role.
     pub copies: Vec<ProxyCopy>,
+}
+
+/// A table from a daemon that did not send `listening` listens on every app.
+fn listening_by_default() -> bool {
+    true
 }
 
 /// One ready copy in the table.

@@ -83,6 +83,7 @@ fn table(port: u16, policy: LbPolicy, asleep: bool, request_timeout_ms: u64, cop
             policy,
             request_timeout_ms,
             asleep,
+            listening: true,
             copies: copies.iter().map(|&(copy, port, role)| ProxyCopy { copy, port, role, pid: 1000 + copy }).collect(),
         }],
     }

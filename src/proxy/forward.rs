@@ -337,6 +337,7 @@ mod tests {
                 policy,
                 request_timeout_ms: 30_000,
                 asleep: false,
+                listening: true,
                 copies,
             }],
         };

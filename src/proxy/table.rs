@@ -116,6 +116,9 @@ pub struct LiveApp {
     pub hold: Duration,
     /// The app sleeps: a request asks the daemon for a wake.
     pub asleep: bool,
+    /// Its port is listened on; an app being deleted is not, but keeps
+    /// carrying (and counting) the connections it has.
+    pub listening: bool,
     /// How long a request is held while the app wakes.
     pub wake_hold: Duration,
     /// `lb_<port>`.
@@ -186,6 +189,7 @@ impl Table {
                 policy: app.policy,
                 hold,
                 asleep: app.asleep,
+                listening: app.listening,
                 wake_hold,
                 cookie_name: cookie::name(app.port).into(),
                 copies,
@@ -195,9 +199,10 @@ impl Table {
         Table { source, apps }
     }
 
-    /// The app listening on `port`.
+    /// The app listening on `port`, else one being deleted whose
+    /// connections on that port are still open.
     pub fn app(&self, port: u16) -> Option<&Arc<LiveApp>> {
-        self.apps.iter().find(|a| a.port == port)
+        self.apps.iter().find(|a| a.port == port && a.listening).or_else(|| self.apps.iter().find(|a| a.port == port))
     }
 
     /// Traffic per app and per copy in this table (`GET /stats`).
@@ -223,7 +228,7 @@ impl Table {
     /// The (host, port) each app wants to listen on.
     pub fn listen_addrs(&self) -> HashMap<u16, String> {
         let mut out = HashMap::new();
-        for a in &self.apps {
+        for a in self.apps.iter().filter(|a| a.listening) {
             match out.entry(a.port) {
                 std::collections::hash_map::Entry::Occupied(_) => {
                     tracing::warn!(app = %a.name, "another app in the table has port {}; the first one keeps it", a.port);
@@ -312,6 +317,7 @@ mod tests {
                 policy: LbPolicy::LeastConn,
                 request_timeout_ms: 30_000,
                 asleep: false,
+                listening: true,
                 copies: copies.iter().map(|&(copy, port, pid)| ProxyCopy { copy, port, role: Role::Active, pid }).collect(),
             }],
         }
@@ -339,6 +345,25 @@ mod tests {
         assert!(is_down(1000, 1000 + DOWN_FOR_MS - 1));
         assert!(!is_down(1000, 1000 + DOWN_FOR_MS));
         assert!(is_down(1000, 999));
+    }
+
+    #[test]
+    fn an_app_being_deleted_is_not_listened_on_but_keeps_its_connections() {
+        let key = [1u8; 32];
+        let mut source = table(&[(1, 20001, 100)]);
+        let mut newer = source.apps[0].clone();
+        source.apps[0].listening = false;
+        newer.name = "newer".into();
+        source.apps.push(newer);
+        let t = Table::build(source, &key, &Table::default());
+        assert_eq!(t.listen_addrs().len(), 1);
+        assert_eq!(t.app(8080).map(|a| a.name.as_str()), Some("newer"), "the port goes to the app listening on it");
+        let mut alone = table(&[(1, 20001, 100)]);
+        alone.apps[0].listening = false;
+        let t = Table::build(alone, &key, &Table::default());
+        assert!(t.listen_addrs().is_empty(), "no listener for an app being deleted");
+        assert_eq!(t.app(8080).map(|a| a.name.as_str()), Some("hello"), "its open connections still find it");
+        assert_eq!(t.traffic().len(), 1, "and its sessions are still counted");
     }
 
     #[test]

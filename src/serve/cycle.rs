@@ -116,7 +116,6 @@ impl Daemon {
         let apps = self
             .apps
             .values()
-            .filter(|a| !a.recorded.deleting)
             .map(|a| ProxyApp {
                 name: a.recorded.spec.name.clone(),
                 host: a.recorded.spec.host.clone(),
@@ -124,6 +123,7 @@ impl Daemon {
                 policy: a.recorded.spec.lb_policy,
                 request_timeout_ms: a.recorded.spec.request_timeout_ms,
                 asleep: a.recorded.state.asleep_since_ms.is_some(),
+                listening: !a.recorded.deleting,
                 copies: a
                     .tracked
                     .roles

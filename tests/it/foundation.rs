@@ -281,7 +281,6 @@ fn a_daemon_told_to_stop_as_its_load_balancer_ends_starts_no_new_one() {
 }
 
 #[test]
-#[ignore = "fails: once a deleted app leaves the table the load balancer no longer reports its sessions, so the copy stops after the 10 s settle with its session open"]
 fn delete_keeps_a_copy_with_an_open_session_past_the_settle() {
     let env = Env::new("delkeep");
     let port = env.started("delkeep", "warm-replicas: 0\n", "1:active");
