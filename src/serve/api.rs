@@ -13,19 +13,15 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, StatusCode};
 
 use crate::api_client::VersionReply;
 use crate::home::Home;
-use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, StandIn};
+use crate::model::{ApplyRequest, LogsReply, StandIn};
 use crate::uds;
 
+use super::reply::{error, not_found, ok, Reply};
 use super::{Event, Shared};
-
-/// An answer of the API.
-pub type Reply = Response<Full<Bytes>>;
 
 /// Binds api.sock (mode 0600), replacing a stale one.
 pub fn bind(home: &Home) -> anyhow::Result<tokio::net::UnixListener> {
@@ -43,16 +39,6 @@ pub async fn serve(listener: tokio::net::UnixListener, shared: Shared) {
         async move { handle(req, shared).await }
     })
     .await;
-}
-
-/// An error answer with its message.
-pub fn error(status: StatusCode, msg: impl Into<String>) -> Reply {
-    uds::json_response(status, &ApiError { error: msg.into() })
-}
-
-/// A 200 answer with one message for the person who ran the command.
-pub fn ok(msg: impl Into<String>) -> Reply {
-    uds::json_response(StatusCode::OK, &ActionReply { message: msg.into() })
 }
 
 /// The value of `key` in the query string.
@@ -162,7 +148,3 @@ async fn wake(shared: &Shared, name: &str) -> Reply {
     }
 }
 
-/// The answer for an app that doesn't exist.
-pub fn not_found(name: &str) -> Reply {
-    error(StatusCode::NOT_FOUND, format!("no app named {name}; see `shinyctl status` for the apps there are"))
-}

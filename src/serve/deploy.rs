@@ -14,7 +14,7 @@ use crate::manifest::{self, AppSpec};
 use crate::model::{AppState, ApplyRequest, Deployed, Release};
 use crate::release::{self, snapshot};
 
-use super::api::{error, not_found, ok, Reply};
+use super::reply::{error, not_found, ok, Reply};
 use super::{now_ms, record, AppRt, Daemon, Event, Shared};
 
 /// A release copied into its hidden folder, not yet recorded.

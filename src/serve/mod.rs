@@ -22,6 +22,7 @@ mod detach;
 mod event_loop;
 mod proxy_ctl;
 mod record;
+mod reply;
 mod status;
 
 use std::collections::{BTreeMap, HashMap};

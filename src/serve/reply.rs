@@ -1,0 +1,27 @@
+//! The API's answers, shared by the router (`api.rs`) and the deploys it
+//! hands on (`deploy.rs`), so neither imports the other.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Response, StatusCode};
+
+use crate::model::{ActionReply, ApiError};
+use crate::uds;
+
+/// An answer of the API.
+pub type Reply = Response<Full<Bytes>>;
+
+/// An error answer with its message.
+pub fn error(status: StatusCode, msg: impl Into<String>) -> Reply {
+    uds::json_response(status, &ApiError { error: msg.into() })
+}
+
+/// A 200 answer with one message for the person who ran the command.
+pub fn ok(msg: impl Into<String>) -> Reply {
+    uds::json_response(StatusCode::OK, &ActionReply { message: msg.into() })
+}
+
+/// The answer for an app that doesn't exist.
+pub fn not_found(name: &str) -> Reply {
+    error(StatusCode::NOT_FOUND, format!("no app named {name}; see `shinyctl status` for the apps there are"))
+}
