@@ -83,6 +83,11 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
         }
         // A daemon told to stop starts nothing more, a load balancer least
         // of all: one killed beside it would come back with no one to end it.
+        // A SIGTERM sent with the kill may reach the signal driver after the
+        // exit does: a moment's wait before a cycle that may start one.
+        if all {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         if stop_pending(&mut term, &mut int).await {
             break;
         }
