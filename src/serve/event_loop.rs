@@ -55,6 +55,7 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
     loop {
         let mut due: HashSet<String> = HashSet::new();
         let mut all = false;
+        let mut proxy_exited = false;
         let wake = {
             let d = shared.lock().await;
             d.next_wake(next_tick)
@@ -63,8 +64,10 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
             ev = rx.recv() => {
                 let Some(ev) = ev else { break };
                 let mut d = shared.lock().await;
+                proxy_exited |= matches!(ev, Event::ProxyExit);
                 d.note_event(ev, &mut due, &mut all).await;
                 while let Ok(ev) = rx.try_recv() {
+                    proxy_exited |= matches!(ev, Event::ProxyExit);
                     d.note_event(ev, &mut due, &mut all).await;
                 }
             }
@@ -84,8 +87,8 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
         // A daemon told to stop starts nothing more, a load balancer least
         // of all: one killed beside it would come back with no one to end it.
         // A SIGTERM sent with the kill may reach the signal driver after the
-        // exit does: a moment's wait before a cycle that may start one.
-        if all {
+        // exit does: a moment's wait before the cycle that would start a new one.
+        if proxy_exited {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         if stop_pending(&mut term, &mut int).await {
