@@ -3,7 +3,8 @@
 #
 #   ./install.sh                build if needed, install shinyctl, its man page, shell completions
 #                               and the systemd user service file
-#   ./install.sh --service      the same, then enable and start the systemd user service
+#   ./install.sh --service      the same, then enable and start the systemd user service and
+#                               enable lingering (it keeps running while you are logged out)
 #   ./install.sh --prefix DIR   install under DIR (DIR/bin/shinyctl, DIR/share/...)
 #
 # Where: as root /usr/local (on every login shell's PATH), otherwise ~/.local.
@@ -31,6 +32,21 @@ while [ "$#" -gt 0 ]; do
 done
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
+
+# --service needs systemd: say so before anything is built or installed.
+if [ "$enable_service" -eq 1 ]; then
+    if ! command -v systemctl >/dev/null 2>&1; then
+        echo "install.sh --service: systemctl is not on PATH, so there is no systemd to run the service." >&2
+        echo "Nothing was installed. Run ./install.sh without --service, then start shinyctl with:  shinyctl serve -d" >&2
+        exit 1
+    fi
+    if ! systemctl --user show-environment >/dev/null 2>&1; then
+        echo "install.sh --service: systemctl --user does not answer (no systemd user manager for $(id -un))." >&2
+        echo "Nothing was installed. Log in again (a login session starts it), or run ./install.sh without --service" >&2
+        echo "and start shinyctl with:  shinyctl serve -d" >&2
+        exit 1
+    fi
+fi
 
 user_bin="$HOME/.local/bin"
 if [ -z "$prefix" ]; then
@@ -123,14 +139,14 @@ service_active=0
 if [ "$have_user_systemd" -eq 1 ]; then
     echo "==> installing $unit_dir/shinyctl.service"
     mkdir -p "$unit_dir"
-    sed "s|^ExecStart=.*|ExecStart=$bin_dir/shinyctl serve|" shinyctl.service >"$unit_dir/shinyctl.service.new"
+    sed -e "s|^ExecStart=.*|ExecStart=$bin_dir/shinyctl serve|" -e "s|^ExecReload=.*|ExecReload=$bin_dir/shinyctl reload|" \
+        shinyctl.service >"$unit_dir/shinyctl.service.new"
     mv -f "$unit_dir/shinyctl.service.new" "$unit_dir/shinyctl.service"
     systemctl --user daemon-reload
+    echo "    ran: systemctl --user daemon-reload"
     if systemctl --user is-active --quiet shinyctl; then
         service_active=1
     fi
-elif [ "$enable_service" -eq 1 ]; then
-    echo "warning: --service: systemd user services are not available here (systemctl --user does not answer)." >&2
 fi
 
 # 5. Is a shinyctl serve already running for this home?
@@ -148,19 +164,30 @@ fi
 
 echo
 if [ "$have_user_systemd" -eq 1 ] && [ "$enable_service" -eq 1 ]; then
-    systemctl --user enable shinyctl
+    echo "==> enabling the shinyctl user service"
     if [ "$service_active" -eq 1 ]; then
+        systemctl --user enable shinyctl
+        echo "    ran: systemctl --user enable shinyctl"
         echo "The service was already running the old binary. To run the new one:"
         echo "  systemctl --user restart shinyctl"
     elif [ "$daemon_running" -eq 1 ]; then
-        echo "A shinyctl serve you started by hand is running. To hand it over to the service"
-        echo "(your apps keep running and are adopted):"
+        # A second shinyctl serve for the same home would refuse to start.
+        systemctl --user enable shinyctl
+        echo "    ran: systemctl --user enable shinyctl (not started: a shinyctl serve you started by hand runs)"
+        echo "To hand it over to the service (your apps keep running and are adopted):"
         echo "  pkill -u \"\$USER\" -f '(^|/)shinyctl serve\$' && systemctl --user start shinyctl"
     else
-        systemctl --user start shinyctl
-        echo "Started the shinyctl user service."
+        systemctl --user enable --now shinyctl
+        echo "    ran: systemctl --user enable --now shinyctl (enabled and started)"
     fi
-    echo "To keep it running while you are logged out:  loginctl enable-linger \"\$USER\""
+    linger_user="${USER:-$(id -un)}"
+    if ! command -v loginctl >/dev/null 2>&1; then
+        echo "warning: loginctl is not on PATH, so lingering was not enabled: the service stops when you log out." >&2
+    elif loginctl enable-linger "$linger_user"; then
+        echo "    ran: loginctl enable-linger $linger_user (the service keeps running while you are logged out)"
+    else
+        echo "warning: loginctl enable-linger $linger_user failed: the service stops when you log out." >&2
+    fi
 else
     if [ "$daemon_running" -eq 1 ] || [ "$service_active" -eq 1 ]; then
         echo "shinyctl serve is running the old binary. To upgrade it (your apps keep running):"

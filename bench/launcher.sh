@@ -52,7 +52,8 @@ def start(cmd):
 expr = f"shiny::runApp(appDir = '{app}/app.R', port = {port}L, host = '127.0.0.1', launch.browser = FALSE)"
 direct = ["R", "--no-echo", "--no-restore", "-e", expr]
 launch = [bin, "launch", "--app-dir", app, "--scratch", scratch, "--entrypoint", "app.R",
-          "--port", str(port), "--r-path", "R", "--copy", "1"]
+          "--port", str(port), "--r-path", "R", "--copy", "1", "--app", "bench-app",
+          "--home", f"{tmp}/home", "--sandbox", "{}"]
 d, l = [], []
 for _ in range(runs):
     d.append(start(direct)); l.append(start(launch))

@@ -36,54 +36,15 @@ for port in "$BACKEND_PORT" "$PROXY_PORT" "$HAPROXY_PORT"; do
     fi
 done
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${pids[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+source bench/rig.sh
 
 if ! cargo build --release --bin shinyctl --example bench_backend 2>"$tmp/build.log"; then
     cat "$tmp/build.log" >&2
     exit 1
 fi
 
-wait_port() {
-    for _ in $(seq 1 100); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    echo "bench/proxy.sh: nothing listens on port $1" >&2
-    exit 1
-}
-
-# The backend.
-target/release/examples/bench_backend "$BACKEND_PORT" &
-backend_pid=$!
-pids+=("$backend_pid")
-wait_port "$BACKEND_PORT"
-
-# shinyctl proxy, with a one-copy table pushed over its socket.
-home="$tmp/home"
-mkdir -m 700 "$home" "$home/proxy"
-# The cookie key, as the daemon makes it (the load balancer only reads it).
-(umask 077 && head -c 32 /dev/urandom >"$home/proxy/cookie.key")
-SHINYCTL_HOME="$home" target/release/shinyctl proxy 2>"$tmp/proxy.log" &
-proxy_pid=$!
-pids+=("$proxy_pid")
-for _ in $(seq 1 100); do [ -S "$home/proxy/proxy.sock" ] && break; sleep 0.05; done
-cat >"$tmp/table.json" <<EOF
-{"apps":[{"name":"bench","host":"127.0.0.1","port":$PROXY_PORT,"policy":"least-conn","request_timeout_ms":30000,
-  "copies":[{"copy":1,"port":$BACKEND_PORT,"role":"active","pid":$backend_pid}]}]}
-EOF
-curl -sf --unix-socket "$home/proxy/proxy.sock" -X PUT http://shinyctl/table --data-binary @"$tmp/table.json" >/dev/null
-wait_port "$PROXY_PORT"
+# The backend and shinyctl proxy in front of it.
+start_rig 127.0.0.1
 
 # HAProxy with the same number of threads as the proxy's runtime.
 cat >"$tmp/haproxy.cfg" <<EOF

@@ -5,6 +5,12 @@
 #
 #   bench/status.sh            # 200 runs each
 #   RUNS=500 bench/status.sh
+#   BIN=target/debug/shinyctl bench/status.sh   # another build
+#
+# Then status again while the daemon is busy with something slow: a
+# redeploy (a release is taken and new copies start), the load balancer
+# killed and started again, and a copy log of over 1 GiB rotating. The
+# daemon's lock is never held across those, so status stays as fast.
 #
 # Uses its own temporary SHINYCTL_HOME and a free port; everything it starts
 # is stopped by PID on exit.
@@ -12,8 +18,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-200}
 
-cargo build --release --bin shinyctl 2>/dev/null
-bin=$PWD/target/release/shinyctl
+if [ -z "${BIN:-}" ]; then
+    cargo build --release --bin shinyctl 2>/dev/null
+    BIN=target/release/shinyctl
+fi
+bin=$(realpath "$BIN")
 tmp=$(mktemp -d)
 export SHINYCTL_HOME=$tmp/home
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -84,3 +93,53 @@ awk -v v50="$v50" -v v99="$v99" -v s50="$s50" -v s99="$s99" 'BEGIN {
     printf "%-18s %8.1fms %8.1fms\n", "shinyctl status", s50 / 1000, s99 / 1000
     printf "status/version (p50): %.2f\n", s50 / v50
 }'
+
+# status timed over and over while "$@" runs in the background (at least
+# 3 s, at most 60 s); prints p50, p99 and the slowest.
+during() {
+    local name=$1 out="$tmp/during-$2.us"
+    shift 2
+    : >"$out"
+    "$@" &
+    local bg=$! t_end=$((${EPOCHREALTIME/./} + 3000000))
+    while kill -0 "$bg" 2>/dev/null || [ "${EPOCHREALTIME/./}" -lt "$t_end" ]; do
+        time_once "$out" "$bin" status
+        [ "$(wc -l <"$out")" -lt 3000 ] || break
+    done
+    wait "$bg" || true
+    awk -v n="$name" -v p50="$(pct 50 <"$out")" -v p99="$(pct 99 <"$out")" -v mx="$(sort -n "$out" | tail -1)" -v c="$(wc -l <"$out")" \
+        'BEGIN { printf "%-34s %8.1fms %8.1fms %8.1fms  (%d runs)\n", n, p50 / 1000, p99 / 1000, mx / 1000, c }'
+}
+proxy_pid() { "$bin" status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["proxy_pid"] or "")'; }
+restart_and_wait() {
+    "$bin" restart bench >/dev/null
+    for _ in $(seq 1 600); do
+        "$bin" status --json | python3 -c 'import json,sys
+j=json.load(sys.stdin); c=j["apps"][0]["copies"]
+sys.exit(0 if len(c) == 2 and all(x["ready"] and not x["outdated"] for x in c) else 1)' && return 0
+        sleep 0.1
+    done
+}
+kill_proxy_and_wait() {
+    local old; old=$(proxy_pid)
+    [ -n "$old" ] && kill -9 "$old"
+    for _ in $(seq 1 300); do
+        local new; new=$(proxy_pid)
+        [ -n "$new" ] && [ "$new" != "$old" ] && curl -s -o /dev/null "http://127.0.0.1:$port/" && return 0
+        sleep 0.05
+    done
+}
+grow_log_and_wait_rotation() {
+    local log=$SHINYCTL_HOME/logs/default-bench.log
+    head -c 1100M /dev/zero >>"$log"
+    for _ in $(seq 1 600); do
+        [ -e "$log.1" ] && [ "$(stat -c %s "$log")" -lt 1000000000 ] && return 0
+        sleep 0.1
+    done
+}
+echo
+echo "status while the daemon is busy (every run alternates with nothing)"
+printf "%-34s %10s %10s %10s\n" "during" "p50" "p99" "max"
+during "a redeploy (restart)" redeploy restart_and_wait
+during "the load balancer killed, restarted" proxy kill_proxy_and_wait
+during "a 1.1 GiB copy log rotating" rotate grow_log_and_wait_rotation

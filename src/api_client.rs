@@ -11,7 +11,7 @@ use hyper::Method;
 use serde::{Deserialize, Serialize};
 
 use crate::home::Home;
-use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, StatusReport};
+use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, ReloadReply, StatusReport};
 
 /// The paths of the API's routes, the one place they are written.
 pub mod routes {
@@ -19,6 +19,8 @@ pub mod routes {
     pub const VERSION: &str = "/v1/version";
     /// `POST`: apply a manifest (`ApplyRequest`).
     pub const APPLY: &str = "/v1/apply";
+    /// `POST`: apply every registered manifest again from its path.
+    pub const RELOAD: &str = "/v1/reload";
 
     /// `GET`: every app's status, or one app's.
     pub fn status(app: Option<&str>) -> String {
@@ -129,6 +131,11 @@ impl Client {
     /// `POST /v1/apply`.
     pub fn apply(&self, req: &ApplyRequest) -> anyhow::Result<ActionReply> {
         self.deploying().json(Method::POST, routes::APPLY, Some(serde_json::to_vec(req)?))
+    }
+
+    /// `POST /v1/reload`: every registered manifest applied again.
+    pub fn reload(&self) -> anyhow::Result<ReloadReply> {
+        self.deploying().json(Method::POST, routes::RELOAD, None)
     }
 
     /// `POST /v1/apps/NAME/restart[?now=1]`.

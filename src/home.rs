@@ -120,15 +120,51 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    {
-        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+    let tmp = dir.join(format!(".{name}.tmp.{}.{}", std::process::id(), TMP_NONCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    // Created exclusively: a file or symlink someone put at the temporary
+    // name is never written through, only refused.
+    let write = || -> io::Result<()> {
+        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(libc::O_NOFOLLOW).open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
+        fs::rename(&tmp, path)
+    };
+    if let Err(e) = write() {
+        if e.kind() != io::ErrorKind::AlreadyExists {
+            let _ = fs::remove_file(&tmp);
+        }
+        return Err(e);
     }
-    fs::rename(&tmp, path)?;
     if let Ok(d) = fs::File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// Tells apart the temporary files of writes in one process.
+static TMP_NONCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[cfg(test)]
+mod tests {
+    use super::write_atomic;
+
+    #[test]
+    fn write_atomic_replaces_the_file_and_leaves_no_temporary_file() {
+        let dir = std::env::temp_dir().join(format!("shinyctl-home-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.json");
+        write_atomic(&path, b"one", 0o644).unwrap();
+        write_atomic(&path, b"two", 0o644).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("state.json")]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn write_atomic_into_a_missing_folder_fails_and_leaves_nothing() {
+        let path = std::path::Path::new("/nonexistent-shinyctl-dir/state.json");
+        assert!(write_atomic(path, b"x", 0o644).is_err());
+    }
 }

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod clock;
 pub mod home;
 pub mod launcher;
+pub mod limits;
 pub mod logging;
 pub mod manifest;
 pub mod model;

@@ -52,6 +52,8 @@ enum Command {
         #[arg(long)]
         now: bool,
     },
+    /// Apply every registered manifest again from its path, as apply would (systemd's ExecReload).
+    Reload,
     /// Stop an app's copies and forget it.
     Delete {
         /// The app.
@@ -115,6 +117,7 @@ fn main() {
         Command::Status { app, json, watch } => cli::status::run(&home, app.as_deref(), json, watch),
         Command::Restart { app, now } => cli::restart::run(&home, &app, now),
         Command::Rollback { app, now } => cli::rollback::run(&home, &app, now),
+        Command::Reload => cli::reload::run(&home),
         Command::Delete { app, now } => cli::delete::run(&home, &app, now),
         Command::Logs { app, copy, follow } => cli::logs::run(&home, &app, copy, follow),
         Command::Serve { detach: true } => serve::detach(&home),

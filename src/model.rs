@@ -75,6 +75,14 @@ pub struct ProxyApp {
     /// still carried and counted until its copies are gone.
     #[serde(default = "listening_by_default")]
     pub listening: bool,
+    /// The most visitors' connections open at once (`max-connections`);
+    /// 0 from a daemon that did not send it: the manifest's default.
+    #[serde(default)]
+    pub max_connections: u32,
+    /// Addresses and CIDR ranges of trusted proxies in front
+    /// (`trusted-proxies`).
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
     /// The copies that may receive traffic: ready ones, each with its role.
     pub copies: Vec<ProxyCopy>,
 }
@@ -142,6 +150,19 @@ pub struct AppTraffic {
     pub last_request_ms: u64,
     /// Open connections and sessions per copy.
     pub copies: Vec<CopyTraffic>,
+    /// Requests answered 502 at once for a while: each was in flight when
+    /// two copies died within a minute.
+    #[serde(default)]
+    pub refusing: Vec<Refusing>,
+}
+
+/// A request the load balancer answers 502 at once for a while.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusing {
+    /// Method, path and query: `GET /crash?x=1`.
+    pub request: String,
+    /// How much longer, in ms.
+    pub for_ms: u64,
 }
 
 /// Open connections and sessions of one copy.
@@ -153,6 +174,47 @@ pub struct CopyTraffic {
     pub connections: u64,
     /// Open WebSockets (a Shiny session is one).
     pub sessions: u64,
+    /// How long, in ms, a request has waited for the copy with no answer
+    /// from it, once that makes it stalled (it gets no new visitors); 0
+    /// while it answers.
+    #[serde(default)]
+    pub silent_ms: u64,
+}
+
+/// What the load balancer counts for metrics (`GET /metrics` on
+/// `proxy.sock`): its own process, the traffic per copy, and the requests
+/// per app since it started.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProxyMetrics {
+    /// Its process ID.
+    pub pid: u32,
+    /// Its resident memory, in bytes.
+    pub rss_bytes: u64,
+    /// Visitors' connections it serves now: HTTP ones and WebSocket tunnels.
+    pub open_connections: u64,
+    /// Open connections and sessions per app and copy.
+    pub traffic: Vec<AppTraffic>,
+    /// Requests answered per app.
+    pub requests: Vec<AppRequests>,
+}
+
+/// The upper bounds, in seconds, of the buckets of the load balancer's
+/// latency histogram (time until an answer's head).
+pub const LATENCY_BOUNDS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// The requests one app's visitors got answers to, since the load balancer
+/// started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AppRequests {
+    /// The app's name.
+    pub name: String,
+    /// Answers by status class: 1xx, 2xx, 3xx, 4xx, 5xx.
+    pub classes: [u64; 5],
+    /// Time until the answer's head: how many fell in each bucket alone, by
+    /// [`LATENCY_BOUNDS`], then one more for those above the last bound.
+    pub latency_counts: Vec<u64>,
+    /// The sum of those times, in seconds.
+    pub latency_sum: f64,
 }
 
 /// The load balancer tells the daemon that a copy refused a connection and
@@ -247,6 +309,12 @@ pub struct Deployed {
     pub r_path: String,
     /// `env`.
     pub env: std::collections::BTreeMap<String, String>,
+    /// `sandbox` (the defaults for a release recorded before the fence).
+    #[serde(default)]
+    pub sandbox: crate::manifest::Sandbox,
+    /// `run-as`.
+    #[serde(default)]
+    pub run_as: Option<String>,
 }
 
 /// One copy's identity and history.
@@ -281,6 +349,11 @@ pub struct CopyRecord {
     /// releases existed (it runs working-dir).
     #[serde(default)]
     pub release: Option<String>,
+    /// The port it is moving away from: another program listens there, so
+    /// its process is stopped and started again on another port (not a
+    /// crash). None otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moving_from: Option<u16>,
 }
 
 /// How a process ended.
@@ -292,22 +365,48 @@ pub struct Exit {
     pub code: Option<i32>,
     /// The signal that ended it, when it was killed.
     pub signal: Option<i32>,
+    /// It was stopped for going over its memory limit (by the kernel in
+    /// its cgroup, or by the daemon's watch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStop>,
+}
+
+/// A copy stopped for its memory: what it used and its limit, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryStop {
+    /// Its memory when it was stopped: the resident memory of its process
+    /// tree (the daemon's watch) or its cgroup's peak (the kernel's limit).
+    pub used: u64,
+    /// `sandbox.memory`.
+    pub limit: u64,
 }
 
 impl Exit {
     /// True for a clean exit with status 0. An exit whose status is unknown
-    /// (an adopted process) counts as a failure.
+    /// (an adopted process), or a copy stopped for its memory, counts as a
+    /// failure.
     pub fn success(&self) -> bool {
-        self.code == Some(0) && self.signal.is_none()
+        self.code == Some(0) && self.signal.is_none() && self.memory.is_none()
     }
 
     /// "exited with status 1", "was killed by signal 9", …
     pub fn describe(&self) -> String {
+        if let Some(m) = self.memory {
+            return format!("was stopped: {}", m.describe());
+        }
         match (self.code, self.signal) {
             (_, Some(sig)) => format!("was killed by signal {sig}"),
             (Some(code), None) => format!("exited with status {code}"),
             (None, None) => "exited".to_string(),
         }
+    }
+}
+
+impl MemoryStop {
+    /// "2.1G, over its memory limit of 2G".
+    pub fn describe(&self) -> String {
+        use crate::manifest::show_size;
+        format!("{}, over its memory limit of {}", show_size(self.used), show_size(self.limit))
     }
 }
 
@@ -326,6 +425,26 @@ pub struct ApplyRequest {
     /// Stop what is replaced or removed at once, without draining.
     #[serde(default)]
     pub now: bool,
+}
+
+/// `POST /v1/reload`: what became of each registered app's manifest.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ReloadReply {
+    /// One entry per app, by name.
+    pub apps: Vec<Reloaded>,
+}
+
+/// One app's manifest applied again from its path, or why not.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Reloaded {
+    /// The app's name before the reload.
+    pub app: String,
+    /// The manifest's path, as it was applied from.
+    pub manifest: String,
+    /// Applied (changed or not); false leaves the app as it was.
+    pub ok: bool,
+    /// apply's message, or why the manifest was not applied.
+    pub message: String,
 }
 
 /// What a command that changes things answers.
@@ -353,6 +472,21 @@ pub struct StatusReport {
     pub proxy_rss_bytes: Option<u64>,
     /// Every app, by name.
     pub apps: Vec<AppStatus>,
+    /// How the copies' memory and tasks limits are kept on this machine.
+    #[serde(default)]
+    pub limits: Option<LimitsReport>,
+}
+
+/// How the copies' limits are kept: what `status --json` says, so that a
+/// missing cgroup and its fix are seen without reading api.log.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LimitsReport {
+    /// `cgroup v2`, `cgroup v1` or `watch` (the daemon's own, every 250 ms).
+    pub memory: String,
+    /// `cgroup v2`, `cgroup v1` or `not kept`.
+    pub tasks: String,
+    /// What is missing, why, and the fix; none when both have a cgroup.
+    pub missing: Option<String>,
 }
 
 /// One app in status.
@@ -372,6 +506,11 @@ pub struct AppStatus {
     /// The release before it (what `rollback` goes back to).
     #[serde(default)]
     pub previous_release: Option<String>,
+    /// Why its public port is not listened on, when it is not (taken by
+    /// another program, not permitted): the app is not all ready, however
+    /// ready its copies are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_listening: Option<String>,
     /// Its copies, by copy number.
     pub copies: Vec<CopyStatus>,
     /// Lines a person must know (draining, a copy that doesn't start, …).
@@ -387,7 +526,7 @@ pub struct CopyStatus {
     pub role: Option<Role>,
     /// Its own port on 127.0.0.1.
     pub copy_port: u16,
-    /// Its process, when it has one.
+    /// Its R process as the host sees it, when it has one (the PID column).
     pub pid: Option<u32>,
     /// alive, stopping, crash-looping, exited, asleep.
     pub status: String,
@@ -409,6 +548,11 @@ pub struct CopyStatus {
     /// started before releases existed).
     #[serde(default)]
     pub release: Option<String>,
+    /// The PID the daemon records, watches, stops and adopts: the copy's
+    /// launcher (`pid` is R's, which the launcher reports; the same process
+    /// when the launcher exec'd R).
+    #[serde(default)]
+    pub launcher_pid: Option<u32>,
     /// What isolation its launcher made (mount namespace, Landlock, none,
     /// and why not more); none for a copy that is not running or was
     /// started before the launcher existed.
@@ -435,6 +579,48 @@ pub struct Isolation {
     pub kind: IsolationKind,
     /// Why it is not a mount namespace (none when it is).
     pub reason: Option<String>,
+    /// Each fence of the copy, in force or not and why (empty for a copy
+    /// started by a launcher from before the fence).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fences: Vec<Fence>,
+    /// The user the copy runs as on the host (its name, or the uid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+impl Isolation {
+    /// The fences that are missing (asked for, not had).
+    pub fn missing(&self) -> impl Iterator<Item = &Fence> {
+        self.fences.iter().filter(|f| f.state == FenceState::Missing)
+    }
+}
+
+/// Whether one fence is in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FenceState {
+    /// In force for this copy.
+    InForce,
+    /// Wanted but this machine (or this daemon) could not give it.
+    Missing,
+    /// Not wanted: `sandbox.mode: off`, or not applied by this build.
+    Off,
+}
+
+/// One fence of a copy: `user-ns`, `mount-ns`, `pid-ns`, `ipc-ns`,
+/// `uts-ns`, `landlock`, `seccomp`, `cgroup`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    /// Its name.
+    pub name: String,
+    /// In force, missing or off.
+    pub state: FenceState,
+    /// Why it is missing or off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What would give it (a sysctl, a unit setting), when missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
 }
 
 /// `GET /v1/apps/<app>/logs?copy=N`: where a copy's log is.

@@ -53,6 +53,16 @@ pub fn is_alive(pid: u32, start_ticks: u64) -> bool {
     }
 }
 
+/// True while a process with this PID exists and is not a zombie.
+pub fn running(pid: u32) -> bool {
+    read_stat(pid).is_some_and(|(state, _, _)| !matches!(state, 'Z' | 'X' | 'x'))
+}
+
+/// The parent of process `pid`.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    read_stat(pid).map(|(_, ppid, _)| ppid)
+}
+
 /// Every process as (pid, ppid), from `/proc/*/stat`.
 fn all_parents() -> Vec<(u32, u32)> {
     let Ok(dir) = fs::read_dir("/proc") else {
@@ -144,10 +154,29 @@ pub fn tree_rss_bytes(pid: u32) -> Option<u64> {
 // Sockets
 // ---------------------------------------------------------------------------
 
-/// The inodes of the TCP sockets in LISTEN state (`st` 0A) on local port
-/// `port`, from the text of `/proc/net/tcp` or `/proc/net/tcp6`, any local
-/// address.
-fn parse_listening(table: &str, port: u16) -> Vec<u64> {
+/// A listening socket as `/proc/net/tcp{,6}` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listening {
+    /// The socket's inode (what `/proc/<pid>/fd` links name).
+    pub inode: u64,
+    /// A connection to 127.0.0.1 on its port reaches it: it is bound to
+    /// 127.0.0.1, 0.0.0.0 or `::` (or their IPv4-mapped forms).
+    pub reaches_loopback: bool,
+}
+
+/// True when a local address of `/proc/net/tcp{,6}` (hex, as the kernel
+/// writes it) is one a connection to 127.0.0.1 reaches.
+fn reaches_loopback(hex_addr: &str) -> bool {
+    const V4: [&str; 2] = ["0100007F", "00000000"];
+    const V6: [&str; 3] =
+        ["00000000000000000000000000000000", "0000000000000000FFFF00000100007F", "0000000000000000FFFF000000000000"];
+    let a = hex_addr.to_ascii_uppercase();
+    V4.contains(&a.as_str()) || V6.contains(&a.as_str())
+}
+
+/// The TCP sockets in LISTEN state (`st` 0A) on local port `port`, from
+/// the text of `/proc/net/tcp` or `/proc/net/tcp6`, any local address.
+fn parse_listening(table: &str, port: u16) -> Vec<Listening> {
     let mut out = Vec::new();
     for line in table.lines().skip(1) {
         let f: Vec<&str> = line.split_ascii_whitespace().collect();
@@ -155,7 +184,7 @@ fn parse_listening(table: &str, port: u16) -> Vec<u64> {
         if f.len() < 10 || f[3] != "0A" {
             continue;
         }
-        let Some((_, hex_port)) = f[1].rsplit_once(':') else {
+        let Some((hex_addr, hex_port)) = f[1].rsplit_once(':') else {
             continue;
         };
         if u16::from_str_radix(hex_port, 16).ok() != Some(port) {
@@ -163,29 +192,34 @@ fn parse_listening(table: &str, port: u16) -> Vec<u64> {
         }
         if let Ok(inode) = f[9].parse::<u64>() {
             if inode != 0 {
-                out.push(inode);
+                out.push(Listening { inode, reaches_loopback: reaches_loopback(hex_addr) });
             }
         }
     }
     out
 }
 
-/// The inodes of every TCP socket listening on `port` (IPv4 and IPv6, any
-/// local address), in the network namespace of this process. Several when,
-/// say, one program listens on 127.0.0.1 and another on `::1`, or with
+/// Every TCP socket listening on `port` (IPv4 and IPv6, any local
+/// address), in the network namespace of this process. Several when, say,
+/// one program listens on 127.0.0.1 and another on `::1`, or with
 /// SO_REUSEPORT.
-pub fn listening_inodes(port: u16) -> Vec<u64> {
-    let mut out = Vec::new();
+pub fn listening(port: u16) -> Vec<Listening> {
+    let mut out: Vec<Listening> = Vec::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         if let Ok(text) = fs::read_to_string(table) {
-            for inode in parse_listening(&text, port) {
-                if !out.contains(&inode) {
-                    out.push(inode);
+            for l in parse_listening(&text, port) {
+                if !out.iter().any(|o| o.inode == l.inode) {
+                    out.push(l);
                 }
             }
         }
     }
     out
+}
+
+/// The inodes of every TCP socket listening on `port`, any address.
+pub fn listening_inodes(port: u16) -> Vec<u64> {
+    listening(port).into_iter().map(|l| l.inode).collect()
 }
 
 /// The inode of a TCP socket listening on `port` (LISTEN, any local
@@ -231,15 +265,23 @@ pub enum PortOwner {
     Free,
 }
 
-/// Who listens on `port`: the process tree of `pid` ([`PortOwner::Ours`]),
-/// someone else ([`PortOwner::Other`]), or nobody ([`PortOwner::Free`]).
-/// When several sockets listen on the port, it is `Ours` only if all of
-/// them are the tree's: a stranger sharing the port could take the copy's
-/// connections.
+/// Who listens on `port` where a connection to 127.0.0.1 arrives (a socket
+/// bound to 127.0.0.1, 0.0.0.0 or `::`): the process tree of `pid`
+/// ([`PortOwner::Ours`]), someone else ([`PortOwner::Other`]), or nobody
+/// ([`PortOwner::Free`]; a socket on `::1` or another address alone is not
+/// reached, so it does not count). When several such sockets listen, it is
+/// `Ours` only if all of them are the tree's: a stranger sharing the port
+/// could take the copy's connections.
 pub fn port_owned_by(port: u16, pid: u32) -> PortOwner {
-    let inodes = listening_inodes(port);
+    let inodes: Vec<u64> = listening(port).into_iter().filter(|l| l.reaches_loopback).map(|l| l.inode).collect();
     if inodes.is_empty() {
         return PortOwner::Free;
+    }
+    // The process itself first: the daemon checks every copy every cycle,
+    // and R holds its own socket; its tree only when that is not enough.
+    let own = socket_inodes_of(pid);
+    if inodes.iter().all(|i| own.contains(i)) {
+        return PortOwner::Ours;
     }
     let ours: HashSet<u64> = descendants(pid).into_iter().flat_map(socket_inodes_of).collect();
     if inodes.iter().all(|i| ours.contains(i)) {
@@ -247,6 +289,51 @@ pub fn port_owned_by(port: u16, pid: u32) -> PortOwner {
     } else {
         PortOwner::Other
     }
+}
+
+/// A process that holds a socket listening on a port, as /proc shows it
+/// to this user (its own processes; root sees all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// Its PID.
+    pub pid: u32,
+    /// Its command line, arguments joined by blanks.
+    pub cmdline: String,
+    /// `SHINYCTL_HOME` in its environment, when it has one (a shinyctl
+    /// process of some home).
+    pub shinyctl_home: Option<String>,
+}
+
+/// The processes that hold a socket listening on `port` (any address),
+/// among those whose open files this process may read. Empty when nobody
+/// listens or only processes of other users do.
+pub fn port_holders(port: u16) -> Vec<Holder> {
+    let inodes: HashSet<u64> = listening_inodes(port).into_iter().collect();
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
+    let mut out: Vec<Holder> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| socket_inodes_of(pid).iter().any(|i| inodes.contains(i)))
+        .map(|pid| Holder { pid, cmdline: cmdline(pid), shinyctl_home: env_var(pid, "SHINYCTL_HOME") })
+        .collect();
+    out.sort_by_key(|h| h.pid);
+    out
+}
+
+/// The command line of a process, arguments joined by blanks.
+pub fn cmdline(pid: u32) -> String {
+    fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).split('\0').filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// One variable of a process's environment, when readable.
+fn env_var(pid: u32, name: &str) -> Option<String> {
+    let env = fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{name}=");
+    env.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(prefix.as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned()))
 }
 
 // ---------------------------------------------------------------------------
@@ -394,8 +481,10 @@ mod tests {
     #[test]
     fn listening_table_parsing() {
         let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4242 1 0000000000000000 100 0 0 10 0\n   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000  1000        0 4343 1 0000000000000000 20 4 30 10 -1\n   2: 00000000:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 99 1 0000000000000000 100 0 0 10 0\n";
-        assert_eq!(parse_listening(table, 8080), vec![4242]);
-        assert_eq!(parse_listening(table, 80), vec![99]);
+        let inodes = |port| parse_listening(table, port).into_iter().map(|l| l.inode).collect::<Vec<_>>();
+        assert_eq!(inodes(8080), vec![4242]);
+        assert_eq!(inodes(80), vec![99]);
+        assert!(parse_listening(table, 80)[0].reaches_loopback, "0.0.0.0 is reached from 127.0.0.1");
         assert!(parse_listening(table, 81).is_empty());
         assert_eq!(parse_socket_link("socket:[4242]"), Some(4242));
         assert_eq!(parse_socket_link("pipe:[4242]"), None);
@@ -428,11 +517,25 @@ mod tests {
     }
 
     #[test]
-    fn own_ipv6_listener_is_found() {
+    fn own_ipv6_listener_is_found_and_counts_only_where_127_0_0_1_reaches() {
         let l = TcpListener::bind("[::1]:0").expect("an IPv6 loopback to listen on");
         let port = l.local_addr().unwrap().port();
         assert!(listening_inode(port).is_some());
-        assert_eq!(port_owned_by(port, std::process::id()), PortOwner::Ours);
+        assert_eq!(port_owned_by(port, std::process::id()), PortOwner::Free, "127.0.0.1 does not reach ::1");
+        let any = TcpListener::bind("[::]:0").expect("IPv6 any");
+        let port = any.local_addr().unwrap().port();
+        assert_eq!(port_owned_by(port, std::process::id()), PortOwner::Ours, ":: is reached");
+        let holders = port_holders(port);
+        assert!(holders.iter().any(|h| h.pid == std::process::id()), "{holders:?}");
+    }
+
+    #[test]
+    fn which_addresses_127_0_0_1_reaches() {
+        assert!(reaches_loopback("0100007F") && reaches_loopback("00000000"));
+        assert!(!reaches_loopback("0200007F"), "127.0.0.2 is another address");
+        assert!(reaches_loopback("00000000000000000000000000000000"));
+        assert!(reaches_loopback("0000000000000000ffff00000100007f"));
+        assert!(!reaches_loopback("00000000000000000000000001000000"), "::1 is not reached");
     }
 
     #[test]

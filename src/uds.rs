@@ -63,28 +63,123 @@ pub fn json_response<T: serde::Serialize>(status: StatusCode, value: &T) -> hype
         .unwrap_or_else(|_| hyper::Response::new(Full::new(Bytes::new())))
 }
 
-/// Serves HTTP/1.1 on a bound Unix listener, one task per connection, until
-/// the task is dropped.
-pub async fn serve<F, Fut>(listener: tokio::net::UnixListener, handler: F)
+/// A bound listener [`serve`] takes connections from: `api.sock`, or the
+/// metrics' TCP address.
+pub trait Accept: Send + 'static {
+    /// A connection.
+    type Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+    /// The next connection.
+    fn next(&self) -> impl std::future::Future<Output = std::io::Result<Self::Stream>> + Send;
+}
+
+/// A control socket: a peer of another user ([`peer_refused`]) is answered
+/// with a 403 on a task of its own and never handed on.
+impl Accept for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn next(&self) -> std::io::Result<Self::Stream> {
+        loop {
+            let (stream, _) = self.accept().await?;
+            match peer_refused(&stream) {
+                None => return Ok(stream),
+                Some(why) => {
+                    tokio::spawn(async move { refuse(stream, &why).await });
+                }
+            }
+        }
+    }
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn next(&self) -> std::io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+/// Serves HTTP/1.1 on a bound listener, one task per connection, until the
+/// task is dropped.
+pub async fn serve<L, F, Fut>(listener: L, handler: F)
 where
+    L: Accept,
     F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = hyper::Response<Full<Bytes>>> + Send + 'static,
 {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        let handler = handler.clone();
-        tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let svc = hyper::service::service_fn(move |req| {
-                let handler = handler.clone();
-                async move { Ok::<_, std::convert::Infallible>(handler(req).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
-        });
+        match listener.next().await {
+            Ok(stream) => serve_connection(stream, handler.clone()),
+            // Out of descriptors, for one: try again shortly.
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
     }
+}
+
+/// Serves one connection on a task of its own; a request's head must come
+/// within 30 s.
+fn serve_connection<S, F, Fut>(stream: S, handler: F)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = hyper::Response<Full<Bytes>>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let svc = hyper::service::service_fn(move |req| {
+            let handler = handler.clone();
+            async move { Ok::<_, std::convert::Infallible>(handler(req).await) }
+        });
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(Duration::from_secs(30));
+        let _ = http.serve_connection(io, svc).await;
+    });
+}
+
+/// Why a peer on a control socket (api.sock, proxy.sock, handover.sock) is
+/// refused, or none: only processes of this process's own user, and root,
+/// may talk to it (SO_PEERCRED, the credentials at connect). The sockets'
+/// modes and the copies' mount namespaces keep others away first; this is
+/// for a machine where no namespace can hide them.
+pub fn peer_refused(stream: &tokio::net::UnixStream) -> Option<String> {
+    let own = nix::unistd::geteuid().as_raw();
+    match stream.peer_cred() {
+        Ok(cred) if peer_allowed(cred.uid(), own) => None,
+        Ok(cred) => Some(format!(
+            "refused: this socket is for uid {own} (and root) only, and the peer (pid {}) runs as uid {}",
+            cred.pid().map_or("unknown".to_string(), |p| p.to_string()),
+            cred.uid()
+        )),
+        Err(e) => Some(format!("refused: the peer's credentials cannot be read: {e}")),
+    }
+}
+
+/// True when a peer of uid `peer` may use the control sockets of a process
+/// of uid `own`: the same user, or root.
+pub fn peer_allowed(peer: u32, own: u32) -> bool {
+    peer == own || peer == 0
+}
+
+/// Answers a refused peer with a 403 and the reason, then closes. Its
+/// request head is read first (16 KiB and 1 s at most): a client still
+/// sending when the socket closes would see a broken pipe, not the reason.
+async fn refuse(mut stream: tokio::net::UnixStream, why: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tracing::warn!("a control socket {why}");
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while head.len() < 16 * 1024 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    let body = serde_json::json!({ "error": why }).to_string();
+    let head = format!(
+        "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(format!("{head}{body}").as_bytes())).await;
 }
 
 /// Reads a whole request body, refusing more than `limit` bytes.
@@ -93,5 +188,47 @@ pub async fn read_body(body: hyper::body::Incoming, limit: usize) -> anyhow::Res
     match limited.collect().await {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) => anyhow::bail!("request body: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_same_user_and_root_may_talk() {
+        assert!(peer_allowed(1000, 1000));
+        assert!(peer_allowed(0, 1000), "root");
+        assert!(!peer_allowed(1001, 1000));
+        assert!(!peer_allowed(1000, 0), "a root daemon takes no other user");
+    }
+
+    /// A client of another uid (`setpriv` to nobody, as root runs the
+    /// tests) gets a 403 with the reason; one of ours gets the answer. The
+    /// socket is made world-writable here, so that only SO_PEERCRED stands
+    /// in the way.
+    #[test]
+    fn a_peer_of_another_uid_is_refused() {
+        assert!(nix::unistd::geteuid().is_root(), "this test needs root, to run a client as another user");
+        let sock = std::env::temp_dir().join(format!("shinyctl-peercred-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&sock);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let listener = rt.block_on(async { tokio::net::UnixListener::bind(&sock) }).unwrap();
+        std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+        let server = rt.spawn(serve(listener, |_req| async { json_response(StatusCode::OK, &"hello") }));
+        let curl = |as_nobody: bool| {
+            let mut cmd = std::process::Command::new(if as_nobody { "setpriv" } else { "curl" });
+            if as_nobody {
+                cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "curl"]);
+            }
+            cmd.args(["-s", "-w", " %{http_code}", "--max-time", "5", "--unix-socket"]).arg(&sock).arg("http://shinyctl/");
+            let out = rt.block_on(async { tokio::task::spawn_blocking(move || cmd.output()).await }).unwrap().expect("curl runs");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        assert_eq!(curl(false), "\"hello\" 200");
+        let refused = curl(true);
+        assert!(refused.ends_with(" 403") && refused.contains("runs as uid 65534") && refused.contains("root) only"), "{refused}");
+        server.abort();
+        let _ = std::fs::remove_file(&sock);
     }
 }

@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod delete;
 pub mod logs;
+pub mod reload;
 pub mod restart;
 pub mod rollback;
 pub mod status;

@@ -141,6 +141,7 @@ mod tests {
             log: String::new(),
             release: None,
             isolation: None,
+            launcher_pid: None,
         }
     }
 
@@ -157,6 +158,7 @@ mod tests {
                 revision: 2,
                 release: None,
                 previous_release: None,
+                not_listening: None,
                 copies: vec![
                     copy(1, Role::Draining, 61429, 142, 2, "2026-10-27T10:00:01+02:00"),
                     copy(3, Role::Active, 61501, 140, 1, "2026-10-27T11:30:05+02:00"),
@@ -164,6 +166,7 @@ mod tests {
                 ],
                 notes: vec!["hello: copy 1 is draining with 2 sessions; it stops when they end, or in 15m at the latest.".into()],
             }],
+            limits: None,
         };
         let expected = "\
 NAME   COPY  ROLE      PORT  PID    STATUS  READY  MEM   SESSIONS  CRASHES  STARTED

@@ -4,22 +4,35 @@
 //! PID the daemon records is R's.
 //!
 //! The world, best first:
-//! - `mount-namespace`: a mount namespace of its own (inside a user
-//!   namespace when the launcher is not privileged) whose root is a new
-//!   tmpfs holding the host's top-level folders, the app folder read-only at
-//!   [`APP_DIR`] (and at its host path), and the copy's scratch disk at
-//!   [`SCRATCH_DIR`]. See `mount.rs`.
+//! - `mount-namespace`: the fence (`host.rs`, `init.rs`): the launcher
+//!   stays on the host side and clones shinyctl's own init into new user,
+//!   mount, PID, IPC and UTS namespaces; the init builds the copy's root (a
+//!   new tmpfs holding the host's top-level folders read-only, a private
+//!   /tmp and /dev/shm, SHINYCTL_HOME and the secrets hidden, the app folder
+//!   read-only at [`APP_DIR`], the scratch disk at [`SCRATCH_DIR`]; see
+//!   `mount.rs`) and forks R. The daemon records the launcher; the report
+//!   names R's PID.
 //! - `landlock`: no namespace could be made (user namespaces switched off);
 //!   Landlock lets the copy write only to its scratch disk, /tmp and the
-//!   devices R needs. See `landlock.rs`.
-//! - `none`: neither; the copy runs as it did before the launcher.
+//!   devices R needs (`landlock.rs`); the launcher execs R.
+//! - `none`: neither, or `sandbox.mode: off`; the copy runs as a plain
+//!   process (the launcher execs R).
 //!
 //! What the copy got is written to a small report file beside its scratch
 //! disk ([`report_path`]), which the daemon reads for `status --json`.
 
+mod confine;
+pub mod fences;
+mod host;
+mod init;
 mod landlock;
 mod mount;
+mod plan;
 mod report;
+mod rlimits;
+mod seccomp;
+mod sources;
+pub mod users;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -27,8 +40,14 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::manifest::{Sandbox, SandboxMode};
 pub use crate::model::{Isolation, IsolationKind};
-pub use report::{read_report, report_path};
+pub use confine::{confine, Applied, ConfineError, Confinement, SeccompApplied};
+use fences::Fences;
+pub use landlock::LandlockApplied;
+pub use report::{read_report, report_path, Report};
+pub use rlimits::RlimitsApplied;
+use users::Identity;
 
 /// Where the app folder is inside the copy's mount namespace (its working
 /// directory there).
@@ -67,6 +86,30 @@ pub struct Launch {
     /// The copy number (for the log line).
     #[arg(long)]
     pub copy: u32,
+    /// The app's name: the copy's hostname.
+    #[arg(long)]
+    pub app: String,
+    /// SHINYCTL_HOME: hidden from the copy, and the mark by which a test
+    /// (or a person) finds the processes of one home, since a copy's
+    /// environment no longer names it.
+    #[arg(long)]
+    pub home: PathBuf,
+    /// The manifest's `sandbox:` section, as JSON.
+    #[arg(long, value_parser = parse_sandbox)]
+    pub sandbox: Sandbox,
+    /// `run-as`: the user a root daemon runs the copy as.
+    #[arg(long)]
+    pub run_as: Option<String>,
+    /// The copy's cgroups (its memory and tasks limits), joined first
+    /// thing, before any namespace: one per hierarchy (cgroup v1 has one
+    /// for memory and one for pids), none where there is no cgroup.
+    #[arg(long = "cgroup")]
+    pub cgroups: Vec<PathBuf>,
+}
+
+/// Parses `--sandbox`.
+fn parse_sandbox(s: &str) -> Result<Sandbox, String> {
+    serde_json::from_str(s).map_err(|e| format!("not a sandbox section: {e}"))
 }
 
 impl Launch {
@@ -83,6 +126,15 @@ impl Launch {
         pair("--port", self.port.to_string().into());
         pair("--r-path", self.r_path.clone().into());
         pair("--copy", self.copy.to_string().into());
+        pair("--app", self.app.clone().into());
+        pair("--home", self.home.clone().into_os_string());
+        pair("--sandbox", serde_json::to_string(&self.sandbox).unwrap_or_default().into());
+        if let Some(u) = &self.run_as {
+            pair("--run-as", u.into());
+        }
+        for dir in &self.cgroups {
+            pair("--cgroup", dir.clone().into_os_string());
+        }
         a
     }
 
@@ -113,6 +165,7 @@ pub fn remove_scratch(scratch: &Path) {
     let _ = std::fs::remove_dir_all(scratch);
     let _ = std::fs::remove_file(report_path(scratch));
     let _ = std::fs::remove_dir_all(landlock::tmp_path(scratch));
+    let _ = std::fs::remove_dir_all(plan::shm_path(scratch));
 }
 
 /// Quotes a string for an R single-quoted literal.
@@ -137,16 +190,6 @@ pub fn run_app_expr(app_dir: &Path, entrypoint: &str, port: u16) -> String {
     format!("shiny::runApp(appDir = {}, port = {port}L, host = '127.0.0.1', launch.browser = FALSE)", r_string(&app.to_string_lossy()))
 }
 
-/// Which namespaces a copy gets. The fence adds PID, IPC and UTS here, and
-/// sets `user_always`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Namespaces {
-    /// A user namespace even when the launcher is privileged (root): then a
-    /// root copy keeps no capability on the host. Off for now: as root a
-    /// mount namespace alone is made.
-    pub user_always: bool,
-}
-
 /// The folders a copy sees once its world is made: inside the namespace,
 /// the fixed paths; otherwise the host's.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,8 +202,9 @@ pub struct Seen {
     pub tmpdir: Option<PathBuf>,
 }
 
-/// `shinyctl launch ARGS`: prepares the copy's world and execs R; returns
-/// only on failure, with the exit status to use.
+/// `shinyctl launch ARGS`: prepares the copy's world and starts R; returns
+/// only on failure, with the exit status to use (a fenced copy's launcher
+/// ends the way R ended).
 pub fn main(args: &[OsString]) -> i32 {
     let launch = match Launch::parse(args) {
         Ok(l) => l,
@@ -171,41 +215,151 @@ pub fn main(args: &[OsString]) -> i32 {
     let report = report::Writer::open(&report_path(&launch.scratch))
         .map_err(|e| log(&format!("--- shinyctl: no isolation report beside {}: {e} ---", launch.scratch.display())))
         .ok();
-    let (isolation, seen) = match prepare(&launch, Namespaces::default()) {
-        Ok(v) => v,
+    let mut fences = Fences::wanted(launch.sandbox.mode);
+    // The copy's cgroups (memory, tasks), joined before anything is started,
+    // so the init, R and everything R starts are in them.
+    if launch.sandbox.mode != SandboxMode::Off {
+        match join_cgroups(&launch.cgroups) {
+            Ok(()) => fences.in_force(fences::CGROUP),
+            Err(why) => fences.missing(fences::CGROUP, &why, Some("Delegate=yes in shinyctl.service (cgroup v2), or a root daemon on cgroup v1")),
+        }
+    }
+    let who = match run_as(&launch) {
+        Ok(w) => w,
+        Err(e) => return fail(&e),
+    };
+    if launch.sandbox.mode == SandboxMode::Off {
+        return direct(&launch, report, fences, who.as_ref());
+    }
+    let plan = match plan::resolve(&launch, who.as_ref()) {
+        Ok(p) => p,
         Err(e) => return fail(&format!("{e:#}")),
     };
-    if let Some(report) = report {
-        report.write(&isolation);
-    }
-    log(&isolation_line(&isolation, &seen));
-    exec_r(&launch, &seen)
+    host::run(&launch, report, plan, who, fences)
 }
 
-/// Makes the copy's world: a mount namespace where one can be made, else
-/// Landlock, else nothing. An error is a failure half-way (the copy must
-/// not start).
-fn prepare(launch: &Launch, ns: Namespaces) -> anyhow::Result<(Isolation, Seen)> {
-    let app_dir = std::fs::canonicalize(&launch.app_dir)
-        .map_err(|e| anyhow::anyhow!("the app folder {} cannot be opened: {e}", launch.app_dir.display()))?;
-    let scratch = std::fs::canonicalize(&launch.scratch)
-        .map_err(|e| anyhow::anyhow!("the scratch disk {} cannot be opened: {e}", launch.scratch.display()))?;
-    let no_ns = match mount::enter(&app_dir, &scratch, ns)? {
-        mount::Entered::Yes => {
-            let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None };
-            return Ok((Isolation { kind: IsolationKind::MountNamespace, reason: None }, seen));
+/// Moves the launcher (and so R and all it starts) into the copy's cgroups.
+/// One it cannot join is said in the log; the daemon then watches the
+/// copy's memory itself (it checks where the copy is). None given: the
+/// daemon has no cgroup to give.
+fn join_cgroups(dirs: &[PathBuf]) -> Result<(), String> {
+    if dirs.is_empty() {
+        return Err("the daemon has no cgroup it may manage (memory is watched by the daemon instead)".into());
+    }
+    let pid = std::process::id().to_string();
+    let mut failed = None;
+    for dir in dirs {
+        if let Err(e) = std::fs::write(dir.join("cgroup.procs"), &pid) {
+            log(&format!("--- shinyctl: cannot join the cgroup {}: {e}; its limit is not kept by the kernel ---", dir.display()));
+            failed = Some(format!("cannot join {}: {e}", dir.display()));
         }
-        mount::Entered::Unavailable(why) => why,
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// The run-as user, for a root launcher; a launcher that is not root runs
+/// the copy as itself (and says so).
+fn run_as(launch: &Launch) -> Result<Option<Identity>, String> {
+    let Some(name) = &launch.run_as else { return Ok(None) };
+    if !nix::unistd::geteuid().is_root() {
+        log(&format!("--- shinyctl: run-as {name} is for a daemon running as root; the copy runs as the daemon's user ---"));
+        return Ok(None);
+    }
+    Identity::named(name).map(Some)
+}
+
+/// Starts R in this process, without namespaces (none could be made, or
+/// `sandbox.mode: off`): Landlock where it can be had, then exec. The
+/// fences say why there are no namespaces.
+fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, who: Option<&Identity>) -> i32 {
+    let canonical = |p: &Path, what: &str| std::fs::canonicalize(p).map_err(|e| format!("the {what} {} cannot be opened: {e}", p.display()));
+    let (app_dir, scratch) = match (canonical(&launch.app_dir, "app folder"), canonical(&launch.scratch, "scratch disk")) {
+        (Ok(a), Ok(s)) => (a, s),
+        (Err(e), _) | (_, Err(e)) => return fail(&e),
     };
+    if let Some(who) = who {
+        if let Err(e) = users::set_user(who) {
+            return fail(&format!("cannot become {}: {e}", who.name));
+        }
+    }
     let mut seen = Seen { app_dir, scratch, tmpdir: None };
-    let isolation = match landlock::restrict(&seen.scratch, &seen.app_dir) {
-        Ok(tmpdir) => {
-            seen.tmpdir = tmpdir;
-            Isolation { kind: IsolationKind::Landlock, reason: Some(format!("no mount namespace: {no_ns}")) }
+    finish_and_exec(launch, &mut seen, &mut fences, who, |f| {
+        if let Some(report) = report {
+            report.write(&isolation_of(f, launch.sandbox.mode, host::user_name(who)), Some(std::process::id()));
         }
-        Err(why) => Isolation { kind: IsolationKind::None, reason: Some(format!("no mount namespace: {no_ns}; no Landlock: {why}")) },
+    })
+}
+
+/// In the process about to exec R (the init's child, or the launcher
+/// itself without namespaces): the last fences, the strict check, the
+/// report of the fences (`send`), the log lines, and exec. Returns only on
+/// failure, with the exit status.
+fn finish_and_exec(launch: &Launch, seen: &mut Seen, fences: &mut Fences, who: Option<&Identity>, send: impl FnOnce(&Fences)) -> i32 {
+    // The filters, in the process that execs R next, after its user is set
+    // and every mount is made (the filter refuses mount and unshare).
+    if launch.sandbox.mode != SandboxMode::Off {
+        // Without a mount namespace, Landlock also keeps the app folder
+        // read-only and gives R a /tmp of its own.
+        if !fences.has(fences::MOUNT_NS) {
+            if let Ok(tmpdir) = landlock::restrict(&seen.scratch, &seen.app_dir) {
+                seen.tmpdir = tmpdir;
+            }
+        }
+        let tmp = seen.tmpdir.clone().unwrap_or_else(|| PathBuf::from("/tmp"));
+        match confine(&Confinement::new(&seen.scratch, &tmp, launch.port, &launch.sandbox)) {
+            Ok(applied) => {
+                note_filters(fences, &applied, launch.sandbox.syscalls);
+                log(&applied.log_line());
+            }
+            Err(e) => {
+                send(fences);
+                return fail(&e.to_string());
+            }
+        }
+    }
+    if launch.sandbox.mode == SandboxMode::Strict {
+        if let Some(why) = fences.strict_refusal() {
+            send(fences);
+            return fail(&why);
+        }
+    }
+    send(fences);
+    log(&isolation_line(&isolation_of(fences, launch.sandbox.mode, String::new()), seen));
+    if launch.sandbox.mode != SandboxMode::Off {
+        log(&format!("--- shinyctl: {} ---", fences.summary()));
+    }
+    exec_r(launch, seen, who)
+}
+
+/// Fills the Landlock and seccomp slots of the report from what the
+/// filters applied.
+fn note_filters(fences: &mut Fences, applied: &Applied, syscalls: crate::manifest::Syscalls) {
+    match &applied.landlock.missing {
+        None => fences.in_force(fences::LANDLOCK),
+        Some(why) if applied.landlock.abi > 0 => fences.missing(fences::LANDLOCK, &format!("partly: {why}"), Some("a newer kernel")),
+        Some(why) => fences.missing(fences::LANDLOCK, why, Some("a kernel with Landlock (5.13 or later, lsm=landlock)")),
+    }
+    match (&applied.seccomp.missing, syscalls) {
+        (None, _) => fences.in_force(fences::SECCOMP),
+        (Some(why), crate::manifest::Syscalls::Unconfined) => fences.off(fences::SECCOMP, why),
+        (Some(why), _) => fences.missing(fences::SECCOMP, why, None),
+    }
+}
+
+/// What a copy got, from its fences, as status shows it.
+fn isolation_of(fences: &Fences, mode: SandboxMode, user: String) -> Isolation {
+    let reason_of = |name: &str| fences.list.iter().find(|f| f.name == name).and_then(|f| f.reason.clone()).unwrap_or_default();
+    let (kind, reason) = if mode == SandboxMode::Off {
+        (IsolationKind::None, Some("sandbox mode off".to_string()))
+    } else if fences.has(fences::MOUNT_NS) {
+        (IsolationKind::MountNamespace, None)
+    } else if fences.has(fences::LANDLOCK) {
+        (IsolationKind::Landlock, Some(format!("no mount namespace: {}", reason_of(fences::MOUNT_NS))))
+    } else {
+        let why = format!("no mount namespace: {}; no Landlock: {}", reason_of(fences::MOUNT_NS), reason_of(fences::LANDLOCK));
+        (IsolationKind::None, Some(why))
     };
-    Ok((isolation, seen))
+    Isolation { kind, reason, fences: fences.list.clone(), user: (!user.is_empty()).then_some(user) }
 }
 
 /// The line the copy's log gets before R starts: what isolation it got and
@@ -227,10 +381,9 @@ fn isolation_line(isolation: &Isolation, seen: &Seen) -> String {
     )
 }
 
-/// Replaces this process with R. The fence puts its init here: it forks,
-/// the child execs R, and this process stays as PID 1 of the copy's PID
-/// namespace (forwarding SIGTERM, reaping, reporting R's end).
-fn exec_r(launch: &Launch, seen: &Seen) -> i32 {
+/// Replaces this process with R, in the app folder, with the environment
+/// the launcher got (the daemon cleaned it) and the copy's own variables.
+fn exec_r(launch: &Launch, seen: &Seen, who: Option<&Identity>) -> i32 {
     if let Err(e) = std::env::set_current_dir(&seen.app_dir) {
         return fail(&format!("cannot enter the app folder {}: {e}", seen.app_dir.display()));
     }
@@ -240,6 +393,9 @@ fn exec_r(launch: &Launch, seen: &Seen) -> i32 {
         .stdin(Stdio::null());
     if let Some(tmp) = &seen.tmpdir {
         r.env("TMPDIR", tmp);
+    }
+    if let Some(who) = who {
+        r.env("HOME", &who.home).env("USER", &who.name).env("LOGNAME", &who.name);
     }
     let err = r.exec();
     log(&format!("--- shinyctl: cannot run {}: {err} ---", launch.r_path));
@@ -251,9 +407,12 @@ fn log(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
+/// How the copy's log line begins when the launcher could not launch it.
+pub const LAUNCH_FAILED_LINE: &str = "--- shinyctl: the copy could not be launched:";
+
 /// Logs why the copy could not be launched; returns the exit status.
 fn fail(why: &str) -> i32 {
-    log(&format!("--- shinyctl: the copy could not be launched: {why} ---"));
+    log(&format!("{LAUNCH_FAILED_LINE} {why} ---"));
     EXIT_LAUNCH_FAILED
 }
 
@@ -269,6 +428,11 @@ mod tests {
             port: 20001,
             r_path: "/opt/R/4.4/bin/R".into(),
             copy: 2,
+            app: "hello".into(),
+            home: "/home/u/.shinyctl".into(),
+            sandbox: Sandbox { writable_paths: vec!["/srv/data".into()], ..Sandbox::default() },
+            run_as: Some("shiny".into()),
+            cgroups: vec!["/sys/fs/cgroup/memory/shinyctl-1/hello-2".into(), "/sys/fs/cgroup/pids/shinyctl-1/hello-2".into()],
         }
     }
 
@@ -319,7 +483,7 @@ mod tests {
     #[test]
     fn the_log_line_says_where_to_write() {
         let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None };
-        let line = isolation_line(&Isolation { kind: IsolationKind::MountNamespace, reason: None }, &seen);
+        let line = isolation_line(&Isolation { kind: IsolationKind::MountNamespace, reason: None, fences: vec![], user: None }, &seen);
         assert!(line.contains("/shinyctl/app is read-only"), "{line}");
         assert!(line.contains("SHINYCTL_SCRATCH (/shinyctl/scratch)"), "{line}");
         assert!(!line.starts_with("--- shinyctl: copy"), "not taken for a start line");
@@ -329,7 +493,7 @@ mod tests {
     fn removing_a_scratch_disk_takes_what_the_launcher_kept_beside_it() {
         let dir = std::env::temp_dir().join(format!("shinyctl-remove-scratch-{}", std::process::id()));
         let scratch = dir.join("3");
-        for d in [scratch.join("sub"), landlock::tmp_path(&scratch), dir.join("4")] {
+        for d in [scratch.join("sub"), landlock::tmp_path(&scratch), plan::shm_path(&scratch), dir.join("4")] {
             std::fs::create_dir_all(d).unwrap();
         }
         std::fs::write(report_path(&scratch), "{}").unwrap();

@@ -1,105 +1,104 @@
-//! The copy's mount namespace, built the way bubblewrap builds a sandbox's
-//! root: a tmpfs becomes the new `/`, the host's top-level entries are
-//! bind-mounted into it (recursively; symlinks such as `/bin -> usr/bin`
-//! made anew), the app folder is bind-mounted read-only at [`APP_DIR`] (and
-//! over its host path, so it is read-only there too), the scratch disk at
-//! [`SCRATCH_DIR`], and then the root is pivoted and the old one detached.
+//! The copy's mount namespace (made by the clone in `host.rs`, built here
+//! by the init), the way bubblewrap builds a sandbox's root: a tmpfs
+//! becomes the new `/`; the host's top-level entries are bind-mounted into
+//! it recursively and read-only but for /dev, /proc and /sys (symlinks such
+//! as `/bin -> usr/bin` made anew); /tmp and /dev/shm are the copy's own
+//! folders on disk and /proc a proc of its PID namespace; SHINYCTL_HOME,
+//! the secrets and `hidden-paths` are covered; the writable paths, the
+//! scratch disk (also at [`SCRATCH_DIR`]) and the app folder (read-only,
+//! also at [`APP_DIR`]) are bound over that; then the root is pivoted and
+//! the old one detached.
 //!
 //! A new root, rather than mounts over the host's own tree, gives fixed
 //! paths without creating anything in the host's `/`, and it is the shape
 //! the fence needs: leaving out `$SHINYCTL_HOME`, `~/.ssh` or a private
 //! /tmp is a choice made while the root is filled.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
-use nix::sched::{unshare, CloneFlags};
 
-use super::{Namespaces, APP_DIR, SCRATCH_DIR};
+use super::sources::Sources;
+use super::{APP_DIR, SCRATCH_DIR};
 
 /// Where the new root is built: the tmpfs is mounted over /tmp in the
 /// copy's namespace only, and after the first pivot the host's /tmp is
 /// reachable again under the old root.
 const BASE: &str = "/tmp";
 
-/// The outcome of trying to make the copy's namespace.
-#[derive(Debug)]
-pub enum Entered {
-    /// The process is in its own mount namespace, with the new root.
-    Yes,
-    /// No namespace could be made, and nothing changed: the reason.
-    Unavailable(String),
+/// Top-level folders of the host that stay writable in the copy's root
+/// (what is below them is the kernel's to refuse): the others are bound
+/// read-only, and only the paths the copy may write are bound over them.
+const KEPT_WRITABLE: [&str; 3] = ["dev", "proc", "sys"];
+
+/// What the copy's root holds; every path is the host's, canonical, and
+/// exists (the launcher checked before entering the namespace).
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// The folder the copy runs (its release): read-only at [`APP_DIR`] and
+    /// at its own path.
+    pub app_dir: PathBuf,
+    /// The copy's scratch disk: writable at [`SCRATCH_DIR`] and at its own
+    /// path.
+    pub scratch: PathBuf,
+    /// The folder that is the copy's /tmp.
+    pub tmp: PathBuf,
+    /// The folder that is the copy's /dev/shm.
+    pub shm: PathBuf,
+    /// Paths covered by an empty read-only tmpfs (folders) or an empty
+    /// file (files): SHINYCTL_HOME, ~/.ssh, ~/.gnupg, ~/.aws, hidden-paths.
+    pub hidden: Vec<PathBuf>,
+    /// Paths bound writable (writable-paths).
+    pub writable: Vec<PathBuf>,
+    /// Paths bound read-only at their own place because the copy needs them
+    /// and they would be hidden (an r-path below /tmp or a hidden path).
+    pub needed: Vec<PathBuf>,
 }
 
-/// Moves this process into a mount namespace of its own with the copy's
-/// root. `Unavailable` when the kernel refuses one before anything changed;
-/// an error when a step after that fails (the copy must not start then).
-pub fn enter(app_dir: &Path, scratch: &Path, ns: Namespaces) -> anyhow::Result<Entered> {
-    if let Err(why) = unshare_namespaces(ns)? {
-        return Ok(Entered::Unavailable(why));
-    }
+/// What the copy's root turned out to have.
+#[derive(Debug, Clone, Default)]
+pub struct Built {
+    /// Why /proc is the host's (a proc of the copy's PID namespace could not
+    /// be mounted), when it is.
+    pub host_proc: Option<String>,
+}
+
+/// Builds the copy's root in this process's (new) mount namespace and
+/// pivots into it. Any failure is an error: the copy must not start half
+/// fenced.
+pub fn build(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
     // Nothing the copy mounts may reach the host, and nothing mounted on
     // the host later reaches the copy.
-    if let Err(e) = mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>) {
-        return Ok(Entered::Unavailable(format!("mounts cannot be made private here ({e})")));
-    }
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .context("mounts cannot be made private here")?;
     let tmpfs_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    if let Err(e) = mount(Some("tmpfs"), BASE, Some("tmpfs"), tmpfs_flags, Some("mode=0755")) {
-        return Ok(Entered::Unavailable(format!("a tmpfs cannot be mounted here ({e})")));
-    }
-    build_root(app_dir, scratch)?;
-    Ok(Entered::Yes)
+    mount(Some("tmpfs"), BASE, Some("tmpfs"), tmpfs_flags, Some("mode=0755")).context("a tmpfs cannot be mounted here")?;
+    build_root(plan, sources)
 }
 
-/// Unshares the mount namespace: alone when this process may (root, or
-/// the fence's choice), else together with a user namespace where the
-/// copy keeps its own uid and gid. `Ok(Err(reason))` when neither can be
-/// had; an error when a user namespace was made but cannot be set up.
-fn unshare_namespaces(ns: Namespaces) -> anyhow::Result<Result<(), String>> {
-    if !ns.user_always && unshare(CloneFlags::CLONE_NEWNS).is_ok() {
-        return Ok(Ok(()));
-    }
-    let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
-    if let Err(e) = unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS) {
-        let why = match e {
-            nix::errno::Errno::ENOSPC => "user namespaces are switched off here (user.max_user_namespaces is 0)".to_string(),
-            nix::errno::Errno::EPERM => {
-                "user namespaces are not allowed here (kernel.unprivileged_userns_clone, or an AppArmor/SELinux rule)".to_string()
-            }
-            e => format!("a user namespace cannot be made ({e})"),
-        };
-        return Ok(Err(why));
-    }
-    // From here the process is in a user namespace: failing to map its ids
-    // would leave it running as nobody, so that is an error, not a fallback.
-    std::fs::write("/proc/self/setgroups", "deny").context("cannot write /proc/self/setgroups")?;
-    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).context("cannot write /proc/self/uid_map")?;
-    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).context("cannot write /proc/self/gid_map")?;
-    Ok(Ok(()))
+/// `p` (a host path) under `base`.
+pub(super) fn under(base: &str, p: &Path) -> PathBuf {
+    Path::new(base).join(p.strip_prefix("/").unwrap_or(p))
 }
 
 /// Builds the copy's root on the tmpfs at [`BASE`] and pivots into it.
-fn build_root(app_dir: &Path, scratch: &Path) -> anyhow::Result<()> {
+fn build_root(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
     nix::unistd::chdir(BASE).context("cannot enter the new root's tmpfs")?;
     std::fs::create_dir("newroot").context("cannot make newroot")?;
     // pivot_root needs the new root to be a mount point.
     bind("newroot", "newroot", false)?;
     std::fs::create_dir("oldroot").context("cannot make oldroot")?;
+    // The empty file bound over hidden files.
+    std::fs::File::create("empty").context("cannot make the empty file")?;
     nix::unistd::pivot_root(".", "oldroot").context("cannot pivot into the tmpfs")?;
     nix::unistd::chdir("/").context("cannot enter /")?;
-    fill_root(Path::new("/oldroot"), Path::new("/newroot"))?;
-    let old = |p: &Path| Path::new("/oldroot").join(p.strip_prefix("/").unwrap_or(p));
-    let new = |p: &Path| Path::new("/newroot").join(p.strip_prefix("/").unwrap_or(p));
-    std::fs::create_dir_all(new(Path::new(APP_DIR))).context("cannot make the app folder's mount point")?;
-    std::fs::create_dir_all(new(Path::new(SCRATCH_DIR))).context("cannot make the scratch disk's mount point")?;
-    bind(old(app_dir), new(Path::new(APP_DIR)), true)?;
-    // The host path of the app folder is in the new root too (through its
-    // top-level folder): read-only there as well.
-    if app_dir != Path::new("/") && new(app_dir).is_dir() {
-        bind(old(app_dir), new(app_dir), true)?;
+    let built = fill_root(Path::new("/oldroot"), Path::new("/newroot"), plan, sources)?;
+    let masks = hide(plan)?;
+    expose(plan, sources)?;
+    for m in &masks {
+        remount_read_only(m)?;
     }
-    bind(old(scratch), new(Path::new(SCRATCH_DIR)), false)?;
     // Detach the old root, then make the new root `/` (pivot onto itself
     // and detach what ends up on top, as bubblewrap, runc and LXC do).
     mount(None::<&str>, "/oldroot", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
@@ -111,17 +110,20 @@ fn build_root(app_dir: &Path, scratch: &Path) -> anyhow::Result<()> {
     nix::unistd::chdir("/").context("cannot enter the new /")?;
     // The new `/` holds only mount points and symlinks: nothing to write.
     remount_read_only(Path::new("/"))?;
-    Ok(())
+    Ok(built)
 }
 
 /// Fills the new root with the old root's top-level entries: folders (and
-/// files) bind-mounted recursively, symlinks made anew. An entry named like
-/// the fixed folder of shinyctl's own is left out (it is shadowed), and so
-/// is one that cannot be bound (a FUSE mount of another user, say), with a
-/// line in the log: the copy may not need it, and if it does, the log says
-/// why it is missing.
-fn fill_root(old: &Path, new: &Path) -> anyhow::Result<()> {
+/// files) bind-mounted recursively and read-only but for [`KEPT_WRITABLE`],
+/// symlinks made anew; `/tmp` is the copy's own folder, `/proc` a new proc
+/// of its PID namespace, `/dev/shm` the copy's own folder. An entry named
+/// like the fixed folder of shinyctl's own is left out (it is shadowed),
+/// and so is one that cannot be bound (a FUSE mount of another user, say),
+/// with a line in the log: the copy may not need it, and if it does, the
+/// log says why it is missing.
+fn fill_root(old: &Path, new: &Path, plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
     let own_top = Path::new(APP_DIR).iter().nth(1).map(|s| s.to_os_string());
+    let mut built = Built::default();
     for entry in std::fs::read_dir(old).context("cannot list the host's /")? {
         let entry = entry.context("cannot list the host's /")?;
         let name = entry.file_name();
@@ -143,10 +145,143 @@ fn fill_root(old: &Path, new: &Path) -> anyhow::Result<()> {
             // Sockets, fifos and devices at the top level are left out.
             continue;
         }
+        match name.to_str() {
+            Some("tmp") => {
+                bind(sources.from("/oldroot", &plan.tmp), &to, false)?;
+                continue;
+            }
+            Some("proc") => match mount_proc(&to) {
+                Ok(()) => continue,
+                Err(e) => built.host_proc = Some(format!("{e:#}")),
+            },
+            _ => {}
+        }
         if let Err(e) = rbind(&from, &to) {
             super::log(&format!("--- shinyctl: /{} is left out of the copy's root: {e:#} ---", name.to_string_lossy()));
             let _ = if kind.is_dir() { std::fs::remove_dir(&to) } else { std::fs::remove_file(&to) };
+            continue;
         }
+        if !name.to_str().is_some_and(|n| KEPT_WRITABLE.contains(&n)) {
+            read_only_tree(&to)?;
+        }
+    }
+    let shm = new.join("dev/shm");
+    if shm.is_dir() {
+        bind(sources.from("/oldroot", &plan.shm), &shm, false)?;
+    }
+    // The IPC namespace's own message queues, where the kernel has them.
+    let _ = mount(Some("mqueue"), &new.join("dev/mqueue"), Some("mqueue"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC, None::<&str>);
+    Ok(built)
+}
+
+/// Mounts a proc of this process's PID namespace at `to`.
+fn mount_proc(to: &Path) -> anyhow::Result<()> {
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount(Some("proc"), to, Some("proc"), flags, None::<&str>).context("a proc of the copy's PID namespace cannot be mounted")
+}
+
+/// Covers each hidden path in the new root: a folder with an empty tmpfs
+/// (left writable until [`expose`] has made its mount points; the caller
+/// makes it read-only), a file with the empty file. Paths below another
+/// hidden one are hidden with it. Returns the tmpfs mounts.
+fn hide(plan: &Plan) -> anyhow::Result<Vec<PathBuf>> {
+    let mut hidden = plan.hidden.clone();
+    hidden.sort_by_key(|p| p.components().count());
+    let mut done: Vec<&PathBuf> = Vec::new();
+    let mut masks = Vec::new();
+    for h in &hidden {
+        if done.iter().any(|d| h.starts_with(d)) {
+            continue;
+        }
+        let target = under("/newroot", h);
+        let Ok(meta) = std::fs::metadata(&target) else { continue };
+        if meta.is_dir() {
+            let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+            mount(Some("tmpfs"), &target, Some("tmpfs"), flags, Some("mode=0755,size=64k"))
+                .with_context(|| format!("cannot hide {}", h.display()))?;
+            masks.push(target);
+        } else {
+            bind("/empty", &target, true).with_context(|| format!("cannot hide {}", h.display()))?;
+        }
+        done.push(h);
+    }
+    Ok(masks)
+}
+
+/// Binds what the copy may see below hidden or read-only places: the
+/// writable paths, the scratch disk (at [`SCRATCH_DIR`] and its own path)
+/// and the app folder read-only (at [`APP_DIR`] and its own path), each
+/// parent before its children. A mount point that is missing is made (in a
+/// hidden path's tmpfs, the copy's /tmp, the new root); one that cannot be
+/// is left out with a line in the log, but for the fixed paths.
+fn expose(plan: &Plan, sources: &Sources) -> anyhow::Result<()> {
+    let mut binds: Vec<(PathBuf, PathBuf, bool, bool)> = Vec::new();
+    for w in &plan.writable {
+        binds.push((w.clone(), w.clone(), false, false));
+    }
+    for n in &plan.needed {
+        if n.starts_with(BASE) || plan.hidden.iter().any(|h| n.starts_with(h)) {
+            binds.push((n.clone(), n.clone(), true, false));
+        }
+    }
+    // At their own paths too, but not below /tmp: that is the copy's own
+    // folder, which mount points would litter.
+    for (p, read_only) in [(&plan.scratch, false), (&plan.app_dir, true)] {
+        if !p.starts_with(BASE) {
+            binds.push((p.clone(), p.clone(), read_only, false));
+        }
+    }
+    binds.push((plan.scratch.clone(), SCRATCH_DIR.into(), false, true));
+    binds.push((plan.app_dir.clone(), APP_DIR.into(), true, true));
+    binds.sort_by_key(|(_, at, _, _)| at.components().count());
+    for (from, at, read_only, required) in binds {
+        if at == Path::new("/") {
+            continue;
+        }
+        let (from, to) = (sources.from("/oldroot", &from), under("/newroot", &at));
+        let made = match from.is_dir() {
+            true => std::fs::create_dir_all(&to),
+            false => to.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| match to.exists() {
+                true => Ok(()),
+                false => std::fs::File::create(&to).map(drop),
+            }),
+        };
+        let res = made.with_context(|| format!("cannot make the mount point {}", at.display())).and_then(|_| bind(&from, &to, read_only));
+        match res {
+            Ok(()) => {}
+            Err(e) if required => return Err(e),
+            // A place the copy's user cannot walk to (a run-as copy's
+            // release at its own path below /root): R could not reach it
+            // there either, so nothing is missing.
+            Err(e) if e.root_cause().downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied) => {}
+            Err(e) => super::log(&format!("--- shinyctl: {} is not in the copy's root: {e:#} ---", at.display())),
+        }
+    }
+    Ok(())
+}
+
+/// Makes the mount at `path` and every mount below it read-only
+/// (mount_setattr with AT_RECURSIVE, Linux 5.12; a raw syscall: neither
+/// nix nor libc wrap it).
+fn read_only_tree(path: &Path) -> anyhow::Result<()> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const MOUNT_ATTR_RDONLY: u64 = 0x1;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).context("a path with a NUL")?;
+    let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    // SAFETY: a path and a mount_attr of the size passed, both alive for the call.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_mount_setattr, libc::AT_FDCWD, c.as_ptr(), AT_RECURSIVE, &attr as *const MountAttr, std::mem::size_of::<MountAttr>())
+    };
+    if rc != 0 {
+        // An older kernel: the top mount alone, with the flags it has.
+        return remount_read_only(path);
     }
     Ok(())
 }

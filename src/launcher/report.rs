@@ -11,14 +11,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::Isolation;
 
-/// The report file as written: the isolation and the PID it is about.
-#[derive(Debug, Serialize, Deserialize)]
-struct Report {
-    /// The copy's PID.
-    pid: u32,
+/// The report file as written: the isolation, the PID it is about (the
+/// launcher's, which the daemon records) and R's PID as the host sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    /// The copy's PID as the daemon records it: the launcher's.
+    pub pid: u32,
+    /// R's PID on the host: the launcher's own when it exec'd R (no PID
+    /// namespace), the init's child otherwise.
+    #[serde(default)]
+    pub r_pid: Option<u32>,
     /// What it got.
     #[serde(flatten)]
-    isolation: Isolation,
+    pub isolation: Isolation,
 }
 
 /// Where the launcher reports copy N's isolation: `<N>.launch.json` beside
@@ -29,12 +34,12 @@ pub fn report_path(scratch: &Path) -> PathBuf {
     scratch.with_file_name(format!("{name}.launch.json"))
 }
 
-/// The isolation of the copy whose process is `pid`, if its launcher
+/// The report of the copy whose recorded process is `pid`, if its launcher
 /// reported one (copies started before the launcher existed have none).
-pub fn read_report(scratch: &Path, pid: u32) -> Option<Isolation> {
+pub fn read_report(scratch: &Path, pid: u32) -> Option<Report> {
     let bytes = std::fs::read(report_path(scratch)).ok()?;
     let report: Report = serde_json::from_slice(&bytes).ok()?;
-    (report.pid == pid).then_some(report.isolation)
+    (report.pid == pid).then_some(report)
 }
 
 /// The report file, opened (and emptied) before the launcher leaves the
@@ -52,10 +57,10 @@ impl Writer {
         Ok(Writer { file })
     }
 
-    /// Writes the report for this process. A failure only costs the daemon
-    /// the field in status, so it is not an error.
-    pub fn write(mut self, isolation: &Isolation) {
-        let report = Report { pid: std::process::id(), isolation: isolation.clone() };
+    /// Writes the report for this process, whose R is `r_pid`. A failure
+    /// only costs the daemon the field in status, so it is not an error.
+    pub fn write(mut self, isolation: &Isolation, r_pid: Option<u32>) {
+        let report = Report { pid: std::process::id(), r_pid, isolation: isolation.clone() };
         if let Ok(bytes) = serde_json::to_vec(&report) {
             let _ = self.file.write_all(&bytes);
         }
@@ -77,9 +82,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("shinyctl-report-{}", std::process::id()));
         let scratch = dir.join("1");
         std::fs::create_dir_all(&scratch).unwrap();
-        let iso = Isolation { kind: IsolationKind::Landlock, reason: Some("no user namespaces".into()) };
-        Writer::open(&report_path(&scratch)).unwrap().write(&iso);
-        assert_eq!(read_report(&scratch, std::process::id()), Some(iso));
+        let iso = Isolation { kind: IsolationKind::Landlock, reason: Some("no user namespaces".into()), fences: vec![], user: None };
+        Writer::open(&report_path(&scratch)).unwrap().write(&iso, Some(7));
+        let got = read_report(&scratch, std::process::id()).expect("its own report");
+        assert_eq!((got.isolation, got.r_pid), (iso, Some(7)));
         assert_eq!(read_report(&scratch, std::process::id() + 1), None, "another process of the same copy");
         let text = std::fs::read_to_string(report_path(&scratch)).unwrap();
         assert!(text.contains("\"kind\":\"landlock\""), "{text}");

@@ -54,14 +54,24 @@ pub(super) struct Doc<'a> {
 pub(super) struct Cx<'a> {
     /// The manifest.
     pub doc: &'a Doc<'a>,
-    /// The key, as written.
+    /// The key, as written; `parent.key` for a key nested under a
+    /// top-level one (`sandbox.memory`).
     pub key: &'a str,
+    /// The line of a nested key (found by its parent); none for a
+    /// top-level key, whose line is searched by its name.
+    pub line: Option<usize>,
 }
 
 impl<'a> Doc<'a> {
     /// The context for checking `key`.
     pub fn key(&'a self, key: &'a str) -> Cx<'a> {
-        Cx { doc: self, key }
+        Cx { doc: self, key, line: None }
+    }
+
+    /// The context for checking a key nested under a top-level one: `key`
+    /// is the full name (`sandbox.memory`), `line` where it is written.
+    pub fn nested(&'a self, key: &'a str, line: usize) -> Cx<'a> {
+        Cx { doc: self, key, line: Some(line) }
     }
 
     /// An error at an explicit line.
@@ -102,7 +112,7 @@ impl Cx<'_> {
     /// An error about this key, at its line (or the document's first line
     /// when the key is not written, e.g. a default that fails).
     pub fn err(&self, message: String) -> ManifestError {
-        let line = key_line(self.doc.text, self.key).unwrap_or_else(|| first_content_line(self.doc.text));
+        let line = self.line.or_else(|| key_line(self.doc.text, self.key)).unwrap_or_else(|| first_content_line(self.doc.text));
         self.doc.at(line, Some(self.key), message)
     }
 
@@ -115,7 +125,8 @@ impl Cx<'_> {
     /// one.
     pub fn unknown(&self, keys: &[&'static str]) -> ManifestError {
         let mut message = format!("unknown key; allowed keys: {}", keys.join(", "));
-        if let Some(s) = suggest(self.key, keys) {
+        let own = self.key.rsplit('.').next().unwrap_or(self.key);
+        if let Some(s) = suggest(if self.line.is_some() { own } else { self.key }, keys) {
             message.push_str(&format!(" (did you mean {s}?)"));
         }
         self.err(message)

@@ -8,7 +8,10 @@ use serde_yaml::Value;
 use std::path::{Component, Path, PathBuf};
 
 use super::error::{shown_scalar, Cx};
-use super::{LbPolicy, ManifestError, RestartPolicy, MAX_COPIES, MAX_LONG_DURATION_MS, MAX_NAME_LEN, MAX_REQUEST_TIMEOUT_MS};
+use super::net::Cidr;
+use super::{
+    LbPolicy, ManifestError, RestartPolicy, MAX_CONNECTIONS, MAX_COPIES, MAX_LONG_DURATION_MS, MAX_NAME_LEN, MAX_REQUEST_TIMEOUT_MS,
+};
 
 /// What `app-name` and `app-group` allow.
 pub(super) const NAME_ALLOWED: &str = "lowercase letters, digits and '-', starting with a letter or a digit \
@@ -152,6 +155,43 @@ pub(super) fn request_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> 
     Ok(ms)
 }
 
+/// `max-connections`: 1 to [`MAX_CONNECTIONS`].
+pub(super) fn max_connections(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+    let allowed = format!("a whole number of open visitor connections, at least 1 (and at most {MAX_CONNECTIONS})");
+    let n = cx.uint(v, &allowed)?;
+    if n < 1 {
+        return Err(cx.err(format!("{n} would let no visitor in; allowed: {allowed}")));
+    }
+    if n > MAX_CONNECTIONS {
+        return Err(cx.err(format!("{n} is too many; allowed: {allowed}")));
+    }
+    Ok(n as u32)
+}
+
+/// `trusted-proxies`: a list of addresses or CIDR ranges (one may be
+/// written alone), kept in their plain form (`10.0.0.0/8`, `192.0.2.7`).
+pub(super) fn trusted_proxies(cx: &Cx, v: &Value) -> Result<Vec<String>, ManifestError> {
+    let allowed = "a list of IP addresses or CIDR ranges of the proxies in front, \
+                   such as [127.0.0.1, 10.0.0.0/8, \"2001:db8::/32\"]";
+    let items: Vec<&Value> = match v {
+        Value::Sequence(seq) => seq.iter().collect(),
+        Value::String(_) => vec![v],
+        other => return Err(cx.wrong_type(other, allowed)),
+    };
+    let mut out: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        let s = cx.nonempty_string(item, allowed)?;
+        let Some(range) = Cidr::parse(&s) else {
+            return Err(cx.err(format!("{s:?} is not an IP address or CIDR range; allowed: {allowed}")));
+        };
+        let text = range.to_string();
+        if !out.contains(&text) {
+            out.push(text);
+        }
+    }
+    Ok(out)
+}
+
 /// `r-path`: a name looked up on PATH when the copy starts, or a path
 /// (with a `/` or a `~`) to a file that exists now.
 pub(super) fn r_path(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
@@ -249,7 +289,7 @@ pub(super) fn absolute(path: &Path) -> PathBuf {
 /// A path from the manifest: `~/…` is under $HOME, relative is relative to
 /// the manifest's folder. `.` parts are dropped; `..` parts are kept, so a
 /// symlinked folder resolves as the system resolves it.
-fn resolve(base: &Path, s: &str) -> PathBuf {
+pub(super) fn resolve(base: &Path, s: &str) -> PathBuf {
     let s = s.trim();
     let p = match (s == "~" || s.starts_with("~/"), std::env::var_os("HOME")) {
         (true, Some(h)) if !h.is_empty() => PathBuf::from(h).join(s[1..].trim_start_matches('/')),

@@ -19,12 +19,17 @@
 mod draft;
 mod env;
 mod error;
+mod fence;
 mod keys;
+mod net;
 mod policy;
+mod sandbox;
 mod value;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_fence;
 
 use serde::{Deserialize, Serialize};
 use serde_yaml::{Mapping, Value};
@@ -35,7 +40,10 @@ use error::{describe, first_content_line, Doc};
 
 pub use draft::KEYS;
 pub use error::{line_of_key, ManifestError};
+pub use net::Cidr;
 pub use policy::{LbPolicy, RestartPolicy};
+pub use fence::SANDBOX_KEYS;
+pub use sandbox::{parse_size, show_size, Sandbox, SandboxMode, Syscalls, DEFAULT_OPEN_FILES, DEFAULT_TASKS};
 pub use value::parse_duration;
 
 /// A validated app, as applied. Durations are in milliseconds, paths are
@@ -76,11 +84,31 @@ pub struct AppSpec {
     pub request_timeout_ms: u64,
     /// `r-path`, default `R` (found on PATH).
     pub r_path: String,
+    /// `max-connections`, default [`DEFAULT_MAX_CONNECTIONS`]: the most
+    /// visitors' connections the load balancer keeps open for the app at
+    /// once; past it a visitor gets a 503 with Retry-After. The load
+    /// balancer reads it from the table: changing it restarts no copy.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// `trusted-proxies`, default none: addresses and CIDR ranges (in the
+    /// form [`Cidr`] prints) of proxies in front, whose `X-Forwarded-For` is
+    /// appended to and `X-Forwarded-Proto` kept, and whose connections no
+    /// per-address cap limits. In the table too, like `max-connections`.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// `sandbox`: how each copy is fenced (defaults when absent).
+    #[serde(default)]
+    pub sandbox: Sandbox,
+    /// `run-as`: the user copies run as when the daemon is root; none: the
+    /// daemon's own user.
+    #[serde(default)]
+    pub run_as: Option<String>,
 }
 
 impl AppSpec {
     /// The hash of everything that decides how a copy starts: env,
-    /// working-dir, app-group, app-name, entrypoint-file, r-path. Copies
+    /// working-dir, app-group, app-name, entrypoint-file, r-path, and the
+    /// fence (`sandbox`, `run-as`) when it is not the default. Copies
     /// started with another hash are outdated.
     pub fn settings_hash(&self) -> String {
         use sha2::{Digest, Sha256};
@@ -95,6 +123,18 @@ impl AppSpec {
             h.update(k.as_bytes());
             h.update([b'=']);
             h.update(v.as_bytes());
+            h.update([0]);
+        }
+        // Only a fence that differs from the default counts, so the apps
+        // deployed before the fence keep their hash (and their copies).
+        if self.sandbox != Sandbox::default() {
+            h.update(b"sandbox=");
+            h.update(serde_json::to_vec(&self.sandbox).unwrap_or_default());
+            h.update([0]);
+        }
+        if let Some(user) = &self.run_as {
+            h.update(b"run-as=");
+            h.update(user.as_bytes());
             h.update([0]);
         }
         let digest = h.finalize();
@@ -112,6 +152,20 @@ pub const MAX_COPIES: u64 = 1000;
 /// The longest `drain-timeout` / `idle-timeout`: 365 days (so that adding
 /// it to a clock can never overflow).
 pub const MAX_LONG_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
+/// The default `max-connections`: enough for a busy app's visitors (a
+/// browser opens up to six connections, a Shiny session keeps one), and
+/// under what one load balancer can hold with the hard open-files limit of
+/// most systems (each visitor's connection may need one to a copy too).
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
+/// The most `max-connections` (a sanity limit, far past what one machine
+/// can hold open).
+pub const MAX_CONNECTIONS: u64 = 1_000_000;
+
+/// A spec written before `max-connections` existed gets the default.
+fn default_max_connections() -> u32 {
+    DEFAULT_MAX_CONNECTIONS
+}
+
 /// The longest `request-timeout`: 30 s.
 pub const MAX_REQUEST_TIMEOUT_MS: u64 = 30_000;
 

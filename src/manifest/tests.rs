@@ -6,10 +6,10 @@ use super::*;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A temporary folder of its own, removed at the end of the test.
-struct TestDir(PathBuf);
+pub(super) struct TestDir(pub(super) PathBuf);
 
 impl TestDir {
-    fn new() -> TestDir {
+    pub(super) fn new() -> TestDir {
         static N: AtomicU32 = AtomicU32::new(0);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
         let p = std::env::temp_dir().join(format!(
@@ -24,12 +24,12 @@ impl TestDir {
     fn manifest(&self) -> PathBuf {
         self.0.join("hello.yaml")
     }
-    fn parse(&self, text: &str) -> Result<AppSpec, ManifestError> {
+    pub(super) fn parse(&self, text: &str) -> Result<AppSpec, ManifestError> {
         parse(&self.manifest(), text)
     }
     /// Asserts `text` is refused at `line` for `key`, with each of `wants`
     /// in the message; returns the message.
-    fn refused(&self, text: &str, line: usize, key: &str, wants: &[&str]) -> String {
+    pub(super) fn refused(&self, text: &str, line: usize, key: &str, wants: &[&str]) -> String {
         let e = self.parse(text).expect_err("should be refused");
         let shown = e.to_string();
         let prefix = format!("{}:{line}: {key}: ", self.manifest().display());
@@ -74,6 +74,8 @@ fn defaults_are_filled() {
     assert_eq!(s.idle_timeout_ms, 300_000);
     assert_eq!(s.request_timeout_ms, 30_000);
     assert_eq!(s.r_path, "R");
+    assert_eq!(s.max_connections, DEFAULT_MAX_CONNECTIONS);
+    assert!(s.trusted_proxies.is_empty());
 }
 
 #[test]
@@ -361,4 +363,36 @@ fn key_lines() {
     assert_eq!(key_line(text, "host"), None);
     assert_eq!(key_line("é: 1\n", "é"), Some(1));
     assert_eq!(raw_value_after_key("  V: 1.10 # the version", "V").as_deref(), Some("1.10"));
+}
+
+#[test]
+fn connection_limits_and_trusted_proxies() {
+    let d = TestDir::new();
+    let s = d.parse("app-name: hello\nport: 8080\nmax-connections: 500\ntrusted-proxies:\n  - 127.0.0.1\n  - 10.1.2.3/8\n  - \"[2001:db8::1]\"\n  - 10.0.0.0/8\n").unwrap();
+    assert_eq!(s.max_connections, 500);
+    assert_eq!(s.trusted_proxies, vec!["127.0.0.1", "10.0.0.0/8", "2001:db8::1"], "plain forms, each once");
+    let one = d.parse("app-name: hello\nport: 8080\ntrusted-proxies: 192.0.2.0/24\n").unwrap();
+    assert_eq!(one.trusted_proxies, vec!["192.0.2.0/24"]);
+    assert!(d.parse("app-name: hello\nport: 8080\ntrusted-proxies: []\n").unwrap().trusted_proxies.is_empty());
+    // Neither decides how a copy starts: a change restarts no copy.
+    let mut changed = s.clone();
+    changed.max_connections = 7;
+    changed.trusted_proxies.clear();
+    assert_eq!(changed.settings_hash(), s.settings_hash());
+}
+
+#[test]
+fn bad_connection_limits_and_trusted_proxies() {
+    let d = TestDir::new();
+    d.refused("app-name: hello\nport: 8080\nmax-connections: 0\n", 3, "max-connections", &["would let no visitor in", "at least 1"]);
+    d.refused("app-name: hello\nport: 8080\nmax-connections: 2000000\n", 3, "max-connections", &["too many", "at most 1000000"]);
+    d.refused("app-name: hello\nport: 8080\nmax-connections: lots\n", 3, "max-connections", &["\"lots\"", "whole number"]);
+    d.refused(
+        "app-name: hello\nport: 8080\ntrusted-proxies:\n  - 10.0.0.1\n  - proxy.local\n",
+        3,
+        "trusted-proxies",
+        &["\"proxy.local\" is not an IP address or CIDR range", "10.0.0.0/8"],
+    );
+    d.refused("app-name: hello\nport: 8080\ntrusted-proxies: 10.0.0.0/40\n", 3, "trusted-proxies", &["not an IP address or CIDR range"]);
+    d.refused("app-name: hello\nport: 8080\ntrusted-proxies: {a: 1}\n", 3, "trusted-proxies", &["a mapping", "a list of IP addresses"]);
 }

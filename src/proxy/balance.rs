@@ -14,6 +14,12 @@ pub struct Candidate {
     pub down: bool,
     /// Requests in flight plus open WebSockets.
     pub connections: u64,
+    /// A request has waited too long for it with no answer since: it gets
+    /// no new visitor while another copy can take one.
+    pub stalled: bool,
+    /// Unix ms of its last answer (0: none): when every copy is stalled, a
+    /// new visitor goes to the one that answered most recently.
+    pub last_answer_ms: u64,
 }
 
 /// Why a copy is being picked.
@@ -28,7 +34,8 @@ pub enum Need {
 
 /// Picks the copy for a request among `copies` (table order), or `None`
 /// when no copy may take it. Draining copies and copies known to be down
-/// are never picked. `rr` is the app's round-robin counter (the caller
+/// are never picked; stalled ones only when every other is stalled too,
+/// and then the one that answered most recently. `rr` is the app's round-robin counter (the caller
 /// advances it) and `random` any random number. The load balancer itself
 /// calls [`pick_by`]; this form is for the tests.
 #[cfg(test)]
@@ -43,12 +50,30 @@ pub fn pick_by(policy: LbPolicy, len: usize, copy: impl Fn(usize) -> Candidate, 
         Need::NewVisitor => (Role::Active, Role::Warm),
         Need::StandIn => (Role::Warm, Role::Active),
     };
-    pick_role(policy, len, &copy, first, rr, random).or_else(|| pick_role(policy, len, &copy, second, rr, random))
+    pick_role(policy, len, &copy, first, rr, random)
+        .or_else(|| pick_role(policy, len, &copy, second, rr, random))
+        .or_else(|| most_recent(len, &copy, first, second))
+}
+
+/// Among the stalled copies of either role that are up, the one that
+/// answered most recently (ties: the older copy).
+fn most_recent(len: usize, copy: &impl Fn(usize) -> Candidate, first: Role, second: Role) -> Option<usize> {
+    let mut best: Option<(usize, u64)> = None;
+    for i in 0..len {
+        let c = copy(i);
+        if c.down || (c.role != first && c.role != second) {
+            continue;
+        }
+        if best.is_none_or(|(_, at)| c.last_answer_ms > at) {
+            best = Some((i, c.last_answer_ms));
+        }
+    }
+    best.map(|(i, _)| i)
 }
 
 /// Applies the policy to the copies of one role that are up.
 fn pick_role(policy: LbPolicy, len: usize, copy: &impl Fn(usize) -> Candidate, role: Role, rr: usize, random: u64) -> Option<usize> {
-    let usable = || (0..len).map(|i| (i, copy(i))).filter(|(_, c)| c.role == role && !c.down);
+    let usable = || (0..len).map(|i| (i, copy(i))).filter(|(_, c)| c.role == role && !c.down && !c.stalled);
     match policy {
         LbPolicy::First => usable().next().map(|(i, _)| i),
         LbPolicy::LeastConn => {
@@ -81,7 +106,34 @@ mod tests {
     use super::*;
 
     fn c(role: Role, down: bool, connections: u64) -> Candidate {
-        Candidate { role, down, connections }
+        Candidate { role, down, connections, stalled: false, last_answer_ms: 0 }
+    }
+
+    fn stalled(role: Role, last_answer_ms: u64) -> Candidate {
+        Candidate { role, down: false, connections: 0, stalled: true, last_answer_ms }
+    }
+
+    #[test]
+    fn a_stalled_copy_gets_no_new_visitor_while_another_answers() {
+        let copies = [stalled(A, 900), c(A, false, 50), c(W, false, 0)];
+        for policy in [LbPolicy::LeastConn, LbPolicy::RoundRobin, LbPolicy::Random, LbPolicy::First] {
+            for n in 0..4 {
+                assert_eq!(pick(policy, &copies, Need::NewVisitor, n, n as u64), Some(1), "{policy:?}");
+            }
+        }
+        let only_warm = [stalled(A, 900), stalled(A, 800), c(W, false, 0)];
+        assert_eq!(pick(LbPolicy::LeastConn, &only_warm, Need::NewVisitor, 0, 0), Some(2), "the warm copy before a stalled active one");
+    }
+
+    #[test]
+    fn when_every_copy_is_stalled_the_one_that_answered_last_gets_the_visitor() {
+        let copies = [stalled(A, 900), stalled(A, 1200), stalled(W, 1100), c(D, false, 0)];
+        assert_eq!(pick(LbPolicy::LeastConn, &copies, Need::NewVisitor, 0, 0), Some(1));
+        assert_eq!(pick(LbPolicy::First, &copies, Need::StandIn, 0, 0), Some(1));
+        let with_down = [Candidate { down: true, ..stalled(A, 5000) }, stalled(W, 10)];
+        assert_eq!(pick(LbPolicy::LeastConn, &with_down, Need::NewVisitor, 0, 0), Some(1), "a copy down is never picked");
+        let draining = [stalled(D, 5000)];
+        assert_eq!(pick(LbPolicy::LeastConn, &draining, Need::NewVisitor, 0, 0), None, "nor a draining one");
     }
 
     const A: Role = Role::Active;

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::pool::Sender;
+use super::progress::{self, BoxError, Idle};
 use super::shared::ErrorSource;
 use super::table::CopyState;
 
@@ -53,6 +54,8 @@ pub enum DownBody {
         body: Incoming,
         /// Ends (and pools the connection) once the body is read.
         lease: Option<Lease>,
+        /// Cuts the answer when the copy stops sending it.
+        idle: Idle,
     },
     /// A whole body (our pages), taken on first poll.
     Full(Option<Bytes>),
@@ -67,12 +70,12 @@ impl DownBody {
 
 impl Body for DownBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            DownBody::Upstream { body, lease } => {
-                let polled = Pin::new(&mut *body).poll_frame(cx);
+            DownBody::Upstream { body, lease, idle } => {
+                let polled = progress::poll_watched(Pin::new(&mut *body).poll_frame(cx), idle, cx, "a copy's answer");
                 match &polled {
                     Poll::Ready(None) => finish(lease),
                     Poll::Ready(Some(Ok(_))) if body.is_end_stream() => finish(lease),

@@ -14,8 +14,10 @@ use tokio::sync::{watch, Mutex, Notify};
 
 use super::cookie::KEY_LEN;
 use super::daemon::DaemonLink;
-use super::handover::Inherited;
+use super::handover::Sockets;
+use super::limits::{self, Gate};
 use super::listeners::Listeners;
+use super::pool;
 use super::shared::Shared;
 use super::table;
 use super::workers::{Worker, WORKERS};
@@ -32,6 +34,22 @@ const MAX_HEAD: usize = 64 * 1024;
 /// The largest table accepted on the control socket.
 const MAX_TABLE: usize = 16 * 1024 * 1024;
 
+/// Every so often, closes the idle connections to copies that expired
+/// ([`pool::POOL_IDLE`]), so a quiet app holds none; ends with the load
+/// balancer.
+async fn expire_pools(control: std::sync::Weak<Control>) {
+    let mut tick = tokio::time::interval(pool::POOL_IDLE / 3);
+    loop {
+        tick.tick().await;
+        let Some(control) = control.upgrade() else { return };
+        for app in &control.shared.table.load().apps {
+            for copy in &app.copies {
+                copy.state.pool.expire();
+            }
+        }
+    }
+}
+
 /// A load balancer's state, as its control socket and callers reach it.
 pub struct Control {
     /// Shared with the listeners and every connection.
@@ -40,13 +58,17 @@ pub struct Control {
     pub listeners: Mutex<Listeners>,
     /// Woken by `POST /shutdown`.
     pub stop: Notify,
+    /// Watches each copy's process and marks it gone when it exits
+    /// (`liveness.rs`); off in process for tables of made-up PIDs.
+    watch_copies: bool,
 }
 
 impl Control {
     /// A load balancer with an empty table, serving visitors on `workers`,
-    /// reporting to `daemon`, signing cookies with `key`; `inherited`
-    /// sockets are used for the apps they were bound for.
-    pub fn new(daemon: DaemonLink, key: [u8; KEY_LEN], workers: Vec<Worker>, inherited: Inherited) -> Arc<Control> {
+    /// reporting to `daemon`, signing cookies with `key`, listening on the
+    /// `given` sockets for the apps they were bound for.
+    /// With `watch_copies`, a copy whose process exits gets no visitor.
+    pub fn new(daemon: DaemonLink, key: [u8; KEY_LEN], workers: Vec<Worker>, given: Sockets, watch_copies: bool) -> Arc<Control> {
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_header_size(MAX_HEAD).max_buf_size(MAX_HEAD);
         let shared = Arc::new(Shared {
@@ -57,8 +79,13 @@ impl Control {
             shutdown: watch::Sender::new(false),
             stopping: AtomicBool::new(false),
             workers,
+            pump: Arc::default(),
+            requests: Default::default(),
+            gate: Gate::new(limits::connection_budget(limits::open_files_limit())),
         });
-        Arc::new(Control { shared, listeners: Mutex::new(Listeners::inheriting(inherited)), stop: Notify::new() })
+        let control = Arc::new(Control { shared, listeners: Mutex::new(Listeners::with(given)), stop: Notify::new(), watch_copies });
+        tokio::spawn(expire_pools(Arc::downgrade(&control)));
+        control
     }
 
     /// Swaps in `table` when it differs from the one held, and makes the
@@ -71,8 +98,20 @@ impl Control {
             tracing::info!("new table: {}", table::describe(&table));
             let next = table::Table::build(table, &shared.key, &current);
             shared.table.swap(next);
-            listeners.apply(&shared.table.load(), shared).await;
+            let live = shared.table.load();
+            if self.watch_copies {
+                super::liveness::watch(&live);
+            }
+            listeners.apply(&live, shared).await;
         }
+    }
+
+    /// Takes in the whole set of listening sockets the daemon holds and
+    /// listens on those the table names.
+    pub async fn give(&self, sockets: Sockets) {
+        let mut listeners = self.listeners.lock().await;
+        listeners.give(sockets);
+        listeners.apply(&self.shared.table.load(), &self.shared).await;
     }
 
     /// Stops taking connections and lets the open ones finish for up to
@@ -129,11 +168,12 @@ pub async fn handle(req: Request<hyper::body::Incoming>, ctl: &Control) -> Respo
         }
         (&Method::GET, "/table") => uds::json_response(StatusCode::OK, &ctl.shared.table.load().source),
         (&Method::GET, "/stats") => uds::json_response(StatusCode::OK, &ctl.stats()),
+        (&Method::GET, "/metrics") => uds::json_response(StatusCode::OK, &super::stats::metrics(&ctl.shared)),
         (&Method::POST, "/shutdown") => {
             ctl.stop.notify_one();
             uds::json_response(StatusCode::OK, &ActionReply { message: "stopping".into() })
         }
-        (_, "/table" | "/stats" | "/shutdown") => error(StatusCode::METHOD_NOT_ALLOWED, format!("{} is not allowed here", req.method())),
+        (_, "/table" | "/stats" | "/metrics" | "/shutdown") => error(StatusCode::METHOD_NOT_ALLOWED, format!("{} is not allowed here", req.method())),
         (_, path) => error(StatusCode::NOT_FOUND, format!("no such route: {path}")),
     }
 }

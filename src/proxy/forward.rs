@@ -16,34 +16,21 @@ use hyper::http::request;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
+use super::attempt::Attempt;
 use super::balance::{self, Need};
 use super::body::DownBody;
-use super::daemon::{wake_outcome, Wake, WakeWatch};
+use super::daemon::{wake_outcome, Wake};
 use super::headers;
 use super::pool::UpBody;
+use super::progress::Idle;
 use super::shared::{ErrorSource, Shared};
 use super::table::{LiveApp, LiveCopy};
-use super::upstream::{send, Failure, Replay, Sent};
+use super::upstream::{self, send, Failure, Replay, Sent};
 use super::{pages, websocket};
-use crate::clock::now_ms;
+use crate::clock::{mono_ms, now_ms};
 use crate::model::{LbPolicy, Role};
 
-/// Attempts to send one request (new connections, stand-ins and retries
-/// of a request that was lost on a dying connection).
-const MAX_SENDS: u32 = 5;
-/// Of those, how many may be lost after they were sent: a copy that keeps
-/// dropping the same request is not dying, it refuses that request.
-const MAX_LOST: u32 = 3;
-
-/// A client connection's own facts, shared by its requests.
-pub struct Client {
-    /// Everything the load balancer shares.
-    pub shared: Arc<Shared>,
-    /// The public port the connection came in on: which app it is for.
-    pub port: u16,
-    /// The visitor's address, ready to be sent as `X-Forwarded-For`.
-    pub xff: HeaderValue,
-}
+pub use super::client::Client;
 
 /// The hyper service: every request of a visitor's connection.
 pub async fn handle(req: Request<Incoming>, client: Arc<Client>) -> Result<Response<DownBody>, Infallible> {
@@ -51,7 +38,9 @@ pub async fn handle(req: Request<Incoming>, client: Arc<Client>) -> Result<Respo
 }
 
 async fn forward(req: Request<Incoming>, client: &Client) -> Response<DownBody> {
+    let started = std::time::Instant::now();
     let mut resp = route(req, client).await;
+    super::stats::count(&client.shared, client.port, resp.status(), started);
     if client.shared.stopping.load(Ordering::Relaxed) && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         // Stopping: hyper closes the connection after this answer.
         resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -62,6 +51,9 @@ async fn forward(req: Request<Incoming>, client: &Client) -> Response<DownBody> 
 /// The answer to one request: from a copy, or a page of our own.
 async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody> {
     let shared = &client.shared;
+    if client.busy {
+        return pages::busy();
+    }
     let Some(mut app) = shared.table.app(client.port) else {
         return pages::no_app(client.port);
     };
@@ -72,12 +64,18 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
     let client_upgrade = websocket::is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     let claimed = claimed_copy(&app, &parts);
-    headers::for_copy(&mut parts, &client.xff, client_upgrade.is_some());
+    let from = headers::Sender { address: &client.xff, trusted: app.trusts(client.peer) };
+    headers::for_copy(&mut parts, &from, client_upgrade.is_some());
     // A request without a body can be sent again if it is lost on a dying
     // connection; one with a body cannot (it was consumed).
     let replay = body.is_end_stream().then(|| Replay::of(&parts));
-    let mut req = Request::from_parts(parts, UpBody::Client(body));
-    let mut attempt = Attempt::default();
+    let mut attempt = Attempt::new(&parts);
+    if attempt.refused(&app, mono_ms()) {
+        tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, request = %attempt.line(),
+            "answered 502 at once: this request was in flight when two copies died within a minute");
+        return pages::bad_gateway(&app.name);
+    }
+    let mut req = Request::from_parts(parts, UpBody::Client(body, Idle::default()));
     loop {
         let i;
         (app, i) = match wait_for_copy(shared, client.port, app, claimed, &mut attempt).await {
@@ -90,11 +88,14 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
         shared.daemon.report_stand_in(&app.name, attempt.notice.take(), (copy.role == Role::Warm).then_some(copy.copy));
         attempt.sends += 1;
         req = match send(copy, req, client_upgrade.is_some()).await {
-            Ok(sent) => return respond(&app, copy, claimed, sent, client_upgrade),
-            Err(failure) => match attempt.failed(shared, &app, copy, failure, replay.as_ref()) {
-                Ok(again) => again,
-                Err(page) => return page,
-            },
+            Ok(sent) => return respond(shared, &app, copy, claimed, sent, client_upgrade),
+            Err(failure) => {
+                let died = matches!(failure, Failure::Lost(_)) && upstream::died(copy.pid).await;
+                match attempt.failed(shared, &app, copy, failure, replay.as_ref(), died) {
+                    Ok(again) => again,
+                    Err(page) => return page,
+                }
+            }
         };
     }
 }
@@ -112,77 +113,6 @@ fn claimed_copy(app: &LiveApp, parts: &request::Parts) -> Option<u32> {
     Some(claimed)
 }
 
-/// What one request has been through, across its sends and holds.
-#[derive(Default)]
-struct Attempt {
-    /// Set once this request finds a copy down: new visitors then go to a
-    /// stand-in first.
-    stand_in: bool,
-    /// The copy this request marked down: the daemon is told once a
-    /// stand-in is picked (or none can be).
-    notice: Option<u32>,
-    /// When the hold ends, and whether it waits for a wake; set when the
-    /// request is first held and kept for any later hold.
-    hold: Option<(Instant, bool)>,
-    /// The wake this request waits for.
-    wake: Option<WakeWatch>,
-    /// A wake ended with the app awake: no other is asked for.
-    woken: bool,
-    /// Sends so far (new connections, stand-ins and retries).
-    sends: u32,
-    /// Sends that were lost after they were sent.
-    lost: u32,
-}
-
-impl Attempt {
-    /// Takes in a failed send to `copy`: the request to send again, or the
-    /// page that answers it when it cannot be.
-    // The page is the request's answer, as large as the request beside it;
-    // boxing it would only add an allocation to a failure.
-    #[allow(clippy::result_large_err)]
-    fn failed(
-        &mut self,
-        shared: &Shared,
-        app: &LiveApp,
-        copy: &LiveCopy,
-        failure: Failure,
-        replay: Option<&Replay>,
-    ) -> Result<Request<UpBody>, Response<DownBody>> {
-        copy.state.pool.clear();
-        let again = match failure {
-            Failure::Refused(back, e) => {
-                self.stand_in = true;
-                if copy.state.mark_down(now_ms()) {
-                    tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, port = copy.port,
-                        "copy {} refused a connection ({e}); it gets no visitor until it comes back", copy.copy);
-                    self.notice = Some(copy.copy);
-                }
-                *back
-            }
-            Failure::Lost(e) => {
-                self.lost += 1;
-                match replay {
-                    Some(r) if self.lost < MAX_LOST => {
-                        tracing::debug!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, "request lost ({e}); sending it again");
-                        r.request()
-                    }
-                    _ => {
-                        tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy,
-                            "copy {} dropped a request ({e}); it cannot be sent again", copy.copy);
-                        return Err(pages::bad_gateway(&app.name));
-                    }
-                }
-            }
-        };
-        if self.sends >= MAX_SENDS {
-            tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, "no copy answered after {} attempts", self.sends);
-            shared.daemon.report_stand_in(&app.name, self.notice.take(), None);
-            return Err(pages::bad_gateway(&app.name));
-        }
-        Ok(again)
-    }
-}
-
 /// The copy that takes the request (the app's current table entry and the
 /// copy's index in it), at once when one can; else the request is held:
 /// until a new table brings a copy, while a sleeping app wakes (the daemon
@@ -197,13 +127,13 @@ async fn wait_for_copy(
     attempt: &mut Attempt,
 ) -> Result<(Arc<LiveApp>, usize), Response<DownBody>> {
     loop {
-        if let Some(i) = choose(&app, claimed, attempt.stand_in, now_ms()) {
+        if let Some(i) = pick(&app, claimed, attempt) {
             return Ok((app, i));
         }
         let mut changes = shared.table.subscribe();
         // A swap between the look above and subscribe() would be missed.
         app = shared.table.app(port).ok_or_else(|| pages::no_app(port))?;
-        if let Some(i) = choose(&app, claimed, attempt.stand_in, now_ms()) {
+        if let Some(i) = pick(&app, claimed, attempt) {
             return Ok((app, i));
         }
         shared.daemon.report_stand_in(&app.name, attempt.notice.take(), None);
@@ -238,12 +168,23 @@ async fn wait_for_copy(
     }
 }
 
+/// The copy for this request ([`choose`]): another than the one that lost
+/// it when there is one, else that one again (it may only have dropped a
+/// connection, or it comes back).
+fn pick(app: &LiveApp, claimed: Option<u32>, attempt: &Attempt) -> Option<usize> {
+    let now = now_ms();
+    choose(app, claimed, attempt.stand_in, attempt.avoid, now)
+        .or_else(|| attempt.avoid.and_then(|_| choose(app, claimed, attempt.stand_in, None, now)))
+}
+
 /// The copy for this request: the one its cookie names while that copy is
-/// up (whatever its role), else one picked by the app's policy.
-fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, now: u64) -> Option<usize> {
+/// up (whatever its role), else one picked by the app's policy; never
+/// `avoid` (the copy process that lost it: a retry goes to another).
+fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, avoid: Option<(u32, u32)>, now: u64) -> Option<usize> {
     let mut need = if failed { Need::StandIn } else { Need::NewVisitor };
+    let avoided = |i: usize| avoid == Some((app.copies[i].copy, app.copies[i].pid));
     if let Some(i) = claimed.and_then(|n| app.index_of(n)) {
-        if !app.copies[i].state.is_down(now) {
+        if !app.copies[i].state.is_down(now) && !avoided(i) {
             return Some(i);
         }
         need = Need::StandIn;
@@ -256,11 +197,17 @@ fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, now: u64) -> Option
         LbPolicy::Random => random(),
         _ => 0,
     };
-    balance::pick_by(app.policy, app.copies.len(), |i| app.copies[i].candidate(now), need, rr, random)
+    let candidate = |i: usize| {
+        let mut c = app.copies[i].candidate(now);
+        c.down |= avoided(i);
+        c
+    };
+    balance::pick_by(app.policy, app.copies.len(), candidate, need, rr, random)
 }
 
 /// The answer as the visitor gets it.
 fn respond(
+    shared: &Shared,
     app: &LiveApp,
     copy: &LiveCopy,
     claimed: Option<u32>,
@@ -275,7 +222,7 @@ fn respond(
     match (upstream_upgrade, client_upgrade) {
         (Some(upstream), Some(client)) => {
             parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-            websocket::tunnel(client, upstream, websocket::Session::new(copy.state.clone()), app.name.clone(), copy.copy);
+            websocket::tunnel(&shared.pump, client, upstream, websocket::Session::new(copy.state.clone()), app.name.clone(), copy.copy);
             drop(lease);
             Response::from_parts(parts, DownBody::empty())
         }
@@ -291,7 +238,7 @@ fn respond(
             } else {
                 Some(lease)
             };
-            Response::from_parts(parts, DownBody::Upstream { body, lease })
+            Response::from_parts(parts, DownBody::Upstream { body, lease, idle: Idle::default() })
         }
     }
 }
@@ -338,6 +285,8 @@ mod tests {
                 request_timeout_ms: 30_000,
                 asleep: false,
                 listening: true,
+                max_connections: 0,
+                trusted_proxies: Vec::new(),
                 copies,
             }],
         };
@@ -346,7 +295,7 @@ mod tests {
 
     /// The copy number `choose` picks.
     fn chosen(app: &LiveApp, claimed: Option<u32>, stand_in: bool) -> Option<u32> {
-        choose(app, claimed, stand_in, 1_000_000).map(|i| app.copies[i].copy)
+        choose(app, claimed, stand_in, None, 1_000_000).map(|i| app.copies[i].copy)
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The header rules between a visitor and a copy: which headers belong to
 //! one connection and are dropped on the way (RFC 9110 §7.6.1), what a copy
-//! is told about the visitor (`X-Forwarded-For`, `X-Forwarded-Proto`), and
+//! is told about the visitor (`X-Forwarded-For`, `X-Real-IP`,
+//! `X-Forwarded-Proto`; a visitor's own forwarded-style headers are
+//! replaced or removed, a trusted proxy's are kept and appended to), and
 //! what a request's headers say about it (a page load).
 
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -9,20 +11,30 @@ use hyper::{Method, Uri, Version};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
+/// Who sent a request, as the copy is told.
+pub struct Sender<'a> {
+    /// The connection's peer address, as a header value.
+    pub address: &'a HeaderValue,
+    /// The peer is one of the app's `trusted-proxies`.
+    pub trusted: bool,
+}
+
 /// The request as a copy gets it: hop-by-hop headers out, the visitor's
-/// address in (`xff`), origin-form, HTTP/1.1.
-pub fn for_copy(parts: &mut request::Parts, xff: &HeaderValue, upgrade: bool) {
+/// address in (`from`), origin-form, HTTP/1.1.
+pub fn for_copy(parts: &mut request::Parts, from: &Sender, upgrade: bool) {
     let h = &mut parts.headers;
     strip_hop_by_hop(h, upgrade);
     if upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     }
-    // The visitor's address only: an incoming X-Forwarded-For is not trusted.
-    h.insert(X_FORWARDED_FOR, xff.clone());
-    h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    forwarded(h, from);
     // The visitor already got its 100 Continue from us when the body was read.
     h.remove(header::EXPECT);
     if !h.contains_key(header::HOST) {
@@ -50,6 +62,39 @@ pub fn for_visitor(parts: &mut response::Parts, switching: bool, place: Option<&
     }
 }
 
+/// The forwarded-style headers. From a trusted proxy, `X-Forwarded-For` is
+/// appended to and the rest kept (a TLS terminator in front says the
+/// scheme, host and port the visitor used). From anyone else they are not
+/// believed: the visitor's address replaces `X-Forwarded-For` and
+/// `X-Real-IP`, the scheme is `http`, and `Forwarded`, `X-Forwarded-Host`
+/// and `X-Forwarded-Port` are removed.
+fn forwarded(h: &mut HeaderMap, from: &Sender) {
+    if from.trusted {
+        let chain: Vec<&str> =
+            h.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty()).collect();
+        let xff = if chain.is_empty() {
+            from.address.clone()
+        } else {
+            let joined = format!("{}, {}", chain.join(", "), from.address.to_str().unwrap_or("unknown"));
+            HeaderValue::from_str(&joined).unwrap_or_else(|_| from.address.clone())
+        };
+        h.insert(X_FORWARDED_FOR, xff);
+        if !h.contains_key(&X_REAL_IP) {
+            h.insert(X_REAL_IP, from.address.clone());
+        }
+        if !h.contains_key(&X_FORWARDED_PROTO) {
+            h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        }
+        return;
+    }
+    h.insert(X_FORWARDED_FOR, from.address.clone());
+    h.insert(X_REAL_IP, from.address.clone());
+    h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    h.remove(FORWARDED);
+    h.remove(X_FORWARDED_HOST);
+    h.remove(X_FORWARDED_PORT);
+}
+
 /// True for a browser loading a page (a navigation), as opposed to the
 /// requests an open page makes itself. Shiny's per-session URLs (downloads,
 /// uploads under `session/<token>/`) belong to an open page even when the
@@ -63,13 +108,14 @@ pub fn is_page_load(parts: &request::Parts) -> bool {
 /// Removes the headers that belong to one connection, not to the message
 /// (RFC 9110 §7.6.1), keeping `Upgrade` for a protocol switch.
 fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
-    if let Some(conn) = h.get(header::CONNECTION) {
-        // Headers the sender named in Connection are hop-by-hop too. Rare
-        // beyond the standard ones, so the allocation is rare as well.
-        let named: Vec<HeaderName> = conn
-            .to_str()
-            .unwrap_or("")
-            .split(',')
+    if h.contains_key(header::CONNECTION) {
+        // Headers the sender named in Connection, on any of its lines, are
+        // hop-by-hop too. Rare beyond the standard ones, so the allocation
+        // is rare as well.
+        let named: Vec<HeaderName> = h
+            .get_all(header::CONNECTION)
+            .iter()
+            .flat_map(|v| v.to_str().unwrap_or("").split(','))
             .map(str::trim)
             .filter(|t| !t.eq_ignore_ascii_case("keep-alive") && !t.eq_ignore_ascii_case("close") && !t.eq_ignore_ascii_case("upgrade"))
             .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
@@ -112,5 +158,55 @@ mod tests {
         strip_hop_by_hop(&mut ws, true);
         assert_eq!(ws.len(), 2);
         assert!(ws.contains_key(header::UPGRADE));
+    }
+
+    #[test]
+    fn every_connection_line_is_read() {
+        let mut h = HeaderMap::new();
+        h.append(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        h.append(header::CONNECTION, HeaderValue::from_static("X-Second"));
+        h.insert("x-second", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h, false);
+        assert!(h.is_empty(), "{h:?}");
+    }
+
+    fn spoofed() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(FORWARDED, HeaderValue::from_static("for=6.6.6.6;proto=https"));
+        h.insert(X_REAL_IP, HeaderValue::from_static("6.6.6.6"));
+        h.append(X_FORWARDED_FOR, HeaderValue::from_static("6.6.6.6"));
+        h.append(X_FORWARDED_FOR, HeaderValue::from_static("7.7.7.7"));
+        h.insert(X_FORWARDED_HOST, HeaderValue::from_static("evil.example"));
+        h.insert(X_FORWARDED_PORT, HeaderValue::from_static("443"));
+        h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        h
+    }
+
+    #[test]
+    fn a_visitors_forwarded_headers_are_replaced_or_removed() {
+        let mut h = spoofed();
+        let address = HeaderValue::from_static("198.51.100.4");
+        forwarded(&mut h, &Sender { address: &address, trusted: false });
+        assert_eq!(h.get_all(&X_FORWARDED_FOR).iter().collect::<Vec<_>>(), vec!["198.51.100.4"]);
+        assert_eq!(h[&X_REAL_IP], "198.51.100.4");
+        assert_eq!(h[&X_FORWARDED_PROTO], "http");
+        for gone in [FORWARDED, X_FORWARDED_HOST, X_FORWARDED_PORT] {
+            assert!(!h.contains_key(&gone), "{gone} reached the copy");
+        }
+    }
+
+    #[test]
+    fn a_trusted_proxys_chain_is_appended_to_and_its_scheme_kept() {
+        let mut h = spoofed();
+        let address = HeaderValue::from_static("10.0.0.2");
+        forwarded(&mut h, &Sender { address: &address, trusted: true });
+        assert_eq!(h.get_all(&X_FORWARDED_FOR).iter().collect::<Vec<_>>(), vec!["6.6.6.6, 7.7.7.7, 10.0.0.2"]);
+        assert_eq!(h[&X_FORWARDED_PROTO], "https");
+        assert_eq!(h[&X_FORWARDED_HOST], "evil.example");
+        let mut bare = HeaderMap::new();
+        forwarded(&mut bare, &Sender { address: &address, trusted: true });
+        assert_eq!(bare[&X_FORWARDED_FOR], "10.0.0.2");
+        assert_eq!(bare[&X_REAL_IP], "10.0.0.2");
+        assert_eq!(bare[&X_FORWARDED_PROTO], "http");
     }
 }

@@ -1,24 +1,28 @@
 //! One listening socket per app, on the app's host and port, following the
 //! table: a new app starts listening, a removed one stops (its open
-//! connections finish), a changed host moves. Sockets are bound with
-//! SO_REUSEADDR and SO_REUSEPORT so a load balancer of a newer build can
-//! listen beside this one while it hands over.
+//! connections finish), a changed host moves. The load balancer never
+//! binds a socket itself: the daemon binds each app's socket at `apply`,
+//! holds it, and gives the whole set over `handover.sock` (see
+//! `handover.rs`); a port is listened on while both the table and that set
+//! name it. So a load balancer that dies leaves every socket open in the
+//! daemon, and the connections that arrive meanwhile wait in the kernel's
+//! accept queue for the next one.
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::header::HeaderValue;
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use super::forward::{self, Client};
-use super::handover::Inherited;
+use super::handover::Sockets;
 use super::shared::{ErrorSource, Shared};
 use super::table::Table;
 
@@ -27,32 +31,26 @@ use super::table::Table;
 /// before an idle connection is closed.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
-/// Accept queue length of each listening socket.
-const BACKLOG: u32 = 1024;
-
 /// The listening sockets, by public port.
 #[derive(Default)]
 pub struct Listeners {
     /// The accept loop of each port, with the host it is bound to.
     running: HashMap<u16, Running>,
-    /// The last bind error of each port that has none running, so a
-    /// retry that fails the same way does not log again.
-    failed: HashMap<u16, String>,
     /// Set on shutdown: nothing starts listening any more.
     stopped: bool,
-    /// Sockets handed over by the load balancer this one replaces, used
-    /// instead of binding anew until the first table has been applied.
-    inherited: Inherited,
+    /// The sockets the daemon gave, by host and port: the only ones this
+    /// load balancer may listen on.
+    given: Sockets,
 }
 
 /// One port's accept loop.
 struct Running {
     /// The address it is bound to.
     host: String,
-    /// The socket, shared with the accept loop (kept here so it can be
-    /// handed over).
-    listener: Arc<TcpListener>,
-    /// The accept loop.
+    /// The socket's inode, so a socket given anew for the same address
+    /// (the daemon bound another) replaces it.
+    inode: u64,
+    /// The accept loop, which owns this process's copy of the socket.
     task: JoinHandle<()>,
 }
 
@@ -62,93 +60,78 @@ impl Drop for Running {
     }
 }
 
+/// The inode of a socket, which names it across processes.
+fn inode_of(fd: &impl AsRawFd) -> u64 {
+    // /proc/self/fd/N links to `socket:[inode]`; its metadata is the socket's.
+    std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())).map(|m| m.ino()).unwrap_or(0)
+}
+
 impl Listeners {
-    /// Listeners that start on sockets handed over from the previous load
-    /// balancer.
-    pub fn inheriting(inherited: Inherited) -> Listeners {
-        Listeners { inherited, ..Default::default() }
+    /// Listeners on `given` sockets (none yet for `shinyctl proxy`, which
+    /// is given them over `handover.sock`).
+    pub fn with(given: Sockets) -> Listeners {
+        Listeners { given, ..Default::default() }
     }
 
-    /// The listening sockets, for handing over.
+    /// The listening sockets given and not closed, for handing them back
+    /// (to a daemon that restarted).
     pub fn sockets(&self) -> Vec<(String, u16, RawFd)> {
-        self.running.iter().map(|(port, r)| (r.host.clone(), *port, r.listener.as_raw_fd())).collect()
+        self.given.iter().map(|((host, port), s)| (host.clone(), *port, s.as_raw_fd())).collect()
     }
 
-    /// Makes the listening sockets match `table`. A port that cannot be
-    /// bound is logged and tried again on the next call.
+    /// Takes in the whole set of sockets the daemon holds: a socket not in
+    /// it is closed once [`Listeners::apply`] runs.
+    pub fn give(&mut self, sockets: Sockets) {
+        if !self.stopped {
+            self.given = sockets;
+        }
+    }
+
+    /// Makes the listening sockets match `table` and the sockets given.
     pub async fn apply(&mut self, table: &Table, shared: &Arc<Shared>) {
         if self.stopped {
             return;
         }
         let want = table.listen_addrs();
-        let gone: Vec<u16> = self.running.keys().filter(|p| !want.contains_key(p)).copied().collect();
-        for port in gone {
-            if let Some(r) = self.running.remove(&port) {
+        let given = &self.given;
+        // Gone from the table, moved to another host, or no longer given
+        // (or given anew as another socket): stop, and close our copy.
+        self.running.retain(|port, r| {
+            let keep = want.get(port) == Some(&r.host)
+                && given.get(&(r.host.clone(), *port)).is_some_and(|s| inode_of(s) == r.inode);
+            if !keep {
                 tracing::info!(port, host = %r.host, "stopped listening on {}:{port}", r.host);
             }
-        }
-        self.failed.retain(|p, _| want.contains_key(p));
+            keep
+        });
         for (port, host) in want {
-            if self.running.get(&port).is_some_and(|r| r.host == host) {
+            if self.running.contains_key(&port) {
                 continue;
             }
-            let socket = match self.inherited.remove(&(host.clone(), port)) {
-                Some(s) => {
-                    tracing::info!(port, %host, "listening on {host}:{port}, handed over");
-                    s.set_nonblocking(true).and_then(|()| TcpListener::from_std(s))
-                }
-                None => bind(&host, port).await.inspect(|_| tracing::info!(port, %host, "listening on {host}:{port}")),
+            let Some(socket) = self.given.get(&(host.clone(), port)) else {
+                tracing::debug!(port, %host, "no socket for {host}:{port} from the daemon yet");
+                continue;
             };
-            match socket {
+            let inode = inode_of(socket);
+            match socket.try_clone().and_then(|s| s.set_nonblocking(true).map(|()| s)).and_then(TcpListener::from_std) {
                 Ok(listener) => {
-                    let listener = Arc::new(listener);
-                    let task = tokio::spawn(accept_loop(listener.clone(), port, shared.clone()));
-                    // Bound beside the old socket first (dropping it closes
-                    // it), so a moved app refuses no connection in between.
-                    self.running.insert(port, Running { host, listener, task });
-                    self.failed.remove(&port);
+                    tracing::info!(port, %host, "listening on {host}:{port}");
+                    let task = tokio::spawn(accept_loop(Arc::new(listener), port, shared.clone()));
+                    self.running.insert(port, Running { host, inode, task });
                 }
-                Err(e) => {
-                    let msg = e.to_string();
-                    if self.failed.get(&port) != Some(&msg) {
-                        tracing::error!(port, %host, "cannot listen on {host}:{port}: {msg}; trying again in a few seconds");
-                    }
-                    self.failed.insert(port, msg);
-                }
+                Err(e) => tracing::error!(port, %host, "cannot listen on the socket given for {host}:{port}: {e}"),
             }
         }
-        // What the table does not name is not ours to keep open.
-        self.inherited.clear();
     }
 
-    /// True when some app of the table could not be bound yet.
-    pub fn has_failures(&self) -> bool {
-        !self.failed.is_empty()
-    }
-
-    /// Closes every listening socket (open connections carry on).
+    /// Closes every listening socket (open connections carry on). The
+    /// daemon still holds them, so connections keep queueing for the next
+    /// load balancer.
     pub fn stop_all(&mut self) {
         self.stopped = true;
         self.running.clear();
-        self.inherited.clear();
+        self.given.clear();
     }
-}
-
-/// A listening socket on `host:port` with SO_REUSEADDR and SO_REUSEPORT.
-async fn bind(host: &str, port: u16) -> io::Result<TcpListener> {
-    let host = match host.trim_start_matches('[').trim_end_matches(']') {
-        "" | "*" => "0.0.0.0",
-        h => h,
-    };
-    let addr = tokio::net::lookup_host((host, port))
-        .await?
-        .next()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address")))?;
-    let sock = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
-    sock.set_reuseaddr(true)?;
-    sock.set_reuseport(true)?;
-    sock.bind(addr)?;
-    sock.listen(BACKLOG)
 }
 
 async fn accept_loop(listener: Arc<TcpListener>, port: u16, shared: Arc<Shared>) {
@@ -200,7 +183,7 @@ async fn serve_client(stream: std::net::TcpStream, peer: SocketAddr, port: u16, 
         }
     };
     let _ = stream.set_nodelay(true);
-    let client = Arc::new(Client { shared: shared.clone(), port, xff: address_header(peer.ip()) });
+    let Some(client) = Client::admit(&stream, peer, port, &shared) else { return };
     let svc = hyper::service::service_fn(move |req| forward::handle(req, client.clone()));
     let conn = shared.http.serve_connection(TokioIo::new(stream), svc).with_upgrades();
     tokio::pin!(conn);
@@ -224,25 +207,5 @@ async fn serve_client(stream: std::net::TcpStream, peer: SocketAddr, port: u16, 
     if let Err(e) = result {
         // Visitors that go away, send garbage or stall are routine.
         tracing::debug!(source = %ErrorSource::Downstream, port, %peer, "{e}");
-    }
-}
-
-/// The visitor's address as a header value (IPv4 without the `::ffff:`
-/// prefix a dual-stack socket gives it).
-fn address_header(ip: IpAddr) -> HeaderValue {
-    HeaderValue::from_maybe_shared(bytes::Bytes::from(ip.to_canonical().to_string()))
-        .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn addresses_are_written_plainly() {
-        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
-        assert_eq!(address_header(mapped), "192.0.2.7");
-        let v6: IpAddr = "2001:db8::1".parse().unwrap();
-        assert_eq!(address_header(v6), "2001:db8::1");
     }
 }

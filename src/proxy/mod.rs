@@ -28,22 +28,38 @@
 //! the header rules of `headers.rs`; the answer streams back as a
 //! `body.rs` body, or is one of `pages.rs`; a WebSocket goes on in
 //! `websocket.rs`. `control.rs` is what the daemon (and [`Proxy`]) reach.
+//!
+//! Against hostile clients: `client.rs` takes each connection under the
+//! caps of `limits.rs`; `progress.rs` cuts bodies that stop moving;
+//! `attempt.rs` and `retry.rs` decide what a failed send becomes (a request
+//! of death costs at most two copies); `stall.rs` watches a copy that
+//! stops answering.
 
+mod attempt;
 mod balance;
 mod body;
+mod client;
 mod control;
 mod cookie;
 mod daemon;
 mod forward;
-mod handover;
+pub mod handover;
 mod headers;
+mod limits;
 mod listeners;
+mod liveness;
 mod lock;
 mod pages;
 mod pool;
+mod pump;
+mod progress;
 mod quickack;
+mod retry;
 mod shared;
+mod stats;
+mod stall;
 mod table;
+mod tunnel_handover;
 mod upstream;
 mod websocket;
 mod workers;
@@ -63,8 +79,14 @@ use control::Control;
 pub use cookie::KEY_LEN as COOKIE_KEY_LEN;
 use workers::{start_worker, Worker, WORKERS};
 
-/// How often listeners that could not be bound are tried again.
-const RETRY_BIND: Duration = Duration::from_secs(5);
+/// The environment variable that asks a new load balancer to start beside
+/// a running one (which holds `proxy/lock`) instead of exiting.
+pub const TAKEOVER_ENV: &str = "SHINYCTL_PROXY_TAKEOVER";
+
+/// True when this process was asked to take over from a running one.
+fn takeover_asked() -> bool {
+    std::env::var_os(TAKEOVER_ENV).is_some_and(|v| v == "1")
+}
 
 /// Runs the load balancer until SIGTERM, SIGINT or `POST /shutdown`.
 pub fn run(home: Home) -> anyhow::Result<()> {
@@ -78,27 +100,29 @@ pub fn run(home: Home) -> anyhow::Result<()> {
     // Everything created from here on (lock, sockets) is private.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let lock_path = home.proxy_lock();
-    let (lock, inherited) = match lock::take(&lock_path)? {
-        lock::Lock::Taken(f) => (Some(f), handover::Inherited::new()),
-        lock::Lock::Held(pid) if handover::asked() => {
-            // The daemon starts us beside the running one and stops it
-            // once we answer; its sockets become ours right away.
-            let inherited = handover::receive(&handover::path(&home)).unwrap_or_else(|e| {
-                tracing::warn!("the running load balancer hands no socket over ({e}); binding beside it");
-                handover::Inherited::new()
-            });
-            tracing::info!("taking over from the load balancer with pid {pid}; {} sockets handed over", inherited.len());
+    let lock = match lock::take(&lock_path)? {
+        lock::Lock::Taken(f) => Some(f),
+        lock::Lock::Held(pid) if takeover_asked() => {
+            // The daemon starts us beside the running one, gives us the
+            // listening sockets it holds (the same ones the old one
+            // listens on) and stops the old one once we answer.
+            tracing::info!("taking over from the load balancer with pid {pid}");
             lock::wait_for(lock_path.clone());
-            (None, inherited)
+            None
         }
         lock::Lock::Held(pid) => anyhow::bail!("another load balancer holds {} (pid {pid})", lock_path.display()),
     };
     let key = read_key(&home.cookie_key())?;
+    // Every visitor's connection is a descriptor, and most one more to a copy.
+    match limits::raise_open_files() {
+        Ok(n) => tracing::info!("open files: up to {n}, so up to {} visitors' connections", limits::connection_budget(n)),
+        Err(e) => tracing::warn!("cannot raise the open-files limit: {e}"),
+    }
     let workers = (0..WORKERS).map(start_worker).collect::<io::Result<Vec<_>>>()?;
     // The control socket, the listeners' accept loops, signals and the
     // drain on shutdown run here; visitors' connections on the workers.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let result = rt.block_on(serve(home, key, workers, inherited));
+    let result = rt.block_on(serve(home, key, workers));
     rt.shutdown_timeout(Duration::from_millis(100));
     drop(lock);
     result
@@ -148,6 +172,8 @@ fn remove_own(path: &Path, ino: u64) {
     }
 }
 
+pub use tunnel_handover::Handed;
+
 /// What an in-process load balancer ([`Proxy::start`]) is given.
 pub struct Settings {
     /// The daemon's `api.sock`, where stand-ins are reported and wakes
@@ -170,15 +196,15 @@ pub struct Proxy {
 impl Proxy {
     /// Starts a load balancer with `table` in place, serving each app on the
     /// socket among `listeners` bound to its host and port (an app with none
-    /// there is bound as `shinyctl proxy` binds it).
+    /// there is not listened on: the load balancer binds nothing itself).
     pub async fn start(settings: Settings, table: ProxyTable, listeners: Vec<std::net::TcpListener>) -> io::Result<Proxy> {
-        let mut inherited = handover::Inherited::new();
+        let mut given = handover::Sockets::new();
         for l in listeners {
             let addr = l.local_addr()?;
-            inherited.insert((addr.ip().to_string(), addr.port()), l);
+            given.insert((addr.ip().to_string(), addr.port()), l);
         }
         let daemon = daemon::DaemonLink { api_sock: settings.api_sock };
-        let control = Control::new(daemon, settings.key, vec![Worker::current()], inherited);
+        let control = Control::new(daemon, settings.key, vec![Worker::current()], given, false);
         control.push(table).await;
         Ok(Proxy { control })
     }
@@ -193,25 +219,42 @@ impl Proxy {
         self.control.shared.table.load().traffic()
     }
 
+    /// Hands every open WebSocket tunnel to `to`, as a load balancer does
+    /// to the next one when it stops (the same message, over a socket pair):
+    /// returns how many went and with how many bytes read but not yet
+    /// written. Tunnels that open here afterwards are handed over at once,
+    /// and lost (this is the last thing a load balancer does).
+    pub async fn hand_tunnels_over(&self, to: &Proxy) -> io::Result<Handed> {
+        let (ours, theirs) = tokio::net::UnixStream::pair()?;
+        let reader = tokio::spawn(tunnel_handover::take_in(theirs, to.control.shared.clone()));
+        let tunnels = self.control.shared.pump.take_all(Duration::from_secs(1)).await;
+        let handed = Handed::of(&tunnels);
+        tunnel_handover::send(&ours, tunnels, tunnel_handover::PER_FRAME).await?;
+        drop(ours);
+        reader.await.map_err(io::Error::other)?;
+        Ok(handed)
+    }
+
     /// Stops as on SIGTERM: no new connection, the open ones get up to 5 s.
     pub async fn stop(self) {
         self.control.stop_serving().await;
     }
 }
 
-async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>, inherited: handover::Inherited) -> anyhow::Result<()> {
-    let sock = home.proxy_sock();
-    let (listener, ino) = bind_unix(&sock)?;
+async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>) -> anyhow::Result<()> {
+    // handover.sock first: once proxy.sock answers with our PID, the daemon
+    // gives its sockets on handover.sock, which must be ours by then.
     let handover_sock = handover::path(&home);
     let (handover_listener, handover_ino) = bind_unix(&handover_sock)?;
-    let control = Control::new(daemon::DaemonLink { api_sock: home.api_sock() }, key, workers, inherited);
+    let sock = home.proxy_sock();
+    let (listener, ino) = bind_unix(&sock)?;
+    let control = Control::new(daemon::DaemonLink { api_sock: home.api_sock() }, key, workers, handover::Sockets::new(), true);
     let ctl = control.clone();
     let control_task = tokio::spawn(uds::serve(listener, move |req| {
         let ctl = ctl.clone();
         async move { control::handle(req, &ctl).await }
     }));
     let handover_task = tokio::spawn(hand_over(handover_listener, control.clone()));
-    let retry_task = tokio::spawn(retry_binds(control.clone()));
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -224,9 +267,9 @@ async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>, inhe
         _ = control.stop.notified() => "POST /shutdown",
     };
     tracing::info!("stopping ({why}): no new connections; requests in flight get up to {:?}", control::DRAIN);
-    retry_task.abort();
     handover_task.abort();
     control.stop_serving().await;
+    tunnel_handover::pass_on(&handover_sock, handover_ino, &control.shared).await;
     control_task.abort();
     remove_own(&sock, ino);
     remove_own(&handover_sock, handover_ino);
@@ -234,31 +277,82 @@ async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>, inhe
     Ok(())
 }
 
-/// Hands the listening sockets to each newer load balancer that asks on
-/// `handover.sock`.
+/// Serves `handover.sock`: the daemon gives the listening sockets, or asks
+/// for them back (see `handover.rs`); a load balancer that stops sends its
+/// open tunnels (tunnel_handover.rs).
 async fn hand_over(listener: tokio::net::UnixListener, ctl: Arc<Control>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        // Held while sending, so no socket handed over closes meanwhile.
-        let listeners = ctl.listeners.lock().await;
-        match handover::send(&stream, &listeners.sockets()) {
-            Ok(n) => tracing::info!("handed {n} listening sockets to a new load balancer"),
-            Err(e) => tracing::warn!("cannot hand the listening sockets over: {e}"),
+        if let Some(why) = uds::peer_refused(&stream) {
+            tracing::warn!("handover.sock {why}");
+            continue;
+        }
+        let stream = match stream.into_std().and_then(|s| s.set_nonblocking(false).map(|()| s)) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("handover: {e}");
+                continue;
+            }
+        };
+        if let Err(e) = hand_over_one(stream, &ctl).await {
+            tracing::warn!("handover: {e}");
         }
     }
 }
 
-/// Tries again, every [`RETRY_BIND`], the listeners that could not be bound.
-async fn retry_binds(ctl: Arc<Control>) {
-    let mut tick = tokio::time::interval(RETRY_BIND);
-    loop {
-        tick.tick().await;
-        let mut listeners = ctl.listeners.lock().await;
-        if listeners.has_failures() {
-            listeners.apply(&ctl.shared.table.load(), &ctl.shared).await;
+/// One exchange on `handover.sock`. Reading waits on the peer, so it runs
+/// on a blocking thread, with the handover's time limit.
+async fn hand_over_one(stream: std::os::unix::net::UnixStream, ctl: &Control) -> io::Result<()> {
+    use handover::{Message, Received};
+    stream.set_read_timeout(Some(handover::TIMEOUT))?;
+    stream.set_write_timeout(Some(handover::TIMEOUT))?;
+    let (stream, first) = tokio::task::spawn_blocking(move || {
+        let first = handover::receive(&stream);
+        (stream, first)
+    })
+    .await
+    .map_err(io::Error::other)?;
+    match first {
+        Ok(Received::Message(Message::Ask, _)) => {
+            // Held while sending, so no socket handed back closes meanwhile.
+            let listeners = ctl.listeners.lock().await;
+            let held = listeners.sockets();
+            handover::send_listeners(&stream, &held)?;
+            tracing::info!("handed {} listening sockets back", held.len());
+            Ok(())
+        }
+        Ok(first @ Received::Message(Message::Listeners { .. }, _)) => {
+            let (stream, sockets) = tokio::task::spawn_blocking(move || {
+                let sockets = handover::receive_listeners(&stream, first);
+                (stream, sockets)
+            })
+            .await
+            .map_err(io::Error::other)?;
+            let sockets = sockets?;
+            tracing::info!("given {} listening sockets", sockets.len());
+            ctl.give(sockets).await;
+            handover::send(&stream, &Message::Ack { pid: std::process::id() }, &[])
+        }
+        Ok(Received::Message(Message::Tunnels { version }, _)) if version == tunnel_handover::VERSION => {
+            handover::send(&stream, &Message::Ack { pid: std::process::id() }, &[])?;
+            stream.set_nonblocking(true)?;
+            tokio::spawn(tunnel_handover::take_in(tokio::net::UnixStream::from_std(stream)?, ctl.shared.clone()));
+            Ok(())
+        }
+        Ok(other) => {
+            let reason = match other {
+                Received::Message(m, _) => format!("not a request here: {m:?}"),
+                Received::Legacy(..) => "a version-0 list is not a request".to_string(),
+            };
+            handover::send(&stream, &Message::Refused { reason: reason.clone() }, &[])?;
+            Err(io::Error::other(reason))
+        }
+        Err(e) => {
+            let _ = handover::send(&stream, &Message::Refused { reason: e.to_string() }, &[]);
+            Err(e)
         }
     }
 }

@@ -59,6 +59,34 @@ pub fn bad_gateway(app: &str) -> Response<DownBody> {
     )
 }
 
+/// 503 past a connection cap (the app's `max-connections`, or this
+/// visitor's address): plain text, cheap to send, and the connection
+/// closes after it.
+pub fn busy() -> Response<DownBody> {
+    let mut resp = Response::new(DownBody::Full(Some(Bytes::from_static(b"Too many connections; try again in a few seconds.\n"))));
+    *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// 503 when the load balancer itself lacks something (file descriptors,
+/// buffers, memory) to reach a copy: no copy is at fault.
+pub fn overloaded(app: &str) -> Response<DownBody> {
+    let app = escape(app);
+    let mut resp = page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{app} is busy</title></head>\n\
+             <body><h1>{app} is busy</h1><p>Try again in a few seconds.</p></body></html>\n"
+        ),
+    );
+    resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    resp
+}
+
 /// 503 on a port whose app left the table (a connection kept open from
 /// before).
 pub fn no_app(port: u16) -> Response<DownBody> {

@@ -3,10 +3,13 @@
 //! worker threads that serve them; and which side an error came from.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use tokio::sync::watch;
 
 use super::daemon::DaemonLink;
+use super::pump::Pump;
+use super::limits::Gate;
 use super::workers::Worker;
 use super::{cookie, table};
 
@@ -45,6 +48,12 @@ pub struct Shared {
     pub stopping: AtomicBool,
     /// The threads that serve visitors' connections.
     pub workers: Vec<Worker>,
+    /// The open WebSocket tunnels.
+    pub pump: Arc<Pump>,
+    /// Answers counted per app, for metrics.
+    pub requests: super::stats::Requests,
+    /// Visitors' connections counted under the caps that span apps.
+    pub gate: Gate,
 }
 
 impl Shared {

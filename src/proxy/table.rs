@@ -6,8 +6,9 @@
 //! the new table names the same process on the same port.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use hyper::header::HeaderValue;
@@ -17,7 +18,10 @@ use super::balance::Candidate;
 use super::cookie;
 use super::daemon::WakeSlot;
 use super::pool::Pool;
-use crate::model::{AppTraffic, CopyTraffic, LbPolicy, ProxyTable, Role};
+use super::retry::Deaths;
+use crate::clock::mono_ms;
+use crate::manifest::{Cidr, DEFAULT_MAX_CONNECTIONS};
+use crate::model::{AppTraffic, CopyTraffic, LbPolicy, ProxyApp, ProxyTable, Refusing, Role};
 
 /// The longest a request is held while no copy can take it
 /// (staying-up.txt: "a request waits up to 15 seconds").
@@ -30,6 +34,10 @@ pub const MAX_WAKE_HOLD: Duration = Duration::from_secs(30);
 /// did not change, so a copy that refused once by mistake comes back by
 /// itself (the cost of a wrong guess is one refused connect).
 pub const DOWN_FOR_MS: u64 = 10_000;
+
+/// A copy that has had a request waiting this long without answering
+/// anything is stalled: it keeps its visitors but gets no new ones.
+pub const STALL_AFTER_MS: u64 = 5_000;
 
 /// What the load balancer knows about one copy's process, shared by every
 /// table that names the same process on the same port.
@@ -45,18 +53,81 @@ pub struct CopyState {
     pub down_at_ms: AtomicU64,
     /// Idle keep-alive connections to the copy.
     pub pool: Pool,
+    /// Requests sent and not yet answered (not counting those abandoned).
+    pub pending: AtomicU64,
+    /// [`crate::clock::mono_ms`] since when a request has been waiting for the copy's answer
+    /// (0: none waits). A request abandoned unanswered leaves it set, until
+    /// the copy answers something (another request, or the probe).
+    pub waiting_since_ms: AtomicU64,
+    /// [`crate::clock::mono_ms`] of the copy's last answer (its first
+    /// byte), 0 if none.
+    pub last_answer_ms: AtomicU64,
+    /// A probe is asking the stalled copy whether it answers again.
+    pub probing: AtomicBool,
+    /// Its process has exited (`liveness.rs`): down for good, so no
+    /// visitor is sent to whatever listens on its port next, even while
+    /// the daemon is away and no new table comes.
+    pub gone: AtomicBool,
+    /// A watcher of its process runs.
+    pub watched: AtomicBool,
 }
 
 impl CopyState {
-    /// True while the copy is marked down at unix ms `now`.
+    /// True while the copy is marked down at unix ms `now`, or its process
+    /// is gone.
     pub fn is_down(&self, now: u64) -> bool {
-        is_down(self.down_at_ms.load(Ordering::Relaxed), now)
+        self.gone.load(Ordering::Relaxed) || is_down(self.down_at_ms.load(Ordering::Relaxed), now)
     }
 
     /// Marks the copy down at `now`; true when it was not down already (so
     /// the caller is the one to report it).
     pub fn mark_down(&self, now: u64) -> bool {
         !is_down(self.down_at_ms.swap(now, Ordering::Relaxed), now)
+    }
+}
+
+impl CopyState {
+    /// A request is about to be sent at `now` ([`crate::clock::mono_ms`],
+    /// as for every time below).
+    /// True when it started the waiting clock (nothing was waiting).
+    pub fn sent(&self, now: u64) -> bool {
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        self.waiting_since_ms.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    /// A request counted by [`CopyState::sent`] was never written after all
+    /// (its connection had closed): uncounted, and the clock it `started`
+    /// is stopped when nothing else waits, so the copy is not thought silent.
+    pub fn unsent(&self, started: bool) {
+        let left = self.pending.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+        if started && left == 0 {
+            self.waiting_since_ms.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A request sent is done with: `answered` (its first byte came at
+    /// `now`) or not (it failed or was abandoned).
+    pub fn done(&self, answered: bool, now: u64) {
+        let left = self.pending.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+        if answered {
+            self.heard(now, left);
+        }
+    }
+
+    /// The copy answered at `now` with `left` requests still
+    /// waiting: they count from now.
+    pub fn heard(&self, now: u64, left: u64) {
+        self.last_answer_ms.fetch_max(now, Ordering::Relaxed);
+        self.waiting_since_ms.store(if left == 0 { 0 } else { now }, Ordering::Relaxed);
+    }
+
+    /// How long, at `now`, a request has waited for the copy with
+    /// no answer from it since (0: nothing waits).
+    pub fn silent_ms(&self, now: u64) -> u64 {
+        match self.waiting_since_ms.load(Ordering::Relaxed) {
+            0 => 0,
+            since => now.saturating_sub(since.max(self.last_answer_ms.load(Ordering::Relaxed))),
+        }
     }
 }
 
@@ -84,9 +155,21 @@ pub struct LiveCopy {
 }
 
 impl LiveCopy {
-    /// The copy as the balancer sees it at unix ms `now`.
+    /// The copy as the balancer sees it at unix ms `now` (down marks go by
+    /// the wall clock, waits by [`mono_ms`]). A copy seen
+    /// stalled gets a probe (`stall.rs`) that tells when it answers again.
     pub fn candidate(&self, now: u64) -> Candidate {
-        Candidate { role: self.role, down: self.state.is_down(now), connections: self.state.connections.load(Ordering::Relaxed) }
+        let stalled = self.state.silent_ms(mono_ms()) >= STALL_AFTER_MS;
+        if stalled {
+            super::stall::probe(&self.state, self.port);
+        }
+        Candidate {
+            role: self.role,
+            down: self.state.is_down(now),
+            connections: self.state.connections.load(Ordering::Relaxed),
+            stalled,
+            last_answer_ms: self.state.last_answer_ms.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -97,6 +180,11 @@ pub struct AppCounters {
     pub last_request_ms: AtomicU64,
     /// The round-robin counter.
     pub rr: AtomicUsize,
+    /// Visitors' connections admitted and open (under `max-connections`).
+    pub open: AtomicUsize,
+    /// Requests that were in flight when copies died, and those refused
+    /// for a while because of it.
+    pub deaths: Mutex<Deaths>,
     /// The wake asked of the daemon, shared by the requests that arrive
     /// while it goes on (`None` inside until it ends).
     pub wake: WakeSlot,
@@ -123,6 +211,11 @@ pub struct LiveApp {
     pub wake_hold: Duration,
     /// `lb_<port>`.
     pub cookie_name: Box<str>,
+    /// The most visitors' connections open at once (`max-connections`).
+    pub max_connections: usize,
+    /// Proxies in front whose forwarded headers are believed and whose
+    /// connections no per-address cap limits (`trusted-proxies`).
+    pub trusted: Vec<Cidr>,
     /// The copies, oldest first (the daemon's order).
     pub copies: Vec<LiveCopy>,
     /// Counters kept across pushes.
@@ -133,6 +226,11 @@ impl LiveApp {
     /// The index of copy number `copy`.
     pub fn index_of(&self, copy: u32) -> Option<usize> {
         self.copies.iter().position(|c| c.copy == copy)
+    }
+
+    /// True when `ip` is one of the app's trusted proxies.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|c| c.contains(ip))
     }
 
     /// The copy a `Cookie` header's `lb_<port>` names, when its value is
@@ -192,6 +290,11 @@ impl Table {
                 listening: app.listening,
                 wake_hold,
                 cookie_name: cookie::name(app.port).into(),
+                max_connections: match app.max_connections {
+                    0 => DEFAULT_MAX_CONNECTIONS as usize,
+                    n => n as usize,
+                },
+                trusted: trusted_ranges(app),
                 copies,
                 counters: old.map(|a| a.counters.clone()).unwrap_or_default(),
             }));
@@ -205,8 +308,10 @@ impl Table {
         self.apps.iter().find(|a| a.port == port && a.listening).or_else(|| self.apps.iter().find(|a| a.port == port))
     }
 
-    /// Traffic per app and per copy in this table (`GET /stats`).
+    /// Traffic per app and per copy in this table (`GET /stats`), with the
+    /// copies that stalled and the requests refused.
     pub fn traffic(&self) -> Vec<AppTraffic> {
+        let now = mono_ms();
         self.apps
             .iter()
             .map(|a| AppTraffic {
@@ -219,7 +324,17 @@ impl Table {
                         copy: c.copy,
                         connections: c.state.connections.load(Ordering::Relaxed),
                         sessions: c.state.sessions.load(Ordering::Relaxed),
+                        silent_ms: Some(c.state.silent_ms(now)).filter(|&s| s >= STALL_AFTER_MS).unwrap_or(0),
                     })
+                    .collect(),
+                refusing: a
+                    .counters
+                    .deaths
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .refusing(now)
+                    .into_iter()
+                    .map(|(request, for_ms)| Refusing { request, for_ms })
                     .collect(),
             })
             .collect()
@@ -240,6 +355,21 @@ impl Table {
         }
         out
     }
+}
+
+/// The app's trusted proxies as ranges; the daemon checked them, so one
+/// that does not read is only logged.
+fn trusted_ranges(app: &ProxyApp) -> Vec<Cidr> {
+    app.trusted_proxies
+        .iter()
+        .filter_map(|t| {
+            let range = Cidr::parse(t);
+            if range.is_none() {
+                tracing::warn!(app = %app.name, "trusted proxy {t:?} is not an address or range; ignored");
+            }
+            range
+        })
+        .collect()
 }
 
 /// One line for the log: `hello:8080 1=active@20001 2=warm@20002; nap:8081 asleep`.
@@ -318,6 +448,8 @@ mod tests {
                 request_timeout_ms: 30_000,
                 asleep: false,
                 listening: true,
+                max_connections: 0,
+                trusted_proxies: Vec::new(),
                 copies: copies.iter().map(|&(copy, port, pid)| ProxyCopy { copy, port, role: Role::Active, pid }).collect(),
             }],
         }
@@ -337,6 +469,27 @@ mod tests {
         assert_eq!(t2.apps[0].counters.last_request_ms.load(Ordering::Relaxed), 42);
         assert_eq!(t2.apps[0].hold, MAX_HOLD);
         assert_eq!(t2.apps[0].wake_hold, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_copy_is_silent_while_a_request_waits_unanswered() {
+        let c = CopyState::default();
+        assert_eq!(c.silent_ms(1_000), 0, "nothing sent");
+        assert!(c.sent(1_000));
+        assert!(!c.sent(2_000), "the clock runs from the first");
+        assert_eq!(c.silent_ms(7_000), 6_000);
+        c.done(true, 7_000);
+        assert_eq!(c.silent_ms(9_000), 2_000, "the other one waits, counted from the last answer");
+        c.done(true, 9_500);
+        assert_eq!(c.silent_ms(20_000), 0, "all answered");
+        let started = c.sent(30_000);
+        c.unsent(started);
+        assert_eq!(c.silent_ms(40_000), 0, "a request never written leaves no silence");
+        c.sent(50_000);
+        c.done(false, 51_000);
+        assert_eq!(c.silent_ms(56_000), 6_000, "one abandoned unanswered keeps it suspect until it answers");
+        c.heard(57_000, 0);
+        assert_eq!(c.silent_ms(60_000), 0, "the probe's answer clears it");
     }
 
     #[test]

@@ -7,16 +7,20 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use hyper::body::Incoming;
+use hyper::client::conn::TrySendError;
 use hyper::header::HeaderMap;
 use hyper::http::request;
 use hyper::{Method, Request, Response, Uri, Version};
 use hyper_util::rt::TokioIo;
 
 use super::body::Lease;
-use super::quickack::QuickAck;
+use super::limits;
+use super::pool::Sender;
 use super::pool::UpBody;
+use super::quickack::QuickAck;
 use super::shared::ErrorSource;
-use super::table::LiveCopy;
+use super::table::{CopyState, LiveCopy};
+use crate::clock::mono_ms;
 
 /// A connection to a copy that is refused or times out within this marks
 /// the copy down.
@@ -26,8 +30,12 @@ const READY_WAIT: Duration = Duration::from_millis(200);
 
 /// What a failed send leaves.
 pub enum Failure {
-    /// The copy could not be reached; the request was not sent and comes back.
+    /// The copy refused the connection, reset it or did not accept it in
+    /// time; the request was not sent and comes back.
     Refused(Box<Request<UpBody>>, io::Error),
+    /// The load balancer itself could not open a connection (out of
+    /// descriptors, buffers, memory, local ports): no copy is at fault.
+    Local(io::Error),
     /// The request was sent (maybe in part) and no answer came.
     Lost(hyper::Error),
 }
@@ -75,7 +83,7 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
             if !matches!(tokio::time::timeout(READY_WAIT, s.ready()).await, Ok(Ok(()))) {
                 continue;
             }
-            match s.try_send_request(req).await {
+            match exchange(&copy.state, &mut s, req).await {
                 Ok(resp) => {
                     lease.sender = Some(s);
                     return Ok(Sent { resp, lease });
@@ -91,15 +99,19 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
     let connect = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, copy.port));
     let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(Failure::Refused(Box::new(req), e)),
+        Ok(Err(e)) if blames_copy(&e) => return Err(Failure::Refused(Box::new(req), e)),
+        Ok(Err(e)) => return Err(Failure::Local(e)),
         Err(_) => return Err(Failure::Refused(Box::new(req), io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))),
     };
     let _ = stream.set_nodelay(true);
+    // A copy that dies without a word (its machine side, a frozen process
+    // under a WebSocket) is found by keepalive, never by a quiet spell.
+    limits::watch_socket(&stream);
     // R writes a response's head and body apart: acknowledge at once, so
     // the body never waits for a delayed ACK (quickack.rs).
     let (mut s, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(QuickAck(stream))).await {
         Ok(pair) => pair,
-        Err(e) => return Err(Failure::Refused(Box::new(req), io::Error::other(e))),
+        Err(e) => return Err(Failure::Local(io::Error::other(e))),
     };
     let port = copy.port;
     if upgrade {
@@ -115,7 +127,7 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
             }
         });
     }
-    match s.try_send_request(req).await {
+    match exchange(&copy.state, &mut s, req).await {
         Ok(resp) => {
             if !upgrade {
                 lease.sender = Some(s);
@@ -128,5 +140,98 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
             Some(back) => Err(Failure::Refused(Box::new(back), io::Error::other(e.into_error()))),
             None => Err(Failure::Lost(e.into_error())),
         },
+    }
+}
+
+/// Sends `req` on `s`, counted as waiting for the copy's answer until its
+/// head comes, so a copy that answers nothing shows (`stall.rs`). A request
+/// never written is not counted; one lost, or abandoned by its visitor,
+/// counts as unanswered.
+async fn exchange(state: &CopyState, s: &mut Sender, req: Request<UpBody>) -> Result<Response<Incoming>, TrySendError<Request<UpBody>>> {
+    let started = state.sent(mono_ms());
+    let mut waiting = Waiting { state, done: false };
+    let sent = s.try_send_request(req).await;
+    waiting.done = true;
+    match &sent {
+        Ok(_) => state.done(true, mono_ms()),
+        Err(e) if e.message().is_some() => state.unsent(started),
+        Err(_) => state.done(false, mono_ms()),
+    }
+    sent
+}
+
+/// A request handed to a copy's connection, until [`exchange`] knows what
+/// became of it; dropped before that, the visitor gave up unanswered.
+struct Waiting<'a> {
+    /// The copy's state.
+    state: &'a CopyState,
+    /// Counted as done already.
+    done: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.state.done(false, mono_ms());
+        }
+    }
+}
+
+/// True when the copy's process `pid` is gone (or a zombie) within a
+/// moment: a connection that broke mid-request and a process that ended
+/// with it make a copy death. The process closes its sockets on its way
+/// out, so it is given a little time to finish dying.
+pub async fn died(pid: u32) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(250);
+    loop {
+        if !running(pid) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// True while `/proc/<pid>` is a process that has not exited.
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command, which is in parentheses and may
+        // hold anything: read after the last ')'.
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()).is_some_and(|s| s != 'Z' && s != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// True when a failed connect is the copy's doing (refused, reset, timed
+/// out, aborted): only that marks a copy down. Anything else, such as
+/// EMFILE or ENOBUFS, is the load balancer's own trouble.
+fn blames_copy(e: &io::Error) -> bool {
+    !limits::is_local(e)
+        && matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::TimedOut
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_process_is_told_from_a_gone_one() {
+        assert!(running(std::process::id()));
+        assert!(!running(u32::MAX - 1));
+    }
+
+    #[test]
+    fn only_a_refusal_reset_or_timeout_blames_the_copy() {
+        for errno in [libc::ECONNREFUSED, libc::ECONNRESET, libc::ETIMEDOUT, libc::ECONNABORTED] {
+            assert!(blames_copy(&io::Error::from_raw_os_error(errno)), "errno {errno}");
+        }
+        for errno in [libc::EMFILE, libc::ENFILE, libc::ENOBUFS, libc::ENOMEM, libc::EADDRNOTAVAIL, libc::EACCES] {
+            assert!(!blames_copy(&io::Error::from_raw_os_error(errno)), "errno {errno}");
+        }
     }
 }

@@ -1,15 +1,20 @@
 //! WebSockets: a Shiny session is one. The upgrade request goes to the copy
 //! on a connection of its own; once both sides have switched protocols the
-//! bytes are copied both ways as they come, and the copy counts one
-//! session for as long as the tunnel lives.
+//! two raw sockets go into the pump (pump.rs), which carries the bytes both
+//! ways as they come, and the copy counts one session for as long as the
+//! tunnel lives in this load balancer.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use hyper::header::{self, HeaderMap};
-use hyper::upgrade::OnUpgrade;
+use hyper::upgrade::{OnUpgrade, Parts, Upgraded};
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 
+use super::pump::{Live, Pump, Way};
+use super::quickack::QuickAck;
 use super::shared::ErrorSource;
 use super::table::CopyState;
 
@@ -48,10 +53,12 @@ impl Drop for Session {
 }
 
 /// Once the visitor's and the copy's connections have both switched
-/// protocols, copies bytes between them until either side closes.
-pub fn tunnel(client: OnUpgrade, upstream: OnUpgrade, session: Session, app: String, copy: u32) {
+/// protocols, carries bytes between them until both sides have closed (a
+/// close is passed on) or either fails: in the pump, on the raw sockets,
+/// with the bytes hyper read past each head going first.
+pub fn tunnel(pump: &Arc<Pump>, client: OnUpgrade, upstream: OnUpgrade, session: Session, app: String, copy: u32) {
+    let slot = pump.slot();
     tokio::spawn(async move {
-        let _session = session;
         let (client, upstream) = match tokio::join!(client, upstream) {
             (Ok(c), Ok(u)) => (c, u),
             (Err(e), _) => {
@@ -63,14 +70,59 @@ pub fn tunnel(client: OnUpgrade, upstream: OnUpgrade, session: Session, app: Str
                 return;
             }
         };
-        let mut client = TokioIo::new(client);
-        let mut upstream = TokioIo::new(upstream);
-        if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-            // Either side may go away without a close handshake; that is the
-            // end of a session, not a fault of ours.
-            tracing::debug!(app, copy, "WebSocket closed: {e}");
+        match (client.downcast::<TokioIo<TcpStream>>(), upstream.downcast::<TokioIo<QuickAck>>()) {
+            (Ok(c), Ok(u)) => slot.run(into_live(c, u), app, copy, session).await,
+            (c, u) => {
+                drop(slot);
+                tracing::warn!(app, copy, "a WebSocket's connection is not a plain socket; carried outside the pump");
+                carry_wrapped(raw_or_wrapped(c), raw_or_wrapped(u), &app, copy).await;
+                drop(session);
+            }
         }
     });
+}
+
+/// The raw sockets of an upgrade, with the bytes hyper read past each head
+/// (copied: hyper's `read_buf` keeps its whole read buffer, 8 KiB or more,
+/// alive, and it is dropped here rather than held for the session's life).
+fn into_live(client: Parts<TokioIo<TcpStream>>, upstream: Parts<TokioIo<QuickAck>>) -> Live {
+    let Parts { io: visitor, read_buf: up, .. } = client;
+    let Parts { io: copy, read_buf: down, .. } = upstream;
+    Live {
+        visitor: visitor.into_inner(),
+        copy: copy.into_inner().0,
+        up: Way::new(up.to_vec(), false),
+        down: Way::new(down.to_vec(), false),
+    }
+}
+
+/// Either side of a tunnel as something to read and write, with the bytes
+/// hyper read past its head.
+type Side = (Box<dyn Stream>, bytes::Bytes);
+
+/// What a tunnel carries bytes over outside the pump.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+fn raw_or_wrapped<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(side: Result<Parts<TokioIo<T>>, Upgraded>) -> Side {
+    match side {
+        Ok(p) => (Box::new(p.io.into_inner()), p.read_buf),
+        Err(upgraded) => (Box::new(TokioIo::new(upgraded)), bytes::Bytes::new()),
+    }
+}
+
+/// Carries a tunnel whose connections are not plain sockets (a wrapper
+/// type the pump does not know) as before the pump: two copy buffers.
+async fn carry_wrapped(client: Side, upstream: Side, app: &str, copy: u32) {
+    let ((mut client, client_buf), (mut upstream, upstream_buf)) = (client, upstream);
+    let first = async {
+        upstream.write_all(&client_buf).await?;
+        client.write_all(&upstream_buf).await?;
+        tokio::io::copy_bidirectional(&mut client, &mut upstream).await
+    };
+    if let Err(e) = first.await {
+        tracing::debug!(app, copy, "WebSocket closed: {e}");
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,10 @@ pub enum Process {
     },
     /// The recorded process is gone.
     Exited(Exit),
+    /// The recorded process runs, but another program listens on its port
+    /// where a connection to 127.0.0.1 arrives: it moves to another port
+    /// (stopped, then started again at once, not counted as a crash).
+    PortTaken,
 }
 
 /// What the observe step saw of one copy.
@@ -123,6 +127,12 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
     // 1. Fold in what happened: exits, copies that stayed up.
     let asleep = st.asleep_since_ms.is_some();
     st.copies.retain_mut(|rec| fold_observation(rec, observed.copies.get(&rec.copy), spec.restart_policy, asleep, now_ms));
+    for rec in st.copies.iter_mut().filter(|r| r.moving_from.is_none() && r.stop_started_ms.is_none()) {
+        if matches!(observed.copies.get(&rec.copy).map(|s| s.process), Some(Process::PortTaken)) {
+            rec.moving_from = Some(rec.port);
+            actions.push(Action::Stop(rec.copy));
+        }
+    }
 
     let phase = |rec: &CopyRecord| -> Phase {
         match (rec.pid, observed.copies.get(&rec.copy).map(|s| s.process)) {
@@ -378,6 +388,11 @@ fn fold_observation(rec: &mut CopyRecord, seen: Option<&Seen>, policy: RestartPo
                 rec.stop_started_ms = Some(now_ms);
                 return false;
             }
+            if rec.moving_from.take().is_some() {
+                // Stopped to move: started again at once, on a port picked anew.
+                rec.port = 0;
+                return true;
+            }
             rec.crashes += 1;
             let comes_back = match policy {
                 RestartPolicy::Always => true,
@@ -430,8 +445,8 @@ pub struct CopyLog {
 }
 
 /// The lines status prints under the table for one app: draining copies and
-/// how long they have left, copies that don't start (with their last error
-/// line), copies left down. `log_of` is asked only for the copies named.
+/// how long they have left, copies stopped over their memory limit, copies
+/// that don't start (with their last error line), copies left down. `log_of` is asked only for the copies named.
 pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64, log_of: &dyn Fn(u32) -> CopyLog) -> Vec<String> {
     let settings = spec.settings_hash();
     let name = &spec.name;
@@ -468,10 +483,18 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
             out.push(format!("{name}: copy {} is left down: {why}. Its log: {}", rec.copy, log_of(rec.copy).path));
             continue;
         }
+        let times = if rec.crashes == 1 { "once".to_string() } else { format!("{} times", rec.crashes) };
+        // Shown also once it is back, until it stays up: a copy that grows
+        // past its limit again is up most of the time.
+        if let Some(m) = rec.last_exit.and_then(|e| e.memory).filter(|_| rec.crashes > 0) {
+            out.push(format!("{name}: copy {} was stopped: {} ({times}). Its log: {}", rec.copy, m.describe(), log_of(rec.copy).path));
+            continue;
+        }
         let current = rec.revision == state.revision && rec.settings == settings;
-        if rec.crashes > 0 && !ready {
+        if let Some(port) = rec.moving_from {
+            out.push(format!("{name}: copy {}'s port {port} is taken by another program; it moves to another port.", rec.copy));
+        } else if rec.crashes > 0 && !ready {
             let exit = rec.last_exit.map(|e| e.describe()).unwrap_or_else(|| "exited".into());
-            let times = if rec.crashes == 1 { "once".to_string() } else { format!("{} times", rec.crashes) };
             let lead = if current && redeploying {
                 format!("{name}: copy {} doesn't start: it {exit} ({times}); the old copies keep serving.", rec.copy)
             } else {

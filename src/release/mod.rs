@@ -79,6 +79,8 @@ pub fn deployed(spec: &AppSpec) -> Deployed {
         entrypoint: spec.entrypoint.clone(),
         r_path: spec.r_path.clone(),
         env: spec.env.clone(),
+        sandbox: spec.sandbox.clone(),
+        run_as: spec.run_as.clone(),
     }
 }
 
@@ -89,6 +91,8 @@ pub fn with_deployed(spec: &AppSpec, d: &Deployed) -> AppSpec {
         entrypoint: d.entrypoint.clone(),
         r_path: d.r_path.clone(),
         env: d.env.clone(),
+        sandbox: d.sandbox.clone(),
+        run_as: d.run_as.clone(),
         ..spec.clone()
     }
 }

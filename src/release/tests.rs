@@ -111,6 +111,13 @@ fn a_copy_runs_its_release_with_its_settings_and_one_from_before_releases_runs_w
     assert_eq!(run.env["V"], "r1", "the release's env, not the manifest's");
     assert_eq!(run.port, spec.port);
     assert_eq!(with_deployed(&spec, &deployed(&spec)), spec);
+    // The fence a release was deployed with comes back with it (rollback).
+    let mut fenced = spec.clone();
+    fenced.sandbox.memory = Some(1 << 30);
+    fenced.run_as = Some("nobody".into());
+    let back = with_deployed(&spec, &deployed(&fenced));
+    assert_eq!((back.sandbox.memory, back.run_as.as_deref()), (Some(1 << 30), Some("nobody")));
+    assert_ne!(back.settings_hash(), spec.settings_hash());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -4,7 +4,6 @@
 
 use std::fs::OpenOptions;
 use std::net::TcpListener;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -14,11 +13,12 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::home::Home;
-use crate::launcher::Launch;
-use crate::manifest::AppSpec;
+use crate::launcher::{self, Launch};
+use crate::manifest::{AppSpec, SandboxMode};
 use crate::model::{CopyRecord, Exit};
 use crate::procfs;
 
+use super::pidfd::Pidfd;
 use super::Event;
 
 /// The copies' port range on 127.0.0.1.
@@ -32,7 +32,11 @@ pub use crate::clock::now_ms;
 /// Picks the copy's port: the one it had if it is still free, else a free
 /// one in 20000–29999 that no other copy holds.
 pub fn pick_port(wanted: u16, taken: &[u16], seed: u64) -> Option<u16> {
-    let free = |p: u16| !taken.contains(&p) && TcpListener::bind(("127.0.0.1", p)).is_ok();
+    // Free: nobody listens where 127.0.0.1 reaches it (a socket on `::`
+    // that lets 127.0.0.1 be bound beside it still takes the connections).
+    let free = |p: u16| {
+        !taken.contains(&p) && !procfs::listening(p).iter().any(|l| l.reaches_loopback) && TcpListener::bind(("127.0.0.1", p)).is_ok()
+    };
     if wanted != 0 && free(wanted) {
         return Some(wanted);
     }
@@ -47,7 +51,15 @@ pub fn pick_port(wanted: u16, taken: &[u16], seed: u64) -> Option<u16> {
 /// straight to its log file. Fills in the record's PID, start time and port.
 /// `dir` is the folder it runs (on the host; the launcher mounts it
 /// read-only): its release, or working-dir for a copy from before releases.
-pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, dir: &Path, taken_ports: &[u16]) -> anyhow::Result<()> {
+/// `cgroups`: the copy's cgroups, which the launcher joins first.
+pub fn start_copy(
+    home: &Home,
+    spec: &AppSpec,
+    rec: &mut CopyRecord,
+    dir: &Path,
+    taken_ports: &[u16],
+    cgroups: Vec<std::path::PathBuf>,
+) -> anyhow::Result<()> {
     let seed = spec.name.bytes().fold(rec.copy as u64 * 7919, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
     // Other copies' ports are taken; this copy's own is what it wants back.
     let taken: Vec<u16> = taken_ports.iter().copied().filter(|&p| p != rec.port).collect();
@@ -56,6 +68,11 @@ pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, dir: &Path,
     let scratch = home.scratch_dir(&spec.group, &spec.name, rec.copy);
     std::fs::create_dir_all(&scratch)?;
     let mut log = OpenOptions::new().create(true).append(true).open(&log_path)?;
+    // A root daemon's run-as user writes its scratch disk and its log.
+    for p in [&scratch, &log_path] {
+        launcher::users::give_to(p, spec.run_as.as_deref())
+            .map_err(|e| anyhow::anyhow!("cannot give {} to run-as {}: {e}", p.display(), spec.run_as.as_deref().unwrap_or("")))?;
+    }
     {
         use std::io::Write;
         let _ = writeln!(
@@ -74,8 +91,18 @@ pub fn start_copy(home: &Home, spec: &AppSpec, rec: &mut CopyRecord, dir: &Path,
         port,
         r_path: spec.r_path.clone(),
         copy: rec.copy,
+        app: spec.name.clone(),
+        home: home.root.clone(),
+        sandbox: spec.sandbox.clone(),
+        run_as: spec.run_as.clone(),
+        cgroups,
     };
     let mut cmd = launch.command()?;
+    // A fenced copy gets a clean environment: only what R needs of the
+    // daemon's (launcher::users::kept), then the manifest's env.
+    if spec.sandbox.mode != SandboxMode::Off {
+        cmd.env_clear().envs(launcher::users::kept_env(std::env::vars_os()));
+    }
     cmd.envs(&spec.env)
         .env("SHINYCTL_COPY", rec.copy.to_string())
         .stdin(Stdio::null())
@@ -130,40 +157,38 @@ pub fn spawn_self(home: &Home, subcommand: &str, env: &[(&str, &str)]) -> anyhow
 }
 
 /// Stops a process and its group: SIGTERM, then SIGKILL after the grace
-/// period if it is still there.
+/// period if it is still there. Signals go through a pidfd opened while the
+/// process is the one that started at `start`, so a reused PID is never
+/// signalled; without a pidfd (refused, EMFILE) the start time is checked
+/// before each signal.
 pub fn stop_process(pid: u32, start: Option<u64>) {
-    use nix::sys::signal::{killpg, Signal};
-    use nix::unistd::Pid;
-    let pgid = Pid::from_raw(pid as i32);
     let alive = move || start.map_or(procfs::start_ticks(pid).is_some(), |s| procfs::is_alive(pid, s));
     if !alive() {
         return;
     }
-    let _ = killpg(pgid, Signal::SIGTERM);
+    let handle = Pidfd::open(pid, start).ok();
+    let signal_group = move |handle: &Option<Pidfd>, sig: i32| match handle {
+        Some(h) => h.signal_group(pid, sig),
+        None => {
+            // SAFETY: kill with a negative pid signals a process group.
+            unsafe { libc::kill(-(pid as libc::pid_t), sig) };
+        }
+    };
+    signal_group(&handle, libc::SIGTERM);
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + STOP_GRACE;
         while tokio::time::Instant::now() < deadline {
             if !alive() {
-                // The leader is gone; anything left in its group goes too.
-                let _ = killpg(pgid, Signal::SIGKILL);
+                // The leader is gone; anything left in its group goes too
+                // (by number: the group outlives its leader's pidfd).
+                // SAFETY: kill with a negative pid signals a process group.
+                unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let _ = killpg(pgid, Signal::SIGKILL);
+        signal_group(&handle, libc::SIGKILL);
     });
-}
-
-/// Opens a pidfd for a process, if it still exists. A raw syscall through
-/// libc: nix (0.29, in Cargo.toml) has no pidfd_open.
-fn pidfd_open(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, libc::PIDFD_NONBLOCK) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: the kernel just gave us this fd and nothing else owns it.
-    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Reaps `pid` if it is our child and says how it ended; `None` for a
@@ -177,18 +202,30 @@ pub fn reap(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
     }
 }
 
+/// How often a process without a pidfd is looked for in /proc.
+const EXIT_POLL: Duration = Duration::from_millis(100);
+
 /// Watches a process and sends `Event::Exit` the moment it ends. Works for
 /// our children (reaped, with their exit status) and for adopted processes
-/// (status unknown).
+/// (status unknown). Where no pidfd can be had, /proc is polled (the start
+/// time tells a reused PID), so an exit is never reported for a process
+/// that is alive.
 pub fn watch_exit(app: String, pid: u32, events: UnboundedSender<Event>) {
+    let start = procfs::start_ticks(pid);
     tokio::spawn(async move {
-        if let Some(fd) = pidfd_open(pid) {
+        let watched = match Pidfd::open(pid, start) {
             // SAFETY: the AsyncFd owns the OwnedFd, which stays open and the
             // same until the AsyncFd drops.
-            if let Ok(afd) = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) } {
-                // A pidfd turns readable when the process exits.
-                let _ = afd.readable().await;
+            Ok(h) => unsafe { AsyncFd::register_with_interest(h.fd, tokio::io::Interest::READABLE) }.ok(),
+            Err(e) => {
+                tracing::debug!(pid, "no pidfd ({e}); watching /proc");
+                None
             }
+        };
+        match watched {
+            // A pidfd turns readable when the process exits.
+            Some(afd) => drop(afd.readable().await),
+            None => gone_from_proc(pid, start).await,
         }
         // A zombie child is readable at once; give the kernel a moment in
         // the rare case reaping races the exit.
@@ -201,8 +238,16 @@ pub fn watch_exit(app: String, pid: u32, events: UnboundedSender<Event>) {
             status = reap(pid);
         }
         let (code, signal) = status.unwrap_or((None, None));
-        let _ = events.send(Event::Exit { app, pid, exit: Exit { at_ms: now_ms(), code, signal } });
+        let _ = events.send(Event::Exit { app, pid, exit: Exit { at_ms: now_ms(), code, signal, memory: None } });
     });
+}
+
+/// Returns once the process that started at `start` is gone or a zombie,
+/// looking in /proc every [`EXIT_POLL`].
+async fn gone_from_proc(pid: u32, start: Option<u64>) {
+    while start.is_some_and(|s| procfs::is_alive(pid, s)) {
+        tokio::time::sleep(EXIT_POLL).await;
+    }
 }
 
 /// Sends `Event::Ready` once the copy's port answers HTTP from a socket of
@@ -245,6 +290,18 @@ async fn answers_http(port: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn without_a_pidfd_an_exit_is_found_in_proc_and_never_early() {
+        let mut child = Command::new("sleep").arg("0.5").spawn().unwrap();
+        let pid = child.id();
+        let start = procfs::start_ticks(pid);
+        let watch = tokio::spawn(gone_from_proc(pid, start));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(!watch.is_finished(), "reported gone while alive");
+        tokio::time::timeout(Duration::from_secs(5), watch).await.expect("found gone").unwrap();
+        assert!(child.try_wait().unwrap().is_some(), "it had really ended");
+    }
 
     #[test]
     fn pick_port_keeps_a_free_port_and_avoids_taken_ones() {

@@ -3,12 +3,14 @@
 //! - `GET  /v1/version`
 //! - `GET  /v1/status[?app=NAME]`
 //! - `POST /v1/apply` (ApplyRequest; takes a release when it deploys)
+//! - `POST /v1/reload` (every registered manifest applied again from its path)
 //! - `POST /v1/apps/NAME/restart[?now=1]` (reads the manifest again, takes a release)
 //! - `POST /v1/apps/NAME/rollback[?now=1]` (the release before the current one)
 //! - `DELETE /v1/apps/NAME[?now=1]`
 //! - `GET  /v1/apps/NAME/logs?copy=N`
 //! - `POST /v1/apps/NAME/stand-in` (StandIn, from the load balancer)
 //! - `POST /v1/apps/NAME/wake` (from the load balancer; answers once awake)
+//! - `GET  /v1/metrics` (Prometheus text), `GET /v1/health` (see `metrics`)
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -62,8 +64,13 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
         }
         (Method::GET, ["v1", "status"]) => {
             let app = query(&req, "app").map(str::to_string);
+            // The load balancer's figures are fetched with the lock released.
+            let home = shared.lock().await.home.clone();
+            let stats = super::proxy_ctl::fetch_stats(&home, super::proxy_ctl::STATUS_TIMEOUT).await;
             let mut d = shared.lock().await;
-            d.refresh_traffic().await;
+            if let Some(stats) = stats {
+                d.fold_traffic(stats);
+            }
             match super::status::report(&d, app.as_deref()) {
                 Ok(r) => uds::json_response(StatusCode::OK, &r),
                 Err(e) => error(StatusCode::NOT_FOUND, e),
@@ -108,6 +115,9 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let path = super::log_path(&d.home, &app.recorded.spec, copy);
             uds::json_response(StatusCode::OK, &LogsReply { path })
         }
+        (Method::POST, ["v1", "reload"]) => super::reload::reload(&shared).await,
+        (Method::GET, ["v1", "metrics"]) => super::metrics::metrics(&shared).await,
+        (Method::GET, ["v1", "health"]) => super::metrics::health(&shared).await,
         (Method::POST, ["v1", "apps", name, "wake"]) => wake(&shared, name).await,
         (Method::POST, ["v1", "apps", name, "stand-in"]) => {
             let body = uds::read_body(req.into_body(), 64 << 10).await.unwrap_or_default();
@@ -135,6 +145,7 @@ async fn wake(shared: &Shared, name: &str) -> Reply {
             return ok(format!("{name} is awake"));
         }
         app.wake.requested = true;
+        app.wake.asked_ms.get_or_insert(super::now_ms());
         app.wake.waiters.push(tx);
         let timeout = Duration::from_millis(app.recorded.spec.request_timeout_ms);
         let _ = d.events.send(Event::Changed { app: name.to_string() });

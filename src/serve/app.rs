@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use tokio::sync::oneshot;
 
 use crate::manifest::AppSpec;
-use crate::model::{AppState, Exit, Role};
+use crate::model::{AppState, Exit, MemoryStop, Role};
 
 /// The daemon's in-memory view of one app.
 pub struct AppRt {
@@ -58,6 +58,9 @@ pub struct Tracked {
     pub stopping: HashSet<u32>,
     /// Exits seen and not yet folded into the state, by PID.
     pub exits: HashMap<u32, Exit>,
+    /// Processes the memory watch stopped, by PID, with what they used:
+    /// their exits carry it.
+    pub memory_stops: HashMap<u32, MemoryStop>,
     /// The last roles decided, for the copies table and status.
     pub roles: Vec<(u32, Role)>,
     /// When a timer in the last plan runs out.
@@ -65,6 +68,9 @@ pub struct Tracked {
     /// Unix ms of its last request through the load balancer (the latest
     /// the load balancer reported; kept when a new load balancer starts at 0).
     pub last_request_ms: u64,
+    /// Why the last write of state.json failed (the previous file stays
+    /// whole; the copies keep running); none once a write succeeds.
+    pub state_error: Option<String>,
 }
 
 impl Tracked {
@@ -82,6 +88,7 @@ impl Tracked {
     /// Forgets a process once the state no longer needs news of it.
     pub fn forget(&mut self, pid: u32) {
         self.exits.remove(&pid);
+        self.memory_stops.remove(&pid);
         self.ready.remove(&pid);
         self.probing.remove(&pid);
         self.watched.remove(&pid);
@@ -105,6 +112,9 @@ pub struct Wake {
     pub requested: bool,
     /// Unix ms of the last wake, to tell a wake that failed.
     pub woke_ms: Option<u64>,
+    /// Unix ms when the first request waiting for the wake asked for it,
+    /// until the wake ends (for the wake-duration metric).
+    pub asked_ms: Option<u64>,
     /// The requests waiting for the wake's outcome.
     pub waiters: Vec<oneshot::Sender<WakeOutcome>>,
 }
@@ -118,7 +128,9 @@ impl Wake {
             return false;
         }
         if state.asleep_since_ms.is_none() {
+            // Not asleep (a copy on its way up): no wake to time.
             self.requested = false;
+            self.asked_ms = None;
         } else if state.copies.iter().all(|r| r.pid.is_none()) {
             state.asleep_since_ms = None;
             self.requested = false;

@@ -16,7 +16,7 @@ use crate::reconcile::{self, Action, Observed, Process, Seen};
 use crate::release;
 
 use super::app::{AppRt, Recorded, Tracked, WakeOutcome};
-use super::{act, log_path, now_ms, record, Daemon, Event, PendingStop, STOP_WAITS_FOR_PUSH_MS};
+use super::{act, limits, log_path, now_ms, record, tallies, Daemon, Event, PendingStop, STOP_WAITS_FOR_PUSH_MS};
 
 impl Daemon {
     /// Observe: what each recorded process is doing now, from what is
@@ -25,6 +25,8 @@ impl Daemon {
     pub(super) fn observe(&mut self, name: &str) -> Observed {
         let events = self.events.clone();
         let traffic = self.traffic.get(name).cloned().unwrap_or_default();
+        let cgroups = &self.cgroups;
+        let counts = &mut self.tallies;
         let Some(AppRt { recorded, tracked, wake }) = self.apps.get_mut(name) else { return Observed::default() };
         // Requests held for a wake are activity until they are answered: the
         // woken app must not fall asleep again in the cycle its copy gets
@@ -33,21 +35,34 @@ impl Daemon {
         let mut observed = Observed { last_request_ms: tracked.last_request_ms.max(held), ..Observed::default() };
         for rec in &recorded.state.copies {
             let Some(pid) = rec.pid else { continue };
-            let process = if let Some(exit) = tracked.exits.get(&pid) {
-                Process::Exited(*exit)
-            } else if !rec.pid_start.is_some_and(|s| procfs::is_alive(pid, s)) {
+            let gone = tracked.exits.get(&pid).copied().or_else(|| {
                 // Gone before its watcher reported: reap it here if it is our
                 // child; if it died while nobody watched, its status is unknown.
-                let (code, signal) = act::reap(pid).unwrap_or((None, None));
-                Process::Exited(Exit { at_ms: now_ms(), code, signal })
+                (!rec.pid_start.is_some_and(|s| procfs::is_alive(pid, s))).then(|| {
+                    let (code, signal) = act::reap(pid).unwrap_or((None, None));
+                    Exit { at_ms: now_ms(), code, signal, memory: None }
+                })
+            });
+            let process = if let Some(mut exit) = gone {
+                let limit = limits::sandbox_of(&recorded.spec, &recorded.state, rec).memory;
+                exit.memory = limits::memory_stop_at_exit(cgroups, tracked, name, rec, pid, limit);
+                if exit.memory.is_some() {
+                    // Seen once: the cycle folds this exit in.
+                    counts.stopped_for_memory(name, rec.copy);
+                }
+                Process::Exited(exit)
             } else {
+                let owner = port_owner(name, rec, pid, tracked);
                 let ready = tracked.ready.contains(&pid);
                 // The daemon watches what it starts from the start, so a
                 // process first watched here is one it adopted.
                 if follow(name, rec, ready, tracked, &events) {
                     tracing::info!(app = name, copy = rec.copy, pid, "adopted copy");
                 }
-                Process::Running { ready }
+                match owner {
+                    procfs::PortOwner::Other => Process::PortTaken,
+                    _ => Process::Running { ready },
+                }
             };
             let t = traffic.get(&rec.copy);
             observed
@@ -63,11 +78,14 @@ impl Daemon {
         let observed = self.observe(name);
         let now = now_ms();
         let taken: Vec<u16> = self.apps.values().flat_map(|a| a.recorded.state.copies.iter().map(|r| r.port)).collect();
-        let cx = Cx { name, home: &self.home, events: &self.events, now };
+        let cx = Cx { name, home: &self.home, events: &self.events, now, cgroups: &self.cgroups };
         let stops = &mut self.stops;
+        let counts = &mut self.tallies;
         let Some(AppRt { recorded, tracked, wake }) = self.apps.get_mut(name) else { return };
-        if wake.settle(&mut recorded.state, now) {
+        let waking = wake.settle(&mut recorded.state, now);
+        if waking {
             tracing::info!(app = name, "waking");
+            counts.wake_began(name);
         }
         // Decide: a deleted app wants no copies.
         let mut spec = recorded.spec.clone();
@@ -78,6 +96,11 @@ impl Daemon {
         let plan = reconcile::decide(&spec, &recorded.state, &observed, now);
         // Record: the plan's state replaces the recorded one.
         let before = std::mem::replace(&mut recorded.state, plan.state);
+        for copy in plan.actions.iter().filter_map(|a| if let Action::Start(c) = a { Some(*c) } else { None }) {
+            if let Some(reason) = tallies::restart_reason(&before, &recorded.state, copy, waking) {
+                counts.started(name, copy, reason);
+            }
+        }
         tracked.roles = plan.roles;
         tracked.wake_at_ms = plan.wake_at_ms;
         tracked.fold(&before, &recorded.state);
@@ -86,12 +109,19 @@ impl Daemon {
         for gone in before.copies.iter().filter(|r| !recorded.state.copies.iter().any(|n| n.copy == r.copy)) {
             crate::launcher::remove_scratch(&cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, gone.copy));
         }
+        // A copy whose process is gone has its cgroups removed (made anew
+        // at its next start).
+        for rec in before.copies.iter().filter(|r| r.pid.is_some()) {
+            if !recorded.state.copies.iter().any(|n| n.copy == rec.copy && n.pid == rec.pid) {
+                cx.cgroups.remove(&crate::limits::leaf(name, rec.copy));
+            }
+        }
         release::prune(cx.home, &recorded.spec, &mut recorded.state);
-        if recorded.state != before {
-            record::save_state(&recorded.spec.state_file, &recorded.state);
+        if recorded.state != before || tracked.state_error.is_some() {
+            tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
         }
         if act_on(&cx, plan.actions, recorded, tracked, &taken, stops) {
-            record::save_state(&recorded.spec.state_file, &recorded.state);
+            tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
         }
         if recorded.deleting && recorded.state.copies.is_empty() {
             let _ = std::fs::remove_file(&recorded.spec.state_file);
@@ -104,8 +134,11 @@ impl Daemon {
     /// Answers the requests waiting for a wake, once the table the load
     /// balancer has shows an active copy, or every copy of the wake exited.
     pub(super) fn resolve_wakes(&mut self) {
-        for app in self.apps.values_mut().filter(|a| !a.wake.waiters.is_empty()) {
+        for (name, app) in self.apps.iter_mut().filter(|(_, a)| !a.wake.waiters.is_empty()) {
             if let Some(outcome) = wake_outcome(&self.home, app) {
+                if let (Some(asked), true) = (app.wake.asked_ms.take(), outcome.is_ok()) {
+                    self.tallies.wake_ended(name, std::time::Duration::from_millis(now_ms().saturating_sub(asked)));
+                }
                 app.wake.answer(outcome);
             }
         }
@@ -124,6 +157,8 @@ impl Daemon {
                 request_timeout_ms: a.recorded.spec.request_timeout_ms,
                 asleep: a.recorded.state.asleep_since_ms.is_some(),
                 listening: !a.recorded.deleting,
+                max_connections: a.recorded.spec.max_connections,
+                trusted_proxies: a.recorded.spec.trusted_proxies.clone(),
                 copies: a
                     .tracked
                     .roles
@@ -138,14 +173,11 @@ impl Daemon {
         ProxyTable { apps }
     }
 
-    /// Push: sends the copies table to the load balancer when it changed.
-    /// Then act on the stops the cycles decided: the load balancer no longer
-    /// sends those copies anything. One it cannot reach holds a stop up for
+    /// After the push (`pushed`: the load balancer has the table), act on
+    /// the stops the cycles decided: the load balancer no longer sends those
+    /// copies anything. One it cannot reach holds a stop up for
     /// [`STOP_WAITS_FOR_PUSH_MS`] at most.
-    pub(super) async fn push(&mut self) {
-        let table = self.table();
-        let home = self.home.clone();
-        let pushed = self.proxy.push(&home, table).await;
+    pub(super) fn run_stops(&mut self, pushed: bool) {
         let now = now_ms();
         self.stops.retain(|s| {
             let go = pushed || now >= s.since_ms + STOP_WAITS_FOR_PUSH_MS;
@@ -162,6 +194,15 @@ impl Daemon {
     }
 }
 
+/// Appends the reason a copy could not be started to its log, as the
+/// launcher does for the reasons it finds.
+fn note_in_log(log: &std::path::Path, why: &str) {
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+        let _ = writeln!(f, "--- shinyctl: the copy could not be launched: {why} ---");
+    }
+}
+
 /// What one cycle's act step works with, besides the app.
 struct Cx<'a> {
     /// The app's name.
@@ -172,6 +213,8 @@ struct Cx<'a> {
     events: &'a mpsc::UnboundedSender<Event>,
     /// The cycle's time, Unix ms.
     now: u64,
+    /// The cgroups copies start in.
+    cgroups: &'a crate::limits::Cgroups,
 }
 
 /// Act: starts and stops the processes the plan names, and tracks them.
@@ -190,7 +233,10 @@ fn act_on(cx: &Cx, actions: Vec<Action>, recorded: &mut Recorded, tracked: &mut 
                     continue;
                 };
                 let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
-                let started = run.map_err(anyhow::Error::msg).and_then(|(dir, spec)| act::start_copy(cx.home, &spec, rec, &dir, taken));
+                let started = run.map_err(anyhow::Error::msg).and_then(|(dir, spec)| {
+                    let cgroups = limits::cgroups_for(cx.cgroups, &spec, copy)?;
+                    act::start_copy(cx.home, &spec, rec, &dir, taken, cgroups)
+                });
                 match started {
                     Ok(()) => {
                         tracing::info!(app = name, copy, pid = rec.pid.unwrap_or(0), port = rec.port, "started copy");
@@ -198,9 +244,11 @@ fn act_on(cx: &Cx, actions: Vec<Action>, recorded: &mut Recorded, tracked: &mut 
                     }
                     Err(e) => {
                         tracing::error!(app = name, copy, "cannot start copy: {e:#}");
+                        // In the copy's log too, where status finds the error it quotes.
+                        note_in_log(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, copy), &format!("{e:#}"));
                         // Counted like a crash, so it is retried after a backoff.
                         rec.crashes += 1;
-                        rec.last_exit = Some(Exit { at_ms: cx.now, code: Some(127), signal: None });
+                        rec.last_exit = Some(Exit { at_ms: cx.now, code: Some(127), signal: None, memory: None });
                         let _ = cx.events.send(Event::Changed { app: name.to_string() });
                     }
                 }
@@ -237,6 +285,24 @@ fn wake_outcome(home: &Home, app: &AppRt) -> Option<WakeOutcome> {
         let exit = r.last_exit.map(|e| e.describe()).unwrap_or_default();
         Err(format!("copy {} {exit} while waking; see {}", r.copy, log_path(home, &recorded.spec, r.copy)))
     })
+}
+
+/// Who listens where 127.0.0.1 reaches a running copy's port, checked
+/// every cycle: a ready copy whose socket is no longer its own is not
+/// ready (probed again), and one whose port another program holds moves.
+fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked) -> procfs::PortOwner {
+    if rec.moving_from.is_some() || rec.stop_started_ms.is_some() {
+        return procfs::PortOwner::Ours;
+    }
+    let owner = procfs::port_owned_by(rec.port, pid);
+    if owner != procfs::PortOwner::Ours && tracked.ready.remove(&pid) {
+        tracing::warn!(app = name, copy = rec.copy, pid, port = rec.port, "copy {} no longer answers from its own socket on port {}: {owner:?}", rec.copy, rec.port);
+        tracked.probing.remove(&pid);
+    }
+    if owner == procfs::PortOwner::Other {
+        tracing::warn!(app = name, copy = rec.copy, pid, port = rec.port, "another program listens on copy {}'s port {}; it moves", rec.copy, rec.port);
+    }
+    owner
 }
 
 /// Watches a running copy's process for its exit and, until it is ready,

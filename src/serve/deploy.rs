@@ -15,7 +15,7 @@ use crate::model::{AppState, ApplyRequest, Deployed, Release};
 use crate::release::{self, snapshot};
 
 use super::reply::{error, not_found, ok, Reply};
-use super::{now_ms, record, AppRt, Daemon, Event, Shared};
+use super::{now_ms, record, sockets, AppRt, Daemon, Event, Shared};
 
 /// A release copied into its hidden folder, not yet recorded.
 struct Taken {
@@ -117,6 +117,19 @@ fn check(d: &Daemon, spec: &AppSpec, text: &str) -> Result<Option<String>, Box<R
                 ),
             )));
         }
+        let (log, other_log) = (format!("{}-{}", spec.group, spec.name), format!("{}-{}", other.recorded.spec.group, name));
+        if log == other_log {
+            return Err(Box::new(error(
+                StatusCode::CONFLICT,
+                here(
+                    "app-group",
+                    format!(
+                        "app-group {} with app-name {} would share the log file logs/{log}.log with app {name} of app-group {}; rename one of them",
+                        spec.group, spec.name, other.recorded.spec.group
+                    ),
+                ),
+            )));
+        }
         if super::same_path(&other.recorded.spec.state_file, &spec.state_file) {
             return Err(Box::new(error(
                 StatusCode::CONFLICT,
@@ -128,6 +141,45 @@ fn check(d: &Daemon, spec: &AppSpec, text: &str) -> Result<Option<String>, Box<R
         }
     }
     Ok(existing)
+}
+
+/// The app's listening socket, bound now when the daemon does not hold it
+/// yet: the bind is the check that the port can be had (not taken by
+/// another program or shinyctl home, permitted, an address of this
+/// machine). `None` when it is held already, or when this app's own socket
+/// on another host holds the port (a host change: rebound once the old one
+/// is closed).
+async fn claim(shared: &Shared, spec: &AppSpec, text: &str) -> Result<Option<(sockets::Addr, std::net::TcpListener)>, Box<Reply>> {
+    let addr = (spec.host.clone(), spec.port);
+    let own_port = {
+        let d = shared.lock().await;
+        if d.sockets.holds(&addr) {
+            return Ok(None);
+        }
+        // This app's own socket on another host, held now.
+        d.apps
+            .values()
+            .filter(|a| super::same_path(&a.recorded.spec.manifest, &spec.manifest) && a.recorded.spec.port == spec.port)
+            .any(|a| d.sockets.holds(&(a.recorded.spec.host.clone(), a.recorded.spec.port)))
+    };
+    let (host, port) = addr.clone();
+    let bound = tokio::task::spawn_blocking(move || sockets::bind(&host, port).map_err(|e| (e.raw_os_error(), sockets::explain(&host, port, &e))))
+        .await
+        .map_err(|e| Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot bind the app's port: {e}"))))?;
+    match bound {
+        Ok(socket) => Ok(Some((addr, socket))),
+        Err((Some(libc::EADDRINUSE), _)) if own_port => Ok(None),
+        Err((code, why)) => {
+            let key = if matches!(code, Some(libc::EADDRINUSE) | Some(libc::EACCES) | Some(libc::EPERM)) { "port" } else { "host" };
+            let message = manifest::ManifestError {
+                file: spec.manifest.clone(),
+                line: manifest::line_of_key(text, key),
+                key: Some(key.into()),
+                message: format!("{why}. Nothing was applied"),
+            };
+            Err(Box::new(error(StatusCode::CONFLICT, message.to_string())))
+        }
+    }
 }
 
 /// True when applying `spec` to the app deploys it: it changes how the app
@@ -145,6 +197,15 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
         Ok(s) => s,
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     };
+    if let Err(why) = record::check_state_file(&spec.state_file) {
+        let at = manifest::ManifestError {
+            file: spec.manifest.clone(),
+            line: manifest::line_of_key(&req.text, "state-file"),
+            key: Some("state-file".into()),
+            message: why,
+        };
+        return error(StatusCode::UNPROCESSABLE_ENTITY, at.to_string());
+    }
     let (home, needs) = {
         let d = shared.lock().await;
         let existing = match check(&d, &spec, &req.text) {
@@ -152,6 +213,10 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
             Err(reply) => return *reply,
         };
         (d.home.clone(), deploys(existing.and_then(|n| d.apps.get(&n)), &spec))
+    };
+    let socket = match claim(shared, &spec, &req.text).await {
+        Ok(s) => s,
+        Err(reply) => return *reply,
     };
     let taken = if needs {
         match take(&home, &spec).await {
@@ -169,6 +234,9 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
     };
     if taken.is_none() && deploys(existing.as_ref().and_then(|n| d.apps.get(n)), &spec) {
         return error(StatusCode::CONFLICT, format!("{}: changed while this apply ran; apply again", spec.name));
+    }
+    if let Some((addr, socket)) = socket {
+        d.sockets.insert(addr, socket);
     }
     let message = match existing {
         Some(old_name) => update(&mut d, &home, old_name, &spec, taken, req.now),
@@ -208,7 +276,7 @@ fn update(d: &mut Daemon, home: &Home, old_name: String, spec: &AppSpec, taken: 
     app.recorded.spec = spec.clone();
     app.recorded.state.stop_now = now;
     let asleep = app.recorded.state.asleep_since_ms.is_some();
-    record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
+    app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
     d.apps.insert(spec.name.clone(), app);
     let name = &spec.name;
     let line = if same {
@@ -235,7 +303,12 @@ fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<Taken>) -> Res
         Ok(rel) => rel,
         Err(why) => return Err(Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, why))),
     };
-    record::save_state(&spec.state_file, &state);
+    if let Err(e) = record::save_state(&spec.state_file, &state) {
+        return Err(Box::new(error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("{}: cannot write its state file {}: {e}; nothing was started", spec.name, spec.state_file.display()),
+        )));
+    }
     d.apps.insert(spec.name.clone(), AppRt::new(spec.clone(), state));
     let n = spec.replicas + spec.warm_replicas;
     let line = format!(
@@ -289,6 +362,10 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
     if let Err(reply) = check(&*shared.lock().await, &spec, &text) {
         return *reply;
     }
+    let socket = match claim(shared, &spec, &text).await {
+        Ok(s) => s,
+        Err(reply) => return *reply,
+    };
     let taken = match take(&home, &spec).await {
         Ok(t) => t,
         Err(reply) => return *reply,
@@ -298,6 +375,9 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
         Ok(Some(existing)) if existing == name => {}
         Ok(_) => return not_found(name),
         Err(reply) => return *reply,
+    }
+    if let Some((addr, socket)) = socket {
+        d.sockets.insert(addr, socket);
     }
     let app = d.apps.get_mut(name).expect("checked above");
     let rel = match taken.record(&home, &spec, &mut app.recorded.state) {
@@ -325,7 +405,7 @@ fn redeploy(d: &mut Daemon, name: &str, now: bool) -> Result<(u64, &'static str)
     app.recorded.state.revision += 1;
     app.recorded.state.stop_now = now;
     let rev = app.recorded.state.revision;
-    record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
+    app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
     if let Err(e) = d.save_registry() {
         return Err(Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"))));
     }

@@ -11,11 +11,13 @@ use tokio::sync::{mpsc, Mutex};
 use crate::api_client::Client;
 use crate::home::Home;
 
-use super::{api, now_ms, proxy_ctl, record, Daemon, Event, Shared, TICK};
+use super::{api, limits, orphans, metrics, notify, now_ms, proxy_ctl, record, sockets, Daemon, Event, Shared, Tallies, TICK};
 
 /// Runs the daemon in the foreground until SIGTERM or SIGINT. Stopping it
 /// stops only the daemon: the copies and the load balancer keep running.
 pub fn run(home: Home) -> anyhow::Result<()> {
+    // Before any thread starts, and before anything is spawned.
+    let notify_socket = notify::take_socket();
     home.ensure()?;
     if Client::answers(&home) {
         anyhow::bail!("shinyctl serve is already running for {} (it answers on {})", home.root.display(), home.api_sock().display());
@@ -33,25 +35,54 @@ pub fn run(home: Home) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let (writer, _guard) = tracing_appender::non_blocking(tracing_appender::rolling::never(&home.root, "api.log"));
     crate::logging::init(writer, false)?;
-    let result = rt.block_on(run_async(home));
+    let result = rt.block_on(run_async(home, notify_socket));
     drop(lock);
     result
 }
 
-async fn run_async(home: Home) -> anyhow::Result<()> {
+async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let listener = api::bind(&home)?;
-    let proxy = proxy_ctl::ProxyCtl::new(&home)?;
-    let mut daemon =
-        Daemon { home: home.clone(), apps: BTreeMap::new(), events: tx.clone(), proxy, traffic: HashMap::new(), stops: Vec::new() };
+    // The loop alone talks to the load balancer, with the daemon's lock
+    // released, so status and the API answer while it starts or is slow.
+    let mut proxy = proxy_ctl::ProxyCtl::new(&home)?;
+    // Before any process is started: a v2 daemon moves itself into its leaf.
+    let cgroups = crate::limits::Cgroups::discover(&crate::limits::home_tag(&home.root));
+    let sockets = sockets::Held::adopt(take_back_sockets(&home).await);
+    let mut daemon = Daemon {
+        home: home.clone(),
+        apps: BTreeMap::new(),
+        events: tx.clone(),
+        proxy_pid: None,
+        traffic: HashMap::new(),
+        refusing: HashMap::new(),
+        sockets,
+        stops: Vec::new(),
+        tallies: Tallies::default(),
+        cgroups: cgroups.clone(),
+    };
     daemon.load()?;
+    // Copies started by a daemon that ended before it recorded them.
+    let (adopted, stopped) = daemon.settle_unrecorded(&orphans::launchers_of(&home.root));
+    if adopted + stopped > 0 {
+        tracing::info!(adopted, stopped, "copies no record named");
+    }
+    let wanted = daemon.listen_addrs();
+    daemon.sockets.sync(&wanted);
     tracing::info!(pid = std::process::id(), apps = daemon.apps.len(), "shinyctl serve started");
+    tracing::info!("{}", cgroups.describe());
     let shared: Shared = Arc::new(Mutex::new(daemon));
     tokio::spawn(api::serve(listener, shared.clone()));
+    limits::spawn_watch(shared.clone(), cgroups);
+    tokio::spawn(metrics::serve_tcp_from_env(shared.clone()));
+    if let Some(socket) = notify_socket.clone() {
+        tokio::spawn(notify::ready_when_answering(socket, home.api_sock()));
+    }
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut next_tick = tokio::time::Instant::now();
+    let mut rotating = record::Rotation::default();
     loop {
         let mut due: HashSet<String> = HashSet::new();
         let mut all = false;
@@ -94,24 +125,106 @@ async fn run_async(home: Home) -> anyhow::Result<()> {
         if stop_pending(&mut term, &mut int).await {
             break;
         }
-        let mut guard = shared.lock().await;
-        let d = &mut *guard;
+        if proxy_exited {
+            proxy.forget();
+        }
+        // Observe, decide, record under the lock; push and the load
+        // balancer's start and figures off it; act on stops after the push.
         if all {
-            due.extend(d.apps.keys().cloned());
-            d.proxy.ensure(&d.home, &d.events).await;
-            d.rotate_logs();
+            proxy.ensure(&home, &tx).await;
+            let logs = shared.lock().await.log_paths();
+            rotating.start(logs);
         }
-        d.refresh_traffic().await;
-        for app in due {
-            d.cycle(&app);
-        }
-        d.push().await;
-        d.proxy.retire_old().await;
-        d.resolve_wakes();
+        let stats = proxy.stats(&home).await;
+        let table = {
+            let mut guard = shared.lock().await;
+            let d = &mut *guard;
+            d.proxy_pid = proxy.pid();
+            if let Some(stats) = stats {
+                d.fold_traffic(stats);
+            }
+            if all {
+                due.extend(d.apps.keys().cloned());
+                d.sweep_cgroups();
+            }
+            for app in due {
+                d.cycle(&app);
+            }
+            d.table()
+        };
+        // The sockets first: a port the apps no longer name closes before
+        // the table goes (no connection waits in a queue nobody reads);
+        // a new one waits until the table names it.
+        sync_sockets(&shared, &home, proxy.pid()).await;
+        let pushed = proxy.push(&home, table).await;
+        shared.lock().await.run_stops(pushed);
+        // The old load balancer goes once the new one listens on every socket.
+        let listening = shared.lock().await.sockets.has_been_given(proxy.pid());
+        proxy.retire_old(listening).await;
+        shared.lock().await.resolve_wakes();
     }
     tracing::info!("shinyctl serve stopping; the copies and the load balancer keep running");
+    if let Some(socket) = &notify_socket {
+        let _ = notify::send(socket, "STOPPING=1");
+    }
     let _ = std::fs::remove_file(home.api_sock());
     Ok(())
+}
+
+/// The listening sockets of the load balancer that runs, if one does (a
+/// daemon that restarts): asked for on `handover.sock`, off the runtime.
+async fn take_back_sockets(home: &Home) -> HashMap<sockets::Addr, std::net::TcpListener> {
+    let path = crate::proxy::handover::path(home);
+    if !path.exists() {
+        return HashMap::new();
+    }
+    match tokio::task::spawn_blocking(move || crate::proxy::handover::ask(&path)).await {
+        Ok(Ok(got)) => {
+            tracing::info!("took back {} listening sockets from the running load balancer", got.len());
+            got
+        }
+        Ok(Err(e)) => {
+            tracing::info!("no listening socket from a running load balancer ({e}); binding them anew");
+            HashMap::new()
+        }
+        Err(_) => HashMap::new(),
+    }
+}
+
+/// Makes the listening sockets held match the apps and gives the load
+/// balancer the set when it changed. A port that could not be bound is
+/// tried once more after the load balancer has let go of the sockets left
+/// out (a host changed on the same port: the old socket held it).
+async fn sync_sockets(shared: &Shared, home: &Home, proxy_pid: Option<u32>) {
+    for _ in 0..2 {
+        let give = {
+            let mut d = shared.lock().await;
+            let wanted = d.listen_addrs();
+            d.sockets.sync(&wanted);
+            d.sockets.to_give(proxy_pid)
+        };
+        let Some((pid, set)) = give else { return };
+        give_sockets(shared, home, pid, set).await;
+        if !shared.lock().await.sockets.has_failures() {
+            return;
+        }
+    }
+}
+
+/// Gives the load balancer `pid` the set of listening sockets, off the
+/// daemon's lock (the exchange waits on the load balancer), and notes it.
+async fn give_sockets(shared: &Shared, home: &Home, pid: u32, set: Vec<(sockets::Addr, std::net::TcpListener)>) {
+    let path = crate::proxy::handover::path(home);
+    let result = tokio::task::spawn_blocking(move || sockets::give(&path, &set).map(|took| (took, set))).await;
+    match result {
+        Ok(Ok((took, set))) if took == pid => {
+            tracing::info!(pid, "gave the load balancer {} listening sockets", set.len());
+            shared.lock().await.sockets.given(pid, set.into_iter().map(|(a, _)| a).collect());
+        }
+        Ok(Ok((took, _))) => tracing::warn!(pid, took, "handover.sock is served by another load balancer than the one the daemon runs"),
+        Ok(Err(e)) => tracing::warn!(pid, "cannot give the load balancer its listening sockets: {e}; trying again"),
+        Err(e) => tracing::warn!("cannot give the load balancer its listening sockets: {e}"),
+    }
 }
 
 /// True when SIGTERM or SIGINT has arrived and not been handled yet.
@@ -154,6 +267,7 @@ impl Daemon {
                 due.insert(app);
             }
             Event::Ready { app, pid } => {
+                super::status::log_missing_fences(self, &app, pid);
                 if let Some(a) = self.apps.get_mut(&app) {
                     a.tracked.probing.remove(&pid);
                     a.tracked.ready.insert(pid);
@@ -171,22 +285,21 @@ impl Daemon {
             }
             Event::ProxyExit => {
                 tracing::warn!("the load balancer exited; starting it again");
-                self.proxy.forget();
                 // Started by the loop once it has checked it is not stopping.
                 *all = true;
             }
         }
     }
 
-    /// Reads open connections and sessions per copy from the load balancer.
-    pub(super) async fn refresh_traffic(&mut self) {
-        if let Some(stats) = self.proxy.stats(&self.home).await {
-            for a in &stats.apps {
-                if let Some(app) = self.apps.get_mut(&a.name) {
-                    app.tracked.last_request_ms = app.tracked.last_request_ms.max(a.last_request_ms);
-                }
+    /// Folds in the open connections and sessions per copy the load
+    /// balancer reported.
+    pub(super) fn fold_traffic(&mut self, stats: crate::model::ProxyStats) {
+        for a in &stats.apps {
+            if let Some(app) = self.apps.get_mut(&a.name) {
+                app.tracked.last_request_ms = app.tracked.last_request_ms.max(a.last_request_ms);
             }
-            self.traffic = stats.apps.into_iter().map(|a| (a.name, a.copies.into_iter().map(|c| (c.copy, c)).collect())).collect();
         }
+        self.refusing = stats.apps.iter().map(|a| (a.name.clone(), a.refusing.clone())).collect();
+        self.traffic = stats.apps.into_iter().map(|a| (a.name, a.copies.into_iter().map(|c| (c.copy, c)).collect())).collect();
     }
 }

@@ -11,6 +11,7 @@
 //! - `api`: the routes on `api.sock`; `status`: what `status` shows.
 //! - `deploy`: apply, restart and rollback, which take and record releases.
 //! - `proxy_ctl`: the load balancer, from the daemon's side.
+//! - `sockets`: the apps' listening sockets, which the daemon holds.
 //! - `detach`: `serve -d`.
 
 mod act;
@@ -20,10 +21,18 @@ mod cycle;
 mod deploy;
 mod detach;
 mod event_loop;
+mod limits;
+mod metrics;
+mod notify;
+mod orphans;
+pub mod pidfd;
 mod proxy_ctl;
 mod record;
+mod reload;
 mod reply;
+mod sockets;
 mod status;
+mod tallies;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -34,12 +43,13 @@ use tokio::sync::{mpsc, Mutex};
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
-use crate::model::{CopyTraffic, Exit};
+use crate::model::{CopyTraffic, Exit, Refusing};
 
 pub use act::now_ms;
 pub use app::{AppRt, Recorded, Tracked, Wake};
 pub use detach::{detach, spawn_daemon};
 pub use event_loop::run;
+pub use tallies::{RestartReason, Tallies};
 
 /// How often the cycle runs when nothing happens.
 pub const TICK: Duration = Duration::from_secs(5);
@@ -89,13 +99,24 @@ pub struct Daemon {
     pub apps: BTreeMap<String, AppRt>,
     /// Where events go.
     pub events: mpsc::UnboundedSender<Event>,
-    /// The load balancer.
-    pub proxy: proxy_ctl::ProxyCtl,
+    /// The load balancer's PID as the event loop last knew it (the loop
+    /// alone holds `proxy_ctl::ProxyCtl` and talks to the load balancer,
+    /// with this lock released).
+    pub proxy_pid: Option<u32>,
     /// The last traffic figures from the load balancer, by app then copy.
     pub traffic: HashMap<String, HashMap<u32, CopyTraffic>>,
+    /// The requests the load balancer refuses for a while, by app (each was
+    /// in flight when two copies died).
+    pub refusing: HashMap<String, Vec<Refusing>>,
+    /// The apps' listening sockets, held here and given to the load balancer.
+    pub sockets: sockets::Held,
     /// Copies the cycle decided to stop, signalled once the load balancer
     /// has a table without them (observe, decide, record, push, act).
     pub stops: Vec<PendingStop>,
+    /// The cgroups copies get for their limits (found at start).
+    pub cgroups: crate::limits::Cgroups,
+    /// Restarts and wakes counted for metrics.
+    pub tallies: Tallies,
 }
 
 /// A copy to stop once the load balancer no longer sends it requests.
@@ -115,6 +136,13 @@ pub const STOP_WAITS_FOR_PUSH_MS: u64 = 3_000;
 
 /// The daemon as shared between the loop and the API.
 pub type Shared = Arc<Mutex<Daemon>>;
+
+impl Daemon {
+    /// The addresses the apps listen on (an app being deleted no longer does).
+    pub fn listen_addrs(&self) -> Vec<sockets::Addr> {
+        self.apps.values().filter(|a| !a.recorded.deleting).map(|a| (a.recorded.spec.host.clone(), a.recorded.spec.port)).collect()
+    }
+}
 
 /// The path of a copy's log, for messages.
 pub fn log_path(home: &Home, spec: &AppSpec, copy: u32) -> String {

@@ -10,9 +10,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::home::{write_atomic, Home};
 use crate::model::{ProxyStats, ProxyTable, BUILD};
 
-/// Asks a new load balancer to take over from a running one (see
-/// `proxy::handover`).
-const TAKEOVER_ENV: &str = "SHINYCTL_PROXY_TAKEOVER";
+use crate::proxy::TAKEOVER_ENV;
 use crate::uds;
 
 use super::Event;
@@ -131,10 +129,11 @@ impl ProxyCtl {
     }
 
     /// Stops the load balancer of another build once the new one has its
-    /// table: 0.25 s later, so the new one serves beside it first. It
-    /// answers what it is in the middle of for up to 5 s, then exits.
-    pub async fn retire_old(&mut self) {
-        if self.pushed.is_none() {
+    /// table and (`listening`) the listening sockets: 0.25 s later, so the
+    /// new one serves beside it first. It answers what it is in the middle
+    /// of for up to 5 s, then exits.
+    pub async fn retire_old(&mut self, listening: bool) {
+        if self.pushed.is_none() || !listening {
             return;
         }
         let Some(old) = self.retiring.take() else { return };
@@ -145,12 +144,11 @@ impl ProxyCtl {
 
     /// Reads the load balancer's stats; `None` when it doesn't answer.
     pub async fn stats(&mut self, home: &Home) -> Option<ProxyStats> {
-        let (status, body) = uds::request(&home.proxy_sock(), Method::GET, "/stats", None, TIMEOUT).await.ok()?;
-        if !status.is_success() {
-            return None;
+        let stats = fetch_stats(home, TIMEOUT).await?;
+        // One of another build is never taken for ours: ensure replaces it.
+        if stats.build == BUILD {
+            self.pid = Some(stats.pid);
         }
-        let stats: ProxyStats = serde_json::from_slice(&body).ok()?;
-        self.pid = Some(stats.pid);
         Some(stats)
     }
 
@@ -181,6 +179,20 @@ impl ProxyCtl {
             }
         }
     }
+}
+
+/// How long `status` waits for the load balancer's figures: it answers
+/// without them rather than late.
+pub const STATUS_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Reads the load balancer's stats; `None` when it doesn't answer within
+/// `timeout`.
+pub async fn fetch_stats(home: &Home, timeout: Duration) -> Option<ProxyStats> {
+    let (status, body) = uds::request(&home.proxy_sock(), Method::GET, "/stats", None, timeout).await.ok()?;
+    if !status.is_success() {
+        return None;
+    }
+    serde_json::from_slice(&body).ok()
 }
 
 /// Makes the sticky cookie's key, `proxy/cookie.key` (32 random bytes, mode

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
@@ -61,13 +61,42 @@ pub fn load_state(path: &Path) -> Option<AppState> {
     }
 }
 
-/// Writes an app's state.json atomically; a failure is logged, and the
-/// next cycle tries again.
-pub fn save_state(path: &Path, state: &AppState) {
+/// Writes an app's state.json atomically. A failure is logged and
+/// returned; the previous file stays whole.
+pub fn save_state(path: &Path, state: &AppState) -> io::Result<()> {
     let result = serde_json::to_vec_pretty(state).map_err(io::Error::other).and_then(|b| write_atomic(path, &b, 0o644));
-    if let Err(e) = result {
+    if let Err(e) = &result {
         tracing::error!(file = %path.display(), "cannot record state: {e}");
     }
+    result
+}
+
+/// Checks, before an apply changes anything, that `path` can be the app's
+/// state file: an existing file there must be a shinyctl state file (so no
+/// file of the user's is overwritten), and its folder must take a new file
+/// (a read-only or full disk is refused now rather than found later).
+pub fn check_state_file(path: &Path) -> Result<(), String> {
+    match fs::read(path) {
+        Ok(bytes) => {
+            if serde_json::from_slice::<AppState>(&bytes).is_err() {
+                return Err(format!(
+                    "{} exists and is not a shinyctl state file; shinyctl would overwrite it. Set state-file to another path, or move the file aside",
+                    path.display()
+                ));
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    }
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let probe = dir.join(format!(".shinyctl-probe.{}", std::process::id()));
+    let made = fs::OpenOptions::new().write(true).create_new(true).open(&probe).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(b"{}")?;
+        f.sync_all()
+    });
+    let _ = fs::remove_file(&probe);
+    made.map_err(|e| format!("cannot write the state file in {}: {e}; make the folder writable or set state-file to a path in a writable folder", dir.display()))
 }
 
 /// When the file is larger than `limit`, copies it to `<file>.1` and
@@ -84,9 +113,40 @@ pub fn rotate_if_larger(path: &Path, limit: u64) -> io::Result<bool> {
     }
     let mut old = path.as_os_str().to_owned();
     old.push(".1");
-    fs::copy(path, &old)?;
+    // A disk too full for the copy loses the old lines, not the copy: the
+    // log is emptied all the same, so the copy's writes find room again.
+    let copied = fs::copy(path, &old);
+    if copied.is_err() {
+        let _ = fs::remove_file(&old);
+    }
     fs::OpenOptions::new().write(true).open(path)?.set_len(0)?;
-    Ok(true)
+    copied.map(|_| true)
+}
+
+/// Log rotation, off the async runtime and outside every lock: copying a
+/// 1 GiB log takes seconds, and neither the cycle nor the API waits for it.
+#[derive(Default)]
+pub struct Rotation {
+    /// The rotation running, if one is.
+    running: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Rotation {
+    /// Rotates copy logs and api.log past 1 GiB by copy-and-truncate, so a
+    /// copy that writes while the daemon is down loses nothing; unless the
+    /// last rotation is still running.
+    pub fn start(&mut self, logs: Vec<PathBuf>) {
+        if self.running.as_ref().is_some_and(|r| !r.is_finished()) {
+            return;
+        }
+        self.running = Some(tokio::task::spawn_blocking(move || {
+            for path in logs {
+                if let Err(e) = rotate_if_larger(&path, LOG_ROTATE_BYTES) {
+                    tracing::warn!(log = %path.display(), "cannot rotate: {e}");
+                }
+            }
+        }));
+    }
 }
 
 impl Daemon {
@@ -104,17 +164,12 @@ impl Daemon {
         Ok(())
     }
 
-    /// Rotates copy logs and api.log past 1 GiB by copy-and-truncate, so a
-    /// copy that writes while the daemon is down loses nothing.
-    pub(super) fn rotate_logs(&self) {
+    /// The logs that rotate: every copy's and api.log.
+    pub(super) fn log_paths(&self) -> Vec<PathBuf> {
         let copies = self.apps.values().flat_map(|a| {
             a.recorded.state.copies.iter().map(|r| self.home.copy_log(&a.recorded.spec.group, &a.recorded.spec.name, r.copy))
         });
-        for path in copies.chain([self.home.api_log()]) {
-            if let Err(e) = rotate_if_larger(&path, LOG_ROTATE_BYTES) {
-                tracing::warn!(log = %path.display(), "cannot rotate: {e}");
-            }
-        }
+        copies.chain([self.home.api_log()]).collect()
     }
 
     /// Saves registry.json from the apps held (those not being deleted).

@@ -3,12 +3,27 @@
 //! traffic figures.
 
 use crate::launcher;
-use crate::model::{AppStatus, CopyStatus, StatusReport};
+use std::collections::HashMap;
+
+use crate::model::{AppStatus, CopyStatus, CopyTraffic, Refusing, StatusReport};
 use crate::procfs;
 use crate::reconcile::{self, Observed, Process, Seen};
 use crate::release;
 
 use super::{now_ms, Daemon};
+
+/// Logs (api.log) the fences a copy that became ready is missing, with the
+/// reason and the fix.
+pub fn log_missing_fences(d: &Daemon, app: &str, pid: u32) {
+    let Some(a) = d.apps.get(app) else { return };
+    let Some(rec) = a.recorded.state.copies.iter().find(|r| r.pid == Some(pid)) else { return };
+    let scratch = d.home.scratch_dir(&a.recorded.spec.group, &a.recorded.spec.name, rec.copy);
+    let Some(report) = launcher::read_report(&scratch, pid) else { return };
+    for f in report.isolation.missing() {
+        let (reason, fix) = (f.reason.as_deref().unwrap_or("-"), f.fix.as_deref().unwrap_or("-"));
+        tracing::warn!(app, copy = rec.copy, fence = f.name.as_str(), reason, fix, "the copy runs without this fence");
+    }
+}
 
 /// The status of every app, or of one.
 // A little over a screen: one pass over every app and copy that fills each
@@ -28,13 +43,20 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
             let traffic = d.traffic.get(name);
             let settings = app.recorded.spec.settings_hash();
             let mut observed = Observed::default();
-            let copies = app
+            let copies: Vec<CopyStatus> = app
                 .recorded
                 .state
                 .copies
                 .iter()
                 .map(|rec| {
-                    let alive = rec.pid.zip(rec.pid_start).is_some_and(|(p, s)| procfs::is_alive(p, s));
+                    let launcher_alive = rec.pid.zip(rec.pid_start).is_some_and(|(p, s)| procfs::is_alive(p, s));
+                    // The launcher's report (keyed by the recorded PID) names R's PID.
+                    let report = rec.pid.filter(|_| launcher_alive).and_then(|p| {
+                        launcher::read_report(&d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy), p)
+                    });
+                    // R gone and its launcher about to follow (it ends as R
+                    // did, a moment later): the copy is no longer alive.
+                    let alive = launcher_alive && report.as_ref().and_then(|r| r.r_pid).is_none_or(procfs::running);
                     let ready = alive && rec.pid.is_some_and(|p| app.tracked.ready.contains(&p));
                     let t = traffic.and_then(|t| t.get(&rec.copy));
                     let sessions = t.map_or(0, |t| t.sessions);
@@ -62,7 +84,8 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                         copy: rec.copy,
                         role,
                         copy_port: rec.port,
-                        pid: rec.pid.filter(|_| alive),
+                        pid: rec.pid.filter(|_| alive).map(|p| report.as_ref().and_then(|r| r.r_pid).unwrap_or(p)),
+                        launcher_pid: rec.pid.filter(|_| alive),
                         status: status.to_string(),
                         ready,
                         mem_bytes: rec.pid.filter(|_| alive).and_then(procfs::tree_rss_bytes),
@@ -72,9 +95,7 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                         outdated: rec.revision != app.recorded.state.revision || rec.settings != settings,
                         log: super::log_path(&d.home, &app.recorded.spec, rec.copy),
                         release: rec.release.clone(),
-                        isolation: rec.pid.filter(|_| alive).and_then(|p| {
-                            launcher::read_report(&d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy), p)
-                        }),
+                        isolation: report.map(|r| r.isolation),
                     }
                 })
                 .collect();
@@ -83,6 +104,22 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                 reconcile::CopyLog { last_error: last_error_line(&path), path: path.display().to_string() }
             });
             notes.extend(release::notes(name, &app.recorded.state, &|r| observed.copies.contains_key(&r.copy)));
+            let fenced: Vec<(u32, &crate::model::Isolation)> =
+                copies.iter().filter_map(|c| Some((c.copy, c.isolation.as_ref()?))).collect();
+            notes.extend(launcher::fences::notes(name, &app.recorded.spec.sandbox, &fenced));
+            notes.extend(root_note(name, &app.recorded.spec, nix::unistd::geteuid().is_root()));
+            if let Some(why) = &app.tracked.state_error {
+                notes.push(format!(
+                    "{name}: cannot write its state file {}: {why}; the previous one is kept and the copies keep running",
+                    app.recorded.spec.state_file.display()
+                ));
+            }
+            notes.extend(balancer_notes(name, traffic, d.refusing.get(name).map_or(&[], Vec::as_slice)));
+            let not_listening = d.sockets.failure(app.recorded.spec.port).map(str::to_string);
+            if let Some(why) = &not_listening {
+                notes.push(format!("{name}: port {}: not listening: {why}", app.recorded.spec.port));
+            }
+            notes.extend(super::limits::notes(&d.cgroups, &app.recorded.spec));
             AppStatus {
                 name: name.clone(),
                 group: app.recorded.spec.group.clone(),
@@ -90,17 +127,49 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                 revision: app.recorded.state.revision,
                 release: app.recorded.state.release.clone(),
                 previous_release: app.recorded.state.previous_release.clone(),
+                not_listening,
                 copies,
                 notes,
             }
         })
         .collect();
-    let proxy_pid = d.proxy.pid();
-    Ok(StatusReport { daemon_pid: std::process::id(), proxy_pid, proxy_rss_bytes: proxy_pid.and_then(procfs::rss_bytes), apps })
+    let proxy_pid = d.proxy_pid;
+    Ok(StatusReport {
+        daemon_pid: std::process::id(),
+        proxy_pid,
+        proxy_rss_bytes: proxy_pid.and_then(procfs::rss_bytes),
+        apps,
+        limits: Some(d.cgroups.report()),
+    })
+}
+
+/// The lines under the table from what the load balancer sees: copies
+/// that have not answered for a while, and requests it refuses because
+/// copies died with them in flight.
+fn balancer_notes(name: &str, traffic: Option<&HashMap<u32, CopyTraffic>>, refusing: &[Refusing]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut silent: Vec<&CopyTraffic> = traffic.map(|t| t.values().filter(|c| c.silent_ms > 0).collect()).unwrap_or_default();
+    silent.sort_by_key(|c| c.copy);
+    for c in silent {
+        out.push(format!(
+            "{name}: copy {} has not answered for {}s; it keeps its visitors but gets no new ones until it answers.",
+            c.copy,
+            c.silent_ms / 1000
+        ));
+    }
+    for r in refusing {
+        out.push(format!(
+            "{name}: {} was in flight when two copies died within a minute; it is answered 502 at once for {}s more.",
+            r.request,
+            r.for_ms.div_ceil(1000)
+        ));
+    }
+    out
 }
 
 /// The last line of R's in a copy's log that reads as an error (R writes
-/// `Error…` / `Error in …`), from the log's last 16 KiB; long lines are cut.
+/// `Error…` / `Error in …`) or the launcher's line for a copy it could not
+/// launch, from the log's last 16 KiB; long lines are cut.
 fn last_error_line(path: &std::path::Path) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(path).ok()?;
@@ -109,7 +178,8 @@ fn last_error_line(path: &std::path::Path) -> Option<String> {
     let mut tail = Vec::new();
     f.read_to_end(&mut tail).ok()?;
     let text = String::from_utf8_lossy(&tail);
-    let line = text.lines().rev().find(|l| l.starts_with("Error"))?.trim();
+    // The launcher's own refusal (`mode: strict`, a mount that failed) too.
+    let line = text.lines().rev().find(|l| l.starts_with("Error") || l.starts_with(crate::launcher::LAUNCH_FAILED_LINE))?.trim();
     Some(if line.chars().count() > 200 { line.chars().take(200).chain("…".chars()).collect() } else { line.to_string() })
 }
 
@@ -122,9 +192,64 @@ mod tests {
         let log = dir.join("a.log");
         std::fs::write(&log, "--- shinyctl: copy 1 ---\nError in f(): first\nok\nError: boom\nExecution halted\n").unwrap();
         assert_eq!(super::last_error_line(&log).as_deref(), Some("Error: boom"));
+        let refused = "--- shinyctl: the copy could not be launched: sandbox mode strict and fences are missing: pid-ns (x) ---";
+        std::fs::write(&log, format!("{refused}\n")).unwrap();
+        assert_eq!(super::last_error_line(&log).as_deref(), Some(refused));
         std::fs::write(&log, "Listening on http://127.0.0.1:20001\n").unwrap();
         assert_eq!(super::last_error_line(&log), None);
         assert_eq!(super::last_error_line(&dir.join("missing.log")), None);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_load_balancers_view_makes_lines_under_the_table() {
+        use super::{balancer_notes, CopyTraffic, HashMap, Refusing};
+        let traffic: HashMap<u32, CopyTraffic> = [
+            (2, CopyTraffic { copy: 2, connections: 1, sessions: 0, silent_ms: 0 }),
+            (1, CopyTraffic { copy: 1, connections: 3, sessions: 2, silent_ms: 12_400 }),
+        ]
+        .into();
+        let refusing = [Refusing { request: "GET /crash?x=1".into(), for_ms: 41_200 }];
+        assert_eq!(
+            balancer_notes("hello", Some(&traffic), &refusing),
+            vec![
+                "hello: copy 1 has not answered for 12s; it keeps its visitors but gets no new ones until it answers.",
+                "hello: GET /crash?x=1 was in flight when two copies died within a minute; it is answered 502 at once for 42s more.",
+            ]
+        );
+        assert!(balancer_notes("hello", None, &[]).is_empty());
+    }
+}
+
+/// The line for an app whose copies a root daemon runs as root (no
+/// `run-as`): in a user namespace of their own, so with no capability on
+/// the host, unless the fence is off.
+fn root_note(name: &str, spec: &crate::manifest::AppSpec, daemon_is_root: bool) -> Option<String> {
+    if !daemon_is_root || spec.run_as.is_some() {
+        return None;
+    }
+    let how = match spec.sandbox.mode {
+        crate::manifest::SandboxMode::Off => "with no fence (sandbox mode off)",
+        _ => "inside a user namespace of their own",
+    };
+    Some(format!("{name}: its copies run as root, {how}; set run-as: USER to run them as a user of this machine"))
+}
+
+#[cfg(test)]
+mod root_note_tests {
+    use super::root_note;
+
+    #[test]
+    fn a_root_daemon_without_run_as_says_so() {
+        let path = std::env::temp_dir().join(format!("shinyctl-rootnote-{}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::write(path.join("app.R"), "").unwrap();
+        let spec = crate::manifest::parse(&path.join("app.yaml"), "app-name: web\nport: 8080\n").unwrap();
+        assert!(root_note("web", &spec, false).is_none(), "not root: no line");
+        let line = root_note("web", &spec, true).unwrap();
+        assert!(line.starts_with("web: its copies run as root, inside a user namespace") && line.contains("run-as"), "{line}");
+        let as_user = crate::manifest::AppSpec { run_as: Some("shiny".into()), ..spec };
+        assert!(root_note("web", &as_user, true).is_none(), "run-as set: no line");
+        let _ = std::fs::remove_dir_all(&path);
     }
 }

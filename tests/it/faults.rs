@@ -107,3 +107,194 @@ fn a_woken_app_with_an_idle_timeout_shorter_than_its_start_answers_what_it_held(
         });
     }
 }
+
+/// `state-file` naming a file that is not a shinyctl state file (here the
+/// app's own app.R) is refused at apply, and the file is left as it was.
+#[test]
+fn a_state_file_that_is_not_shinyctls_is_refused_at_apply() {
+    let env = Env::new("faults-statefile-foreign");
+    let manifest = env.app("foreignstate", free_port(), "state-file: app.R\n");
+    let app_r = manifest.with_file_name("app.R");
+    let before = std::fs::read(&app_r).unwrap();
+    let out = env.run(&["apply", "-f", manifest.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "apply must fail: {err}");
+    assert!(
+        err.contains("app.yaml:3: state-file:") && err.contains("is not a shinyctl state file") && err.contains("app.R"),
+        "the error names the file, line, key and why: {err}"
+    );
+    assert_eq!(std::fs::read(&app_r).unwrap(), before, "app.R was not touched");
+    assert!(env.status()["apps"].as_array().is_none_or(|a| a.is_empty()), "nothing was applied");
+}
+
+/// Two apps whose `<app-group>-<app-name>` would be the same log file name
+/// are refused.
+#[test]
+fn apps_that_would_share_a_log_file_are_refused() {
+    let env = Env::new("faults-log-names");
+    let name = unique("logname");
+    let first = env.app(&name, free_port(), "app-group: a-b\n");
+    env.apply(&first);
+    let second = env.app(&format!("b-{name}"), free_port(), "app-group: a\n");
+    let out = env.run(&["apply", "-f", second.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "apply must fail: {err}");
+    assert!(err.contains("app-group:") && err.contains(&format!("logs/a-b-{name}.log")), "{err}");
+}
+
+/// Starts `shinyctl serve` in a mount namespace of its own in which `dir`
+/// is read-only (CI runs as root, for whom file modes don't stop a write);
+/// returns the daemon's PID once its API answers.
+fn daemon_with_read_only(env: &Env, dir: &std::path::Path) -> u32 {
+    let d = dir.display();
+    let script = format!("mount --bind '{d}' '{d}' && mount -o remount,ro,bind '{d}' && exec '{}' serve", bin());
+    let mut child = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .env("SHINYCTL_HOME", env.home())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("unshare");
+    let pid = child.id();
+    env.track(pid);
+    // Ended by PID with the test's other processes; reaped here.
+    std::thread::spawn(move || child.wait());
+    wait_until(Duration::from_secs(20), "the daemon to answer", || env.run(&["status"]).status.success().then_some(()));
+    pid
+}
+
+/// A state-file in a read-only folder is refused at apply with the reason;
+/// a state-file that stops being writable later keeps the previous file
+/// whole, puts a line under the table, and the copies keep running.
+#[test]
+fn a_state_file_that_cannot_be_written_is_refused_or_reported() {
+    let env = Env::new("faults-statefile-ro");
+    let ro = env.dir.join("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    let daemon = daemon_with_read_only(&env, &ro);
+
+    let manifest = env.app(&unique("rostate"), free_port(), &format!("state-file: {}/state.json\n", ro.display()));
+    let out = env.run(&["apply", "-f", manifest.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "apply must fail: {err}");
+    assert!(err.contains("state-file:") && err.contains("cannot write the state file in") && err.contains("Read-only"), "{err}");
+    assert!(env.status()["apps"].as_array().is_none_or(|a| a.is_empty()), "nothing was applied");
+
+    // Later: a writable folder that becomes read-only while the app runs.
+    let later = env.dir.join("later");
+    std::fs::create_dir_all(&later).unwrap();
+    let name = unique("latestate");
+    let port = free_port();
+    let state_file = later.join("state.json");
+    env.apply(&env.app(&name, port, &format!("state-file: {}\nreplicas: 1\nwarm-replicas: 1\n", state_file.display())));
+    env.wait_roles(&name, "1:active 2:warm", Duration::from_secs(60));
+    let saved = std::fs::read(&state_file).unwrap();
+    let l = later.display();
+    let remount = std::process::Command::new("nsenter")
+        .args(["-t", &daemon.to_string(), "-m", "sh", "-c", &format!("mount --bind '{l}' '{l}' && mount -o remount,ro,bind '{l}'")])
+        .status()
+        .unwrap();
+    assert!(remount.success(), "made the folder read-only for the daemon");
+    // A copy's death changes the state, which can no longer be recorded.
+    let warm = env.pid_of(&name, 2);
+    signal(warm, 9);
+    wait_until(Duration::from_secs(30), "the line under the table", || {
+        let text = env.ok(&["status", &name]);
+        text.contains(&format!("{name}: cannot write its state file {}", state_file.display())).then_some(())
+    });
+    assert_eq!(std::fs::read(&state_file).unwrap(), saved, "the previous state file is whole");
+    assert!(serde_json::from_slice::<serde_json::Value>(&saved).is_ok());
+    assert_eq!(get(port, "/", &[]).unwrap().status, 200, "the app keeps serving");
+    // The killed copy is restarted all the same (a state change that is
+    // only in memory until the folder can be written again).
+    wait_until(Duration::from_secs(60), "copy 2 to be restarted", || {
+        env.copies(&name).iter().any(|c| c.copy == 2 && c.pid.is_some_and(|p| p != warm) && c.ready).then_some(())
+    });
+}
+
+/// The launcher PIDs (what the daemon records) of an app's copies, by copy.
+fn launchers(env: &Env, app: &str) -> Vec<(u32, u32)> {
+    let status = env.status();
+    let apps = status["apps"].as_array().cloned().unwrap_or_default();
+    let copies = apps.iter().find(|a| a["name"] == app).map(|a| a["copies"].as_array().cloned().unwrap_or_default()).unwrap_or_default();
+    copies.iter().filter_map(|c| Some((c["copy"].as_u64()? as u32, c["launcher_pid"].as_u64()? as u32))).collect()
+}
+
+/// The processes of this home that are copy launchers (the marker in their
+/// command line), not counting their own clones (each copy's init).
+fn running_launchers(env: &Env) -> Vec<u32> {
+    let all: Vec<u32> = pids_with_home(&env.home()).into_iter().filter(|&p| cmdline(p).contains(" launch ")).collect();
+    all.iter().copied().filter(|&p| !all.contains(&shinyctl::procfs::parent_of(p).unwrap_or(0))).collect()
+}
+
+/// A daemon SIGKILLed between starting a copy and recording its process
+/// leaves a copy no record names. The next daemon adopts it when the
+/// copy's record waits for a process (recorded before the start), and stops
+/// it when no record names it at all; each with a line in api.log.
+#[test]
+fn copies_no_record_names_are_adopted_or_stopped_by_the_next_daemon() {
+    let env = Env::new("faults-unrecorded");
+    let name = unique("unrec");
+    let port = env.started(&name, "", "1:active 2:warm");
+    let before = launchers(&env, &name);
+    let (one, two) = (before.iter().find(|c| c.0 == 1).unwrap().1, before.iter().find(|c| c.0 == 2).unwrap().1);
+    let daemon = env.status()["daemon_pid"].as_u64().unwrap() as u32;
+    signal(daemon, 9);
+    wait_gone(daemon, Duration::from_secs(10), "the killed daemon");
+
+    // As the killed daemon could have left it: copy 1 recorded without its
+    // process yet; copy 2 not recorded at all.
+    let state_file = env.dir.join("apps").join(&name).join("state.json");
+    let mut state: serde_json::Value = serde_json::from_slice(&std::fs::read(&state_file).unwrap()).unwrap();
+    let copies = state["copies"].as_array_mut().unwrap();
+    copies.retain(|c| c["copy"] != 2);
+    for c in copies.iter_mut().filter(|c| c["copy"] == 1) {
+        c["pid"] = serde_json::Value::Null;
+        c["pid_start"] = serde_json::Value::Null;
+    }
+    std::fs::write(&state_file, serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+
+    env.ok(&["serve", "-d"]);
+    wait_gone(two, Duration::from_secs(20), "the copy no record names to be stopped");
+    let after = launchers(&env, &name);
+    assert!(after.contains(&(1, one)), "copy 1 adopted, the same process: {after:?}");
+    assert_eq!(get(port, "/", &[]).unwrap().status, 200);
+    let log = std::fs::read_to_string(env.home().join("api.log")).unwrap();
+    assert!(log.contains(&format!("adopted copy 1 of {name}")), "{log}");
+    assert!(log.contains(&format!("stopping copy 2 of {name} (PID {two}): no record of it names it")), "{log}");
+    wait_until(Duration::from_secs(60), "a new warm copy", || {
+        let c = env.copies(&name);
+        (c.iter().any(|c| c.role == "warm" && c.ready) && c.iter().all(|c| c.copy != 2)).then_some(())
+    });
+    let known: Vec<u32> = launchers(&env, &name).into_iter().map(|(_, p)| p).collect();
+    let mut running = running_launchers(&env);
+    running.sort();
+    let mut known_sorted = known.clone();
+    known_sorted.sort();
+    assert_eq!(running, known_sorted, "every running copy is one status shows");
+}
+
+/// The same fault for real: the daemon SIGKILLed the moment a copy's
+/// launcher appears. Whatever it had recorded, the next daemon leaves no
+/// copy that status does not show.
+#[test]
+fn a_daemon_killed_right_after_starting_a_copy_leaves_no_orphan() {
+    let env = Env::new("faults-kill-at-start");
+    let name = unique("killstart");
+    let port = free_port();
+    env.apply(&env.app(&name, port, ""));
+    let daemon = env.status()["daemon_pid"].as_u64().unwrap() as u32;
+    wait_until(Duration::from_secs(30), "a copy launcher", || (!running_launchers(&env).is_empty()).then_some(()));
+    signal(daemon, 9);
+    wait_gone(daemon, Duration::from_secs(10), "the killed daemon");
+    env.ok(&["serve", "-d"]);
+    env.wait_roles(&name, "1:active 2:warm", Duration::from_secs(90));
+    wait_http_ok(port, Duration::from_secs(10));
+    wait_until(Duration::from_secs(30), "only the copies status shows", || {
+        let mut known: Vec<u32> = launchers(&env, &name).into_iter().map(|(_, p)| p).collect();
+        let mut running = running_launchers(&env);
+        known.sort();
+        running.sort();
+        (known == running).then_some(())
+    });
+}

@@ -408,9 +408,55 @@ impl Drop for Env {
         // Anything else this test's home started (a load balancer started
         // in the instant its daemon was ended): found by its environment.
         for pid in pids_with_home(&self.home()) {
+            signal_group(pid, 9);
             signal(pid, 9);
         }
+        // SHINYCTL_KEEP_FAILED=DIR keeps a failed test's logs there.
+        if let (true, Some(keep)) = (std::thread::panicking(), std::env::var_os("SHINYCTL_KEEP_FAILED")) {
+            let to = Path::new(&keep).join(self.dir.file_name().unwrap_or_default());
+            let _ = std::fs::create_dir_all(&to);
+            let _ = Command::new("cp").arg("-r").arg(self.home().join("logs")).arg(self.home().join("api.log")).arg(&to).status();
+        }
+        remove_cgroups(&self.home());
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Removes the cgroups a daemon of this home made for its copies
+/// (`shinyctl-<tag>` folders, up to five levels below /sys/fs/cgroup), once
+/// the copies are ended: the daemon, ended first, could not. A cgroup is
+/// removable once the kernel has let go of its last process, which may take
+/// a moment after a SIGKILL: tried for up to 5 s.
+fn remove_cgroups(home: &Path) {
+    let name = format!("shinyctl-{}", shinyctl::limits::home_tag(home));
+    let mut found = Vec::new();
+    let mut level = vec![PathBuf::from("/sys/fs/cgroup")];
+    for _ in 0..5 {
+        let mut next = Vec::new();
+        for dir in &level {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+                if e.file_name().to_string_lossy() == name {
+                    found.push(e.path());
+                } else {
+                    next.push(e.path());
+                }
+            }
+        }
+        level = next;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !found.is_empty() && Instant::now() < deadline {
+        for dir in &found {
+            // A cgroup's files go with it; its children first.
+            for child in std::fs::read_dir(dir).into_iter().flatten().flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+                let _ = std::fs::remove_dir(child.path());
+            }
+            let _ = std::fs::remove_dir(dir);
+        }
+        found.retain(|d| d.exists());
+        if !found.is_empty() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
@@ -434,15 +480,23 @@ impl Env {
     }
 }
 
-/// The processes whose environment names this SHINYCTL_HOME.
+/// The processes of this SHINYCTL_HOME: those whose environment names it
+/// (the daemon, the load balancer, an unfenced copy) and the copy
+/// launchers that carry it as `--home` (a fenced copy's environment is
+/// clean; its R runs in the launcher's process group).
 pub fn pids_with_home(home: &Path) -> Vec<u32> {
     let needle = format!("SHINYCTL_HOME={}", home.display());
+    let mark = format!("\0--home\0{}\0", home.display());
     let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
+            let in_env = std::fs::read(format!("/proc/{pid}/environ"))
                 .map(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
-                .unwrap_or(false)
+                .unwrap_or(false);
+            let marked = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| c.windows(mark.len()).any(|w| w == mark.as_bytes()))
+                .unwrap_or(false);
+            in_env || marked
         })
         .collect()
 }
@@ -620,4 +674,36 @@ fn parse_rfc3339(s: &str) -> Option<i64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146097 + doe - 719468;
     Some(days * 86400 + h * 3600 + mi * 60 + se - off)
+}
+
+/// A copy of the binary under test that says it is another build: the
+/// build identity (`0.1.0+<16 hex digits>`) is rewritten in its bytes.
+pub fn another_build(dir: &Path) -> PathBuf {
+    let version = String::from_utf8(std::process::Command::new(bin()).arg("version").output().unwrap().stdout).unwrap();
+    let build = version.trim().strip_prefix("shinyctl ").unwrap().to_string();
+    let (_, id) = build.split_once('+').unwrap();
+    assert_eq!(id.len(), 16);
+    let other: String = id.chars().map(|c| if c == '0' { '1' } else { '0' }).collect();
+    let bytes = std::fs::read(bin()).unwrap();
+    let (from, to) = (build.as_bytes(), format!("{}+{other}", build.split_once('+').unwrap().0).into_bytes());
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    let mut replaced = 0;
+    while i < bytes.len() {
+        if bytes[i..].starts_with(from) {
+            out.extend_from_slice(&to);
+            i += from.len();
+            replaced += 1;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    assert!(replaced > 0, "the build identity is in the binary");
+    let path = dir.join("old-build").join("shinyctl");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, out).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
 }

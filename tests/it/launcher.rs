@@ -50,7 +50,8 @@ fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n != "state.json")
+        // The daemon's state file, and its temporary file caught mid-write.
+        .filter(|n| n != "state.json" && !n.starts_with(".state.json.tmp."))
         .collect();
     names.sort();
     names
@@ -122,7 +123,7 @@ fn a_copy_runs_in_its_own_mount_namespace_with_its_folder_read_only() {
 /// Starts `shinyctl serve` for this test's home through a wrapper
 /// (`program args… BIN serve`, the wrapper exec'ing it); returns its PID
 /// once it answers.
-fn serve_through(env: &Env, program: &str, args: &[&str]) -> u32 {
+pub fn serve_through(env: &Env, program: &str, args: &[&str]) -> u32 {
     let mut child = Command::new(program)
         .args(args)
         .args([bin(), "serve"])
@@ -146,7 +147,7 @@ fn serve_through(env: &Env, program: &str, args: &[&str]) -> u32 {
 /// `user.max_user_namespaces = 0` does to a whole machine), with no
 /// capabilities, so neither a mount namespace nor a nested user namespace
 /// can be had.
-fn serve_without_namespaces(env: &Env) -> u32 {
+pub fn serve_without_namespaces(env: &Env) -> u32 {
     let script = "echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set=-all --inh-caps=-all \"$@\"";
     serve_through(env, "unshare", &["--user", "--map-root-user", "sh", "-c", script, "sh"])
 }

@@ -3,14 +3,23 @@
 
 mod balancer;
 mod browser;
+mod chaos;
 mod command_line;
 mod faults;
+mod fence;
+mod fence_filter;
 mod foundation;
 mod helpers;
+mod hostile;
 mod launcher;
+mod limits;
+mod listeners;
+mod metrics;
 mod quickstart;
 mod releases;
 mod several_hosts;
 mod sleep;
 mod staying_up;
+mod tunnels;
+mod systemd;
 mod upgrade;

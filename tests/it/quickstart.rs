@@ -18,7 +18,7 @@ fn quick_start_line() -> String {
 }
 
 /// Copies what a checkout holds for install.sh (sources, scripts, examples).
-fn copy_checkout(to: &Path) {
+pub fn copy_checkout(to: &Path) {
     let from = Path::new(env!("CARGO_MANIFEST_DIR"));
     for entry in ["install.sh", "Cargo.toml", "Cargo.lock", "build.rs", "shinyctl.service", "src", "scripts", "examples"] {
         let out = Command::new("cp").arg("-a").arg(from.join(entry)).arg(to).output().unwrap();
@@ -73,11 +73,14 @@ fn quick_start_as(user: Option<u32>) {
             (
                 format!("setpriv --reuid={uid} --regid={uid} --clear-groups "),
                 format!(
-                    "chown -R {uid}:{uid} '{home}' && chmod 755 '{dir}'
+                    "chown -R {uid}:{uid} '{home}' '{checkout}' && chmod 755 '{dir}'
                      cp /etc/passwd '{passwd}' && echo 'qs:x:{uid}:{uid}::{home}:/bin/bash' >>'{passwd}'
                      mount --bind '{passwd}' /etc/passwd
 ",
                     home = user_home.display(),
+                    // A checkout of the user's own: the example's state.json
+                    // is written beside its manifest.
+                    checkout = checkout.display(),
                     dir = env.dir.display(),
                     passwd = passwd.display(),
                 ),

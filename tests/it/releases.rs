@@ -273,7 +273,7 @@ fn a_copy_restarted_after_a_crash_runs_its_recorded_release() {
 
     std::fs::write(&app_r_path, app_r("v2")).unwrap();
     let pid = env.pid_of("cr", 1);
-    signal_group(pid, 9);
+    signal(pid, 9);
     wait_until(START, "copy 1 to come back as another process", || {
         env.copies("cr").iter().find(|c| c.copy == 1 && c.ready && c.pid.is_some_and(|p| p != pid)).map(|_| ())
     });

@@ -1,42 +1,9 @@
 //! Upgrading shinyctl: a new daemon of another build adopts the copies and
 //! replaces the load balancer of the old build without losing a request.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::helpers::*;
-
-/// A copy of the binary under test that says it is another build: the
-/// build identity (`0.1.0+<16 hex digits>`) is rewritten in its bytes.
-fn another_build(dir: &Path) -> PathBuf {
-    let version = String::from_utf8(std::process::Command::new(bin()).arg("version").output().unwrap().stdout).unwrap();
-    let build = version.trim().strip_prefix("shinyctl ").unwrap().to_string();
-    let (_, id) = build.split_once('+').unwrap();
-    assert_eq!(id.len(), 16);
-    let other: String = id.chars().map(|c| if c == '0' { '1' } else { '0' }).collect();
-    let bytes = std::fs::read(bin()).unwrap();
-    let (from, to) = (build.as_bytes(), format!("{}+{other}", build.split_once('+').unwrap().0).into_bytes());
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    let mut replaced = 0;
-    while i < bytes.len() {
-        if bytes[i..].starts_with(from) {
-            out.extend_from_slice(&to);
-            i += from.len();
-            replaced += 1;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    assert!(replaced > 0, "the build identity is in the binary");
-    let path = dir.join("old-build").join("shinyctl");
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, out).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
 
 #[test]
 fn a_new_build_adopts_the_copies_and_replaces_the_load_balancer_losing_no_request() {
@@ -57,11 +24,24 @@ fn a_new_build_adopts_the_copies_and_replaces_the_load_balancer_losing_no_reques
     wait_until(Duration::from_secs(30), "requests flowing", || (requests.sent() > 20).then_some(()));
     signal(old_daemon, 15);
     wait_gone(old_daemon, Duration::from_secs(10), "the old daemon to exit");
+    // `status` asked over and over from the new daemon's first moments
+    // must not keep the old build's load balancer from being replaced.
+    let asking = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let hammer = {
+        let (asking, home) = (asking.clone(), env.home());
+        std::thread::spawn(move || {
+            while asking.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::process::Command::new(bin()).args(["status", "--json"]).env("SHINYCTL_HOME", &home).output();
+            }
+        })
+    };
     env.ok(&["serve", "-d"]);
     wait_until(Duration::from_secs(30), "the old load balancer to be replaced and gone", || {
         let p = env.status()["proxy_pid"].as_u64()? as u32;
         (p != old_proxy && !pid_alive(old_proxy)).then_some(())
     });
+    asking.store(false, std::sync::atomic::Ordering::Relaxed);
+    hammer.join().unwrap();
     // Some requests through the new load balancer alone.
     let replaced = requests.sent();
     wait_until(Duration::from_secs(30), "requests after the switch", || (requests.sent() > replaced + 20).then_some(()));
@@ -70,6 +50,11 @@ fn a_new_build_adopts_the_copies_and_replaces_the_load_balancer_losing_no_reques
 
     let new_proxy = env.status()["proxy_pid"].as_u64().unwrap() as u32;
     assert!(!cmdline(new_proxy).contains("old-build"), "the new load balancer is the new build's");
+    let api_log = std::fs::read_to_string(env.home().join("api.log")).unwrap();
+    assert!(
+        api_log.contains("took back 1 listening sockets from the running load balancer"),
+        "the new daemon holds the sockets the old build's load balancer listened on: {api_log}"
+    );
     let lock = std::fs::read_to_string(env.home().join("proxy/lock")).unwrap();
     assert_eq!(lock.trim(), new_proxy.to_string(), "the new one holds proxy/lock");
     let after: Vec<u32> = env.copies("up").iter().filter_map(|c| c.pid).collect();

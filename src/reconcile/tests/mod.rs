@@ -6,11 +6,12 @@ use super::*;
 use crate::manifest::{LbPolicy, RestartPolicy};
 use std::path::PathBuf;
 
+mod memory;
 mod sleep;
 
 const S: u64 = 1000;
 
-fn spec(replicas: u32, warm: u32) -> AppSpec {
+pub(super) fn spec(replicas: u32, warm: u32) -> AppSpec {
     AppSpec {
         name: "hello".into(),
         group: "default".into(),
@@ -29,6 +30,10 @@ fn spec(replicas: u32, warm: u32) -> AppSpec {
         idle_timeout_ms: 300 * S,
         request_timeout_ms: 30 * S,
         r_path: "R".into(),
+        max_connections: crate::manifest::DEFAULT_MAX_CONNECTIONS,
+        trusted_proxies: Vec::new(),
+        sandbox: Default::default(),
+        run_as: None,
     }
 }
 
@@ -67,7 +72,7 @@ impl Sim {
                     self.world.copies.insert(copy, Seen { process: Process::Running { ready: false }, connections: 0, sessions: 0 });
                 }
                 Action::Stop(copy) => {
-                    let exit = Exit { at_ms: self.now, code: None, signal: Some(15) };
+                    let exit = Exit { at_ms: self.now, code: None, signal: Some(15), memory: None };
                     self.world.copies.insert(copy, Seen { process: Process::Exited(exit), connections: 0, sessions: 0 });
                 }
             }
@@ -85,7 +90,7 @@ impl Sim {
     }
 
     fn exits(&mut self, copy: u32, code: Option<i32>, signal: Option<i32>) -> &mut Self {
-        let exit = Exit { at_ms: self.now, code, signal };
+        let exit = Exit { at_ms: self.now, code, signal, memory: None };
         self.world.copies.get_mut(&copy).expect("copy runs").process = Process::Exited(exit);
         self
     }
@@ -502,4 +507,23 @@ fn copies_from_before_releases_are_adopted_as_they_are() {
     sim.state.release = Some("r1".into());
     sim.at(5).cycle();
     assert!(sim.actions().is_empty(), "recording a release alone restarts nothing; only a deploy does");
+}
+
+#[test]
+fn a_copy_whose_port_another_program_holds_moves_without_counting_a_crash() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).at(1).cycle();
+    sim.state.copies[0].port = 20001;
+    assert_eq!(sim.roles(), "1:active");
+    // Another program listens where 127.0.0.1 reaches copy 1's port.
+    sim.world.copies.get_mut(&1).unwrap().process = Process::PortTaken;
+    sim.at(2).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(1)], "its process is stopped");
+    assert_eq!(sim.record(1).moving_from, Some(20001));
+    assert!(sim.notes().iter().any(|n| n.contains("copy 1's port 20001 is taken by another program; it moves")), "{:?}", sim.notes());
+    // Its exit (seen on this cycle): started again at once, on a port picked anew.
+    sim.at(3).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(1)]);
+    let rec = sim.record(1);
+    assert_eq!((rec.crashes, rec.port, rec.moving_from), (0, 0, None), "not a crash; port 0 means pick a free one");
 }

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# A copy's start until its port answers HTTP through `shinyctl launch`,
+# fenced (`sandbox.mode: on`: user, mount, PID, IPC and UTS namespaces, the
+# init as PID 1, the new root) and unfenced (`mode: off`: the launcher execs
+# R as a plain process), alternating rounds, in one run. Prints the median
+# of each, the difference, and every run. R's own start (1-3 s, noisy on a
+# busy machine) hides a few ms, so the launcher alone is timed too: 50
+# rounds each with /bin/true as the r-path, from the launcher's start to
+# its exit (fenced: the clone, the new root, the init, the exec of R and
+# R's end reported back).
+#
+#   bench/fence.sh               # 10 rounds, release build
+#   RUNS=20 BIN=target/debug/shinyctl bench/fence.sh
+#
+# Uses a temporary folder and a free port; every launcher it starts is
+# ended by PID (SIGTERM, which the fenced launcher forwards to R) before
+# the next one starts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-10}
+if [ -z "${BIN:-}" ]; then
+    cargo build --release --bin shinyctl 2>/dev/null
+    BIN=target/release/shinyctl
+fi
+bin=$(realpath "$BIN")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/home/scratch/bench-app/1" "$tmp/app"
+cp examples/hello/app.R "$tmp/app/"
+
+python3 - "$bin" "$tmp" "$RUNS" <<'PY'
+import os, socket, statistics, subprocess, sys, time
+bin, tmp, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+home, app = f"{tmp}/home", f"{tmp}/app"
+scratch = f"{home}/scratch/bench-app/1"
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+
+def answers():
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+            c.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            return c.recv(5).startswith(b"HTTP/")
+    except OSError:
+        return False
+
+def launch(mode, r_path):
+    return [bin, "launch", "--app-dir", app, "--scratch", scratch, "--entrypoint", "app.R",
+            "--port", str(port), "--r-path", r_path, "--copy", "1", "--app", "bench-app",
+            "--home", home, "--sandbox", '{"mode":"%s"}' % mode]
+
+def start(mode):
+    cmd = launch(mode, "R")
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                         env=dict(os.environ, SHINYCTL_COPY="1"))
+    deadline = t0 + 60
+    while not answers():
+        if p.poll() is not None or time.perf_counter() > deadline:
+            p.kill(); p.wait(); sys.exit(f"no answer from the {mode} copy (exit {p.returncode})")
+        time.sleep(0.005)
+    ms = (time.perf_counter() - t0) * 1000
+    p.terminate(); p.wait()
+    while answers():
+        time.sleep(0.005)
+    return ms
+
+def launcher_alone(mode):
+    cmd = launch(mode, "/bin/true")
+    t0 = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return (time.perf_counter() - t0) * 1000
+
+ao, af = [], []
+for _ in range(50):
+    ao.append(launcher_alone("off")); af.append(launcher_alone("on"))
+mo, mf = statistics.median(ao), statistics.median(af)
+print(f"the launcher alone (r-path /bin/true), median of 50: unfenced {mo:.1f} ms, fenced {mf:.1f} ms ({mf - mo:+.1f} ms)")
+
+off, on = [], []
+for _ in range(runs):
+    off.append(start("off")); on.append(start("on"))
+mo, mf = statistics.median(off), statistics.median(on)
+print(f"copy start until its port answers, median of {runs}: "
+      f"unfenced (mode off) {mo:.0f} ms, fenced {mf:.0f} ms ({mf - mo:+.0f} ms)")
+print("unfenced:", " ".join(f"{x:.0f}" for x in off))
+print("fenced:  ", " ".join(f"{x:.0f}" for x in on))
+PY

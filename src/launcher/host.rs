@@ -1,0 +1,260 @@
+//! The host side of a fenced copy's launcher: the process the daemon
+//! started, recorded, watches (pidfd), stops (its process group) and
+//! adopts. It clones the init into new user, mount, PID, IPC and UTS
+//! namespaces, maps the user namespace's ids from outside (only a process
+//! outside may map root, or another user, to itself), reports the fences
+//! and R's PID as the host sees it, forwards SIGTERM, SIGINT and SIGHUP
+//! inward, and ends the way R ended: R's exit status, or R's signal (so
+//! restart-policy, crash counts and backoff see what they saw before).
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+
+use anyhow::Context;
+use nix::sched::CloneFlags;
+use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+
+use super::fences::{self, Fences};
+use super::init::{self, Init};
+use super::mount::Plan;
+use super::report::Writer;
+use super::users::Identity;
+use super::{Launch, EXIT_LAUNCH_FAILED};
+
+/// The signals the launcher and the init wait for: the three forwarded to
+/// R, and SIGCHLD.
+pub fn forwarded_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD] {
+        set.add(s);
+    }
+    set
+}
+
+/// Blocks [`forwarded_signals`], to be taken with sigwait.
+fn block_signals() {
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded_signals()), None);
+}
+
+/// Unblocks every signal (before exec: R starts with none blocked).
+pub fn unblock_signals() {
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+}
+
+/// The namespaces a fenced copy gets.
+fn all_namespaces() -> CloneFlags {
+    CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWUTS
+}
+
+/// The three pipes between the launcher and its init.
+struct Pipes {
+    /// The launcher says "go" once the ids are mapped.
+    go: (OwnedFd, OwnedFd),
+    /// The process about to exec R sends the fences; closed at exec.
+    ready: (OwnedFd, OwnedFd),
+    /// The init sends R's end.
+    done: (OwnedFd, OwnedFd),
+}
+
+impl Pipes {
+    fn new() -> nix::Result<Pipes> {
+        let p = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
+        Ok(Pipes { go: p()?, ready: p()?, done: p()? })
+    }
+}
+
+/// Starts a fenced copy (`fences`: what is had so far): clones the init
+/// into its namespaces, or, where none can be made, goes on without them
+/// (`super::direct`). Returns only
+/// the launcher's own exit status on failure; otherwise it ends as R did.
+pub fn run(launch: &Launch, report: Option<Writer>, plan: Plan, who: Option<Identity>, mut fences: Fences) -> i32 {
+    block_signals();
+    let pipes = match Pipes::new() {
+        Ok(p) => p,
+        Err(e) => return super::fail(&format!("no pipe for the copy's init: {e}")),
+    };
+    let (child, flags) = match clone_init(launch, &plan, who.as_ref(), &pipes, &mut fences) {
+        Ok(v) => v,
+        Err(()) => {
+            unblock_signals();
+            return super::direct(launch, report, fences, who.as_ref());
+        }
+    };
+    let Pipes { go, ready, done } = pipes;
+    drop((go.0, ready.1, done.1));
+    if flags.contains(CloneFlags::CLONE_NEWUSER) {
+        if let Err(e) = map_ids(child, who.as_ref()) {
+            let _ = kill(child, Signal::SIGKILL);
+            return super::fail(&format!("{e:#}"));
+        }
+    }
+    let _ = std::fs::File::from(go.1).write_all(b"g");
+    let mut bytes = Vec::new();
+    let _ = std::fs::File::from(ready.0).read_to_end(&mut bytes);
+    if let (Some(report), Ok(fences)) = (report, serde_json::from_slice::<Fences>(&bytes)) {
+        report.write(&super::isolation_of(&fences, launch.sandbox.mode, user_name(who.as_ref())), only_child(child));
+    }
+    let end = wait_for(child);
+    let mut told = String::new();
+    let _ = std::fs::File::from(done.0).read_to_string(&mut told);
+    mirror(&told, end)
+}
+
+/// Clones the init with every namespace, or, for a root launcher where user
+/// namespaces are refused, with all but the user namespace. The fences
+/// record what was made, and why not, also when no namespace can be had
+/// (`Err`).
+fn clone_init(launch: &Launch, plan: &Plan, who: Option<&Identity>, pipes: &Pipes, fences: &mut Fences) -> Result<(Pid, CloneFlags), ()> {
+    let mut flags = all_namespaces();
+    let root = nix::unistd::geteuid().is_root();
+    loop {
+        let mut made = fences.clone();
+        for (flag, name) in [
+            (CloneFlags::CLONE_NEWUSER, fences::USER_NS),
+            (CloneFlags::CLONE_NEWPID, fences::PID_NS),
+            (CloneFlags::CLONE_NEWIPC, fences::IPC_NS),
+            (CloneFlags::CLONE_NEWUTS, fences::UTS_NS),
+        ] {
+            if flags.contains(flag) {
+                made.in_force(name);
+            }
+        }
+        let init = Init {
+            launch,
+            plan,
+            fences: made,
+            who,
+            go: init::raw(&pipes.go.0),
+            ready: init::raw(&pipes.ready.1),
+            done: init::raw(&pipes.done.1),
+            theirs: [init::raw(&pipes.go.1), init::raw(&pipes.ready.0), init::raw(&pipes.done.0)],
+        };
+        let mut init = Some(init);
+        // Copied (not shared) by clone, as by fork; untouched pages cost nothing.
+        let mut stack = vec![0u8; 2 << 20];
+        let cb = Box::new(move || -> isize { init::run(init.take().expect("the init runs once")) });
+        // SAFETY: the launcher is single-threaded; the child runs on its own
+        // copy of `stack`, large enough for the init's work.
+        match unsafe { nix::sched::clone(cb, &mut stack, flags, Some(libc::SIGCHLD)) } {
+            Ok(pid) => return Ok((pid, flags)),
+            Err(e) if flags.contains(CloneFlags::CLONE_NEWUSER) => {
+                let (why, fix) = userns_refused(e);
+                for n in fences::NAMESPACES {
+                    fences.missing(n, &why, Some(fix));
+                }
+                if !root {
+                    return Err(());
+                }
+                flags.remove(CloneFlags::CLONE_NEWUSER);
+            }
+            Err(e) => {
+                // The user namespace's refusal is the cause: say it first.
+                let first = fences.list.iter().find(|f| f.name == fences::USER_NS).and_then(|f| f.reason.clone()).unwrap_or_default();
+                let why = format!("{first}; without one, none can be made either ({e})");
+                for n in &fences::NAMESPACES[1..] {
+                    fences.missing(n, &why, None);
+                }
+                return Err(());
+            }
+        }
+    }
+}
+
+/// Why the kernel refused a user namespace, and the fix.
+fn userns_refused(e: nix::errno::Errno) -> (String, &'static str) {
+    match e {
+        nix::errno::Errno::ENOSPC => {
+            ("user namespaces are switched off here (user.max_user_namespaces is 0)".to_string(), fences::FIX_USERNS_ENOSPC)
+        }
+        nix::errno::Errno::EPERM => (
+            "user namespaces are not allowed here (kernel.unprivileged_userns_clone, or an AppArmor/SELinux rule)".to_string(),
+            fences::FIX_USERNS_EPERM,
+        ),
+        e => (format!("a user namespace cannot be made ({e})"), fences::FIX_USERNS_EPERM),
+    }
+}
+
+/// Maps the ids of the init's user namespace. A root launcher maps root to
+/// root, or the run-as user (and their groups) to themselves; another user
+/// maps only itself (its one uid and gid, setgroups denied), as the kernel
+/// allows.
+fn map_ids(child: Pid, who: Option<&Identity>) -> anyhow::Result<()> {
+    let proc = format!("/proc/{child}");
+    let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+    let (uids, gids) = match (uid, who) {
+        (0, Some(w)) => (format!("{0} {0} 1\n", w.uid), w.groups.iter().map(|g| format!("{g} {g} 1\n")).collect()),
+        (0, None) => ("0 0 1\n".to_string(), "0 0 1\n".to_string()),
+        _ => {
+            std::fs::write(format!("{proc}/setgroups"), "deny").context("cannot write the copy's setgroups")?;
+            (format!("{uid} {uid} 1\n"), format!("{gid} {gid} 1\n"))
+        }
+    };
+    std::fs::write(format!("{proc}/uid_map"), uids).context("cannot map the copy's uid")?;
+    std::fs::write(format!("{proc}/gid_map"), gids).context("cannot map the copy's gids")?;
+    Ok(())
+}
+
+/// The user a copy runs as, for the report.
+pub fn user_name(who: Option<&Identity>) -> String {
+    who.map(|w| w.name.clone())
+        .or_else(|| Identity::current().map(|i| i.name))
+        .unwrap_or_else(|| nix::unistd::geteuid().to_string())
+}
+
+/// The PID (as the host sees it) of the init's one child, R.
+fn only_child(init: Pid) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Waits for the init to end, forwarding SIGTERM, SIGINT and SIGHUP to it.
+fn wait_for(child: Pid) -> WaitStatus {
+    let set = forwarded_signals();
+    loop {
+        match waitpid(child, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(s @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => return s,
+            Ok(_) => {}
+            Err(_) => return WaitStatus::Exited(child, EXIT_LAUNCH_FAILED),
+        }
+        if let Ok(sig) = set.wait() {
+            if sig != Signal::SIGCHLD {
+                let _ = kill(child, sig);
+            }
+        }
+    }
+}
+
+/// Ends this process the way R ended (`told` by the init: `exit N` or
+/// `signal N`), else the way the init ended.
+fn mirror(told: &str, init_end: WaitStatus) -> ! {
+    let (code, sig) = match (told.split_once(' '), init_end) {
+        (Some(("exit", n)), _) => (n.parse().ok(), None),
+        (Some(("signal", n)), _) => (None, n.parse().ok()),
+        (_, WaitStatus::Signaled(_, s, _)) => (None, Some(s as i32)),
+        (_, WaitStatus::Exited(_, c)) => (Some(c), None),
+        _ => (Some(EXIT_LAUNCH_FAILED), None),
+    };
+    if let Some(sig) = sig.and_then(|s| Signal::try_from(s).ok()) {
+        die_by(sig);
+    }
+    std::process::exit(code.unwrap_or(EXIT_LAUNCH_FAILED))
+}
+
+/// Dies by `sig` (its default action, no core file of the launcher); a
+/// signal whose default is not to end the process ends it with 128 + sig.
+fn die_by(sig: Signal) -> ! {
+    let no_core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: setrlimit and signal with constant arguments; raise ends us.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        libc::signal(sig as i32, libc::SIG_DFL);
+    }
+    let mut only = SigSet::empty();
+    only.add(sig);
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&only), None);
+    let _ = nix::sys::signal::raise(sig);
+    std::process::exit(128 + sig as i32)
+}

@@ -1,0 +1,173 @@
+//! PID 1 of a fenced copy's PID namespace: shinyctl's own small init, as
+//! tini is. It finishes the copy's world (hostname, the mount namespace's
+//! root), forks R, forwards SIGTERM, SIGINT and SIGHUP to it, reaps every
+//! child, and when R ends tells the host-side launcher how (R's wait
+//! status, through a pipe) and exits. The kernel ends whatever is left in
+//! the namespace when it exits.
+//!
+//! The process that becomes R sets its user (run-as), takes the filter's
+//! fences (the marked spot in [`become_r`]), sends the fences to the
+//! host-side launcher and execs R.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{fork, ForkResult, Pid};
+
+use super::fences::{self, Fences};
+use super::mount::{self, Plan};
+use super::sources::Sources;
+use super::users::Identity;
+use super::{Launch, Seen, APP_DIR, EXIT_LAUNCH_FAILED, SCRATCH_DIR};
+
+/// What the init needs, as the host-side launcher left it before clone.
+pub struct Init<'a> {
+    /// The launcher's arguments.
+    pub launch: &'a Launch,
+    /// The copy's root.
+    pub plan: &'a Plan,
+    /// The fences so far (the namespaces the clone made).
+    pub fences: Fences,
+    /// The run-as user of a root daemon.
+    pub who: Option<&'a Identity>,
+    /// The read end of the pipe the host side writes once the user
+    /// namespace's ids are mapped.
+    pub go: RawFd,
+    /// The write end of the pipe the fences go through (closed by exec).
+    pub ready: RawFd,
+    /// The write end of the pipe R's end goes through.
+    pub done: RawFd,
+    /// The host side's ends, closed here first.
+    pub theirs: [RawFd; 3],
+}
+
+/// Runs the init; never returns.
+pub fn run(mut init: Init) -> ! {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) with a signal number: if the host-side
+    // launcher is killed, the init goes, and the whole namespace with it.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    for fd in init.theirs {
+        let _ = nix::unistd::close(fd);
+    }
+    // SAFETY: these fds were inherited through clone and are the init's own.
+    let (mut go, ready, done) = unsafe { (std::fs::File::from_raw_fd(init.go), OwnedFd::from_raw_fd(init.ready), OwnedFd::from_raw_fd(init.done)) };
+    let mut byte = [0u8; 1];
+    if go.read(&mut byte).ok() != Some(1) {
+        // The host side is gone or could not map the ids: nothing to start.
+        std::process::exit(EXIT_LAUNCH_FAILED);
+    }
+    drop(go);
+    // Opened while the init is still the launcher's user, who can walk to
+    // them (see `sources`).
+    let sources = match Sources::open(init.plan) {
+        Ok(s) => s,
+        Err(e) => {
+            super::fail(&format!("{e:#}"));
+            std::process::exit(EXIT_LAUNCH_FAILED);
+        }
+    };
+    // A root launcher maps the run-as user, not root: the init takes that
+    // user now, before the mounts, so what it makes is theirs (with root
+    // unmapped here, the change costs no capability in the namespace).
+    if let (Some(who), true) = (init.who, init.fences.has(fences::USER_NS)) {
+        if let Err(e) = super::users::set_user(who) {
+            super::fail(&format!("cannot become {}: {e}", who.name));
+            std::process::exit(EXIT_LAUNCH_FAILED);
+        }
+    }
+    if init.fences.has(fences::UTS_NS) {
+        let name = init.launch.app.as_bytes();
+        // SAFETY: a buffer and its length, alive for the call.
+        if unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) } != 0 {
+            let e = std::io::Error::last_os_error();
+            init.fences.missing(fences::UTS_NS, &format!("the hostname cannot be set ({e})"), None);
+        }
+    }
+    match mount::build(init.plan, &sources) {
+        Ok(built) => {
+            init.fences.in_force(fences::MOUNT_NS);
+            if let Some(why) = built.host_proc {
+                init.fences.missing(fences::PID_NS, &format!("/proc shows the host's processes: {why}"), None);
+            }
+        }
+        Err(e) => {
+            super::fail(&format!("{e:#}"));
+            std::process::exit(EXIT_LAUNCH_FAILED);
+        }
+    }
+    // The root is built; R must not hold the host's folders.
+    drop(sources);
+    let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None };
+    // SAFETY: the init is single-threaded (a clone of the single-threaded
+    // launcher), so the child may do anything before exec.
+    let r = match unsafe { fork() } {
+        Ok(ForkResult::Child) => become_r(init.launch, init.who, seen, init.fences, ready),
+        Ok(ForkResult::Parent { child }) => child,
+        Err(e) => {
+            super::fail(&format!("cannot fork R: {e}"));
+            std::process::exit(EXIT_LAUNCH_FAILED);
+        }
+    };
+    drop(ready);
+    let end = wait_for(r);
+    let mut done = std::fs::File::from(done);
+    let _ = done.write_all(end.as_bytes());
+    std::process::exit(match end.split_once(' ') {
+        Some(("exit", n)) => n.parse().unwrap_or(EXIT_LAUNCH_FAILED),
+        Some((_, n)) => 128 + n.parse::<i32>().unwrap_or(0),
+        None => EXIT_LAUNCH_FAILED,
+    })
+}
+
+/// Forwards signals to R and reaps every child until R ends; returns R's
+/// end as `exit N` or `signal N`.
+fn wait_for(r: Pid) -> String {
+    let set = super::host::forwarded_signals();
+    loop {
+        let sig = match set.wait() {
+            Ok(s) => s,
+            Err(_) => continue,
+        };
+        if sig != Signal::SIGCHLD {
+            let _ = kill(r, sig);
+            continue;
+        }
+        let mut end = None;
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == r => end = Some(format!("exit {code}")),
+                Ok(WaitStatus::Signaled(pid, s, _)) if pid == r => end = Some(format!("signal {}", s as i32)),
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        if let Some(end) = end {
+            return end;
+        }
+    }
+}
+
+/// In the child that becomes R: its user, the filter's fences, the report
+/// of the fences to the host side, and exec. Never returns.
+fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: Seen, mut fences: Fences, ready: OwnedFd) -> ! {
+    super::host::unblock_signals();
+    if let Some(who) = who {
+        if let Err(e) = super::users::set_user(who) {
+            super::fail(&format!("cannot become {}: {e}", who.name));
+            std::process::exit(EXIT_LAUNCH_FAILED);
+        }
+    }
+    let code = super::finish_and_exec(launch, &mut seen, &mut fences, who, |f| {
+        if let Ok(bytes) = serde_json::to_vec(f) {
+            let _ = std::fs::File::from(ready).write_all(&bytes);
+        }
+    });
+    std::process::exit(code)
+}
+
+/// The raw fd of an owned fd, for the init's arguments.
+pub fn raw(fd: &OwnedFd) -> RawFd {
+    fd.as_raw_fd()
+}

@@ -1,0 +1,65 @@
+//! What a fenced copy's root will hold, worked out on the host before any
+//! namespace is entered: every path canonical (no symlink to follow inside
+//! the new root) and checked to exist, the copy's /tmp and /dev/shm folders
+//! made beside its scratch disk.
+
+use std::path::{Path, PathBuf};
+
+use super::mount::Plan;
+use super::users::Identity;
+use super::Launch;
+
+/// The folders below a user's home that a copy never sees.
+pub const SECRETS: [&str; 3] = [".ssh", ".gnupg", ".aws"];
+
+/// `<scratch>.shm`, beside the scratch disk: the copy's /dev/shm.
+pub fn shm_path(scratch: &Path) -> PathBuf {
+    let name = scratch.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    scratch.with_file_name(format!("{name}.shm"))
+}
+
+/// The copy's root for `launch`, run by `who` (a root daemon's run-as).
+pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<Plan> {
+    let app_dir = std::fs::canonicalize(&launch.app_dir)
+        .map_err(|e| anyhow::anyhow!("the app folder {} cannot be opened: {e}", launch.app_dir.display()))?;
+    let scratch = std::fs::canonicalize(&launch.scratch)
+        .map_err(|e| anyhow::anyhow!("the scratch disk {} cannot be opened: {e}", launch.scratch.display()))?;
+    let tmp = own_folder(&super::landlock::tmp_path(&scratch), who)?;
+    let shm = own_folder(&shm_path(&scratch), who)?;
+    let mut homes: Vec<PathBuf> = std::env::var_os("HOME").map(PathBuf::from).into_iter().collect();
+    homes.extend(Identity::current().map(|i| i.home));
+    homes.extend(who.map(|w| w.home.clone()));
+    let secrets = homes.iter().flat_map(|h| SECRETS.iter().map(move |s| h.join(s)));
+    let mut hidden: Vec<PathBuf> = std::iter::once(launch.home.clone())
+        .chain(secrets)
+        .chain(launch.sandbox.hidden_paths.iter().cloned())
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect();
+    hidden.sort();
+    hidden.dedup();
+    let mut writable = Vec::new();
+    for w in &launch.sandbox.writable_paths {
+        match std::fs::canonicalize(w) {
+            Ok(p) => writable.push(p),
+            Err(e) => super::log(&format!("--- shinyctl: the writable path {} is left out: {e} ---", w.display())),
+        }
+    }
+    // An r-path given as a path (not a name on PATH) is needed inside.
+    let needed = Some(Path::new(&launch.r_path)).filter(|p| p.is_absolute()).and_then(|p| std::fs::canonicalize(p).ok()).into_iter().collect();
+    Ok(Plan { app_dir, scratch, tmp, shm, hidden, writable, needed })
+}
+
+/// Makes a folder of the copy's own (mode 0700, the run-as user's).
+fn own_folder(dir: &Path, who: Option<&Identity>) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| anyhow::anyhow!("cannot make the copy's folder {}: {e}", dir.display()))?;
+    if let Some(w) = who {
+        std::os::unix::fs::chown(dir, Some(w.uid), Some(w.gid))
+            .map_err(|e| anyhow::anyhow!("cannot give {} to {}: {e}", dir.display(), w.name))?;
+    }
+    Ok(std::fs::canonicalize(dir)?)
+}

@@ -1,0 +1,99 @@
+//! Who a copy runs as (`run-as`, for a root daemon) and the clean
+//! environment it gets: only what an R app needs from the daemon's.
+
+use std::ffi::{CString, OsString};
+use std::path::{Path, PathBuf};
+
+use nix::unistd::{Gid, Uid, User};
+
+/// A user a copy runs as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The user's name.
+    pub name: String,
+    /// The uid.
+    pub uid: u32,
+    /// The primary gid.
+    pub gid: u32,
+    /// Every group it is in (the primary one too).
+    pub groups: Vec<u32>,
+    /// Its home folder.
+    pub home: PathBuf,
+}
+
+impl Identity {
+    /// The user named `name` from the password database.
+    pub fn named(name: &str) -> Result<Identity, String> {
+        let user = User::from_name(name).map_err(|e| format!("run-as: cannot look up the user {name}: {e}"))?;
+        let user = user.ok_or_else(|| format!("run-as: there is no user {name} on this machine"))?;
+        Ok(Identity::of(user))
+    }
+
+    /// The user this process runs as (its effective uid).
+    pub fn current() -> Option<Identity> {
+        User::from_uid(Uid::effective()).ok().flatten().map(Identity::of)
+    }
+
+    fn of(user: User) -> Identity {
+        let c = CString::new(user.name.as_bytes()).unwrap_or_default();
+        let mut groups: Vec<u32> =
+            nix::unistd::getgrouplist(&c, user.gid).map(|g| g.into_iter().map(Gid::as_raw).collect()).unwrap_or_default();
+        groups.push(user.gid.as_raw());
+        groups.sort_unstable();
+        groups.dedup();
+        Identity { name: user.name, uid: user.uid.as_raw(), gid: user.gid.as_raw(), groups, home: user.dir }
+    }
+}
+
+/// Takes `who`'s groups, gid and uid (in a copy's user namespace, the host
+/// side mapped them).
+pub fn set_user(who: &Identity) -> nix::Result<()> {
+    let groups: Vec<Gid> = who.groups.iter().map(|&g| Gid::from_raw(g)).collect();
+    nix::unistd::setgroups(&groups)?;
+    nix::unistd::setgid(Gid::from_raw(who.gid))?;
+    nix::unistd::setuid(Uid::from_raw(who.uid))
+}
+
+/// True for a variable of the daemon's environment that a copy keeps:
+/// PATH, HOME, USER, LOGNAME, LANG, LC_*, TZ and R_*.
+pub fn kept(name: &str) -> bool {
+    matches!(name, "PATH" | "HOME" | "USER" | "LOGNAME" | "LANG" | "TZ") || name.starts_with("LC_") || name.starts_with("R_")
+}
+
+/// The variables of `vars` (the daemon's environment) a copy keeps.
+pub fn kept_env(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
+    vars.filter(|(k, _)| k.to_str().is_some_and(kept)).collect()
+}
+
+/// Hands a copy's file or folder to the run-as user of a root daemon, so
+/// the copy can write its scratch disk and the log is theirs. Nothing to
+/// do without run-as or when not root.
+pub fn give_to(path: &Path, run_as: Option<&str>) -> std::io::Result<()> {
+    let Some(name) = run_as else { return Ok(()) };
+    if !Uid::effective().is_root() {
+        return Ok(());
+    }
+    let who = Identity::named(name).map_err(std::io::Error::other)?;
+    std::os::unix::fs::chown(path, Some(who.uid), Some(who.gid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_documented_variables_are_kept() {
+        let vars = ["PATH", "HOME", "LC_ALL", "R_LIBS_USER", "TZ", "SSH_AUTH_SOCK", "SHINYCTL_HOME", "AWS_SECRET_ACCESS_KEY", "LANGUAGE"];
+        let kept: Vec<String> =
+            kept_env(vars.iter().map(|v| (OsString::from(v), OsString::from("x")))).into_iter().map(|(k, _)| k.into_string().unwrap()).collect();
+        assert_eq!(kept, ["PATH", "HOME", "LC_ALL", "R_LIBS_USER", "TZ"]);
+    }
+
+    #[test]
+    fn root_is_found_with_its_groups_and_home() {
+        let root = Identity::named("root").expect("root exists");
+        assert_eq!((root.uid, root.gid), (0, 0));
+        assert!(root.groups.contains(&0));
+        assert!(Identity::named("no-such-user-here").unwrap_err().contains("no user no-such-user-here"));
+    }
+}

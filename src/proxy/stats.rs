@@ -1,0 +1,117 @@
+//! What the load balancer counts for metrics: answers per app by status
+//! class and a histogram of the time until an answer's head. The daemon
+//! reads them with `GET /metrics` on `proxy.sock` and turns them into
+//! Prometheus series; the counts start at zero with each load balancer.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use hyper::StatusCode;
+
+use super::shared::Shared;
+use crate::model::{AppRequests, ProxyMetrics, LATENCY_BOUNDS};
+
+/// One app's counters; atomics, so a request counts without a lock.
+#[derive(Default)]
+struct AppCounters {
+    /// Answers by status class (1xx … 5xx).
+    classes: [AtomicU64; 5],
+    /// Answers per latency bucket ([`LATENCY_BOUNDS`], then the rest).
+    buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
+    /// The sum of the latencies, in microseconds.
+    sum_us: AtomicU64,
+}
+
+/// Request counters per app name, kept across table pushes (an app keeps
+/// its counts when its copies or its port change).
+#[derive(Default)]
+pub struct Requests {
+    /// By app name; written only the first time an app answers.
+    apps: RwLock<HashMap<String, Arc<AppCounters>>>,
+}
+
+impl Requests {
+    /// Counts one answer of `app` with `status`, `took` after the request came.
+    pub fn count(&self, app: &str, status: StatusCode, took: Duration) {
+        let counters = self.apps.read().unwrap_or_else(|e| e.into_inner()).get(app).cloned();
+        let counters = match counters {
+            Some(c) => c,
+            None => self.apps.write().unwrap_or_else(|e| e.into_inner()).entry(app.to_string()).or_default().clone(),
+        };
+        let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
+        counters.classes[class].fetch_add(1, Ordering::Relaxed);
+        let secs = took.as_secs_f64();
+        let bucket = LATENCY_BOUNDS.iter().position(|b| secs <= *b).unwrap_or(LATENCY_BOUNDS.len());
+        counters.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        counters.sum_us.fetch_add(took.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    /// The counts of the apps in `keep` (others are forgotten: deleted apps
+    /// leave no series behind).
+    fn report(&self, keep: &[String]) -> Vec<AppRequests> {
+        let mut apps = self.apps.write().unwrap_or_else(|e| e.into_inner());
+        apps.retain(|name, _| keep.contains(name));
+        let mut out: Vec<AppRequests> = apps
+            .iter()
+            .map(|(name, c)| AppRequests {
+                name: name.clone(),
+                classes: std::array::from_fn(|i| c.classes[i].load(Ordering::Relaxed)),
+                latency_counts: c.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect(),
+                latency_sum: c.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}
+
+/// Counts the answer to a request that came in on `port` at `started`.
+pub fn count(shared: &Shared, port: u16, status: StatusCode, started: Instant) {
+    if let Some(app) = shared.table.app(port) {
+        shared.requests.count(&app.name, status, started.elapsed());
+    }
+}
+
+/// What `GET /metrics` answers.
+pub fn metrics(shared: &Shared) -> ProxyMetrics {
+    let table = shared.table.load();
+    let names: Vec<String> = table.source.apps.iter().map(|a| a.name.clone()).collect();
+    let traffic = table.traffic();
+    // An upgraded connection (a WebSocket) has left hyper's count and is a
+    // session of its copy.
+    let tunnels: u64 = traffic.iter().flat_map(|a| &a.copies).map(|c| c.sessions).sum();
+    ProxyMetrics {
+        pid: std::process::id(),
+        rss_bytes: crate::procfs::rss_bytes(std::process::id()).unwrap_or(0),
+        open_connections: shared.open() as u64 + tunnels,
+        traffic,
+        requests: shared.requests.report(&names),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_count_by_class_and_latency_bucket_and_deleted_apps_go() {
+        let r = Requests::default();
+        r.count("a", StatusCode::OK, Duration::from_millis(3));
+        r.count("a", StatusCode::NOT_FOUND, Duration::from_millis(30));
+        r.count("a", StatusCode::BAD_GATEWAY, Duration::from_secs(60));
+        r.count("b", StatusCode::SWITCHING_PROTOCOLS, Duration::from_millis(7));
+        let all = r.report(&["a".into(), "b".into()]);
+        assert_eq!(all[0].name, "a");
+        assert_eq!(all[0].classes, [0, 1, 0, 1, 1]);
+        assert_eq!(all[0].latency_counts[0], 1, "3 ms is in the 5 ms bucket");
+        assert_eq!(all[0].latency_counts[3], 1, "30 ms is in the 50 ms bucket");
+        assert_eq!(all[0].latency_counts[LATENCY_BOUNDS.len()], 1, "60 s is above every bound");
+        assert!((all[0].latency_sum - 60.033).abs() < 1e-6);
+        assert_eq!(all[1].classes, [1, 0, 0, 0, 0]);
+        let kept = r.report(&["b".into()]);
+        assert_eq!(kept.len(), 1, "an app no longer in the table leaves no series");
+        assert_eq!(kept[0].name, "b");
+    }
+}

@@ -1,0 +1,192 @@
+//! The daemon's side of a copy's limits (`crate::limits`): the cgroups a
+//! copy starts in, the memory watch every 250 ms, what an exit says about
+//! memory, and removing a copy's cgroups once it is gone.
+
+use std::path::PathBuf;
+
+use crate::limits::{self, CgroupSample, Cgroups, MemoryStop, Sample};
+use crate::manifest::{AppSpec, Sandbox, SandboxMode};
+use crate::model::{AppState, CopyRecord};
+use crate::procfs;
+
+use super::app::Tracked;
+use super::{Daemon, Shared};
+
+/// The fence a copy was started with: its release's deployed settings, or
+/// the app's for a copy from before releases.
+pub fn sandbox_of<'a>(spec: &'a AppSpec, state: &'a AppState, rec: &CopyRecord) -> &'a Sandbox {
+    rec.release.as_ref().and_then(|id| crate::release::find(state, id)).map_or(&spec.sandbox, |r| &r.deployed.sandbox)
+}
+
+/// Makes the cgroups a copy starts in (`spec` is the one it starts with)
+/// and returns the folders its launcher joins. None with `mode: off`; a
+/// cgroup that cannot be made is logged and left out (the watch keeps the
+/// memory limit), unless `mode: strict` asks for the whole fence.
+pub fn cgroups_for(cgroups: &Cgroups, spec: &AppSpec, copy: u32) -> anyhow::Result<Vec<PathBuf>> {
+    let sb = &spec.sandbox;
+    if sb.mode == SandboxMode::Off {
+        return Ok(Vec::new());
+    }
+    let lacking = match (sb.memory.is_some() && !cgroups.has_memory(), !cgroups.has_pids()) {
+        (true, _) => Some("a memory cgroup"),
+        (_, true) => Some("a pids cgroup (for sandbox.tasks)"),
+        _ => None,
+    };
+    if let (SandboxMode::Strict, Some(what)) = (sb.mode, lacking) {
+        let why = cgroups.missing.as_deref().unwrap_or("unknown");
+        anyhow::bail!("sandbox mode strict and fences are missing: {what} ({why})");
+    }
+    match cgroups.prepare(&limits::leaf(&spec.name, copy), sb.memory, sb.tasks) {
+        Ok(dirs) => Ok(dirs),
+        Err(e) if sb.mode == SandboxMode::Strict => anyhow::bail!("sandbox.mode is strict: {e}"),
+        Err(e) => {
+            tracing::warn!(app = spec.name, copy, "{e}; the copy starts without its cgroup");
+            Ok(Vec::new())
+        }
+    }
+}
+
+/// The line under status for an app that set `sandbox.tasks` where no
+/// pids cgroup keeps it (memory is kept either way: by a cgroup or the
+/// watch).
+pub fn notes(cgroups: &Cgroups, spec: &AppSpec) -> Vec<String> {
+    let asked = spec.sandbox.mode != SandboxMode::Off && spec.sandbox.tasks != crate::manifest::DEFAULT_TASKS;
+    if !asked || cgroups.has_pids() {
+        return Vec::new();
+    }
+    let why = cgroups.missing.as_deref().unwrap_or("no pids cgroup");
+    vec![format!(
+        "{}: sandbox.tasks ({}) is not kept on this machine: {why}. It needs a pids cgroup: a root daemon,          or Delegate=yes in shinyctl.service on cgroup v2.",
+        spec.name, spec.sandbox.tasks
+    )]
+}
+
+/// The memory stop an exit of a copy carries: the watch's, or its
+/// cgroup's OOM kill.
+pub fn memory_stop_at_exit(cgroups: &Cgroups, tracked: &Tracked, name: &str, rec: &CopyRecord, pid: u32, limit: Option<u64>) -> Option<MemoryStop> {
+    if let Some(stop) = tracked.memory_stops.get(&pid) {
+        return Some(*stop);
+    }
+    let limit = limit?;
+    let cgroup = cgroups.memory_sample(&limits::leaf(name, rec.copy));
+    limits::watch_verdict(&Sample { limit, cgroup: Some(cgroup?), rss: None })
+}
+
+/// One copy the watch looks at.
+struct Watched {
+    app: String,
+    copy: u32,
+    pid: u32,
+    pid_start: u64,
+    limit: u64,
+}
+
+impl Daemon {
+    /// The running copies with a memory limit that the watch has not
+    /// stopped and nothing else is stopping.
+    fn watched(&self) -> Vec<Watched> {
+        let mut out = Vec::new();
+        for (name, app) in &self.apps {
+            let (spec, state, tracked) = (&app.recorded.spec, &app.recorded.state, &app.tracked);
+            for rec in &state.copies {
+                let sb = sandbox_of(spec, state, rec);
+                let (Some(pid), Some(pid_start), Some(limit)) = (rec.pid, rec.pid_start, sb.memory) else { continue };
+                let busy = tracked.stopping.contains(&pid) || tracked.exits.contains_key(&pid) || tracked.memory_stops.contains_key(&pid);
+                if sb.mode != SandboxMode::Off && !busy {
+                    out.push(Watched { app: name.clone(), copy: rec.copy, pid, pid_start, limit });
+                }
+            }
+        }
+        out
+    }
+
+    /// Removes the copies' cgroups that no running copy uses (at each tick).
+    pub(super) fn sweep_cgroups(&self) {
+        let running = self
+            .apps
+            .iter()
+            .flat_map(|(name, a)| a.recorded.state.copies.iter().filter(|r| r.pid.is_some()).map(|r| limits::leaf(name, r.copy)))
+            .collect();
+        self.cgroups.sweep(&running);
+    }
+
+    /// Stops a copy over its memory limit: SIGKILL to its process group
+    /// (growing memory leaves no time for a grace period), and the stop is
+    /// kept for its exit, which the cycle counts as a crash.
+    fn stop_for_memory(&mut self, w: &Watched, stop: MemoryStop) {
+        let Some(app) = self.apps.get_mut(&w.app) else { return };
+        if !app.recorded.state.copies.iter().any(|r| r.pid == Some(w.pid)) || !procfs::is_alive(w.pid, w.pid_start) {
+            return;
+        }
+        tracing::warn!(app = w.app, copy = w.copy, pid = w.pid, "copy {} is stopped: {}", w.copy, stop.describe());
+        app.tracked.memory_stops.insert(w.pid, stop);
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(w.pid as i32), nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// The memory watch: every [`limits::WATCH_EVERY`], the limited copies'
+/// memory (their cgroup's OOM kills, or their resident memory) is read off
+/// the lock and a copy over its limit is stopped.
+pub fn spawn_watch(shared: Shared, cgroups: Cgroups) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(limits::WATCH_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let watched = shared.lock().await.watched();
+            let over: Vec<(Watched, MemoryStop)> = watched
+                .into_iter()
+                .filter_map(|w| {
+                    let leaf = limits::leaf(&w.app, w.copy);
+                    let cgroup: Option<CgroupSample> =
+                        if cgroups.holds_memory(w.pid, &leaf) { cgroups.memory_sample(&leaf) } else { None };
+                    let rss = if cgroup.is_some() { None } else { procfs::tree_rss_bytes(w.pid) };
+                    limits::watch_verdict(&Sample { limit: w.limit, cgroup, rss }).map(|stop| (w, stop))
+                })
+                .collect();
+            if !over.is_empty() {
+                let mut d = shared.lock().await;
+                for (w, stop) in &over {
+                    d.stop_for_memory(w, *stop);
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::cgroup::Kind;
+
+    fn spec(extra: &str) -> AppSpec {
+        let dir = std::env::temp_dir().join(format!("shinyctl-limits-notes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("app.R"), "").unwrap();
+        crate::manifest::parse(&dir.join("app.yaml"), &format!("app-name: hello\nport: 8080\n{extra}")).unwrap()
+    }
+
+    #[test]
+    fn status_says_when_tasks_are_asked_for_and_not_kept() {
+        let none = Cgroups { kind: Kind::None, missing: Some("no cgroup v1 pids controller".into()) };
+        let pids = Cgroups { kind: Kind::V1 { memory: None, pids: Some("/sys/fs/cgroup/pids/shinyctl-1".into()) }, missing: None };
+        let asked = spec("sandbox:\n  tasks: 100\n");
+        let note = notes(&none, &asked).join("\n");
+        assert!(note.starts_with("hello: sandbox.tasks (100) is not kept on this machine: no cgroup v1 pids controller."), "{note}");
+        assert!(notes(&pids, &asked).is_empty(), "kept");
+        assert!(notes(&none, &spec("")).is_empty(), "not asked for: the default");
+        assert!(notes(&none, &spec("sandbox:\n  mode: off\n  tasks: 100\n")).is_empty(), "no fence asked for");
+    }
+
+    #[test]
+    fn strict_refuses_a_copy_without_its_cgroups_and_off_asks_for_none() {
+        let none = Cgroups { kind: Kind::None, missing: Some("no cgroup".into()) };
+        let e = cgroups_for(&none, &spec("sandbox:\n  mode: strict\n"), 1).unwrap_err().to_string();
+        assert!(e.contains("sandbox mode strict and fences are missing") && e.contains("pids cgroup"), "{e}");
+        assert_eq!(cgroups_for(&none, &spec(""), 1).unwrap(), Vec::<PathBuf>::new(), "on: starts without");
+        let root = std::env::temp_dir().join(format!("shinyctl-limits-off-{}", std::process::id()));
+        let v1 = Cgroups { kind: Kind::V1 { memory: Some(root.join("m")), pids: Some(root.join("p")) }, missing: None };
+        assert_eq!(cgroups_for(&v1, &spec("sandbox:\n  mode: off\n  memory: 1G\n"), 1).unwrap(), Vec::<PathBuf>::new());
+        assert!(!root.exists(), "nothing made for mode: off");
+    }
+}

@@ -1,0 +1,365 @@
+//! `GET /v1/metrics` (Prometheus text, OpenMetrics flavour) and
+//! `GET /v1/health`, on `api.sock` and, when the daemon's environment has
+//! `SHINYCTL_METRICS=ADDR:PORT`, on that TCP address too (those two routes
+//! only). The registry is built afresh for each scrape from the daemon's
+//! state, its tallies and the load balancer's figures, so the series of a
+//! copy that is gone go with it.
+//!
+//! The lock is held only to copy the state out; the load balancer is asked
+//! after it is let go.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, StatusCode};
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use serde::Serialize;
+
+use crate::home::Home;
+use crate::model::{AppStatus, ProxyMetrics, LATENCY_BOUNDS};
+use crate::uds;
+
+use super::reply::{error, Reply};
+use super::tallies::{RestartReason, Tallies, WAKE_BOUNDS};
+use super::{now_ms, Shared};
+
+/// The environment variable that names the metrics' TCP address.
+pub const METRICS_ENV: &str = "SHINYCTL_METRICS";
+/// How long a scrape waits for the load balancer.
+const PROXY_TIMEOUT: Duration = Duration::from_millis(800);
+
+/// Labels of one series.
+type Labels = Vec<(&'static str, String)>;
+
+/// One series' value.
+#[derive(Debug, Clone)]
+enum Value {
+    /// A gauge.
+    Gauge(f64),
+    /// A counter.
+    Counter(u64),
+    /// A histogram: per-bucket counts (not cumulative) by bound, and the sum.
+    Histogram { buckets: Vec<(f64, u64)>, sum: f64 },
+}
+
+/// One metric family of one scrape: its type and its series.
+#[derive(Debug)]
+struct Rows {
+    /// Gauge, counter or histogram.
+    kind: MetricType,
+    /// Each series: its labels and value.
+    rows: Vec<(Labels, Value)>,
+}
+
+impl EncodeMetric for Rows {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, value) in &self.rows {
+            let mut e = encoder.encode_family(labels)?;
+            match value {
+                // Whole numbers (bytes, counts) written as such.
+                Value::Gauge(v) if v.fract() == 0.0 && v.abs() < 9e15 => e.encode_gauge(&(*v as i64))?,
+                Value::Gauge(v) => e.encode_gauge(v)?,
+                Value::Counter(v) => e.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(v, None)?,
+                Value::Histogram { buckets, sum } => {
+                    let count = buckets.iter().map(|(_, n)| n).sum();
+                    e.encode_histogram::<prometheus_client::encoding::NoLabelSet>(*sum, count, buckets, None)?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.kind
+    }
+}
+
+/// What a scrape copies out of the daemon under its lock.
+pub struct View {
+    /// Every app as status shows it.
+    pub apps: Vec<AppStatus>,
+    /// Seconds each app has been asleep (0 when awake), by the order of `apps`.
+    pub asleep_secs: Vec<f64>,
+    /// Restarts and wakes.
+    pub tallies: Tallies,
+    /// The home folder (for the load balancer's socket).
+    pub home: Home,
+}
+
+/// Copies what a scrape needs out of the daemon, under its lock.
+async fn view(shared: &Shared) -> View {
+    let d = shared.lock().await;
+    let apps = super::status::report(&d, None).map(|r| r.apps).unwrap_or_default();
+    let now = now_ms();
+    let asleep_secs = apps
+        .iter()
+        .map(|a| {
+            let since = d.apps.get(&a.name).and_then(|rt| rt.recorded.state.asleep_since_ms);
+            since.map_or(0.0, |s| now.saturating_sub(s) as f64 / 1000.0)
+        })
+        .collect();
+    View { apps, asleep_secs, tallies: d.tallies.clone(), home: d.home.clone() }
+}
+
+/// Asks the load balancer for its figures; `None` when it does not answer.
+pub async fn proxy_metrics(home: &Home) -> Option<ProxyMetrics> {
+    let (status, body) = uds::request(&home.proxy_sock(), Method::GET, "/metrics", None, PROXY_TIMEOUT).await.ok()?;
+    status.is_success().then(|| serde_json::from_slice(&body).ok()).flatten()
+}
+
+/// `GET /v1/metrics`.
+pub async fn metrics(shared: &Shared) -> Reply {
+    let view = view(shared).await;
+    let proxy = proxy_metrics(&view.home).await;
+    match render(&view, proxy.as_ref()) {
+        Ok(text) => hyper::Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+            .body(Full::new(Bytes::from(text)))
+            .unwrap_or_else(|_| hyper::Response::new(Full::new(Bytes::new()))),
+        Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "cannot write the metrics"),
+    }
+}
+
+/// What `GET /v1/health` answers.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Health {
+    /// `up` when the daemon and the load balancer both answer, else `down`.
+    pub status: String,
+    /// The daemon answers (it wrote this).
+    pub daemon: bool,
+    /// The load balancer answers on its socket.
+    pub load_balancer: bool,
+    /// The daemon's process ID.
+    pub daemon_pid: u32,
+    /// The load balancer's process ID, when it answers.
+    pub load_balancer_pid: Option<u32>,
+}
+
+/// `GET /v1/health`: 200 when the daemon and the load balancer are up, 503
+/// when the load balancer does not answer.
+pub async fn health(shared: &Shared) -> Reply {
+    let home = shared.lock().await.home.clone();
+    let proxy = proxy_metrics(&home).await;
+    let up = proxy.is_some();
+    let health = Health {
+        status: if up { "up" } else { "down" }.into(),
+        daemon: true,
+        load_balancer: up,
+        daemon_pid: std::process::id(),
+        load_balancer_pid: proxy.map(|p| p.pid),
+    };
+    uds::json_response(if up { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, &health)
+}
+
+/// Adds one family to the registry.
+fn add(reg: &mut Registry, name: &str, help: &str, unit: Option<Unit>, kind: MetricType, rows: Vec<(Labels, Value)>) {
+    let metric = Rows { kind, rows };
+    match unit {
+        Some(unit) => reg.register_with_unit(name, help, unit, metric),
+        None => reg.register(name, help, metric),
+    }
+}
+
+/// Per-bucket counts paired with their bounds, the last one infinite.
+fn buckets(bounds: &[f64], counts: &[u64]) -> Vec<(f64, u64)> {
+    bounds.iter().copied().chain(std::iter::once(f64::INFINITY)).zip(counts.iter().copied()).collect()
+}
+
+/// The whole scrape, as Prometheus text.
+pub fn render(view: &View, proxy: Option<&ProxyMetrics>) -> Result<String, std::fmt::Error> {
+    let mut reg = Registry::with_prefix("shinyctl");
+    add_copies(&mut reg, view, proxy);
+    add_apps(&mut reg, view, proxy);
+    let lb = |f: fn(&ProxyMetrics) -> f64| proxy.map(|p| vec![(Labels::new(), Value::Gauge(f(p)))]).unwrap_or_default();
+    add(
+        &mut reg,
+        "load_balancer_up",
+        "1 when the load balancer answers",
+        None,
+        MetricType::Gauge,
+        vec![(Labels::new(), Value::Gauge(if proxy.is_some() { 1.0 } else { 0.0 }))],
+    );
+    add(
+        &mut reg,
+        "load_balancer_resident_memory",
+        "The load balancer's resident memory",
+        Some(Unit::Bytes),
+        MetricType::Gauge,
+        lb(|p| p.rss_bytes as f64),
+    );
+    add(
+        &mut reg,
+        "load_balancer_open_connections",
+        "Visitors' connections the load balancer serves now",
+        None,
+        MetricType::Gauge,
+        lb(|p| p.open_connections as f64),
+    );
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &reg)?;
+    Ok(out)
+}
+
+/// The series per copy: role, ready, memory, sessions, open connections.
+/// Sessions and connections are the load balancer's figures of this moment
+/// when it answers, else the daemon's last ones.
+fn add_copies(reg: &mut Registry, view: &View, proxy: Option<&ProxyMetrics>) {
+    let (mut role, mut ready, mut mem, mut sessions, mut conns) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for a in &view.apps {
+        let traffic = proxy.and_then(|p| p.traffic.iter().find(|t| t.name == a.name));
+        for c in &a.copies {
+            let labels = || -> Labels { vec![("app", a.name.clone()), ("copy", c.copy.to_string())] };
+            let mut with_role = labels();
+            with_role.push(("role", c.role.map_or("none", |r| r.as_str()).to_string()));
+            role.push((with_role, Value::Gauge(1.0)));
+            ready.push((labels(), Value::Gauge(if c.ready { 1.0 } else { 0.0 })));
+            if let Some(bytes) = c.mem_bytes {
+                mem.push((labels(), Value::Gauge(bytes as f64)));
+            }
+            let t = traffic.and_then(|t| t.copies.iter().find(|t| t.copy == c.copy));
+            sessions.push((labels(), Value::Gauge(t.map_or(c.sessions, |t| t.sessions) as f64)));
+            conns.push((labels(), Value::Gauge(t.map_or(0, |t| t.connections) as f64)));
+        }
+    }
+    add(reg, "copy_role", "1 for each copy, its role as a label (none while it starts or is down)", None, MetricType::Gauge, role);
+    add(reg, "copy_ready", "1 when the copy is ready to take visitors", None, MetricType::Gauge, ready);
+    add(reg, "copy_resident_memory", "Resident memory of the copy's process tree", Some(Unit::Bytes), MetricType::Gauge, mem);
+    add(reg, "copy_sessions", "Open WebSocket sessions (Shiny sessions) to the copy", None, MetricType::Gauge, sessions);
+    add(reg, "copy_open_connections", "Requests in flight plus open WebSockets to the copy", None, MetricType::Gauge, conns);
+}
+
+/// The series per app: requests, latency, restarts, wakes, time asleep.
+fn add_apps(reg: &mut Registry, view: &View, proxy: Option<&ProxyMetrics>) {
+    let app = |name: &str| -> Labels { vec![("app", name.to_string())] };
+    let known = |name: &str| view.apps.iter().any(|a| a.name == name);
+    let requests = proxy.map(|p| p.requests.iter().filter(|r| known(&r.name)).collect::<Vec<_>>()).unwrap_or_default();
+    let classes = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+    let by_class = requests
+        .iter()
+        .flat_map(|r| {
+            classes.iter().zip(r.classes).map(|(c, n)| (vec![("app", r.name.clone()), ("class", c.to_string())], Value::Counter(n)))
+        })
+        .collect();
+    add(reg, "requests", "Answers the load balancer gave, by status class", None, MetricType::Counter, by_class);
+    let latency = requests
+        .iter()
+        .map(|r| (app(&r.name), Value::Histogram { buckets: buckets(&LATENCY_BOUNDS, &r.latency_counts), sum: r.latency_sum }))
+        .collect();
+    add(reg, "request_duration", "Time until the answer's head, at the load balancer", Some(Unit::Seconds), MetricType::Histogram, latency);
+    let mut restarts = Vec::new();
+    let mut wakes = Vec::new();
+    let mut wake_secs = Vec::new();
+    let mut asleep = Vec::new();
+    for (a, secs) in view.apps.iter().zip(&view.asleep_secs) {
+        let counts = view.tallies.restarts.get(&a.name).copied().unwrap_or_default();
+        for (reason, n) in RestartReason::ALL.iter().zip(counts) {
+            restarts.push((vec![("app", a.name.clone()), ("reason", reason.as_str().to_string())], Value::Counter(n)));
+        }
+        let w = view.tallies.wakes.get(&a.name).cloned().unwrap_or_default();
+        wakes.push((app(&a.name), Value::Counter(w.count)));
+        wake_secs.push((app(&a.name), Value::Histogram { buckets: buckets(&WAKE_BOUNDS, &w.buckets), sum: w.sum_secs }));
+        asleep.push((app(&a.name), Value::Gauge(*secs)));
+    }
+    add(reg, "restarts", "Copies started again, by reason", None, MetricType::Counter, restarts);
+    add(reg, "wakes", "Wakes of a sleeping app begun", None, MetricType::Counter, wakes);
+    add(reg, "wake_duration", "From a request asking for a wake to an active copy", Some(Unit::Seconds), MetricType::Histogram, wake_secs);
+    add(reg, "asleep", "How long the app has been asleep now (0 when awake)", Some(Unit::Seconds), MetricType::Gauge, asleep);
+}
+
+/// Serves `GET /metrics`, `GET /v1/metrics` and `GET /v1/health` on the
+/// address in `SHINYCTL_METRICS`, when it is set. A value that is not an
+/// address, or one that cannot be bound, is a line in api.log; the daemon
+/// runs on without it.
+pub async fn serve_tcp_from_env(shared: Shared) {
+    let Ok(value) = std::env::var(METRICS_ENV) else { return };
+    let addr: std::net::SocketAddr = match value.trim().parse() {
+        Ok(a) => a,
+        Err(_) => {
+            tracing::error!("{METRICS_ENV}={value:?} is not an ADDR:PORT (such as 127.0.0.1:9108); metrics are on api.sock only");
+            return;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("{METRICS_ENV}={value}: cannot listen there ({e}); metrics are on api.sock only");
+            return;
+        }
+    };
+    tracing::info!("metrics on http://{addr}/metrics");
+    uds::serve(listener, move |req: Request<hyper::body::Incoming>| {
+        let shared = shared.clone();
+        async move {
+            match (req.method(), req.uri().path()) {
+                (&Method::GET, "/metrics" | "/v1/metrics") => metrics(&shared).await,
+                (&Method::GET, "/v1/health") => health(&shared).await,
+                _ => error(StatusCode::NOT_FOUND, "only GET /metrics and GET /v1/health are served here"),
+            }
+        }
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AppRequests, AppTraffic, CopyStatus, CopyTraffic, Role};
+
+    #[test]
+    fn a_scrape_has_a_series_per_copy_and_app_and_none_for_what_is_gone() {
+        let copy = |n, role| CopyStatus { copy: n, role, ready: role.is_some(), mem_bytes: Some(1000 * n as u64), ..Default::default() };
+        let app = AppStatus { name: "web".into(), copies: vec![copy(3, Some(Role::Active)), copy(4, None)], ..Default::default() };
+        let mut tallies = Tallies::default();
+        tallies.restarted("web", RestartReason::Crash);
+        tallies.restarted("gone", RestartReason::Crash);
+        let view = View { apps: vec![app], asleep_secs: vec![0.0], tallies, home: Home { root: "/nonexistent".into() } };
+        let mut classes = [0; 5];
+        classes[1] = 7;
+        let mut latency_counts = vec![0; LATENCY_BOUNDS.len() + 1];
+        latency_counts[0] = 7;
+        let proxy = ProxyMetrics {
+            pid: 1,
+            rss_bytes: 5,
+            open_connections: 2,
+            traffic: vec![AppTraffic {
+                name: "web".into(),
+                last_request_ms: 0,
+                refusing: Vec::new(),
+                copies: vec![CopyTraffic { copy: 3, connections: 2, sessions: 1, silent_ms: 0 }],
+            }],
+            requests: vec![
+                AppRequests { name: "web".into(), classes, latency_counts: latency_counts.clone(), latency_sum: 0.01 },
+                AppRequests { name: "old".into(), classes, latency_counts, latency_sum: 0.01 },
+            ],
+        };
+        let text = render(&view, Some(&proxy)).unwrap();
+        for line in [
+            r#"shinyctl_copy_role{app="web",copy="3",role="active"} 1"#,
+            r#"shinyctl_copy_role{app="web",copy="4",role="none"} 1"#,
+            r#"shinyctl_copy_ready{app="web",copy="4"} 0"#,
+            r#"shinyctl_copy_resident_memory_bytes{app="web",copy="3"} 3000"#,
+            r#"shinyctl_copy_sessions{app="web",copy="3"} 1"#,
+            r#"shinyctl_copy_open_connections{app="web",copy="3"} 2"#,
+            r#"shinyctl_requests_total{app="web",class="2xx"} 7"#,
+            r#"shinyctl_request_duration_seconds_bucket{le="0.005",app="web"} 7"#,
+            r#"shinyctl_request_duration_seconds_bucket{le="10.0",app="web"} 7"#,
+            r#"shinyctl_request_duration_seconds_bucket{le="+Inf",app="web"} 7"#,
+            r#"shinyctl_restarts_total{app="web",reason="crash"} 1"#,
+            r#"shinyctl_restarts_total{app="web",reason="memory-limit"} 0"#,
+            r#"shinyctl_wakes_total{app="web"} 0"#,
+            r#"shinyctl_asleep_seconds{app="web"} 0"#,
+            "shinyctl_load_balancer_resident_memory_bytes 5",
+            "shinyctl_load_balancer_open_connections 2",
+            "shinyctl_load_balancer_up 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        assert!(!text.contains("\"gone\"") && !text.contains("\"old\""), "apps that are gone have no series:\n{text}");
+        let down = render(&view, None).unwrap();
+        assert!(down.contains("shinyctl_load_balancer_up 0"), "{down}");
+    }
+}

@@ -1,0 +1,436 @@
+//! The fence, tried from inside a real R app: each copy in its own user,
+//! mount, PID, IPC and UTS namespaces, with shinyctl's init as PID 1, a
+//! private /tmp, SHINYCTL_HOME and ~/.ssh hidden, the release read-only
+//! and a clean environment; the daemon records the launcher and shows R's
+//! PID. The app reports what it got on its page.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::*;
+
+/// The probe: at start it tries what a hostile app would (signals to the
+/// daemon and the load balancer, a write into its release) and leaves a
+/// file in its scratch disk and in /tmp; each page says what it can see
+/// now (shinyctl's sockets and key, the other copy's files, ~/.ssh), its
+/// environment, PID 1 and its hostname, as `key=value;` lines.
+const PROBE_R: &str = r#"
+library(shiny)
+h <- Sys.getenv("PROBE_HOME")
+me <- Sys.getenv("SHINYCTL_COPY")
+other <- if (me == "1") "2" else "1"
+scratch <- Sys.getenv("SHINYCTL_SCRATCH")
+kept <- if (file.exists(file.path(scratch, "marker"))) "kept" else "empty"
+writeLines("x", file.path(scratch, "marker"))
+writeLines(me, file.path("/tmp", paste0("mine-", me)))
+yes <- function(x) if (isTRUE(x)) "yes" else "no"
+readable <- function(p) yes(tryCatch(length(readBin(p, "raw", 1)) >= 0, error = function(e) FALSE, warning = function(w) FALSE))
+killed <- function(pid) yes(suppressWarnings(tools::pskill(as.integer(pid), tools::SIGTERM)))
+kills <- c(daemon = killed(Sys.getenv("DAEMON_PID")), proxy = killed(Sys.getenv("PROXY_PID")))
+release <- yes(suppressWarnings(tryCatch(file.create("in-release.txt"), error = function(e) FALSE)))
+writable <- Sys.getenv("WRITABLE")
+hidden <- Sys.getenv("HIDDEN")
+wrote_writable <- if (nzchar(writable)) yes(tryCatch(file.create(file.path(writable, paste0("from-copy-", me))), error = function(e) FALSE)) else "-"
+pid1 <- local({
+  r <- tryCatch(readBin("/proc/1/cmdline", "raw", 4096), error = function(e) raw())
+  r[r == as.raw(0)] <- as.raw(32)
+  rawToChar(r)
+})
+ui <- function(req) {
+  others_tmp <- setdiff(list.files("/tmp", pattern = "^mine-"), paste0("mine-", me))
+  lines <- c(
+    paste0("copy=", me), paste0("scratch=", kept),
+    paste0("api=", yes(file.exists(file.path(h, "api.sock")))),
+    paste0("proxysock=", yes(file.exists(file.path(h, "proxy", "proxy.sock")))),
+    paste0("handover=", yes(file.exists(file.path(h, "proxy", "handover.sock")))),
+    paste0("cookie=", readable(file.path(h, "proxy", "cookie.key"))),
+    paste0("killdaemon=", kills[["daemon"]]), paste0("killproxy=", kills[["proxy"]]),
+    paste0("otherscratch=", yes(file.exists(file.path(h, "scratch", paste0("default-", Sys.getenv("PROBE_APP")), other, "marker")))),
+    paste0("othertmp=", length(others_tmp)),
+    paste0("ssh=", readable(file.path(Sys.getenv("HOME"), ".ssh", "id_rsa"))),
+    paste0("release=", release), paste0("writable=", wrote_writable),
+    paste0("hidden=", if (nzchar(hidden)) readable(file.path(hidden, "secret")) else "-"),
+    paste0("env=", paste(sort(names(Sys.getenv())), collapse = ",")),
+    paste0("pid=", Sys.getpid()), paste0("pid1=", pid1),
+    paste0("host=", Sys.info()[["nodename"]])
+  )
+  tags$pre(paste0(lines, ";", collapse = "\n"))
+}
+shinyApp(ui, function(input, output) {})
+"#;
+
+/// A test's world with a daemon started by hand: HOME is a folder of the
+/// test's with a private key in `.ssh`, and the daemon's environment
+/// carries variables no copy may see.
+struct Fenced {
+    env: Env,
+    /// The daemon's HOME: outside /tmp (the copy has its own), so only its
+    /// hiding keeps ~/.ssh out of reach.
+    user_home: UserHome,
+    daemon: u32,
+    proxy: u32,
+}
+
+/// A home folder with a private key in `.ssh`, below /var/tmp (which a
+/// copy sees, read-only), removed at the end.
+struct UserHome(PathBuf);
+
+impl UserHome {
+    fn new(name: &str) -> UserHome {
+        let dir = PathBuf::from(format!("/var/tmp/shinyctl-it-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(dir.join(".ssh")).unwrap();
+        std::fs::write(dir.join(".ssh/id_rsa"), "PRIVATE KEY").unwrap();
+        UserHome(dir)
+    }
+}
+
+impl Drop for UserHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The variables the daemon gets that no fenced copy may see.
+const LEAKS: [(&str, &str); 2] = [("FENCE_MARKER", "leaked"), ("SSH_AUTH_SOCK", "/nowhere/agent.sock")];
+
+impl Fenced {
+    fn start(name: &str) -> Fenced {
+        let env = Env::new(name);
+        let user_home = UserHome::new(name);
+        let out = Command::new(bin())
+            .args(["serve", "-d"])
+            .env("SHINYCTL_HOME", env.home())
+            .env("HOME", &user_home.0)
+            .envs(LEAKS)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "serve -d: {out:?}");
+        let status = env.status();
+        let daemon = status["daemon_pid"].as_u64().expect("the daemon's PID") as u32;
+        let proxy = wait_until(Duration::from_secs(20), "the load balancer", || env.status()["proxy_pid"].as_u64()) as u32;
+        Fenced { env, user_home, daemon, proxy }
+    }
+
+    /// Writes the probe app `name` with `extra` manifest lines and its env
+    /// (the home, the PIDs to try, and `more_env` lines); returns the
+    /// manifest and the port.
+    fn probe(&self, name: &str, extra: &str, more_env: &str) -> (PathBuf, u16) {
+        let port = free_port();
+        let env_lines = format!(
+            "env:\n  PROBE_APP: \"{name}\"\n  PROBE_HOME: \"{}\"\n  DAEMON_PID: \"{}\"\n  PROXY_PID: \"{}\"\n{more_env}",
+            self.env.home().display(),
+            self.daemon,
+            self.proxy
+        );
+        let manifest = self.env.app(name, port, &format!("{extra}{env_lines}"));
+        std::fs::write(manifest.parent().unwrap().join("app.R"), PROBE_R).unwrap();
+        (manifest, port)
+    }
+}
+
+impl Fenced {
+    /// Deploys the probe app `name` (see [`Fenced::probe`]) and waits for
+    /// `roles`; returns its port.
+    fn deployed(&self, name: &str, extra: &str, more_env: &str, roles: &str) -> u16 {
+        let (manifest, port) = self.probe(name, extra, more_env);
+        self.env.apply(&manifest);
+        self.env.wait_roles(name, roles, Duration::from_secs(60));
+        port
+    }
+}
+
+/// The probe's answers on a page, by key.
+fn answers(page: &str) -> std::collections::BTreeMap<String, String> {
+    let body = between(page, "<pre>", "</pre>").unwrap_or_else(|| panic!("the probe's page: {page}"));
+    body.lines()
+        .filter_map(|l| l.trim().trim_end_matches(';').split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Pages from the app until both copies have answered; their answers.
+fn from_both(port: u16) -> [std::collections::BTreeMap<String, String>; 2] {
+    let mut got: [Option<std::collections::BTreeMap<String, String>>; 2] = [None, None];
+    wait_until(Duration::from_secs(30), "a page from each copy", || {
+        let a = answers(&get(port, "/", &[]).ok().filter(|r| r.status == 200)?.body);
+        let i = if a["copy"] == "1" { 0 } else { 1 };
+        got[i] = Some(a);
+        got.iter().all(Option::is_some).then_some(())
+    });
+    got.map(|a| a.unwrap())
+}
+
+/// The fences of copy `copy` of the app in `status --json`, as name → state.
+fn fences(env: &Env, app: &str, copy: u32) -> std::collections::BTreeMap<String, String> {
+    let v = env.status();
+    let a = v["apps"].as_array().unwrap().iter().find(|a| a["name"] == app).cloned().expect("the app in status");
+    let c = a["copies"].as_array().unwrap().iter().find(|c| c["copy"] == copy).cloned().expect("the copy");
+    c["isolation"]["fences"]
+        .as_array()
+        .unwrap_or_else(|| panic!("fences in {c}"))
+        .iter()
+        .map(|f| (f["name"].as_str().unwrap().to_string(), f["state"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+const NAMESPACES: [&str; 5] = ["user-ns", "mount-ns", "pid-ns", "ipc-ns", "uts-ns"];
+
+#[test]
+fn a_fenced_copy_reaches_nothing_of_shinyctl_nor_of_the_other_copy() {
+    let app = unique("fence");
+    let f = Fenced::start("fence");
+    let port = f.deployed(&app, "replicas: 2\nwarm-replicas: 0\nlb-policy: round-robin\n", "", "1:active 2:active");
+    for (i, a) in from_both(port).iter().enumerate() {
+        let who = format!("copy {}: {a:?}", i + 1);
+        for key in ["api", "proxysock", "handover", "cookie"] {
+            assert_eq!(a[key], "no", "{key} is out of reach: {who}");
+        }
+        assert_eq!((a["killdaemon"].as_str(), a["killproxy"].as_str()), ("no", "no"), "kill fails: {who}");
+        assert_eq!((a["otherscratch"].as_str(), a["othertmp"].as_str()), ("no", "0"), "the other copy's files: {who}");
+        assert_eq!(a["ssh"], "no", "~/.ssh is hidden: {who}");
+        assert_eq!(a["release"], "no", "the release is read-only: {who}");
+        assert_eq!(a["host"], app, "the hostname is the app's name: {who}");
+        assert!(a["pid1"].contains("launch") && a["pid1"].contains("--home"), "PID 1 is shinyctl's init: {who}");
+        assert!(a["pid"].parse::<u32>().unwrap() < 10, "R's PID in its own namespace is small: {who}");
+        let names: Vec<&str> = a["env"].split(',').collect();
+        for (leak, _) in LEAKS.iter().chain(&[("SHINYCTL_HOME", "")]) {
+            assert!(!names.contains(leak), "{leak} is not in the copy's environment: {who}");
+        }
+        assert!(names.contains(&"SHINYCTL_COPY") && names.contains(&"PROBE_HOME"), "the copy's own and the manifest's env: {who}");
+    }
+    assert!(pid_alive(f.daemon) && pid_alive(f.proxy), "the daemon and the load balancer are untouched");
+    for copy in [1, 2] {
+        let got = fences(&f.env, &app, copy);
+        for ns in NAMESPACES {
+            assert_eq!(got[ns], "in-force", "copy {copy}'s {ns}: {got:?}");
+        }
+        // Each copy's /tmp is a folder of its own on the disk, beside its scratch.
+        let tmp = f.env.home().join(format!("scratch/default-{app}/{copy}.tmp/mine-{copy}"));
+        assert_eq!(std::fs::read_to_string(&tmp).unwrap().trim(), copy.to_string(), "{}", tmp.display());
+    }
+    assert!(f.user_home.0.join(".ssh/id_rsa").exists());
+}
+
+#[test]
+fn the_daemon_records_the_launcher_and_shows_r_and_a_stop_ends_the_whole_copy() {
+    let app = unique("fencepid");
+    let f = Fenced::start("fencepid");
+    let port = f.deployed(&app, "warm-replicas: 0\n", "", "1:active");
+    wait_http_ok(port, Duration::from_secs(10));
+    let v = f.env.status();
+    let c = &v["apps"][0]["copies"][0];
+    let (r, launcher) = (c["pid"].as_u64().unwrap() as u32, c["launcher_pid"].as_u64().unwrap() as u32);
+    assert!(cmdline(r).contains("shiny::runApp"), "the PID column is R's: {}", cmdline(r));
+    assert!(cmdline(launcher).contains(" launch ") && cmdline(launcher).contains(&format!("--home {}", f.env.home().display())));
+    let state: Value = serde_json::from_slice(&std::fs::read(f.env.dir.join("apps").join(&app).join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["copies"][0]["pid"].as_u64(), Some(launcher as u64), "state.json records the launcher");
+    let text = f.env.ok(&["status"]);
+    assert!(text.lines().nth(1).unwrap().split_whitespace().nth(4) == Some(&r.to_string()), "{text}");
+
+    // R killed: the launcher ends by the same signal, counted as a crash,
+    // and the copy comes back.
+    signal(r, 9);
+    wait_gone(launcher, Duration::from_secs(10), "the launcher to follow R");
+    wait_until(Duration::from_secs(60), "the copy back after its crash", || {
+        f.env.copies(&app).into_iter().find(|c| c.ready && c.crashes == 1 && c.pid != Some(r))
+    });
+    let log = std::fs::read_to_string(f.env.home().join("api.log")).unwrap();
+    assert!(log.contains("was killed by signal 9"), "the exit is R's signal: {log}");
+
+    // delete --now: SIGTERM to the group, forwarded by the init; nothing
+    // of the copy is left.
+    let v = f.env.status();
+    let c = &v["apps"][0]["copies"][0];
+    let (r, launcher) = (c["pid"].as_u64().unwrap() as u32, c["launcher_pid"].as_u64().unwrap() as u32);
+    f.env.ok(&["delete", &app, "--now"]);
+    wait_gone(r, Duration::from_secs(15), "R to stop");
+    wait_gone(launcher, Duration::from_secs(15), "the launcher to stop");
+    assert!(!pids_with_home(&f.env.home()).iter().any(|&p| cmdline(p).contains(" launch ")), "no launcher left");
+}
+
+#[test]
+fn a_fenced_copy_keeps_its_own_scratch_disk_through_a_sleep() {
+    let app = unique("fencesleep");
+    let f = Fenced::start("fencesleep");
+    let port = f.deployed(&app, "warm-replicas: 0\nidle-timeout: 20s\n", "", "1:active");
+    assert_eq!(answers(&wait_http_ok(port, Duration::from_secs(10)).body)["scratch"], "empty");
+    let before = f.env.copies(&app)[0].pid.unwrap();
+    wait_until(Duration::from_secs(60), "the app to sleep", || {
+        f.env.copies(&app).iter().all(|c| c.status == "asleep" && c.pid.is_none()).then_some(())
+    });
+    wait_gone(before, Duration::from_secs(20), "the copy to be stopped");
+    let page = wait_http_ok(port, Duration::from_secs(30)).body;
+    assert_eq!(answers(&page)["scratch"], "kept", "woken with its own disk: {page}");
+}
+
+/// Makes a user for the test (CI runs as root) and removes it at the end.
+struct TestUser {
+    name: String,
+}
+
+impl TestUser {
+    fn create(home: &Path) -> TestUser {
+        // One per test: two tests of this binary may make one at once.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let name = format!("sfence{}x{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+        let out = Command::new("useradd").args(["--no-create-home", "--home-dir"]).arg(home).args(["--shell", "/bin/sh", &name]).output();
+        let out = out.expect("useradd (CI runs as root)");
+        assert!(out.status.success(), "useradd: {}", String::from_utf8_lossy(&out.stderr));
+        TestUser { name }
+    }
+
+    fn id(&self, flag: &str) -> u32 {
+        let out = Command::new("id").args([flag, &self.name]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        // -f: a process of the user's that has not quite ended yet must
+        // not leave the user behind.
+        let _ = Command::new("userdel").args(["-f", &self.name]).output();
+    }
+}
+
+#[test]
+fn an_unprivileged_daemon_serves_a_fenced_copy() {
+    // Made first, so they go last: after the test's processes have ended.
+    let home = UserHome::new("fenceuser");
+    let user = TestUser::create(&home.0);
+    let env = Env::new("fenceuser");
+    let app = unique("fenceuser");
+    let (uid, gid) = (user.id("-u"), user.id("-g"));
+    let port = free_port();
+    let manifest = env.app(&app, port, "warm-replicas: 0\n");
+    for dir in [&env.dir, &home.0] {
+        let chown = Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(dir).status().unwrap();
+        assert!(chown.success());
+    }
+    let mut child = Command::new("setpriv")
+        .args([&format!("--reuid={uid}"), &format!("--regid={gid}"), "--init-groups"])
+        .args([bin(), "serve"])
+        .env("SHINYCTL_HOME", env.home())
+        .env("HOME", &home.0)
+        .env("USER", &user.name)
+        .env("LOGNAME", &user.name)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("setpriv (util-linux)");
+    env.track(child.id());
+    std::thread::spawn(move || child.wait());
+    wait_until(Duration::from_secs(20), "the daemon to answer", || env.run(&["status"]).status.success().then_some(()));
+    env.apply(&manifest);
+    env.wait_roles(&app, "1:active", Duration::from_secs(60));
+    assert_eq!(wait_http_ok(port, Duration::from_secs(10)).status, 200, "the fenced copy serves");
+    let r = env.pid_of(&app, 1);
+    let status = std::fs::read_to_string(format!("/proc/{r}/status")).unwrap();
+    let host_uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap().split_whitespace().nth(1).unwrap().to_string();
+    assert_eq!(host_uid, uid.to_string(), "R runs as the daemon's user on the host");
+    let got = fences(&env, &app, 1);
+    for ns in NAMESPACES {
+        assert_eq!(got[ns], "in-force", "{ns} for an unprivileged daemon: {got:?}");
+    }
+}
+
+#[test]
+fn writable_and_hidden_paths_and_mode_off_turns_the_fence_off() {
+    let app = unique("fenceoff");
+    let f = Fenced::start("fenceoff");
+    let writable = f.env.dir.join("data");
+    std::fs::create_dir_all(&writable).unwrap();
+    // Below /var/tmp, which a copy otherwise sees.
+    let hidden = f.user_home.0.join("secrets");
+    std::fs::create_dir_all(&hidden).unwrap();
+    std::fs::write(hidden.join("secret"), "s").unwrap();
+    let extra = format!(
+        "warm-replicas: 0\nsandbox:\n  writable-paths: [\"{}\"]\n  hidden-paths: [\"{}\"]\n",
+        writable.display(),
+        hidden.display()
+    );
+    let more_env = format!("  WRITABLE: \"{}\"\n  HIDDEN: \"{}\"\n", writable.display(), hidden.display());
+    let port = f.deployed(&app, &extra, &more_env, "1:active");
+    let a = answers(&wait_http_ok(port, Duration::from_secs(10)).body);
+    assert_eq!((a["writable"].as_str(), a["release"].as_str(), a["hidden"].as_str()), ("yes", "no", "no"), "{a:?}");
+    assert!(writable.join("from-copy-1").exists(), "written on the host");
+
+    // mode: off: a plain process, as before the fence. Nothing is killed:
+    // the PIDs it is given are ones the test made for it.
+    let mut decoy = Command::new("sleep").arg("600").spawn().unwrap();
+    f.env.track(decoy.id());
+    let port2 = free_port();
+    let plain = unique("fenceplain");
+    let manifest = f.env.app(&plain, port2, &format!("warm-replicas: 0\nsandbox:\n  mode: off\nenv:\n  PROBE_HOME: \"{}\"\n  DAEMON_PID: \"{}\"\n  PROXY_PID: \"{}\"\n", f.env.home().display(), decoy.id(), decoy.id()));
+    std::fs::write(manifest.parent().unwrap().join("app.R"), PROBE_R).unwrap();
+    f.env.apply(&manifest);
+    f.env.wait_roles(&plain, "1:active", Duration::from_secs(60));
+    let a = answers(&wait_http_ok(port2, Duration::from_secs(10)).body);
+    assert_eq!((a["api"].as_str(), a["proxysock"].as_str(), a["cookie"].as_str()), ("yes", "yes", "yes"), "{a:?}");
+    assert_eq!((a["ssh"].as_str(), a["killdaemon"].as_str()), ("yes", "yes"), "{a:?}");
+    assert!(a["env"].split(',').any(|n| n == "FENCE_MARKER"), "the daemon's environment: {a:?}");
+    assert_ne!(a["host"], plain);
+    let got = fences(&f.env, &plain, 1);
+    assert!(got.values().all(|s| s == "off"), "{got:?}");
+    let _ = decoy.kill();
+    let _ = decoy.wait();
+}
+
+#[test]
+
+fn a_root_daemon_runs_a_copy_as_its_run_as_user() {
+    // Made first, so they go last: after the test's processes have ended.
+    let home = UserHome::new("fencerunas");
+    let user = TestUser::create(&home.0);
+    let f = Fenced::start("fencerunas");
+    let app = unique("fencerunas");
+    let port = f.deployed(&app, &format!("warm-replicas: 0\nrun-as: {}\n", user.name), "", "1:active");
+    let a = answers(&wait_http_ok(port, Duration::from_secs(10)).body);
+    assert_eq!(a["release"], "no", "{a:?}");
+    let r = f.env.pid_of(&app, 1);
+    let status = std::fs::read_to_string(format!("/proc/{r}/status")).unwrap();
+    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap().split_whitespace().nth(1).unwrap().to_string();
+    assert_eq!(uid, user.id("-u").to_string(), "R runs as the run-as user on the host");
+    let environ = std::fs::read(format!("/proc/{r}/environ")).unwrap();
+    for want in [format!("USER={}", user.name), format!("LOGNAME={}", user.name), format!("HOME={}", home.0.display())] {
+        assert!(environ.split(|b| *b == 0).any(|kv| kv == want.as_bytes()), "{want} in R's environment");
+    }
+    // The probe wrote its scratch disk and /tmp at start; the fence holds
+    // for the run-as user as for any other.
+    assert_eq!(a["scratch"], "empty", "{a:?}");
+    assert_eq!((a["api"].as_str(), a["cookie"].as_str(), a["ssh"].as_str()), ("no", "no", "no"), "{a:?}");
+    assert_eq!((a["killdaemon"].as_str(), a["killproxy"].as_str()), ("no", "no"), "{a:?}");
+    use std::os::unix::fs::MetadataExt;
+    let scratch = std::fs::metadata(f.env.home().join(format!("scratch/default-{app}/1"))).unwrap();
+    assert_eq!(scratch.uid(), user.id("-u"), "the scratch disk is theirs");
+    let log = f.env.home().join(format!("logs/default-{app}.log"));
+    assert_eq!(std::fs::metadata(&log).unwrap().uid(), user.id("-u"), "the log is theirs");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("cannot") && !text.contains("left out"), "the copy's root was built whole: {text}");
+    assert!(!f.env.ok(&["status"]).contains("copies run as root"), "no root line with run-as");
+}
+
+#[test]
+fn strict_mode_refuses_a_copy_without_the_whole_fence() {
+    let env = Env::new("fencestrict");
+    crate::launcher::serve_without_namespaces(&env);
+    let app = unique("fencestrict");
+    let manifest = env.app(&app, free_port(), "warm-replicas: 0\nsandbox:\n  mode: strict\n");
+    env.apply(&manifest);
+    let log = env.home().join(format!("logs/default-{app}.log"));
+    let line = wait_until(Duration::from_secs(60), "the launcher's refusal in the copy's log", || {
+        std::fs::read_to_string(&log).ok()?.lines().find(|l| l.contains("could not be launched")).map(str::to_string)
+    });
+    // The daemon refuses first when the cgroups are missing (an unprivileged
+    // daemon here has none); the launcher when the namespaces are.
+    assert!(line.contains("sandbox mode strict and fences are missing: "), "{line}");
+    assert!(!std::fs::read_to_string(&log).unwrap().contains("Listening on"), "R never started");
+    wait_until(Duration::from_secs(30), "the refusal under the status table", || {
+        env.ok(&["status"]).contains("sandbox mode strict and fences are missing").then_some(())
+    });
+}

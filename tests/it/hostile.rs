@@ -1,0 +1,323 @@
+//! The load balancer against hostile clients and hostile requests, with
+//! real R (issue 8, part 2): a stopped copy, a request that kills its copy,
+//! a POST that must not be replayed, forwarded headers, a short hostile
+//! client, and running out of descriptors.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::helpers::*;
+
+/// The test app: the usual page (`copy=N;`), plus `/echo` (the request's
+/// headers, one `HTTP_…=value` a line), `/crash` (the copy kills itself
+/// mid-request) and `/post` (says so in the copy's log, then kills itself).
+const HOSTILE_R: &str = r#"
+library(shiny)
+shiny:::handlerManager$addHandler(function(req) {
+  path <- req$PATH_INFO
+  if (identical(path, "/echo")) {
+    hs <- ls(req, pattern = "^HTTP_")
+    lines <- vapply(hs, function(h) paste0(h, "=", get(h, envir = req)), "")
+    return(httpResponse(200, "text/plain", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";\n", paste(lines, collapse = "\n"), "\n")))
+  }
+  if (identical(path, "/crash")) tools::pskill(Sys.getpid(), tools::SIGKILL)
+  if (identical(path, "/post")) {
+    cat("hostile-post-received\n", file = stderr())
+    tools::pskill(Sys.getpid(), tools::SIGKILL)
+  }
+  NULL
+}, "hostile-test")
+ui <- fluidPage(tags$p(id = "who", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")))
+server <- function(input, output, session) {}
+shinyApp(ui, server)
+"#;
+
+/// Writes the test app with `extra` manifest lines, applies it and waits
+/// for `roles`; returns the manifest and the public port.
+fn started(env: &Env, name: &str, extra: &str, roles: &str) -> (PathBuf, u16) {
+    let port = free_port();
+    let manifest = write_app(env, name, port, extra);
+    env.apply(&manifest);
+    env.wait_roles(name, roles, Duration::from_secs(60));
+    wait_http_ok(port, Duration::from_secs(10));
+    (manifest, port)
+}
+
+/// The app folder with [`HOSTILE_R`] and its manifest.
+fn write_app(env: &Env, name: &str, port: u16, extra: &str) -> PathBuf {
+    let folder = env.dir.join("apps").join(name);
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("app.R"), HOSTILE_R).unwrap();
+    let manifest = folder.join("app.yaml");
+    std::fs::write(&manifest, format!("app-name: {name}\nport: {port}\n{extra}")).unwrap();
+    manifest
+}
+
+/// `GET path` as a new visitor, given up after `within` (the request goes
+/// on in a thread of its own until the load balancer answers or closes).
+fn get_within(port: u16, path: &str, within: Duration) -> Option<Response> {
+    let (tx, rx) = mpsc::channel();
+    let path = path.to_string();
+    std::thread::spawn(move || {
+        let _ = tx.send(get(port, &path, &[]));
+    });
+    rx.recv_timeout(within).ok().and_then(Result::ok)
+}
+
+/// `shinyctl status` as text.
+fn status_text(env: &Env) -> String {
+    env.ok(&["status"])
+}
+
+/// Sends SIGCONT to a stopped copy when dropped, so a failing test leaves
+/// no process that SIGTERM cannot end.
+struct Continue(u32);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        signal(self.0, libc::SIGCONT);
+    }
+}
+
+#[test]
+fn a_stopped_copy_gets_no_new_visitors_status_says_so_and_it_is_used_again_once_it_runs() {
+    let env = Env::new("stall");
+    let (_, port) = started(&env, "stall", "replicas: 2\nwarm-replicas: 0\nlb-policy: first\n", "1:active 2:active");
+    assert_eq!(get(port, "/", &[]).unwrap().copy(), Some(1), "lb-policy first: copy 1 takes new visitors");
+    let pid = env.pid_of("stall", 1);
+    let resume = Continue(pid);
+    signal(pid, libc::SIGSTOP);
+    let stopped = Instant::now();
+    // The first visitors wait on the stopped copy and give up; within a few
+    // seconds new visitors go to copy 2.
+    wait_until(Duration::from_secs(30), "new visitors to go to copy 2", || {
+        get_within(port, "/", Duration::from_secs(2)).filter(|r| r.copy() == Some(2))
+    });
+    assert!(stopped.elapsed() < Duration::from_secs(15), "within a few seconds: {:?}", stopped.elapsed());
+    for _ in 0..5 {
+        let r = get_within(port, "/", Duration::from_secs(5)).expect("an answer while copy 1 is stopped");
+        assert_eq!((r.status, r.copy()), (200, Some(2)), "{r:?}");
+    }
+    let line = wait_until(Duration::from_secs(15), "the status line about copy 1", || {
+        status_text(&env).lines().find(|l| l.contains("copy 1 has not answered for")).map(str::to_string)
+    });
+    assert!(line.starts_with("stall: copy 1 has not answered for "), "{line}");
+    drop(resume);
+    wait_until(Duration::from_secs(30), "copy 1 to take new visitors again", || {
+        get_within(port, "/", Duration::from_secs(5)).filter(|r| r.copy() == Some(1))
+    });
+    wait_until(Duration::from_secs(15), "the status line to go", || (!status_text(&env).contains("has not answered")).then_some(()));
+    assert!(env.copies("stall").iter().all(|c| c.crashes == 0), "a stopped copy is not a dead one");
+}
+
+#[test]
+fn a_get_that_kills_its_copy_takes_at_most_two_copies_and_the_app_keeps_answering() {
+    let env = Env::new("death");
+    let (_, port) = started(&env, "death", "replicas: 2\nwarm-replicas: 1\n", "1:active 2:active 3:warm");
+    let before: Vec<(u32, u32)> = env.copies("death").iter().map(|c| (c.copy, c.pid.unwrap())).collect();
+    let first = get(port, "/crash?x=1", &[]).unwrap();
+    assert_eq!(first.status, 502, "{first:?}");
+    let t = Instant::now();
+    let again = get(port, "/crash?x=1", &[]).unwrap();
+    assert_eq!(again.status, 502, "{again:?}");
+    assert!(t.elapsed() < Duration::from_secs(1), "refused at once: {:?}", t.elapsed());
+    for _ in 0..10 {
+        let r = get(port, "/", &[]).unwrap();
+        assert_eq!(r.status, 200, "the app keeps answering: {r:?}");
+    }
+    let line = wait_until(Duration::from_secs(10), "the status line about the request", || {
+        status_text(&env).lines().find(|l| l.contains("GET /crash?x=1 was in flight when two copies died")).map(str::to_string)
+    });
+    assert!(line.starts_with("death: "), "{line}");
+    // The dead copies come back; the one left standing never went.
+    wait_until(Duration::from_secs(60), "three ready copies again", || {
+        let c = env.copies("death");
+        (c.iter().filter(|c| c.ready).count() == 3).then_some(())
+    });
+    let after = env.copies("death");
+    let died = before.iter().filter(|(copy, pid)| after.iter().find(|c| c.copy == *copy).and_then(|c| c.pid) != Some(*pid)).count();
+    assert!((1..=2).contains(&died), "{died} copies died: {before:?} → {after:?}");
+}
+
+#[test]
+fn a_post_is_never_replayed() {
+    let env = Env::new("post");
+    let (_, port) = started(&env, "post", "replicas: 2\nwarm-replicas: 1\n", "1:active 2:active 3:warm");
+    let r = http(port, "POST", "/post", &[("Content-Length", "0")]).unwrap();
+    assert_eq!(r.status, 502, "{r:?}");
+    // Any replay would have happened by now; give the logs a moment.
+    holds_for(Duration::from_secs(3), "one POST seen by the app", || posts_seen(&env) <= 1);
+    assert_eq!(posts_seen(&env), 1, "the app saw the POST once");
+    assert_eq!(get(port, "/", &[]).unwrap().status, 200);
+}
+
+/// How many times the copies' logs say a POST reached the app.
+fn posts_seen(env: &Env) -> usize {
+    let Ok(dir) = std::fs::read_dir(env.home().join("logs")) else { return 0 };
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()).map(|log| log.matches("hostile-post-received").count()).sum()
+}
+
+#[test]
+fn a_visitors_forwarded_headers_never_reach_the_app_and_a_trusted_proxys_do() {
+    let env = Env::new("fwd");
+    let (manifest, port) = started(&env, "fwd", "warm-replicas: 0\n", "1:active");
+    let spoof = [
+        ("Forwarded", "for=6.6.6.6;proto=https"),
+        ("X-Real-IP", "6.6.6.6"),
+        ("X-Forwarded-Host", "evil.example"),
+        ("X-Forwarded-For", "203.0.113.9"),
+    ];
+    let r = get(port, "/echo", &spoof).unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(!r.body.contains("6.6.6.6") && !r.body.contains("evil.example") && !r.body.contains("203.0.113.9"), "{}", r.body);
+    assert!(r.body.contains("HTTP_X_FORWARDED_FOR=127.0.0.1\n") && r.body.contains("HTTP_X_REAL_IP=127.0.0.1\n"), "{}", r.body);
+    let pid = env.pid_of("fwd", 1);
+
+    // Trusting this machine's proxies changes no copy.
+    std::fs::write(&manifest, format!("app-name: fwd\nport: {port}\nwarm-replicas: 0\ntrusted-proxies: [127.0.0.1]\n")).unwrap();
+    env.apply(&manifest);
+    let r = wait_until(Duration::from_secs(15), "the trusted proxy's X-Forwarded-For to reach the app", || {
+        get(port, "/echo", &[("X-Forwarded-For", "203.0.113.9"), ("X-Forwarded-Proto", "https")])
+            .ok()
+            .filter(|r| r.body.contains("HTTP_X_FORWARDED_FOR=203.0.113.9, 127.0.0.1\n"))
+    });
+    assert!(r.body.contains("HTTP_X_FORWARDED_PROTO=https\n"), "{}", r.body);
+    assert_eq!(env.pid_of("fwd", 1), pid, "no copy was restarted");
+}
+
+/// A connection that sent `bytes` and is left open.
+fn opened(port: u16, bytes: &[u8]) -> Option<TcpStream> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(bytes).ok()?;
+    Some(s)
+}
+
+/// Sends `raw` and reads whatever comes back within 10 s (the status line's
+/// code, 0 for a close without an answer).
+fn answer_to(port: u16, raw: &[u8]) -> u16 {
+    let Some(mut s) = opened(port, raw) else { return 0 };
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    String::from_utf8_lossy(&got).split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// The short form of `bench/hostile.sh`: the hostile inputs, and what a
+/// visitor meanwhile gets.
+struct Hostile {
+    /// Connections held open: idle, slow headers, a slow body.
+    held: Vec<TcpStream>,
+}
+
+impl Hostile {
+    fn start(port: u16, idle: usize) -> Hostile {
+        let mut held = Vec::new();
+        held.extend((0..idle).filter_map(|_| opened(port, b"")));
+        held.extend((0..20).filter_map(|_| opened(port, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")));
+        held.extend(opened(port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nabc"));
+        Hostile { held }
+    }
+
+    /// One more byte on every slow connection.
+    fn trickle(&mut self) {
+        for s in &mut self.held {
+            let _ = s.write_all(b"a");
+        }
+    }
+}
+
+#[test]
+fn hostile_clients_leave_other_visitors_answered_no_copy_down_and_no_panic() {
+    let env = Env::new("hostile");
+    let (_, port) = started(&env, "hostile", "replicas: 2\nwarm-replicas: 1\n", "1:active 2:active 3:warm");
+    let pids: Vec<Option<u32>> = env.copies("hostile").iter().map(|c| c.pid).collect();
+    let mut hostile = Hostile::start(port, 300);
+    assert!(hostile.held.len() > 300, "the hostile connections are open: {}", hostile.held.len());
+    let visitors = Loop::start(port);
+    let huge = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Huge: {}\r\n\r\n", "a".repeat(70 * 1024));
+    assert_eq!(answer_to(port, huge.as_bytes()), 431, "huge headers");
+    for upgrade in [
+        "GET /websocket/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        "GET /websocket/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: !!\r\nSec-WebSocket-Version: 99\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        "GET /websocket/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, Upgrade, Upgrade\r\nUpgrade: h2c, websocket\r\nContent-Length: 5\r\n\r\nhello",
+    ] {
+        let code = answer_to(port, upgrade.as_bytes());
+        assert!(code == 0 || (400..600).contains(&code) || code == 101 || code == 200, "{code} for {upgrade:?}");
+    }
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_secs(1));
+        hostile.trickle();
+    }
+    let (sent, errors) = visitors.finish();
+    assert!(sent > 20, "visitors kept sending: {sent}");
+    assert!(errors.is_empty(), "every other visitor was answered: {errors:?} of {sent}");
+    drop(hostile);
+    let after: Vec<Option<u32>> = env.copies("hostile").iter().map(|c| c.pid).collect();
+    assert_eq!(after, pids, "no copy died or was restarted");
+    env.wait_roles("hostile", "1:active 2:active 3:warm", Duration::from_secs(5));
+    let log = std::fs::read_to_string(env.home().join("api.log")).unwrap_or_default();
+    assert!(!log.contains("panicked"), "a panic in api.log");
+    assert!(!log.contains("it gets no visitor until it comes back"), "a copy was marked down");
+}
+
+#[test]
+fn out_of_descriptors_the_load_balancer_answers_503_and_blames_no_copy() {
+    raise_own_open_files();
+    let env = Env::new("nofile");
+    let port = free_port();
+    let manifest = write_app(&env, "nofile", port, "replicas: 2\nwarm-replicas: 1\n");
+    // The daemon, and so the load balancer it starts, inherit both limits:
+    // raising the soft one cannot undo it.
+    let out = std::process::Command::new("prlimit")
+        .args(["--nofile=1024:1024", bin(), "apply", "-f", manifest.to_str().unwrap()])
+        .env("SHINYCTL_HOME", env.home())
+        .output()
+        .expect("prlimit runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    env.wait_roles("nofile", "1:active 2:active 3:warm", Duration::from_secs(60));
+    wait_http_ok(port, Duration::from_secs(10));
+    let proxy = env.status()["proxy_pid"].as_u64().expect("a load balancer") as u32;
+    let limits = std::fs::read_to_string(format!("/proc/{proxy}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap().to_string();
+    assert!(line.split_whitespace().filter(|w| *w == "1024").count() == 2, "{line}");
+
+    // Past the descriptors' budget ((1024 - 64) / 2 = 480 visitors'
+    // connections, each may need one to a copy) a visitor gets a 503...
+    let mut held: Vec<TcpStream> = (0..500).filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok()).collect();
+    let r = wait_until(Duration::from_secs(10), "a 503 while the descriptors are taken", || {
+        http(port, "GET", "/", &[]).ok().filter(|r| r.status == 503)
+    });
+    assert_eq!(r.header("retry-after"), Some("5"), "{r:?}");
+    // ...and far past it, a close; never a 502 or a wait.
+    held.extend((0..600).filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok()));
+    for _ in 0..20 {
+        let t = Instant::now();
+        match http(port, "GET", "/", &[]) {
+            Ok(r) => assert_eq!(r.status, 503, "{r:?}"),
+            Err(e) => assert!(t.elapsed() < Duration::from_secs(5), "closed at once, not after {:?}: {e}", t.elapsed()),
+        }
+    }
+    drop(held);
+    wait_until(Duration::from_secs(20), "answers again once they are closed", || get(port, "/", &[]).ok().filter(|r| r.status == 200));
+    env.wait_roles("nofile", "1:active 2:active 3:warm", Duration::from_secs(5));
+    let log = std::fs::read_to_string(env.home().join("api.log")).unwrap_or_default();
+    assert!(!log.contains("it gets no visitor until it comes back"), "a copy was blamed");
+    assert!(!log.contains("panicked"), "a panic in api.log");
+}
+
+/// This test process opens more connections than a soft limit of 1024
+/// allows: its soft limit goes up to its hard one.
+fn raise_own_open_files() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Prometheus metrics and health with a real R app: `GET /v1/metrics` on
+//! api.sock and on `SHINYCTL_METRICS`'s TCP address, checked against
+//! `shinyctl status --json`; `GET /v1/health`.
+
+use std::process::Command;
+use std::time::Duration;
+
+use hyper::Method;
+
+use crate::balancer::Session;
+use crate::helpers::*;
+
+const START: Duration = Duration::from_secs(60);
+
+/// One request on the test's api.sock: (status, body).
+fn api(env: &Env, path: &str) -> (u16, String) {
+    let (status, body) = shinyctl::uds::request_blocking(&env.home().join("api.sock"), Method::GET, path, None, Duration::from_secs(10))
+        .expect("api.sock answers");
+    (status.as_u16(), String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The value of the series `name` whose labels include every one of `labels`.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+        (n == name && labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))).then(|| value.parse().ok()).flatten()
+    })
+}
+
+/// Every copy in status has its series with the same role and ready, and
+/// no other copy of the app has any.
+fn check_copies_against_status(env: &Env, app: &str, text: &str) {
+    let copies = env.copies(app);
+    for c in &copies {
+        let copy = c.copy.to_string();
+        let labels = [("app", app), ("copy", copy.as_str())];
+        let role = if c.ready && c.role != "-" { c.role.as_str() } else { "none" };
+        assert_eq!(
+            sample(text, "shinyctl_copy_role", &[labels[0], labels[1], ("role", role)]),
+            Some(1.0),
+            "copy {copy} has role {role} as in status:\n{text}"
+        );
+        assert_eq!(sample(text, "shinyctl_copy_ready", &labels), Some(if c.ready { 1.0 } else { 0.0 }), "ready of copy {copy}:\n{text}");
+        if c.pid.is_some() {
+            assert!(sample(text, "shinyctl_copy_resident_memory_bytes", &labels).unwrap_or(0.0) > 1e6, "memory of copy {copy}:\n{text}");
+        }
+    }
+    for line in text.lines().filter(|l| l.starts_with("shinyctl_copy_") && l.contains(&format!("app=\"{app}\""))) {
+        let copy: u32 = between(line, "copy=\"", "\"").unwrap().parse().unwrap();
+        assert!(copies.iter().any(|c| c.copy == copy), "a series of copy {copy}, which status no longer lists: {line}");
+    }
+}
+
+#[test]
+fn metrics_match_status_on_api_sock_and_on_the_tcp_address_and_health_says_what_is_up() {
+    let env = Env::new("metrics");
+    let metrics_port = free_port();
+    // SHINYCTL_METRICS comes from the daemon's environment.
+    let out = Command::new(bin())
+        .args(["serve", "-d"])
+        .env("SHINYCTL_HOME", env.home())
+        .env("SHINYCTL_METRICS", format!("127.0.0.1:{metrics_port}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "serve -d: {}", String::from_utf8_lossy(&out.stderr));
+    let port = free_port();
+    let manifest = env.app("metered", port, "");
+    env.apply(&manifest);
+    env.wait_roles("metered", "1:active 2:warm", START);
+    wait_http_ok(port, Duration::from_secs(10));
+    assert_eq!(get(port, "/no-such-page", &[]).unwrap().status, 404);
+
+    // A session open on copy 1: the same count in status and in the metrics.
+    let session = Session::open(port, "");
+    wait_until(Duration::from_secs(10), "status to count the session", || {
+        env.copies("metered").iter().any(|c| c.copy == session.copy && c.sessions == 1).then_some(())
+    });
+    let (code, text) = api(&env, "/v1/metrics");
+    assert_eq!(code, 200, "{text}");
+    check_copies_against_status(&env, "metered", &text);
+    let copy = session.copy.to_string();
+    assert_eq!(sample(&text, "shinyctl_copy_sessions", &[("app", "metered"), ("copy", &copy)]), Some(1.0), "{text}");
+    assert!(sample(&text, "shinyctl_copy_open_connections", &[("app", "metered"), ("copy", &copy)]).unwrap_or(0.0) >= 1.0, "{text}");
+    assert!(sample(&text, "shinyctl_requests_total", &[("app", "metered"), ("class", "2xx")]).unwrap_or(0.0) >= 1.0, "{text}");
+    assert!(sample(&text, "shinyctl_requests_total", &[("app", "metered"), ("class", "4xx")]).unwrap_or(0.0) >= 1.0, "the 404:\n{text}");
+    assert!(
+        sample(&text, "shinyctl_requests_total", &[("app", "metered"), ("class", "1xx")]).unwrap_or(0.0) >= 1.0,
+        "the upgrade:\n{text}"
+    );
+    assert!(sample(&text, "shinyctl_request_duration_seconds_count", &[("app", "metered")]).unwrap_or(0.0) >= 3.0, "{text}");
+    assert!(sample(&text, "shinyctl_load_balancer_resident_memory_bytes", &[]).unwrap_or(0.0) > 1e6, "{text}");
+    assert!(sample(&text, "shinyctl_load_balancer_open_connections", &[]).unwrap_or(0.0) >= 1.0, "the session:\n{text}");
+    assert_eq!(sample(&text, "shinyctl_asleep_seconds", &[("app", "metered")]), Some(0.0), "{text}");
+    assert_eq!(sample(&text, "shinyctl_restarts_total", &[("app", "metered"), ("reason", "crash")]), Some(0.0), "{text}");
+
+    // The same scrape on the TCP address, at Prometheus's default path too.
+    let tcp = wait_until(Duration::from_secs(10), "the metrics address to answer", || get(metrics_port, "/metrics", &[]).ok());
+    assert_eq!(tcp.status, 200, "{}", tcp.body);
+    check_copies_against_status(&env, "metered", &tcp.body);
+    assert_eq!(sample(&tcp.body, "shinyctl_copy_sessions", &[("app", "metered"), ("copy", &copy)]), Some(1.0), "{}", tcp.body);
+    assert_eq!(get(metrics_port, "/v1/status", &[]).unwrap().status, 404, "the TCP address serves metrics and health only");
+    session.close();
+
+    // A crash: the warm copy is killed; it comes back and is counted.
+    let warm = env.pid_of("metered", 2);
+    signal(warm, 9);
+    wait_until(START, "a restart by crash counted", || {
+        let (_, text) = api(&env, "/v1/metrics");
+        (sample(&text, "shinyctl_restarts_total", &[("app", "metered"), ("reason", "crash")]) == Some(1.0)).then_some(())
+    });
+    env.wait_roles("metered", "1:active 2:warm", START);
+
+    // Scaling: a third copy, counted; then back down, and the copy that
+    // goes takes its series with it.
+    std::fs::write(&manifest, format!("app-name: metered\nport: {port}\nreplicas: 2\n")).unwrap();
+    env.apply(&manifest);
+    env.wait_roles("metered", "1:active 2:active 3:warm", START);
+    let (_, text) = api(&env, "/v1/metrics");
+    assert_eq!(sample(&text, "shinyctl_restarts_total", &[("app", "metered"), ("reason", "scaling")]), Some(1.0), "{text}");
+    check_copies_against_status(&env, "metered", &text);
+    std::fs::write(&manifest, format!("app-name: metered\nport: {port}\nreplicas: 1\n")).unwrap();
+    env.apply(&manifest);
+    let gone = wait_until(START, "a copy to be gone", || {
+        let left: Vec<u32> = env.copies("metered").iter().map(|c| c.copy).collect();
+        (left.len() == 2).then(|| [1, 2, 3].into_iter().find(|c| !left.contains(c)).unwrap())
+    });
+    let (_, text) = api(&env, "/v1/metrics");
+    check_copies_against_status(&env, "metered", &text);
+    assert!(!text.contains(&format!("copy=\"{gone}\"")), "copy {gone} is gone and so are its series:\n{text}");
+
+    // Health: up, and down (503) while the load balancer does not answer.
+    let (code, body) = api(&env, "/v1/health");
+    assert_eq!(code, 200, "{body}");
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((health["daemon"].as_bool(), health["load_balancer"].as_bool()), (Some(true), Some(true)), "{body}");
+    let proxy = env.status()["proxy_pid"].as_u64().expect("a load balancer") as u32;
+    assert_eq!(health["load_balancer_pid"].as_u64(), Some(proxy as u64), "{body}");
+    assert_eq!(get(metrics_port, "/v1/health", &[]).unwrap().status, 200);
+    signal(proxy, libc::SIGSTOP);
+    let stopped = api(&env, "/v1/health");
+    let scraped = api(&env, "/v1/metrics");
+    signal(proxy, libc::SIGCONT);
+    assert_eq!(stopped.0, 503, "the load balancer does not answer: {}", stopped.1);
+    assert!(stopped.1.contains("\"load_balancer\":false"), "{}", stopped.1);
+    assert_eq!(sample(&scraped.1, "shinyctl_load_balancer_up", &[]), Some(0.0), "{}", scraped.1);
+    wait_until(Duration::from_secs(10), "health to be up again", || (api(&env, "/v1/health").0 == 200).then_some(()));
+}
+
+#[test]
+fn a_bad_metrics_address_is_a_line_in_api_log_and_the_daemon_runs_on() {
+    let env = Env::new("metrics-bad");
+    let out = Command::new(bin())
+        .args(["serve", "-d"])
+        .env("SHINYCTL_HOME", env.home())
+        .env("SHINYCTL_METRICS", "not-an-address")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "serve -d: {}", String::from_utf8_lossy(&out.stderr));
+    env.status();
+    let log = wait_until(Duration::from_secs(10), "the line in api.log", || {
+        std::fs::read_to_string(env.home().join("api.log")).ok().filter(|l| l.contains("SHINYCTL_METRICS"))
+    });
+    assert!(log.contains("is not an ADDR:PORT"), "{log}");
+    assert_eq!(api(&env, "/v1/metrics").0, 200, "metrics are still on api.sock");
+}
+
+#[test]
+fn time_asleep_a_wake_and_a_redeploy_are_in_the_metrics() {
+    let env = Env::new("metrics-wake");
+    let port = free_port();
+    // Well above an R start on a loaded machine (see sleep.rs).
+    let settings = "warm-replicas: 0\nidle-timeout: 20s\n";
+    let manifest = env.app("napper", port, settings);
+    env.apply(&manifest);
+    env.wait_roles("napper", "1:active", START);
+    let first = env.pid_of("napper", 1);
+    wait_until(START, "the app to sleep", || env.copies("napper").iter().all(|c| c.status == "asleep" && c.pid.is_none()).then_some(()));
+    wait_gone(first, Duration::from_secs(30), "the copy put to sleep");
+    let metric = |name: &str, labels: &[(&str, &str)]| sample(&api(&env, "/v1/metrics").1, name, labels);
+    let app = [("app", "napper")];
+    wait_until(Duration::from_secs(10), "time asleep to count", || {
+        (metric("shinyctl_asleep_seconds", &app).unwrap_or(0.0) > 0.0).then_some(())
+    });
+    assert_eq!(metric("shinyctl_wakes_total", &app), Some(0.0));
+
+    // The first request wakes it: one wake, timed; a wake is no restart.
+    assert_eq!(get(port, "/", &[]).unwrap().status, 200);
+    let (_, text) = api(&env, "/v1/metrics");
+    assert_eq!(sample(&text, "shinyctl_wakes_total", &app), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "shinyctl_wake_duration_seconds_count", &app), Some(1.0), "{text}");
+    assert!(sample(&text, "shinyctl_wake_duration_seconds_sum", &app).unwrap_or(0.0) > 0.0, "an R start takes time:\n{text}");
+    assert_eq!(sample(&text, "shinyctl_asleep_seconds", &app), Some(0.0), "{text}");
+    for reason in ["crash", "redeploy", "scaling"] {
+        assert_eq!(sample(&text, "shinyctl_restarts_total", &[app[0], ("reason", reason)]), Some(0.0), "{reason}:\n{text}");
+    }
+
+    // A change of env redeploys: counted as such.
+    std::fs::write(&manifest, format!("app-name: napper\nport: {port}\n{settings}env:\n  COLOUR: blue\n")).unwrap();
+    env.apply(&manifest);
+    env.wait_roles("napper", "2:active", START);
+    let (_, text) = api(&env, "/v1/metrics");
+    assert_eq!(sample(&text, "shinyctl_restarts_total", &[app[0], ("reason", "redeploy")]), Some(1.0), "{text}");
+}
