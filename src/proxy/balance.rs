@@ -55,6 +55,20 @@ pub fn pick_by(policy: LbPolicy, len: usize, copy: impl Fn(usize) -> Candidate, 
         .or_else(|| most_recent(len, &copy, first, second))
 }
 
+/// For an app being deleted, whose copies all drain: the draining copy
+/// (by the policy, among those up) for a request that reached it anyway,
+/// one accepted as its port closed or on a connection kept open. Better
+/// answered by a copy on its way out than held for one that will never come.
+pub fn pick_leaving(policy: LbPolicy, len: usize, copy: impl Fn(usize) -> Candidate, rr: usize, random: u64) -> Option<usize> {
+    let up = |i: usize| {
+        let mut c = copy(i);
+        // Stalled or not: there is no other copy to prefer.
+        c.stalled = false;
+        c
+    };
+    pick_role(policy, len, &up, Role::Draining, rr, random)
+}
+
 /// Among the stalled copies of either role that are up, the one that
 /// answered most recently (ties: the older copy).
 fn most_recent(len: usize, copy: &impl Fn(usize) -> Candidate, first: Role, second: Role) -> Option<usize> {
@@ -104,6 +118,16 @@ fn pick_role(policy: LbPolicy, len: usize, copy: &impl Fn(usize) -> Candidate, r
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_app_being_deleted_sends_what_reaches_it_to_a_draining_copy_that_is_up() {
+        let copies = [c(Role::Draining, true, 0), c(Role::Draining, false, 3), c(Role::Draining, false, 1)];
+        assert_eq!(pick(LbPolicy::LeastConn, &copies, Need::NewVisitor, 0, 0), None, "never to a new visitor otherwise");
+        let leaving = |policy| pick_leaving(policy, copies.len(), |i| copies[i], 0, 0);
+        assert_eq!(leaving(LbPolicy::LeastConn), Some(2));
+        assert_eq!(leaving(LbPolicy::First), Some(1), "never the one that is down");
+        assert_eq!(pick_leaving(LbPolicy::First, 1, |_| copies[0], 0, 0), None);
+    }
 
     fn c(role: Role, down: bool, connections: u64) -> Candidate {
         Candidate { role, down, connections, stalled: false, last_answer_ms: 0 }

@@ -21,6 +21,14 @@ pub const SETTLE_MS: u64 = 10_000;
 pub const BACKOFF_START_MS: u64 = 2_000;
 /// Restarts never wait longer than this.
 pub const BACKOFF_MAX_MS: u64 = 60_000;
+/// A copy stopped with `--now` (or `delete --now`) first leaves the load
+/// balancer's new visitors for this long, so a request that was on its way
+/// to it (accepted as the port closed, or picked just before the push)
+/// reaches a copy that still runs.
+pub const NOW_PAUSE_MS: u64 = 100;
+/// ... and is stopped once no request is in flight to it, or at this, even
+/// with one: `--now` does not wait for visitors, only for answers under way.
+pub const NOW_GRACE_MS: u64 = 1_000;
 /// A copy that stays up this long has its crash count cleared.
 pub const STAYED_UP_MS: u64 = 60_000;
 /// A copy still not ready after this long is worth a line under status.
@@ -215,7 +223,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
                 Phase::Starting => rec.stop_started_ms = Some(now_ms),
                 Phase::Ready => {
                     let was_warm = outdated_roles.get(&rec.copy) == Some(&Role::Warm);
-                    if st.stop_now || (was_warm && conns(rec.copy) == 0) {
+                    if was_warm && conns(rec.copy) == 0 {
                         rec.stop_started_ms = Some(now_ms);
                     } else {
                         rec.drain_started_ms = Some(now_ms);
@@ -247,7 +255,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
         });
         for &i in &current[..current.len() - target] {
             let rec = &mut st.copies[i];
-            if phase(rec) == Phase::Ready && !st.stop_now {
+            if phase(rec) == Phase::Ready {
                 rec.drain_started_ms = Some(now_ms);
             } else {
                 rec.stop_started_ms = Some(now_ms);
@@ -268,7 +276,8 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
     }
 
     // 5. Draining copies stop when their sessions are gone (after the
-    // settle), at drain-timeout, or at once with --now.
+    // settle), at drain-timeout, or with --now once the answers under way
+    // are given (NOW_PAUSE_MS at least, NOW_GRACE_MS at most).
     for rec in st.copies.iter_mut().filter(|r| r.stop_started_ms.is_none()) {
         let Some(since) = rec.drain_started_ms else { continue };
         if phase(rec) != Phase::Ready {
@@ -278,8 +287,14 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
         let settle_end = since + SETTLE_MS;
         let timeout_end = since.saturating_add(spec.drain_timeout_ms);
         let idle = conns(rec.copy) == 0;
-        if st.stop_now || now_ms >= timeout_end || (idle && now_ms >= settle_end) {
+        let in_flight = conns(rec.copy).saturating_sub(sessions(rec.copy));
+        let (pause_end, grace_end) = (since + NOW_PAUSE_MS, since + NOW_GRACE_MS);
+        let hurried = st.stop_now && now_ms >= pause_end && (in_flight == 0 || now_ms >= grace_end);
+        if hurried || now_ms >= timeout_end || (idle && now_ms >= settle_end) {
             rec.stop_started_ms = Some(now_ms);
+        } else if st.stop_now {
+            // Looked at again soon: the requests in flight end in moments.
+            wake_at(if now_ms < pause_end { pause_end } else { (now_ms + NOW_PAUSE_MS).min(grace_end) }.min(timeout_end));
         } else {
             wake_at(if idle { settle_end.min(timeout_end) } else { timeout_end });
         }

@@ -57,6 +57,12 @@ impl Sim {
         self
     }
 
+    /// Moves the clock on by `ms`.
+    fn after_ms(&mut self, ms: u64) -> &mut Self {
+        self.now += ms;
+        self
+    }
+
     /// Runs one cycle and plays its actions: a start gives the copy a
     /// process, a stop ends it (seen on the next cycle).
     fn cycle(&mut self) -> &mut Self {
@@ -299,10 +305,40 @@ fn restart_now_stops_the_old_copies_as_soon_as_the_new_ones_are_ready() {
     sim.at(10).restart(true).cycle();
     assert_eq!(sim.roles(), "1:active 2:warm", "not before they are ready");
     sim.at(12).ready(&[3]).cycle();
-    assert_eq!(sim.roles(), "3:active");
-    assert!(sim.actions().contains(&Action::Stop(1)) && sim.actions().contains(&Action::Stop(2)));
+    assert_eq!(sim.actions(), vec![Action::Stop(2), Action::Start(4)], "the idle spare stops at once; the new spare starts");
+    assert_eq!(sim.roles(), "3:active 1:draining", "copy 1 gets no new visitor from now");
+    assert_eq!(sim.plan.as_ref().unwrap().wake_at_ms, Some(sim.now + NOW_PAUSE_MS));
+    sim.after_ms(NOW_PAUSE_MS).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(1)], "its five sessions are not waited for");
     sim.at(13).cycle();
     assert!(!sim.state.stop_now, "--now ends with the redeploy");
+}
+
+#[test]
+fn now_lets_a_request_in_flight_be_answered_for_a_second_at_most() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle().sessions(1, 2);
+    sim.at(10).restart(true).cycle().ready(&[2]).cycle();
+    assert_eq!(sim.roles(), "2:active 1:draining");
+    // Two sessions and one plain request under way.
+    sim.world.copies.get_mut(&1).unwrap().connections = 3;
+    sim.after_ms(NOW_PAUSE_MS).cycle();
+    assert!(sim.actions().is_empty(), "the request in flight is answered first");
+    assert_eq!(sim.plan.as_ref().unwrap().wake_at_ms, Some(sim.now + NOW_PAUSE_MS), "looked at again soon");
+    sim.world.copies.get_mut(&1).unwrap().connections = 2;
+    sim.after_ms(NOW_PAUSE_MS).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(1)], "answered: it stops, sessions or not");
+
+    // A request that never ends holds the stop up NOW_GRACE_MS at most.
+    sim.at(20).restart(true).cycle().ready(&[3]).cycle();
+    assert_eq!(sim.roles(), "3:active 2:draining");
+    sim.sessions(2, 0);
+    sim.world.copies.get_mut(&2).unwrap().connections = 1;
+    sim.after_ms(NOW_GRACE_MS - 1).cycle();
+    assert!(sim.actions().is_empty());
+    assert_eq!(sim.plan.as_ref().unwrap().wake_at_ms, Some(sim.now + 1), "not past the grace");
+    sim.after_ms(1).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(2)]);
 }
 
 #[test]
@@ -435,8 +471,10 @@ fn scaling_down_with_now_stops_at_once() {
     sim.spec.warm_replicas = 0;
     sim.state.stop_now = true;
     sim.at(5).cycle();
-    assert_eq!(sim.roles(), "2:active", "the copy with sessions stays; the others stop without draining");
-    assert_eq!(sim.actions(), vec![Action::Stop(1), Action::Stop(3)]);
+    assert_eq!(sim.roles(), "2:active 1:draining 3:draining", "the copy with sessions stays; the others take no new visitor");
+    assert!(sim.actions().is_empty());
+    sim.after_ms(NOW_PAUSE_MS).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(1), Action::Stop(3)], "then stop, without waiting out a settle");
 }
 
 #[test]
