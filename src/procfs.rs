@@ -177,26 +177,23 @@ fn reaches_loopback(hex_addr: &str) -> bool {
 /// The TCP sockets in LISTEN state (`st` 0A) on local port `port`, from
 /// the text of `/proc/net/tcp` or `/proc/net/tcp6`, any local address.
 fn parse_listening(table: &str, port: u16) -> Vec<Listening> {
-    let mut out = Vec::new();
-    for line in table.lines().skip(1) {
+    parse_all_listening(table).filter(|(p, _)| *p == port).map(|(_, l)| l).collect()
+}
+
+/// Every TCP socket in LISTEN state (`st` 0A) in the text of
+/// `/proc/net/tcp` or `/proc/net/tcp6`, with its local port.
+fn parse_all_listening(table: &str) -> impl Iterator<Item = (u16, Listening)> + '_ {
+    table.lines().skip(1).filter_map(|line| {
         let f: Vec<&str> = line.split_ascii_whitespace().collect();
         // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
         if f.len() < 10 || f[3] != "0A" {
-            continue;
+            return None;
         }
-        let Some((hex_addr, hex_port)) = f[1].rsplit_once(':') else {
-            continue;
-        };
-        if u16::from_str_radix(hex_port, 16).ok() != Some(port) {
-            continue;
-        }
-        if let Ok(inode) = f[9].parse::<u64>() {
-            if inode != 0 {
-                out.push(Listening { inode, reaches_loopback: reaches_loopback(hex_addr) });
-            }
-        }
-    }
-    out
+        let (hex_addr, hex_port) = f[1].rsplit_once(':')?;
+        let port = u16::from_str_radix(hex_port, 16).ok()?;
+        let inode = f[9].parse::<u64>().ok().filter(|&i| i != 0)?;
+        Some((port, Listening { inode, reaches_loopback: reaches_loopback(hex_addr) }))
+    })
 }
 
 /// Every TCP socket listening on `port` (IPv4 and IPv6, any local
@@ -273,13 +270,25 @@ pub enum PortOwner {
 /// `Ours` only if all of them are the tree's: a stranger sharing the port
 /// could take the copy's connections.
 pub fn port_owned_by(port: u16, pid: u32) -> PortOwner {
-    let inodes: Vec<u64> = listening(port).into_iter().filter(|l| l.reaches_loopback).map(|l| l.inode).collect();
+    owner_among(&listening(port), pid, None)
+}
+
+/// [`port_owned_by`] over sockets already read (`on_port`: those listening
+/// on the port), looking at `hint` too before the whole tree: a process
+/// known to hold the socket (R, under its launcher), taken only when it is
+/// in `pid`'s tree. The full scan of /proc that finds the tree is the slow
+/// part on a busy machine.
+pub fn owner_among(on_port: &[Listening], pid: u32, hint: Option<u32>) -> PortOwner {
+    let inodes: Vec<u64> = on_port.iter().filter(|l| l.reaches_loopback).map(|l| l.inode).collect();
     if inodes.is_empty() {
         return PortOwner::Free;
     }
     // The process itself first: the daemon checks every copy every cycle,
     // and R holds its own socket; its tree only when that is not enough.
-    let own = socket_inodes_of(pid);
+    let mut own = socket_inodes_of(pid);
+    if let Some(h) = hint.filter(|&h| h != pid && descends_from(h, pid)) {
+        own.extend(socket_inodes_of(h));
+    }
     if inodes.iter().all(|i| own.contains(i)) {
         return PortOwner::Ours;
     }
@@ -289,6 +298,38 @@ pub fn port_owned_by(port: u16, pid: u32) -> PortOwner {
     } else {
         PortOwner::Other
     }
+}
+
+/// True when `pid`'s parent, or its parent's parent, … (four levels at
+/// most: a copy's launcher, its init, R) is `ancestor`.
+fn descends_from(pid: u32, ancestor: u32) -> bool {
+    let mut p = pid;
+    for _ in 0..4 {
+        match parent_of(p) {
+            Some(parent) if parent == ancestor => return true,
+            Some(parent) if parent > 1 => p = parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Every TCP socket in LISTEN state on this machine's network namespace,
+/// by port: one read of `/proc/net/tcp` and `/proc/net/tcp6` for many
+/// ports.
+pub fn listening_by_port() -> HashMap<u16, Vec<Listening>> {
+    let mut out: HashMap<u16, Vec<Listening>> = HashMap::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        if let Ok(text) = fs::read_to_string(table) {
+            for (port, l) in parse_all_listening(&text) {
+                let on = out.entry(port).or_default();
+                if !on.iter().any(|o| o.inode == l.inode) {
+                    on.push(l);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A process that holds a socket listening on a port, as /proc shows it

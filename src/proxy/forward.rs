@@ -202,8 +202,8 @@ fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, avoid: Option<(u32,
         c.down |= avoided(i);
         c
     };
-    balance::pick_by(app.policy, app.copies.len(), &candidate, need, rr, random)
-        .or_else(|| (!app.listening).then(|| balance::pick_leaving(app.policy, app.copies.len(), &candidate, rr, random)).flatten())
+    balance::pick_by(app.policy, app.copies.len(), candidate, need, rr, random)
+        .or_else(|| (!app.listening).then(|| balance::pick_leaving(app.policy, app.copies.len(), candidate, rr, random)).flatten())
 }
 
 /// The answer as the visitor gets it.

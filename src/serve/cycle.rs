@@ -16,13 +16,14 @@ use crate::reconcile::{self, Action, Observed, Process, Seen};
 use crate::release;
 
 use super::app::{AppRt, Recorded, Tracked, WakeOutcome};
+use super::probe::Facts;
 use super::{act, limits, log_path, now_ms, record, tallies, Daemon, Event, PendingStop, STOP_WAITS_FOR_PUSH_MS};
 
 impl Daemon {
     /// Observe: what each recorded process is doing now, from what is
     /// tracked, /proc and the load balancer's traffic figures. Starts
     /// tracking a running process the daemon does not watch yet (adopted).
-    pub(super) fn observe(&mut self, name: &str) -> Observed {
+    pub(super) fn observe(&mut self, name: &str, facts: &Facts) -> Observed {
         let events = self.events.clone();
         let traffic = self.traffic.get(name).cloned().unwrap_or_default();
         let cgroups = &self.cgroups;
@@ -38,7 +39,7 @@ impl Daemon {
             let gone = tracked.exits.get(&pid).copied().or_else(|| {
                 // Gone before its watcher reported: reap it here if it is our
                 // child; if it died while nobody watched, its status is unknown.
-                (!rec.pid_start.is_some_and(|s| procfs::is_alive(pid, s))).then(|| {
+                (!facts.alive(pid, rec.port, rec.pid_start)).then(|| {
                     let (code, signal) = act::reap(pid).unwrap_or((None, None));
                     Exit { at_ms: now_ms(), code, signal, memory: None }
                 })
@@ -52,7 +53,7 @@ impl Daemon {
                 }
                 Process::Exited(exit)
             } else {
-                let owner = port_owner(name, rec, pid, tracked);
+                let owner = port_owner(name, rec, pid, tracked, facts);
                 let ready = tracked.ready.contains(&pid);
                 // The daemon watches what it starts from the start, so a
                 // process first watched here is one it adopted.
@@ -73,9 +74,10 @@ impl Daemon {
     }
 
     /// One cycle for one app: observe, decide, record, (push happens for
-    /// all apps after the cycles), act.
-    pub(super) fn cycle(&mut self, name: &str) {
-        let observed = self.observe(name);
+    /// all apps after the cycles), act. `facts`: what was looked up in
+    /// /proc for it just before, with the lock released.
+    pub(super) fn cycle(&mut self, name: &str, facts: &Facts) {
+        let observed = self.observe(name, facts);
         let now = now_ms();
         let taken: Vec<u16> = self.apps.values().flat_map(|a| a.recorded.state.copies.iter().map(|r| r.port)).collect();
         let cx = Cx { name, home: &self.home, events: &self.events, now, cgroups: &self.cgroups };
@@ -290,11 +292,11 @@ fn wake_outcome(home: &Home, app: &AppRt) -> Option<WakeOutcome> {
 /// Who listens where 127.0.0.1 reaches a running copy's port, checked
 /// every cycle: a ready copy whose socket is no longer its own is not
 /// ready (probed again), and one whose port another program holds moves.
-fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked) -> procfs::PortOwner {
+fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked, facts: &Facts) -> procfs::PortOwner {
     if rec.moving_from.is_some() || rec.stop_started_ms.is_some() {
         return procfs::PortOwner::Ours;
     }
-    let owner = procfs::port_owned_by(rec.port, pid);
+    let owner = facts.owner(pid, rec.port);
     if owner != procfs::PortOwner::Ours && tracked.ready.remove(&pid) {
         tracing::warn!(app = name, copy = rec.copy, pid, port = rec.port, "copy {} no longer answers from its own socket on port {}: {owner:?}", rec.copy, rec.port);
         tracked.probing.remove(&pid);

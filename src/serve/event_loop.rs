@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, Mutex};
 use crate::api_client::Client;
 use crate::home::Home;
 
-use super::{api, limits, orphans, metrics, notify, now_ms, proxy_ctl, record, sockets, Daemon, Event, Shared, Tallies, TICK};
+use super::{api, limits, orphans, metrics, notify, now_ms, probe, proxy_ctl, record, sockets, Daemon, Event, Shared, Tallies, TICK};
 
 /// Runs the daemon in the foreground until SIGTERM or SIGINT. Stopping it
 /// stops only the daemon: the copies and the load balancer keep running.
@@ -136,6 +136,16 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             rotating.start(logs);
         }
         let stats = proxy.stats(&home).await;
+        // What /proc says of the due apps' processes, looked up with the
+        // lock released: `status` does not wait for it.
+        let probes = {
+            let d = shared.lock().await;
+            if all {
+                due.extend(d.apps.keys().cloned());
+            }
+            d.probes(&due)
+        };
+        let facts = tokio::task::spawn_blocking(move || probe::Facts::find(probes)).await.unwrap_or_default();
         let table = {
             let mut guard = shared.lock().await;
             let d = &mut *guard;
@@ -148,7 +158,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
                 d.sweep_cgroups();
             }
             for app in due {
-                d.cycle(&app);
+                d.cycle(&app, &facts);
             }
             d.table()
         };

@@ -26,6 +26,7 @@ mod metrics;
 mod notify;
 mod orphans;
 pub mod pidfd;
+mod probe;
 mod proxy_ctl;
 mod record;
 mod reload;

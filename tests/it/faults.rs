@@ -298,3 +298,89 @@ fn a_daemon_killed_right_after_starting_a_copy_leaves_no_orphan() {
         (known == running).then_some(())
     });
 }
+
+/// A tmpfs mounted on a folder for one test, unmounted (lazily, as the
+/// processes that have files on it may outlive the test by a moment) when
+/// dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(on: &std::path::Path, size: &str) -> Tmpfs {
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .arg(on)
+            .status()
+            .expect("mount runs");
+        assert!(ok.success(), "mounted a {size} tmpfs on {} (the suite runs as root)", on.display());
+        Tmpfs(on.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// An app that writes a line to its log on every page load.
+const CHATTY_APP_R: &str = r#"
+library(shiny)
+ui <- function(req) {
+  cat("page load\n")
+  message("page load, on stderr")
+  fluidPage(tags$p(paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")))
+}
+shinyApp(ui, function(input, output, session) {})
+"#;
+
+/// The whole SHINYCTL_HOME (logs, api.log, registry, scratch disks,
+/// releases) on a disk that fills up: the copies keep answering though
+/// their logs can't grow, a copy that dies comes back and takes visitors
+/// again, the spare stands in meanwhile, and the daemon answers status.
+#[test]
+fn a_full_disk_stops_no_copy_and_a_dead_one_comes_back() {
+    let env = Env::new("faults-disk-full");
+    let _disk = Tmpfs::mount(&env.home(), "16m");
+    let name = unique("diskfull");
+    let port = free_port();
+    let manifest = env.app(&name, port, "replicas: 1\nwarm-replicas: 1\n");
+    std::fs::write(manifest.with_file_name("app.R"), CHATTY_APP_R).unwrap();
+    env.apply(&manifest);
+    env.wait_roles(&name, "1:active 2:warm", Duration::from_secs(60));
+    wait_http_ok(port, Duration::from_secs(10));
+
+    // Fill the disk to the last byte.
+    let filler = env.home().join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0u8; 64 << 10];
+    let err = loop {
+        if let Err(e) = std::io::Write::write_all(&mut f, &chunk) {
+            break e;
+        }
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "the disk is full: {err}");
+    let _ = std::io::Write::write_all(&mut f, &[0u8; 1]);
+    drop(f);
+
+    let log = env.home().join("logs").join(format!("default-{name}.log"));
+    let before = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    for _ in 0..20 {
+        let r = get(port, "/", &[]).unwrap();
+        assert_eq!(r.status, 200, "answered with a full disk: {}", r.body);
+    }
+    // tmpfs still fills the last page a file has.
+    assert!(std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0) <= before + 4096, "the log could not grow");
+
+    // A copy dies on the full disk: the spare stands in at once, and the
+    // copy is started again and becomes ready.
+    let visitors = Loop::start(port);
+    let r_pid = env.pid_of(&name, 1);
+    signal(r_pid, 9);
+    wait_until(Duration::from_secs(60), "copy 1 to come back", || {
+        env.copies(&name).iter().any(|c| c.copy == 1 && c.ready && c.pid.is_some_and(|p| p != r_pid)).then_some(())
+    });
+    let (sent, failed) = visitors.finish();
+    assert!(sent > 10 && failed.is_empty(), "{} of {sent} requests failed: {failed:?}", failed.len());
+    assert!(env.ok(&["status", &name]).contains(&name), "status answers");
+    std::fs::remove_file(&filler).unwrap();
+}
