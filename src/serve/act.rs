@@ -46,20 +46,39 @@ pub fn pick_port(wanted: u16, taken: &[u16], seed: u64) -> Option<u16> {
     (0..span).map(|i| *COPY_PORTS.start() + ((seed + i) % span) as u16).find(|&p| free(p))
 }
 
-/// Starts a copy's process: the launcher (`shinyctl launch`, which makes
+/// A copy's launcher, ready to run: everything done but the fork and exec,
+/// which wait on the scheduler (tens of milliseconds on a loaded machine)
+/// and so happen with the daemon's lock released.
+pub struct Launching {
+    /// `shinyctl launch …`, with the copy's environment, session and log.
+    cmd: Command,
+}
+
+impl Launching {
+    /// Runs the launcher; returns its PID. Blocking (fork, exec).
+    pub fn spawn(mut self) -> anyhow::Result<u32> {
+        let child = self.cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run the copy launcher: {e}"))?;
+        // The Child handle is dropped on purpose: the exit watcher reaps the
+        // process by PID, the same way for children and adopted processes.
+        Ok(child.id())
+    }
+}
+
+/// Readies a copy's process: the launcher (`shinyctl launch`, which makes
 /// the copy's world and execs R) in its own session, output appended
-/// straight to its log file. Fills in the record's PID, start time and port.
+/// straight to its log file. Picks the copy's port and records it; the
+/// PID is recorded once [`Launching::spawn`] has run ([`started`]).
 /// `dir` is the folder it runs (on the host; the launcher mounts it
 /// read-only): its release, or working-dir for a copy from before releases.
 /// `cgroups`: the copy's cgroups, which the launcher joins first.
-pub fn start_copy(
+pub fn prepare_start(
     home: &Home,
     spec: &AppSpec,
     rec: &mut CopyRecord,
     dir: &Path,
     taken_ports: &[u16],
     cgroups: Vec<std::path::PathBuf>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Launching> {
     let seed = spec.name.bytes().fold(rec.copy as u64 * 7919, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
     // Other copies' ports are taken; this copy's own is what it wants back.
     let taken: Vec<u16> = taken_ports.iter().copied().filter(|&p| p != rec.port).collect();
@@ -109,17 +128,16 @@ pub fn start_copy(
         .stdout(log.try_clone()?)
         .stderr(log);
     own_session(&mut cmd);
-    let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run the copy launcher: {e}"))?;
-    let pid = child.id();
-    // The Child handle is dropped on purpose: the exit watcher reaps the
-    // process by PID, the same way for children and adopted processes.
-    drop(child);
+    rec.port = port;
+    Ok(Launching { cmd })
+}
+
+/// Records in a copy's record the launcher that [`Launching::spawn`] ran.
+pub fn started(rec: &mut CopyRecord, pid: u32) {
     rec.pid = Some(pid);
     rec.pid_start = procfs::start_ticks(pid);
-    rec.port = port;
     rec.started_ms = Some(now_ms());
     rec.left_down = None;
-    Ok(())
 }
 
 /// Makes the command's process lead a session of its own (setsid): it does

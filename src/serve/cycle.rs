@@ -17,7 +17,7 @@ use crate::release;
 
 use super::app::{AppRt, Recorded, Tracked, WakeOutcome};
 use super::probe::Facts;
-use super::{act, limits, log_path, now_ms, record, tallies, Daemon, Event, PendingStop, STOP_WAITS_FOR_PUSH_MS};
+use super::{act, limits, log_path, now_ms, record, tallies, Daemon, Event, Launched, PendingLaunch, PendingStop, STOP_WAITS_FOR_PUSH_MS};
 
 impl Daemon {
     /// Observe: what each recorded process is doing now, from what is
@@ -82,6 +82,7 @@ impl Daemon {
         let taken: Vec<u16> = self.apps.values().flat_map(|a| a.recorded.state.copies.iter().map(|r| r.port)).collect();
         let cx = Cx { name, home: &self.home, events: &self.events, now, cgroups: &self.cgroups };
         let stops = &mut self.stops;
+        let launches = &mut self.launches;
         let counts = &mut self.tallies;
         let Some(AppRt { recorded, tracked, wake }) = self.apps.get_mut(name) else { return };
         let waking = wake.settle(&mut recorded.state, now);
@@ -122,7 +123,7 @@ impl Daemon {
         if recorded.state != before || tracked.state_error.is_some() {
             tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
         }
-        if act_on(&cx, plan.actions, recorded, tracked, &taken, stops) {
+        if act_on(&cx, plan.actions, recorded, tracked, &taken, stops, launches) {
             tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
         }
         if recorded.deleting && recorded.state.copies.is_empty() {
@@ -222,9 +223,18 @@ struct Cx<'a> {
 /// Act: starts and stops the processes the plan names, and tracks them.
 /// Returns true when a start changed the recorded state (its PID, port,
 /// or a failure counted as a crash).
-fn act_on(cx: &Cx, actions: Vec<Action>, recorded: &mut Recorded, tracked: &mut Tracked, taken: &[u16], stops: &mut Vec<PendingStop>) -> bool {
+fn act_on(
+    cx: &Cx,
+    actions: Vec<Action>,
+    recorded: &mut Recorded,
+    tracked: &mut Tracked,
+    taken: &[u16],
+    stops: &mut Vec<PendingStop>,
+    launches: &mut Vec<PendingLaunch>,
+) -> bool {
     let name = cx.name;
     let mut changed = false;
+    let mut taken = taken.to_vec();
     for action in actions {
         match action {
             Action::Start(copy) => {
@@ -235,24 +245,17 @@ fn act_on(cx: &Cx, actions: Vec<Action>, recorded: &mut Recorded, tracked: &mut 
                     continue;
                 };
                 let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
-                let started = run.map_err(anyhow::Error::msg).and_then(|(dir, spec)| {
+                let prepared = run.map_err(anyhow::Error::msg).and_then(|(dir, spec)| {
                     let cgroups = limits::cgroups_for(cx.cgroups, &spec, copy)?;
-                    act::start_copy(cx.home, &spec, rec, &dir, taken, cgroups)
+                    act::prepare_start(cx.home, &spec, rec, &dir, &taken, cgroups)
                 });
-                match started {
-                    Ok(()) => {
-                        tracing::info!(app = name, copy, pid = rec.pid.unwrap_or(0), port = rec.port, "started copy");
-                        follow(name, rec, false, tracked, cx.events);
+                match prepared {
+                    Ok(launching) => {
+                        // Another copy started in this cycle looks elsewhere.
+                        taken.push(rec.port);
+                        launches.push(PendingLaunch { app: name.to_string(), copy, revision: rec.revision, launching });
                     }
-                    Err(e) => {
-                        tracing::error!(app = name, copy, "cannot start copy: {e:#}");
-                        // In the copy's log too, where status finds the error it quotes.
-                        note_in_log(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, copy), &format!("{e:#}"));
-                        // Counted like a crash, so it is retried after a backoff.
-                        rec.crashes += 1;
-                        rec.last_exit = Some(Exit { at_ms: cx.now, code: Some(127), signal: None, memory: None });
-                        let _ = cx.events.send(Event::Changed { app: name.to_string() });
-                    }
+                    Err(e) => not_started(cx, recorded, copy, &e),
                 }
                 changed = true;
             }
@@ -267,6 +270,59 @@ fn act_on(cx: &Cx, actions: Vec<Action>, recorded: &mut Recorded, tracked: &mut 
         }
     }
     changed
+}
+
+/// A copy whose launcher could not be readied or run: the reason in the
+/// daemon's log and the copy's, and counted like a crash, so it is tried
+/// again after a backoff.
+fn not_started(cx: &Cx, recorded: &mut Recorded, copy: u32, e: &anyhow::Error) {
+    tracing::error!(app = cx.name, copy, "cannot start copy: {e:#}");
+    // In the copy's log too, where status finds the error it quotes.
+    note_in_log(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, copy), &format!("{e:#}"));
+    if let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) {
+        rec.crashes += 1;
+        rec.last_exit = Some(Exit { at_ms: cx.now, code: Some(127), signal: None, memory: None });
+    }
+    let _ = cx.events.send(Event::Changed { app: cx.name.to_string() });
+}
+
+impl Daemon {
+    /// The launchers the cycles readied, to run with the lock released.
+    pub(super) fn take_launches(&mut self) -> Vec<PendingLaunch> {
+        std::mem::take(&mut self.launches)
+    }
+
+    /// Records the launchers that ran (or why one did not) in their
+    /// copies' records, and starts watching them. A launcher whose copy no
+    /// longer waits for it (deleted, or told to stop, while it started) is
+    /// stopped again.
+    pub(super) fn launched(&mut self, done: Vec<Launched>) {
+        let now = now_ms();
+        for Launched { app: name, copy, revision, result } in done {
+            let cx = Cx { name: &name, home: &self.home, events: &self.events, now, cgroups: &self.cgroups };
+            let app = self.apps.get_mut(&name);
+            let waiting = app.as_ref().is_some_and(|a| {
+                a.recorded.state.copies.iter().any(|r| r.copy == copy && r.revision == revision && r.pid.is_none() && r.stop_started_ms.is_none())
+            });
+            let Some(AppRt { recorded, tracked, .. }) = app.filter(|_| waiting) else {
+                if let Ok(pid) = result {
+                    tracing::info!(app = name, copy, pid, "stopping a copy that was no longer wanted once it started");
+                    act::stop_process(pid, procfs::start_ticks(pid));
+                }
+                continue;
+            };
+            match result {
+                Ok(pid) => {
+                    let rec = recorded.state.copies.iter_mut().find(|r| r.copy == copy).expect("checked above");
+                    act::started(rec, pid);
+                    tracing::info!(app = name, copy, pid, port = rec.port, "started copy");
+                    follow(&name, rec, false, tracked, cx.events);
+                }
+                Err(e) => not_started(&cx, recorded, copy, &e),
+            }
+            tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
+        }
+    }
 }
 
 /// How a wake ended, if it has: `Ok` once a copy is active, `Err` when the

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, Mutex};
 use crate::api_client::Client;
 use crate::home::Home;
 
-use super::{api, limits, orphans, metrics, notify, now_ms, probe, proxy_ctl, record, sockets, Daemon, Event, Shared, Tallies, TICK};
+use super::{api, limits, orphans, metrics, notify, now_ms, probe, proxy_ctl, record, sockets, PendingLaunch, Daemon, Event, Shared, Tallies, TICK};
 
 /// Runs the daemon in the foreground until SIGTERM or SIGINT. Stopping it
 /// stops only the daemon: the copies and the load balancer keep running.
@@ -58,6 +58,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         refusing: HashMap::new(),
         sockets,
         stops: Vec::new(),
+        launches: Vec::new(),
         tallies: Tallies::default(),
         cgroups: cgroups.clone(),
     };
@@ -160,8 +161,15 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             for app in due {
                 d.cycle(&app, &facts);
             }
-            d.table()
+            (d.table(), d.take_launches())
         };
+        let (table, launches) = table;
+        // The launchers the cycles readied run with the lock released: a
+        // fork and exec wait on the scheduler, `status` does not.
+        if !launches.is_empty() {
+            let ran = tokio::task::spawn_blocking(move || launches.into_iter().map(PendingLaunch::run).collect()).await.unwrap_or_default();
+            shared.lock().await.launched(ran);
+        }
         // The sockets first: a port the apps no longer name closes before
         // the table goes (no connection waits in a queue nobody reads);
         // a new one waits until the table names it.

@@ -114,10 +114,45 @@ pub struct Daemon {
     /// Copies the cycle decided to stop, signalled once the load balancer
     /// has a table without them (observe, decide, record, push, act).
     pub stops: Vec<PendingStop>,
+    /// Launchers the cycles readied, run once the lock is released.
+    pub launches: Vec<PendingLaunch>,
     /// The cgroups copies get for their limits (found at start).
     pub cgroups: crate::limits::Cgroups,
     /// Restarts and wakes counted for metrics.
     pub tallies: Tallies,
+}
+
+/// A copy's launcher, readied by a cycle (its record saved, its port
+/// picked), to be run with the daemon's lock released.
+pub struct PendingLaunch {
+    /// The app.
+    pub app: String,
+    /// The copy.
+    pub copy: u32,
+    /// The copy's revision, so a record replaced meanwhile is not taken
+    /// for it.
+    pub revision: u64,
+    /// The launcher, ready to run.
+    pub launching: act::Launching,
+}
+
+impl PendingLaunch {
+    /// Runs the launcher (blocking: fork, exec).
+    pub fn run(self) -> Launched {
+        Launched { app: self.app, copy: self.copy, revision: self.revision, result: self.launching.spawn() }
+    }
+}
+
+/// A launcher that ran, or why it did not.
+pub struct Launched {
+    /// The app.
+    pub app: String,
+    /// The copy.
+    pub copy: u32,
+    /// The copy's revision, as readied.
+    pub revision: u64,
+    /// The launcher's PID.
+    pub result: anyhow::Result<u32>,
 }
 
 /// A copy to stop once the load balancer no longer sends it requests.
