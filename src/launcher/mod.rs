@@ -160,12 +160,35 @@ impl Launch {
 }
 
 /// Removes a copy's scratch disk and what its launcher kept beside it (its
-/// isolation report and its TMPDIR), for a copy that is forgotten.
-pub fn remove_scratch(scratch: &Path) {
-    let _ = std::fs::remove_dir_all(scratch);
-    let _ = std::fs::remove_file(report_path(scratch));
-    let _ = std::fs::remove_dir_all(landlock::tmp_path(scratch));
-    let _ = std::fs::remove_dir_all(plan::shm_path(scratch));
+/// isolation report and its TMPDIR), for a copy that is forgotten. Each is
+/// renamed aside at once (a hidden name, so a new copy of the same number
+/// starts empty) and deleted on a thread of its own: a scratch disk of many
+/// gigabytes must not hold up the daemon's cycle, which calls this under
+/// its lock. The returned handle is for tests to wait on.
+pub fn remove_scratch(scratch: &Path) -> std::thread::JoinHandle<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let aside: Vec<PathBuf> = [scratch.to_path_buf(), report_path(scratch), landlock::tmp_path(scratch), plan::shm_path(scratch)]
+        .into_iter()
+        .filter_map(|path| {
+            let name = path.file_name()?.to_string_lossy().into_owned();
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let to = path.with_file_name(format!(".{name}.gone-{}-{n}", std::process::id()));
+            match std::fs::rename(&path, &to) {
+                Ok(()) => Some(to),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                // Not renamed (another filesystem, a permission): removed where it is.
+                Err(_) => Some(path),
+            }
+        })
+        .collect();
+    std::thread::spawn(move || {
+        for path in aside {
+            let gone = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+            if let Err(e) = gone.or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }) {
+                tracing::warn!(path = %path.display(), "cannot remove a forgotten copy's files: {e}");
+            }
+        }
+    })
 }
 
 /// Quotes a string for an R single-quoted literal.
@@ -497,7 +520,7 @@ mod tests {
             std::fs::create_dir_all(d).unwrap();
         }
         std::fs::write(report_path(&scratch), "{}").unwrap();
-        remove_scratch(&scratch);
+        remove_scratch(&scratch).join().unwrap();
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left, vec![std::ffi::OsString::from("4")], "only another copy's disk is left");
         std::fs::remove_dir_all(&dir).unwrap();

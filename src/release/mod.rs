@@ -247,11 +247,12 @@ pub fn forget(home: &Home, spec: &AppSpec, state: &AppState) {
         remove_later(&rel.dir);
     }
     remove_later(&app_dir);
-    let _ = std::fs::remove_dir_all(home.app_scratch(&spec.group, &spec.name));
+    remove_later(&home.app_scratch(&spec.group, &spec.name));
 }
 
-/// Deletes a release folder without holding up the caller: renamed aside
-/// at once (so nothing takes it for a release), removed in the background.
+/// Deletes a folder (a release, a forgotten app's scratch disks) without
+/// holding up the caller: renamed aside at once (so nothing takes it for
+/// what it was), removed in the background.
 pub fn remove_later(dir: &Path) {
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let aside = dir.with_file_name(format!(".{name}.deleting"));
@@ -262,7 +263,7 @@ pub fn remove_later(dir: &Path) {
     };
     std::thread::spawn(move || {
         if let Err(e) = std::fs::remove_dir_all(&target) {
-            tracing::warn!(dir = %target.display(), "cannot delete a release: {e}");
+            tracing::warn!(dir = %target.display(), "cannot delete {}: {e}", target.display());
         }
     });
 }

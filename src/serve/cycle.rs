@@ -110,7 +110,7 @@ impl Daemon {
         // A forgotten copy's own disk goes with it, so a later copy with the
         // same number (a redeploy, a new app of the same name) starts empty.
         for gone in before.copies.iter().filter(|r| !recorded.state.copies.iter().any(|n| n.copy == r.copy)) {
-            crate::launcher::remove_scratch(&cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, gone.copy));
+            drop(crate::launcher::remove_scratch(&cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, gone.copy)));
         }
         // A copy whose process is gone has its cgroups removed (made anew
         // at its next start).
