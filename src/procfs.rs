@@ -142,12 +142,26 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 /// when `pid` does not exist. Pages shared between the processes are
 /// counted once per process, as `ps` and `top` do.
 pub fn tree_rss_bytes(pid: u32) -> Option<u64> {
-    let tree = descendants(pid);
-    if tree.is_empty() {
-        return None;
+    Processes::read().tree_rss_bytes(pid)
+}
+
+/// Every process's parent, read once (a scan of every `/proc/*/stat`) for
+/// many lookups of process trees: `status` with many copies, the memory
+/// watch's round.
+pub struct Processes(Vec<(u32, u32)>);
+
+impl Processes {
+    /// Reads every process's parent now.
+    pub fn read() -> Processes {
+        Processes(all_parents())
     }
-    let own = rss_bytes(pid)?;
-    Some(own + tree.iter().skip(1).filter_map(|&p| rss_bytes(p)).sum::<u64>())
+
+    /// [`tree_rss_bytes`], for the tree as this snapshot saw it (a process
+    /// started since is not counted). `None` when `pid` is gone.
+    pub fn tree_rss_bytes(&self, pid: u32) -> Option<u64> {
+        let own = rss_bytes(pid)?;
+        Some(own + descendants_in(pid, &self.0).iter().skip(1).filter_map(|&p| rss_bytes(p)).sum::<u64>())
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -517,6 +531,19 @@ mod tests {
         assert_eq!(rss_bytes(u32::MAX), None);
         assert_eq!(tree_rss_bytes(u32::MAX), None);
         assert_eq!(parse_statm_resident("100 25 3 1 0 20 0"), Some(25));
+    }
+
+    #[test]
+    fn one_snapshot_of_the_processes_counts_a_child_in_its_parents_tree() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let me = std::process::id();
+        let processes = Processes::read();
+        assert!(descendants_in(me, &processes.0).contains(&child.id()), "the child is in this process's tree");
+        assert!(processes.tree_rss_bytes(me).unwrap() > 0);
+        assert!(processes.tree_rss_bytes(child.id()).is_some_and(|b| b > 0), "a tree of one");
+        assert_eq!(processes.tree_rss_bytes(u32::MAX), None);
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

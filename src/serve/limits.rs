@@ -134,13 +134,15 @@ pub fn spawn_watch(shared: Shared, cgroups: Cgroups) {
         loop {
             every.tick().await;
             let watched = shared.lock().await.watched();
+            // One scan of every process for the round, and only if a copy needs it.
+            let processes = std::cell::OnceCell::new();
             let over: Vec<(Watched, MemoryStop)> = watched
                 .into_iter()
                 .filter_map(|w| {
                     let leaf = limits::leaf(&w.app, w.copy);
                     let cgroup: Option<CgroupSample> =
                         if cgroups.holds_memory(w.pid, &leaf) { cgroups.memory_sample(&leaf) } else { None };
-                    let rss = if cgroup.is_some() { None } else { procfs::tree_rss_bytes(w.pid) };
+                    let rss = if cgroup.is_some() { None } else { processes.get_or_init(procfs::Processes::read).tree_rss_bytes(w.pid) };
                     limits::watch_verdict(&Sample { limit: w.limit, cgroup, rss }).map(|stop| (w, stop))
                 })
                 .collect();

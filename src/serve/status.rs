@@ -35,6 +35,8 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
         }
     }
     let now = now_ms();
+    // One scan of every process for all the copies' memory.
+    let processes = procfs::Processes::read();
     let apps = d
         .apps
         .iter()
@@ -88,7 +90,7 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                         launcher_pid: rec.pid.filter(|_| alive),
                         status: status.to_string(),
                         ready,
-                        mem_bytes: rec.pid.filter(|_| alive).and_then(procfs::tree_rss_bytes),
+                        mem_bytes: rec.pid.filter(|_| alive).and_then(|p| processes.tree_rss_bytes(p)),
                         sessions,
                         crashes: rec.crashes,
                         started: rec.started_ms.filter(|_| alive).map(procfs::local_rfc3339),
