@@ -296,3 +296,46 @@ fn delete_keeps_a_copy_with_an_open_session_past_the_settle() {
     session.close();
     wait_gone(pid, Duration::from_secs(30), "the copy to stop once its session ended");
 }
+
+/// An app whose page takes 800 ms when asked for `/?slow`.
+const SLOW_PAGE_R: &str = r#"
+library(shiny)
+ui <- function(req) {
+  if (grepl("slow", req$QUERY_STRING)) {
+    cat("a slow page begins\n")
+    flush(stdout())
+    Sys.sleep(0.8)
+  }
+  fluidPage(tags$p(paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")))
+}
+shinyApp(ui, function(input, output, session) {})
+"#;
+
+/// `delete --now` does not wait for sessions, but a request already in
+/// flight to a copy is answered before the copy is stopped (a second at
+/// most): the port closes at once, and the copy stops once the load
+/// balancer has nothing in flight to it.
+#[test]
+fn delete_now_lets_a_request_in_flight_be_answered() {
+    let env = Env::new("delnow-inflight");
+    let name = unique("delnow");
+    let port = free_port();
+    let manifest = env.app(&name, port, "warm-replicas: 0\n");
+    std::fs::write(manifest.with_file_name("app.R"), SLOW_PAGE_R).unwrap();
+    env.apply(&manifest);
+    env.wait_roles(&name, "1:active", START);
+    wait_http_ok(port, Duration::from_secs(10));
+    let pid = env.pid_of(&name, 1);
+
+    let slow = std::thread::spawn(move || get(port, "/?slow", &[]));
+    let log = env.home().join("logs").join(format!("default-{name}.log"));
+    wait_until(Duration::from_secs(10), "R to be in the middle of the slow page", || {
+        std::fs::read_to_string(&log).ok()?.contains("a slow page begins").then_some(())
+    });
+    let out = env.ok(&["delete", &name, "--now"]);
+    assert!(out.contains("its 1 copy stops now"), "{out}");
+    let answer = slow.join().unwrap().expect("an answer");
+    assert_eq!((answer.status, answer.copy()), (200, Some(1)), "the request in flight was answered: {}", answer.body);
+    wait_gone(pid, Duration::from_secs(15), "the copy to stop");
+    assert!(get(port, "/", &[]).is_err(), "the port is closed");
+}
