@@ -297,14 +297,14 @@ fn delete_keeps_a_copy_with_an_open_session_past_the_settle() {
     wait_gone(pid, Duration::from_secs(30), "the copy to stop once its session ended");
 }
 
-/// An app whose page takes 800 ms when asked for `/?slow`.
+/// An app whose page takes half a second when asked for `/?slow`.
 const SLOW_PAGE_R: &str = r#"
 library(shiny)
 ui <- function(req) {
   if (grepl("slow", req$QUERY_STRING)) {
     cat("a slow page begins\n")
     flush(stdout())
-    Sys.sleep(0.8)
+    Sys.sleep(0.5)
   }
   fluidPage(tags$p(paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")))
 }
