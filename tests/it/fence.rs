@@ -434,3 +434,88 @@ fn strict_mode_refuses_a_copy_without_the_whole_fence() {
         env.ok(&["status"]).contains("sandbox mode strict and fences are missing").then_some(())
     });
 }
+
+/// Starts `shinyctl serve` (as root, the suite's user) under a system-call
+/// filter that refuses user namespaces, as an AppArmor rule or
+/// `kernel.unprivileged_userns_clone=0` does on some machines: `clone` and
+/// `unshare` with CLONE_NEWUSER get EPERM, `clone3` ENOSYS (its flags are
+/// out of a filter's reach; glibc then falls back to `clone`). Everything
+/// else is there, the cgroups included. Returns the daemon's PID once it
+/// answers.
+fn serve_without_user_namespaces(env: &Env) -> u32 {
+    use seccompiler::{BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule};
+    use std::os::unix::process::CommandExt;
+    let arch: seccompiler::TargetArch = std::env::consts::ARCH.try_into().expect("a seccomp architecture");
+    let newuser = libc::CLONE_NEWUSER as u64;
+    let with_newuser = || {
+        let cond = SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(newuser), newuser).unwrap();
+        vec![SeccompRule::new(vec![cond]).unwrap()]
+    };
+    let refuse: BpfProgram = SeccompFilter::new(
+        [(libc::SYS_clone, with_newuser()), (libc::SYS_unshare, with_newuser())].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .unwrap()
+    .try_into()
+    .unwrap();
+    let no_clone3: BpfProgram =
+        SeccompFilter::new([(libc::SYS_clone3, vec![])].into_iter().collect(), SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch)
+            .unwrap()
+            .try_into()
+            .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.arg("serve").env("SHINYCTL_HOME", env.home()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    // SAFETY: only the two filters are applied between fork and exec (prctl
+    // and seccomp system calls; the programs were built before the fork).
+    unsafe {
+        cmd.pre_exec(move || {
+            seccompiler::apply_filter(&refuse).map_err(std::io::Error::other)?;
+            seccompiler::apply_filter(&no_clone3).map_err(std::io::Error::other)
+        });
+    }
+    let mut child = cmd.spawn().expect("the daemon starts");
+    let pid = child.id();
+    env.track(pid);
+    std::thread::spawn(move || child.wait());
+    wait_until(Duration::from_secs(20), "the daemon to answer", || env.run(&["status"]).status.success().then_some(()));
+    pid
+}
+
+/// Where the cgroups are (a root daemon here) but user namespaces are
+/// refused: `mode: strict` has the launcher refuse to start R, naming the
+/// missing fence and why; with `mode: on` the same machine runs the copy
+/// with every fence it can have (the other namespaces, which root makes
+/// without a user namespace), and `status --json` says the user namespace
+/// is missing and why.
+#[test]
+fn strict_mode_refuses_a_copy_when_the_launcher_cannot_make_a_user_namespace() {
+    let env = Env::new("fencestrict-userns");
+    serve_without_user_namespaces(&env);
+    let strict = unique("strictns");
+    env.apply(&env.app(&strict, free_port(), "warm-replicas: 0\nsandbox:\n  mode: strict\n"));
+    let log = env.home().join(format!("logs/default-{strict}.log"));
+    let line = wait_until(Duration::from_secs(60), "the launcher's refusal in the copy's log", || {
+        std::fs::read_to_string(&log).ok()?.lines().find(|l| l.contains("fences are missing")).map(str::to_string)
+    });
+    assert!(
+        line.contains("sandbox mode strict and fences are missing: user-ns") && line.contains("user namespaces are not allowed here"),
+        "the launcher refuses for the user namespace alone: {line}"
+    );
+    assert!(!line.contains("cgroup"), "the daemon had its cgroups: {line}");
+    assert!(!std::fs::read_to_string(&log).unwrap().contains("Listening on"), "R never started");
+
+    let relaxed = unique("onns");
+    let port = free_port();
+    env.apply(&env.app(&relaxed, port, "warm-replicas: 0\n"));
+    env.wait_roles(&relaxed, "1:active", Duration::from_secs(60));
+    assert_eq!(wait_http_ok(port, Duration::from_secs(10)).status, 200);
+    let status = env.status();
+    let copy = &status["apps"].as_array().unwrap().iter().find(|a| a["name"] == relaxed.as_str()).unwrap()["copies"][0];
+    let fences = copy["isolation"]["fences"].as_array().unwrap();
+    let state = |name: &str| fences.iter().find(|f| f["name"] == name).map(|f| f["state"].as_str().unwrap_or("").to_string());
+    assert_eq!(state("user-ns").as_deref(), Some("missing"), "{fences:?}");
+    assert_eq!(state("mount-ns").as_deref(), Some("in-force"), "{fences:?}");
+    assert_eq!(state("pid-ns").as_deref(), Some("in-force"), "{fences:?}");
+}
