@@ -182,8 +182,7 @@ pub struct Listening {
 /// writes it) is one a connection to 127.0.0.1 reaches.
 fn reaches_loopback(hex_addr: &str) -> bool {
     const V4: [&str; 2] = ["0100007F", "00000000"];
-    const V6: [&str; 3] =
-        ["00000000000000000000000000000000", "0000000000000000FFFF00000100007F", "0000000000000000FFFF000000000000"];
+    const V6: [&str; 3] = ["00000000000000000000000000000000", "0000000000000000FFFF00000100007F", "0000000000000000FFFF000000000000"];
     let a = hex_addr.to_ascii_uppercase();
     V4.contains(&a.as_str()) || V6.contains(&a.as_str())
 }

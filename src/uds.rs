@@ -175,10 +175,8 @@ async fn refuse(mut stream: tokio::net::UnixStream, why: &str) {
     })
     .await;
     let body = serde_json::json!({ "error": why }).to_string();
-    let head = format!(
-        "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
+    let head =
+        format!("HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(format!("{head}{body}").as_bytes())).await;
 }
 

@@ -160,7 +160,8 @@ pub fn confine(c: &Confinement) -> Result<Applied, ConfineError> {
     };
     let applied = Applied { no_new_privs: true, seccomp, landlock, rlimits };
     // The manifest's own `syscalls: unconfined` is a choice, not a lack.
-    let lacking = !applied.landlock.whole() || applied.rlimits.missing.is_some() || (c.syscalls == Syscalls::Default && !applied.seccomp.filter);
+    let lacking =
+        !applied.landlock.whole() || applied.rlimits.missing.is_some() || (c.syscalls == Syscalls::Default && !applied.seccomp.filter);
     if c.strict && lacking {
         return Err(ConfineError::Strict(Box::new(applied)));
     }

@@ -115,8 +115,7 @@ fn refused_with_eperm(nr: libc::c_long) -> bool {
 /// Calls in the REFUSED list that are not safe to make unfiltered with
 /// zero arguments as root (they act on the machine), checked otherwise or
 /// left to the filter's own test.
-const NOT_BY_ZERO_ARGS: [libc::c_long; 4] =
-    [libc::SYS_ptrace, libc::SYS_vhangup, libc::SYS_kexec_load, libc::SYS_kexec_file_load];
+const NOT_BY_ZERO_ARGS: [libc::c_long; 4] = [libc::SYS_ptrace, libc::SYS_vhangup, libc::SYS_kexec_load, libc::SYS_kexec_file_load];
 
 #[test]
 fn a_confined_process_is_refused_what_the_fence_refuses_and_keeps_the_rest() {
@@ -134,8 +133,17 @@ fn a_confined_process_is_refused_what_the_fence_refuses_and_keeps_the_rest() {
         // expected to be refused; the one that would fork exits at once.
         let mut checks = vec![
             ("confine applied everything (Landlock present)", whole),
-            ("mount -> EPERM", errno_is(unsafe { libc::syscall(libc::SYS_mount, c"none".as_ptr(), c"/nonexistent-shinyctl".as_ptr(), c"tmpfs".as_ptr(), 0, 0) }, libc::EPERM)),
-            ("ptrace(PEEKUSER, parent) -> EPERM", errno_is(unsafe { libc::syscall(libc::SYS_ptrace, libc::PTRACE_PEEKUSER, ppid, 0, 0) }, libc::EPERM)),
+            (
+                "mount -> EPERM",
+                errno_is(
+                    unsafe { libc::syscall(libc::SYS_mount, c"none".as_ptr(), c"/nonexistent-shinyctl".as_ptr(), c"tmpfs".as_ptr(), 0, 0) },
+                    libc::EPERM,
+                ),
+            ),
+            (
+                "ptrace(PEEKUSER, parent) -> EPERM",
+                errno_is(unsafe { libc::syscall(libc::SYS_ptrace, libc::PTRACE_PEEKUSER, ppid, 0, 0) }, libc::EPERM),
+            ),
             ("unshare(CLONE_NEWUSER) -> EPERM", errno_is(unsafe { libc::syscall(libc::SYS_unshare, libc::CLONE_NEWUSER) }, libc::EPERM)),
             ("clone3 -> ENOSYS", errno_is(unsafe { libc::syscall(libc::SYS_clone3, 0, 0) }, libc::ENOSYS)),
             ("clone(CLONE_NEWNS) -> EPERM", errno_is(clone_flags(libc::CLONE_NEWNS), libc::EPERM)),
@@ -153,7 +161,10 @@ fn a_confined_process_is_refused_what_the_fence_refuses_and_keeps_the_rest() {
             ("signal the parent -> EPERM", errno_is(unsafe { libc::syscall(libc::SYS_kill, ppid, 0) }, libc::EPERM)),
             ("RLIMIT_NOFILE is open-files", nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) == Ok((1000, 1000))),
             ("RLIMIT_CORE is 0", nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_CORE) == Ok((0, 0))),
-            ("RLIMIT_DATA is above memory", nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_DATA).map(|l| l.0) == Ok(556 << 20)),
+            (
+                "RLIMIT_DATA is above memory",
+                nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_DATA).map(|l| l.0) == Ok(556 << 20),
+            ),
             ("no_new_privs is set", unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) } == 1),
         ];
         #[cfg(target_arch = "x86_64")]
@@ -190,7 +201,10 @@ fn syscalls_unconfined_skips_only_the_filter() {
         let applied = confine(&c);
         vec![
             ("strict accepts unconfined syscalls as a choice", applied.is_ok()),
-            ("no filter, and it says why", matches!(&applied, Ok(a) if !a.seccomp.filter && a.seccomp.missing.as_deref() == Some("syscalls: unconfined"))),
+            (
+                "no filter, and it says why",
+                matches!(&applied, Ok(a) if !a.seccomp.filter && a.seccomp.missing.as_deref() == Some("syscalls: unconfined")),
+            ),
             // SAFETY: clone3 with a null, zero-sized argument only fails.
             ("clone3 reaches the kernel (EINVAL, not ENOSYS)", errno_is(unsafe { libc::syscall(libc::SYS_clone3, 0, 0) }, libc::EINVAL)),
             ("Landlock still limits writes", open_write(&outside) == Err(libc::EACCES)),

@@ -47,9 +47,7 @@ impl Fences {
     /// each on as it is made).
     pub fn all_off(why: &str) -> Fences {
         let names = NAMESPACES.iter().chain([LANDLOCK, SECCOMP, CGROUP].iter());
-        let list = names
-            .map(|n| Fence { name: n.to_string(), state: FenceState::Off, reason: Some(why.to_string()), fix: None })
-            .collect();
+        let list = names.map(|n| Fence { name: n.to_string(), state: FenceState::Off, reason: Some(why.to_string()), fix: None }).collect();
         Fences { list }
     }
 
@@ -199,7 +197,10 @@ mod tests {
         let asked = Sandbox { writable_paths: vec!["/srv".into()], ..Sandbox::default() };
         let lines = notes("a", &asked, &copies);
         assert_eq!(lines.len(), 1, "{lines:?}");
-        assert!(lines[0].starts_with("a: copy 1, 2 runs without its mount-ns: user namespaces are not allowed here; fix: sysctl"), "{lines:?}");
+        assert!(
+            lines[0].starts_with("a: copy 1, 2 runs without its mount-ns: user namespaces are not allowed here; fix: sysctl"),
+            "{lines:?}"
+        );
         let strict = Sandbox { mode: SandboxMode::Strict, ..Sandbox::default() };
         assert_eq!(notes("a", &strict, &copies).len(), 5, "every missing fence: the namespaces");
     }

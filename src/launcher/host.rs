@@ -198,9 +198,7 @@ fn map_ids(child: Pid, who: Option<&Identity>) -> anyhow::Result<()> {
 
 /// The user a copy runs as, for the report.
 pub fn user_name(who: Option<&Identity>) -> String {
-    who.map(|w| w.name.clone())
-        .or_else(|| Identity::current().map(|i| i.name))
-        .unwrap_or_else(|| nix::unistd::geteuid().to_string())
+    who.map(|w| w.name.clone()).or_else(|| Identity::current().map(|i| i.name)).unwrap_or_else(|| nix::unistd::geteuid().to_string())
 }
 
 /// The PID (as the host sees it) of the init's one child, R.

@@ -52,7 +52,8 @@ pub fn run(mut init: Init) -> ! {
         let _ = nix::unistd::close(fd);
     }
     // SAFETY: these fds were inherited through clone and are the init's own.
-    let (mut go, ready, done) = unsafe { (std::fs::File::from_raw_fd(init.go), OwnedFd::from_raw_fd(init.ready), OwnedFd::from_raw_fd(init.done)) };
+    let (mut go, ready, done) =
+        unsafe { (std::fs::File::from_raw_fd(init.go), OwnedFd::from_raw_fd(init.ready), OwnedFd::from_raw_fd(init.done)) };
     let mut byte = [0u8; 1];
     if go.read(&mut byte).ok() != Some(1) {
         // The host side is gone or could not map the ids: nothing to start.

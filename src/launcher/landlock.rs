@@ -13,8 +13,8 @@
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    path_beneath_rules, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    path_beneath_rules, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+    Scope, ABI,
 };
 use serde::{Deserialize, Serialize};
 
@@ -98,8 +98,7 @@ impl LandlockApplied {
 }
 
 /// Devices and device folders the fence lets a copy write to.
-const FENCE_DEVICES: [&str; 8] =
-    ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/shm"];
+const FENCE_DEVICES: [&str; 8] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/shm"];
 
 /// The Landlock ABI of the running kernel (0 when there is none), asked of
 /// the kernel itself.
@@ -139,12 +138,7 @@ pub fn fence(writable: &[PathBuf], port: u16) -> LandlockApplied {
 
 /// Builds and enforces the ruleset for `abi`, asking only for what
 /// `applied` says the kernel has.
-fn fence_ruleset(
-    abi: ABI,
-    writable: &[PathBuf],
-    port: u16,
-    applied: &LandlockApplied,
-) -> Result<(), landlock::RulesetError> {
+fn fence_ruleset(abi: ABI, writable: &[PathBuf], port: u16, applied: &LandlockApplied) -> Result<(), landlock::RulesetError> {
     let write = AccessFs::from_write(abi);
     let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::BestEffort).handle_access(write)?;
     if applied.bind {

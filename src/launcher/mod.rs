@@ -244,7 +244,9 @@ pub fn main(args: &[OsString]) -> i32 {
     if launch.sandbox.mode != SandboxMode::Off {
         match join_cgroups(&launch.cgroups) {
             Ok(()) => fences.in_force(fences::CGROUP),
-            Err(why) => fences.missing(fences::CGROUP, &why, Some("Delegate=yes in shinyctl.service (cgroup v2), or a root daemon on cgroup v1")),
+            Err(why) => {
+                fences.missing(fences::CGROUP, &why, Some("Delegate=yes in shinyctl.service (cgroup v2), or a root daemon on cgroup v1"))
+            }
         }
     }
     let who = match run_as(&launch) {
@@ -295,7 +297,8 @@ fn run_as(launch: &Launch) -> Result<Option<Identity>, String> {
 /// `sandbox.mode: off`): Landlock where it can be had, then exec. The
 /// fences say why there are no namespaces.
 fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, who: Option<&Identity>) -> i32 {
-    let canonical = |p: &Path, what: &str| std::fs::canonicalize(p).map_err(|e| format!("the {what} {} cannot be opened: {e}", p.display()));
+    let canonical =
+        |p: &Path, what: &str| std::fs::canonicalize(p).map_err(|e| format!("the {what} {} cannot be opened: {e}", p.display()));
     let (app_dir, scratch) = match (canonical(&launch.app_dir, "app folder"), canonical(&launch.scratch, "scratch disk")) {
         (Ok(a), Ok(s)) => (a, s),
         (Err(e), _) | (_, Err(e)) => return fail(&e),

@@ -170,7 +170,13 @@ fn fill_root(old: &Path, new: &Path, plan: &Plan, sources: &Sources) -> anyhow::
         bind(sources.from("/oldroot", &plan.shm), &shm, false)?;
     }
     // The IPC namespace's own message queues, where the kernel has them.
-    let _ = mount(Some("mqueue"), &new.join("dev/mqueue"), Some("mqueue"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC, None::<&str>);
+    let _ = mount(
+        Some("mqueue"),
+        &new.join("dev/mqueue"),
+        Some("mqueue"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    );
     Ok(built)
 }
 
@@ -253,7 +259,8 @@ fn expose(plan: &Plan, sources: &Sources) -> anyhow::Result<()> {
             // A place the copy's user cannot walk to (a run-as copy's
             // release at its own path below /root): R could not reach it
             // there either, so nothing is missing.
-            Err(e) if e.root_cause().downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied) => {}
+            Err(e) if e.root_cause().downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied) => {
+            }
             Err(e) => super::log(&format!("--- shinyctl: {} is not in the copy's root: {e:#} ---", at.display())),
         }
     }
@@ -277,7 +284,14 @@ fn read_only_tree(path: &Path) -> anyhow::Result<()> {
     let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
     // SAFETY: a path and a mount_attr of the size passed, both alive for the call.
     let rc = unsafe {
-        libc::syscall(libc::SYS_mount_setattr, libc::AT_FDCWD, c.as_ptr(), AT_RECURSIVE, &attr as *const MountAttr, std::mem::size_of::<MountAttr>())
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
     };
     if rc != 0 {
         // An older kernel: the top mount alone, with the flags it has.
@@ -324,6 +338,5 @@ fn remount_read_only(path: &Path) -> anyhow::Result<()> {
             flags |= ms;
         }
     }
-    mount(None::<&str>, path, None::<&str>, flags, None::<&str>)
-        .with_context(|| format!("cannot make {} read-only", path.display()))
+    mount(None::<&str>, path, None::<&str>, flags, None::<&str>).with_context(|| format!("cannot make {} read-only", path.display()))
 }

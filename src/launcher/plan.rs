@@ -45,7 +45,8 @@ pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<Plan> 
         }
     }
     // An r-path given as a path (not a name on PATH) is needed inside.
-    let needed = Some(Path::new(&launch.r_path)).filter(|p| p.is_absolute()).and_then(|p| std::fs::canonicalize(p).ok()).into_iter().collect();
+    let needed =
+        Some(Path::new(&launch.r_path)).filter(|p| p.is_absolute()).and_then(|p| std::fs::canonicalize(p).ok()).into_iter().collect();
     Ok(Plan { app_dir, scratch, tmp, shm, hidden, writable, needed })
 }
 

@@ -13,10 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
-    TargetArch,
-};
+use seccompiler::{BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule, TargetArch};
 
 /// Calls refused outright (EPERM), on every architecture.
 pub(super) const REFUSED: &[libc::c_long] = &[
@@ -115,10 +112,7 @@ pub fn build() -> Result<Filters, String> {
     refused.insert(libc::SYS_clone, clone_rules()?);
     refused.insert(libc::SYS_personality, vec![personality_rule()?]);
     let no_clone3 = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
-    Ok(Filters {
-        refused: compile(refused, libc::EPERM, arch)?,
-        no_clone3: compile(no_clone3, libc::ENOSYS, arch)?,
-    })
+    Ok(Filters { refused: compile(refused, libc::EPERM, arch)?, no_clone3: compile(no_clone3, libc::ENOSYS, arch)? })
 }
 
 /// Installs both filters on this thread (and so on what it execs). Sets

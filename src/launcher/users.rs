@@ -84,8 +84,10 @@ mod tests {
     #[test]
     fn only_the_documented_variables_are_kept() {
         let vars = ["PATH", "HOME", "LC_ALL", "R_LIBS_USER", "TZ", "SSH_AUTH_SOCK", "SHINYCTL_HOME", "AWS_SECRET_ACCESS_KEY", "LANGUAGE"];
-        let kept: Vec<String> =
-            kept_env(vars.iter().map(|v| (OsString::from(v), OsString::from("x")))).into_iter().map(|(k, _)| k.into_string().unwrap()).collect();
+        let kept: Vec<String> = kept_env(vars.iter().map(|v| (OsString::from(v), OsString::from("x"))))
+            .into_iter()
+            .map(|(k, _)| k.into_string().unwrap())
+            .collect();
         assert_eq!(kept, ["PATH", "HOME", "LC_ALL", "R_LIBS_USER", "TZ"]);
     }
 

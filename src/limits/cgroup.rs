@@ -169,7 +169,12 @@ impl Cgroups {
             let limit = memory.map_or("max".to_string(), |m| m.to_string());
             let writes: Vec<(&str, String)> = match controller {
                 Controller::Both => {
-                    vec![("memory.max", limit), ("memory.swap.max", "0".into()), ("memory.oom.group", "1".into()), ("pids.max", tasks.to_string())]
+                    vec![
+                        ("memory.max", limit),
+                        ("memory.swap.max", "0".into()),
+                        ("memory.oom.group", "1".into()),
+                        ("pids.max", tasks.to_string()),
+                    ]
                 }
                 Controller::Memory => vec![("memory.limit_in_bytes", limit.clone()), ("memory.memsw.limit_in_bytes", limit)],
                 Controller::Pids => vec![("pids.max", tasks.to_string())],

@@ -157,7 +157,11 @@ fn paths(cx: &Cx, v: &Value, must_exist: bool) -> Result<Vec<PathBuf>, ManifestE
 
 /// The line of the list item `- item` written below the key at `from`.
 fn item_line(text: &str, from: usize, item: &str) -> Option<usize> {
-    text.lines().enumerate().skip(from).find(|(_, l)| l.trim_start().strip_prefix('-').is_some_and(|r| r.contains(item))).map(|(i, _)| i + 1)
+    text.lines()
+        .enumerate()
+        .skip(from)
+        .find(|(_, l)| l.trim_start().strip_prefix('-').is_some_and(|r| r.contains(item)))
+        .map(|(i, _)| i + 1)
 }
 
 /// `run-as`: a user name of the usual form that exists on this machine.

@@ -40,9 +40,9 @@ use error::{describe, first_content_line, Doc};
 
 pub use draft::KEYS;
 pub use error::{line_of_key, ManifestError};
+pub use fence::SANDBOX_KEYS;
 pub use net::Cidr;
 pub use policy::{LbPolicy, RestartPolicy};
-pub use fence::SANDBOX_KEYS;
 pub use sandbox::{parse_size, show_size, Sandbox, SandboxMode, Syscalls, DEFAULT_OPEN_FILES, DEFAULT_TASKS};
 pub use value::parse_duration;
 

@@ -173,7 +173,9 @@ pub async fn handle(req: Request<hyper::body::Incoming>, ctl: &Control) -> Respo
             ctl.stop.notify_one();
             uds::json_response(StatusCode::OK, &ActionReply { message: "stopping".into() })
         }
-        (_, "/table" | "/stats" | "/metrics" | "/shutdown") => error(StatusCode::METHOD_NOT_ALLOWED, format!("{} is not allowed here", req.method())),
+        (_, "/table" | "/stats" | "/metrics" | "/shutdown") => {
+            error(StatusCode::METHOD_NOT_ALLOWED, format!("{} is not allowed here", req.method()))
+        }
         (_, path) => error(StatusCode::NOT_FOUND, format!("no such route: {path}")),
     }
 }

@@ -187,7 +187,9 @@ pub fn receive_listeners(stream: &UnixStream, first: Received) -> io::Result<Soc
             Received::Legacy(names, fds) => (names, fds, false),
             Received::Message(Message::Listeners { sockets, more }, fds) => (sockets, fds, more),
             Received::Message(Message::Refused { reason }, _) => return Err(io::Error::other(format!("refused: {reason}"))),
-            Received::Message(other, _) => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("expected listeners, got {other:?}"))),
+            Received::Message(other, _) => {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("expected listeners, got {other:?}")))
+            }
         };
         if names.len() != fds.len() {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} names for {} sockets", names.len(), fds.len())));

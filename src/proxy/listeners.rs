@@ -97,8 +97,7 @@ impl Listeners {
         // Gone from the table, moved to another host, or no longer given
         // (or given anew as another socket): stop, and close our copy.
         self.running.retain(|port, r| {
-            let keep = want.get(port) == Some(&r.host)
-                && given.get(&(r.host.clone(), *port)).is_some_and(|s| inode_of(s) == r.inode);
+            let keep = want.get(port) == Some(&r.host) && given.get(&(r.host.clone(), *port)).is_some_and(|s| inode_of(s) == r.inode);
             if !keep {
                 tracing::info!(port, host = %r.host, "stopped listening on {}:{port}", r.host);
             }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::daemon::DaemonLink;
-use super::pump::Pump;
 use super::limits::Gate;
+use super::pump::Pump;
 use super::workers::Worker;
 use super::{cookie, table};
 

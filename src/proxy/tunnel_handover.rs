@@ -276,7 +276,10 @@ impl Reader {
         self.take(4).await?;
         let header: Header = serde_json::from_slice(&self.take(len).await?).map_err(|e| invalid(&format!("a frame header: {e}")))?;
         if header.kind != KIND || header.version != VERSION {
-            return Err(invalid(&format!("a message of kind {:?} version {} (this build reads {KIND:?} version {VERSION})", header.kind, header.version)));
+            return Err(invalid(&format!(
+                "a message of kind {:?} version {} (this build reads {KIND:?} version {VERSION})",
+                header.kind, header.version
+            )));
         }
         let mut tunnels = Vec::with_capacity(header.tunnels.len());
         for e in header.tunnels {
@@ -290,7 +293,14 @@ impl Reader {
             };
             let visitor = std::net::TcpStream::from(visitor);
             let copy = std::net::TcpStream::from(copy);
-            tunnels.push(Tunnel { visitor, copy, up: Way::new(up, e.up_eof), down: Way::new(down, e.down_eof), app: e.app, copy_number: e.copy });
+            tunnels.push(Tunnel {
+                visitor,
+                copy,
+                up: Way::new(up, e.up_eof),
+                down: Way::new(down, e.down_eof),
+                app: e.app,
+                copy_number: e.copy,
+            });
         }
         Ok(Some(tunnels))
     }

@@ -122,11 +122,7 @@ pub fn prepare_start(
     if spec.sandbox.mode != SandboxMode::Off {
         cmd.env_clear().envs(launcher::users::kept_env(std::env::vars_os()));
     }
-    cmd.envs(&spec.env)
-        .env("SHINYCTL_COPY", rec.copy.to_string())
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
+    cmd.envs(&spec.env).env("SHINYCTL_COPY", rec.copy.to_string()).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     own_session(&mut cmd);
     rec.port = port;
     Ok(Launching { cmd })

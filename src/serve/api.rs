@@ -158,4 +158,3 @@ async fn wake(shared: &Shared, name: &str) -> Reply {
         Err(_) => error(StatusCode::GATEWAY_TIMEOUT, format!("{name} was not ready within its request-timeout")),
     }
 }
-

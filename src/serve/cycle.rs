@@ -302,7 +302,11 @@ impl Daemon {
             let cx = Cx { name: &name, home: &self.home, events: &self.events, now, cgroups: &self.cgroups };
             let app = self.apps.get_mut(&name);
             let waiting = app.as_ref().is_some_and(|a| {
-                a.recorded.state.copies.iter().any(|r| r.copy == copy && r.revision == revision && r.pid.is_none() && r.stop_started_ms.is_none())
+                a.recorded
+                    .state
+                    .copies
+                    .iter()
+                    .any(|r| r.copy == copy && r.revision == revision && r.pid.is_none() && r.stop_started_ms.is_none())
             });
             let Some(AppRt { recorded, tracked, .. }) = app.filter(|_| waiting) else {
                 if let Ok(pid) = result {
@@ -354,11 +358,27 @@ fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked, fac
     }
     let owner = facts.owner(pid, rec.port);
     if owner != procfs::PortOwner::Ours && tracked.ready.remove(&pid) {
-        tracing::warn!(app = name, copy = rec.copy, pid, port = rec.port, "copy {} no longer answers from its own socket on port {}: {owner:?}", rec.copy, rec.port);
+        tracing::warn!(
+            app = name,
+            copy = rec.copy,
+            pid,
+            port = rec.port,
+            "copy {} no longer answers from its own socket on port {}: {owner:?}",
+            rec.copy,
+            rec.port
+        );
         tracked.probing.remove(&pid);
     }
     if owner == procfs::PortOwner::Other {
-        tracing::warn!(app = name, copy = rec.copy, pid, port = rec.port, "another program listens on copy {}'s port {}; it moves", rec.copy, rec.port);
+        tracing::warn!(
+            app = name,
+            copy = rec.copy,
+            pid,
+            port = rec.port,
+            "another program listens on copy {}'s port {}; it moves",
+            rec.copy,
+            rec.port
+        );
     }
     owner
 }

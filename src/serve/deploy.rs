@@ -163,9 +163,10 @@ async fn claim(shared: &Shared, spec: &AppSpec, text: &str) -> Result<Option<(so
             .any(|a| d.sockets.holds(&(a.recorded.spec.host.clone(), a.recorded.spec.port)))
     };
     let (host, port) = addr.clone();
-    let bound = tokio::task::spawn_blocking(move || sockets::bind(&host, port).map_err(|e| (e.raw_os_error(), sockets::explain(&host, port, &e))))
-        .await
-        .map_err(|e| Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot bind the app's port: {e}"))))?;
+    let bound =
+        tokio::task::spawn_blocking(move || sockets::bind(&host, port).map_err(|e| (e.raw_os_error(), sockets::explain(&host, port, &e))))
+            .await
+            .map_err(|e| Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot bind the app's port: {e}"))))?;
     match bound {
         Ok(socket) => Ok(Some((addr, socket))),
         Err((Some(libc::EADDRINUSE), _)) if own_port => Ok(None),

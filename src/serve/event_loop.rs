@@ -11,7 +11,9 @@ use tokio::sync::{mpsc, Mutex};
 use crate::api_client::Client;
 use crate::home::Home;
 
-use super::{api, limits, orphans, metrics, notify, now_ms, probe, proxy_ctl, record, sockets, PendingLaunch, Daemon, Event, Shared, Tallies, TICK};
+use super::{
+    api, limits, metrics, notify, now_ms, orphans, probe, proxy_ctl, record, sockets, Daemon, Event, PendingLaunch, Shared, Tallies, TICK,
+};
 
 /// Runs the daemon in the foreground until SIGTERM or SIGINT. Stopping it
 /// stops only the daemon: the copies and the load balancer keep running.

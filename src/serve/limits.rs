@@ -63,7 +63,14 @@ pub fn notes(cgroups: &Cgroups, spec: &AppSpec) -> Vec<String> {
 
 /// The memory stop an exit of a copy carries: the watch's, or its
 /// cgroup's OOM kill.
-pub fn memory_stop_at_exit(cgroups: &Cgroups, tracked: &Tracked, name: &str, rec: &CopyRecord, pid: u32, limit: Option<u64>) -> Option<MemoryStop> {
+pub fn memory_stop_at_exit(
+    cgroups: &Cgroups,
+    tracked: &Tracked,
+    name: &str,
+    rec: &CopyRecord,
+    pid: u32,
+    limit: Option<u64>,
+) -> Option<MemoryStop> {
     if let Some(stop) = tracked.memory_stops.get(&pid) {
         return Some(*stop);
     }
@@ -140,8 +147,7 @@ pub fn spawn_watch(shared: Shared, cgroups: Cgroups) {
                 .into_iter()
                 .filter_map(|w| {
                     let leaf = limits::leaf(&w.app, w.copy);
-                    let cgroup: Option<CgroupSample> =
-                        if cgroups.holds_memory(w.pid, &leaf) { cgroups.memory_sample(&leaf) } else { None };
+                    let cgroup: Option<CgroupSample> = if cgroups.holds_memory(w.pid, &leaf) { cgroups.memory_sample(&leaf) } else { None };
                     let rss = if cgroup.is_some() { None } else { processes.get_or_init(procfs::Processes::read).tree_rss_bytes(w.pid) };
                     limits::watch_verdict(&Sample { limit: w.limit, cgroup, rss }).map(|stop| (w, stop))
                 })

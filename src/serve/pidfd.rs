@@ -43,9 +43,7 @@ impl Pidfd {
     pub fn signal(&self, sig: i32, group: bool) -> io::Result<()> {
         let flags = if group { PIDFD_SIGNAL_PROCESS_GROUP } else { 0 };
         // SAFETY: a valid pidfd, a signal number, no siginfo, and flags.
-        let r = unsafe {
-            libc::syscall(libc::SYS_pidfd_send_signal, self.fd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), flags)
-        };
+        let r = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.fd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), flags) };
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {

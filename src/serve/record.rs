@@ -96,7 +96,12 @@ pub fn check_state_file(path: &Path) -> Result<(), String> {
         f.sync_all()
     });
     let _ = fs::remove_file(&probe);
-    made.map_err(|e| format!("cannot write the state file in {}: {e}; make the folder writable or set state-file to a path in a writable folder", dir.display()))
+    made.map_err(|e| {
+        format!(
+            "cannot write the state file in {}: {e}; make the folder writable or set state-file to a path in a writable folder",
+            dir.display()
+        )
+    })
 }
 
 /// When the file is larger than `limit`, copies it to `<file>.1` and

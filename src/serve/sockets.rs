@@ -222,9 +222,9 @@ fn in_use(port: u16, holders: &[procfs::Holder]) -> String {
         parts.push(format!("{} listens on it", others.join(", ")));
     }
     let advice = match homes.first() {
-        Some((home, _)) => format!(
-            "Pick another port, or remove the app that has it there (`SHINYCTL_HOME={home} shinyctl status` lists it)"
-        ),
+        Some((home, _)) => {
+            format!("Pick another port, or remove the app that has it there (`SHINYCTL_HOME={home} shinyctl status` lists it)")
+        }
         None => "Pick another port, or stop that program".into(),
     };
     format!("port {port} is already in use: {}. {advice}", parts.join("; "))
@@ -290,7 +290,11 @@ mod tests {
         };
         let text = in_use(
             8080,
-            &[h(10, "/usr/bin/shinyctl serve", Some("/srv/a")), h(11, "/usr/bin/shinyctl proxy", Some("/srv/a")), h(12, "nginx: master", None)],
+            &[
+                h(10, "/usr/bin/shinyctl serve", Some("/srv/a")),
+                h(11, "/usr/bin/shinyctl proxy", Some("/srv/a")),
+                h(12, "nginx: master", None),
+            ],
         );
         assert_eq!(
             text,

@@ -196,7 +196,16 @@ fn wait_for_spare(env: &Env, app: &str) {
 /// Does one fault; returns the PID it killed, if any, and for a copy its
 /// R's start time in ticks.
 #[allow(clippy::too_many_arguments)]
-fn inflict(env: &Env, app: &str, manifest: &Path, fault: Fault, rng: &mut Rng, replicas: &mut u32, build: &mut usize, builds: &[PathBuf]) -> (Option<u32>, Option<u64>) {
+fn inflict(
+    env: &Env,
+    app: &str,
+    manifest: &Path,
+    fault: Fault,
+    rng: &mut Rng,
+    replicas: &mut u32,
+    build: &mut usize,
+    builds: &[PathBuf],
+) -> (Option<u32>, Option<u64>) {
     if fault == Fault::KillCopy {
         let pids: Vec<u32> = env.copies(app).iter().filter(|c| c.role == "active").filter_map(|c| c.pid).collect();
         let Some(&pid) = pids.get(rng.below(pids.len().max(1) as u64) as usize) else { return (None, None) };
@@ -208,7 +217,15 @@ fn inflict(env: &Env, app: &str, manifest: &Path, fault: Fault, rng: &mut Rng, r
 }
 
 /// Does one fault other than killing a copy; returns the PID it killed, if any.
-fn inflict_other(env: &Env, app: &str, manifest: &Path, fault: Fault, replicas: &mut u32, build: &mut usize, builds: &[PathBuf]) -> Option<u32> {
+fn inflict_other(
+    env: &Env,
+    app: &str,
+    manifest: &Path,
+    fault: Fault,
+    replicas: &mut u32,
+    build: &mut usize,
+    builds: &[PathBuf],
+) -> Option<u32> {
     let status = env.status();
     let daemon = status["daemon_pid"].as_u64().map(|p| p as u32);
     match fault {
@@ -398,7 +415,12 @@ fn figures(env: &Env, app: &str, tally: Tally, happened: &[Happened]) -> Figures
 /// nor a descendant of one of them.
 fn orphans(env: &Env, app: &str) -> Vec<u32> {
     let status = env.status();
-    let copies = status["apps"].as_array().into_iter().flatten().filter(|a| a["name"] == app).flat_map(|a| a["copies"].as_array().into_iter().flatten());
+    let copies = status["apps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["name"] == app)
+        .flat_map(|a| a["copies"].as_array().into_iter().flatten());
     let mut known: BTreeSet<u32> =
         copies.flat_map(|c| [c["pid"].as_u64(), c["launcher_pid"].as_u64()]).flatten().map(|p| p as u32).collect();
     known.extend(["daemon_pid", "proxy_pid"].iter().filter_map(|k| status[k].as_u64()).map(|p| p as u32));
@@ -456,7 +478,10 @@ fn torn_now(env: &Env, app: &str) -> Vec<String> {
 /// Prints the figures as the README shows them.
 fn print(f: &Figures, secs: u64, seed: u64) {
     println!("chaos: {secs} s, seed {seed}; faults: {:?}", f.faults);
-    println!("requests sent {}, failed {}, refused {}, in flight at a load balancer SIGKILL {}", f.sent, f.failed, f.refused, f.in_flight_at_balancer_kill);
+    println!(
+        "requests sent {}, failed {}, refused {}, in flight at a load balancer SIGKILL {}",
+        f.sent, f.failed, f.refused, f.in_flight_at_balancer_kill
+    );
     println!(
         "sessions opened {}, cut by their own copy's end {}, by a load balancer SIGKILL {}, otherwise {}",
         f.sessions_opened, f.cut_by_own_copy, f.cut_by_balancer_kill, f.cut_otherwise

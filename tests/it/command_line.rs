@@ -41,12 +41,7 @@ fn status_watch_redraws_the_table_every_second_until_interrupted() {
     let env = Env::new("cli-watch");
     env.started("watched", "warm-replicas: 0\n", "1:active");
     let out = std::fs::File::create(env.dir.join("watch.out")).unwrap();
-    let mut child = Command::new(bin())
-        .args(["status", "--watch"])
-        .env("SHINYCTL_HOME", env.home())
-        .stdout(out)
-        .spawn()
-        .unwrap();
+    let mut child = Command::new(bin()).args(["status", "--watch"]).env("SHINYCTL_HOME", env.home()).stdout(out).spawn().unwrap();
     env.track(child.id());
     let frames = |text: &str| text.matches("Every 1s: shinyctl status").count();
     wait_until(Duration::from_secs(20), "three frames of the table", || {

@@ -26,7 +26,9 @@ fn an_idle_app_with_a_crash_looping_copy_goes_to_sleep() {
     let pid1 = env.pid_of("loopnap", 1);
     let text = env.ok(&["status", "loopnap"]);
     assert!(
-        text.contains("loopnap: copy 2 is crash-looping") && text.contains("Its last error: \"Error") && text.contains("copy 2 is broken on purpose"),
+        text.contains("loopnap: copy 2 is crash-looping")
+            && text.contains("Its last error: \"Error")
+            && text.contains("copy 2 is broken on purpose"),
         "the line under the table quotes the copy's last error: {text}"
     );
 

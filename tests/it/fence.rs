@@ -146,10 +146,7 @@ impl Fenced {
 /// The probe's answers on a page, by key.
 fn answers(page: &str) -> std::collections::BTreeMap<String, String> {
     let body = between(page, "<pre>", "</pre>").unwrap_or_else(|| panic!("the probe's page: {page}"));
-    body.lines()
-        .filter_map(|l| l.trim().trim_end_matches(';').split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    body.lines().filter_map(|l| l.trim().trim_end_matches(';').split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 /// Pages from the app until both copies have answered; their answers.
@@ -349,11 +346,8 @@ fn writable_and_hidden_paths_and_mode_off_turns_the_fence_off() {
     let hidden = f.user_home.0.join("secrets");
     std::fs::create_dir_all(&hidden).unwrap();
     std::fs::write(hidden.join("secret"), "s").unwrap();
-    let extra = format!(
-        "warm-replicas: 0\nsandbox:\n  writable-paths: [\"{}\"]\n  hidden-paths: [\"{}\"]\n",
-        writable.display(),
-        hidden.display()
-    );
+    let extra =
+        format!("warm-replicas: 0\nsandbox:\n  writable-paths: [\"{}\"]\n  hidden-paths: [\"{}\"]\n", writable.display(), hidden.display());
     let more_env = format!("  WRITABLE: \"{}\"\n  HIDDEN: \"{}\"\n", writable.display(), hidden.display());
     let port = f.deployed(&app, &extra, &more_env, "1:active");
     let a = answers(&wait_http_ok(port, Duration::from_secs(10)).body);
@@ -366,7 +360,16 @@ fn writable_and_hidden_paths_and_mode_off_turns_the_fence_off() {
     f.env.track(decoy.id());
     let port2 = free_port();
     let plain = unique("fenceplain");
-    let manifest = f.env.app(&plain, port2, &format!("warm-replicas: 0\nsandbox:\n  mode: off\nenv:\n  PROBE_HOME: \"{}\"\n  DAEMON_PID: \"{}\"\n  PROXY_PID: \"{}\"\n", f.env.home().display(), decoy.id(), decoy.id()));
+    let manifest = f.env.app(
+        &plain,
+        port2,
+        &format!(
+            "warm-replicas: 0\nsandbox:\n  mode: off\nenv:\n  PROBE_HOME: \"{}\"\n  DAEMON_PID: \"{}\"\n  PROXY_PID: \"{}\"\n",
+            f.env.home().display(),
+            decoy.id(),
+            decoy.id()
+        ),
+    );
     std::fs::write(manifest.parent().unwrap().join("app.R"), PROBE_R).unwrap();
     f.env.apply(&manifest);
     f.env.wait_roles(&plain, "1:active", Duration::from_secs(60));
@@ -460,11 +463,15 @@ fn serve_without_user_namespaces(env: &Env) -> u32 {
     .unwrap()
     .try_into()
     .unwrap();
-    let no_clone3: BpfProgram =
-        SeccompFilter::new([(libc::SYS_clone3, vec![])].into_iter().collect(), SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch)
-            .unwrap()
-            .try_into()
-            .unwrap();
+    let no_clone3: BpfProgram = SeccompFilter::new(
+        [(libc::SYS_clone3, vec![])].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .unwrap()
+    .try_into()
+    .unwrap();
     let mut cmd = Command::new(bin());
     cmd.arg("serve").env("SHINYCTL_HOME", env.home()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     // SAFETY: only the two filters are applied between fork and exec (prctl

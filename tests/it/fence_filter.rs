@@ -96,11 +96,11 @@ fn probe(env: &Env, name: &str, extra: &str, outside: &Path) -> BTreeMap<String,
     for tool in ["/usr/bin/python3", "/usr/bin/strace", "/usr/bin/mount"] {
         assert!(Path::new(tool).exists(), "{tool} is needed by this test");
     }
-    let manifest = env.app(name, free_port(), &format!(
-        "warm-replicas: 0\nenv: {{ OTHER_PORT: \"{}\", OUTSIDE: \"{}\" }}\n{extra}",
+    let manifest = env.app(
+        name,
         free_port(),
-        outside.display()
-    ));
+        &format!("warm-replicas: 0\nenv: {{ OTHER_PORT: \"{}\", OUTSIDE: \"{}\" }}\n{extra}", free_port(), outside.display()),
+    );
     let folder = manifest.parent().unwrap();
     std::fs::write(folder.join("app.R"), FENCE_R).unwrap();
     std::fs::write(folder.join("probe.py"), PROBE_PY).unwrap();

@@ -288,9 +288,8 @@ fn delete_keeps_a_copy_with_an_open_session_past_the_settle() {
     let session = crate::balancer::Session::open(port, "");
     env.ok(&["delete", "delkeep"]);
     // Past the 10 s settle (how-it-works.txt) only the session keeps it.
-    let drain = wait_until(Duration::from_secs(10), "the drain start in state.json", || {
-        env.record("delkeep", 1)?["drain_started_ms"].as_u64()
-    });
+    let drain =
+        wait_until(Duration::from_secs(10), "the drain start in state.json", || env.record("delkeep", 1)?["drain_started_ms"].as_u64());
     wait_clock(drain + 12_000);
     assert!(pid_alive(pid), "the copy keeps its open session past the settle");
     session.close();

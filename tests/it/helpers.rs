@@ -493,9 +493,8 @@ pub fn pids_with_home(home: &Path) -> Vec<u32> {
             let in_env = std::fs::read(format!("/proc/{pid}/environ"))
                 .map(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
                 .unwrap_or(false);
-            let marked = std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| c.windows(mark.len()).any(|w| w == mark.as_bytes()))
-                .unwrap_or(false);
+            let marked =
+                std::fs::read(format!("/proc/{pid}/cmdline")).map(|c| c.windows(mark.len()).any(|w| w == mark.as_bytes())).unwrap_or(false);
             in_env || marked
         })
         .collect()

@@ -102,7 +102,9 @@ fn a_copy_runs_in_its_own_mount_namespace_with_its_folder_read_only() {
 
     let log = wait_log(&env, "default-probe.log", "Read-only file system");
     assert!(
-        log.contains("isolation: mount namespace. The app's folder /shinyctl/app is read-only: write to SHINYCTL_SCRATCH (/shinyctl/scratch)"),
+        log.contains(
+            "isolation: mount namespace. The app's folder /shinyctl/app is read-only: write to SHINYCTL_SCRATCH (/shinyctl/scratch)"
+        ),
         "{log}"
     );
     let iso = isolation(&env, "probe");

@@ -103,14 +103,9 @@ fn a_copy_over_its_memory_limit_is_stopped_counted_as_a_crash_and_comes_back() {
     assert_eq!(get(port, "/", &[]).unwrap().status, 200);
 
     // The metrics count it once, as a memory-limit restart and not a crash.
-    let (_, metrics) = shinyctl::uds::request_blocking(
-        &env.home().join("api.sock"),
-        hyper::Method::GET,
-        "/v1/metrics",
-        None,
-        Duration::from_secs(10),
-    )
-    .expect("api.sock answers");
+    let (_, metrics) =
+        shinyctl::uds::request_blocking(&env.home().join("api.sock"), hyper::Method::GET, "/v1/metrics", None, Duration::from_secs(10))
+            .expect("api.sock answers");
     let metrics = String::from_utf8_lossy(&metrics);
     for (reason, want) in [("memory-limit", "1"), ("crash", "0")] {
         let series = format!("shinyctl_restarts_total{{app=\"hog\",reason=\"{reason}\"}} {want}");
@@ -145,7 +140,8 @@ fn bad_sandbox_values_are_refused_and_a_new_limit_redeploys() {
     assert_eq!(env.pid_of("fenced", 1), first, "nothing running changed");
 
     // A new memory limit is a new way to start: new copies replace the old.
-    std::fs::write(&manifest, format!("app-name: fenced\nport: {port}\nwarm-replicas: 0\nsandbox:\n  memory: 400M\n  tasks: 200\n")).unwrap();
+    std::fs::write(&manifest, format!("app-name: fenced\nport: {port}\nwarm-replicas: 0\nsandbox:\n  memory: 400M\n  tasks: 200\n"))
+        .unwrap();
     env.apply(&manifest);
     env.wait_roles("fenced", "2:active", Duration::from_secs(60));
     wait_gone(first, Duration::from_secs(30), "the copy with the old limit to stop");

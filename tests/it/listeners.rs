@@ -116,9 +116,7 @@ fn a_port_taken_while_the_daemon_was_down_is_a_line_under_the_table_until_it_is_
     assert_eq!(app["not_listening"], "another program listens on it", "{text}");
     drop(squatter);
     wait_http_ok(port, Duration::from_secs(30));
-    wait_until(Duration::from_secs(10), "the line to go", || {
-        (!env.ok(&["status"]).contains("not listening")).then_some(())
-    });
+    wait_until(Duration::from_secs(10), "the line to go", || (!env.ok(&["status"]).contains("not listening")).then_some(()));
 }
 
 /// A user of its own for one test, removed when dropped.
@@ -176,7 +174,9 @@ fn a_port_below_the_unprivileged_start_is_refused_with_what_to_do() {
     let uid = std::fs::read_to_string(format!("/proc/{daemon}/status")).unwrap();
     assert!(!uid.lines().any(|l| l.starts_with("Uid:\t0")), "the daemon runs unprivileged: {uid}");
     assert!(!out.status.success(), "port 80 is refused: {err}");
-    for what in ["port 80 is below", "net.ipv4.ip_unprivileged_port_start", "CAP_NET_BIND_SERVICE", "1024 or more", "setcap", "app.yaml:2: port:"] {
+    for what in
+        ["port 80 is below", "net.ipv4.ip_unprivileged_port_start", "CAP_NET_BIND_SERVICE", "1024 or more", "setcap", "app.yaml:2: port:"]
+    {
         assert!(err.contains(what), "the message says {what:?}: {err}");
     }
     assert!(status["apps"].as_array().unwrap().is_empty(), "nothing was applied");

@@ -20,6 +20,6 @@ mod releases;
 mod several_hosts;
 mod sleep;
 mod staying_up;
-mod tunnels;
 mod systemd;
+mod tunnels;
 mod upgrade;

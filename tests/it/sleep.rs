@@ -83,10 +83,8 @@ fn a_wake_that_fails_is_a_503_and_one_that_takes_too_long_a_504() {
     // (app, its request-timeout, what its redeploy while asleep adds, the
     // answer to the waking request). The failing one has all the time R
     // may take on a loaded machine to load shiny and fail.
-    let cases = [
-        ("fails", "30s", "env:\n  BROKEN: \"yes\"\n".to_string(), 503),
-        ("slow", "3s", format!("r-path: {}\n", slow.display()), 504),
-    ];
+    let cases =
+        [("fails", "30s", "env:\n  BROKEN: \"yes\"\n".to_string(), 503), ("slow", "3s", format!("r-path: {}\n", slow.display()), 504)];
     for (name, timeout, change, status) in cases {
         let base = format!("{IDLE}warm-replicas: 0\nrequest-timeout: {timeout}\n");
         let port = env.started(name, &base, "1:active");

@@ -107,9 +107,7 @@ fn an_open_shiny_session_keeps_working_through_a_load_balancer_upgrade() {
     assert_eq!(output(&mut socket, 42), r_pid, "the same R process answers");
     input(&mut socket, 50);
     assert_eq!(output(&mut socket, 100), r_pid);
-    wait_until(Duration::from_secs(20), "the new load balancer to count the session", || {
-        (env.copies("ws")[0].sessions == 1).then_some(())
-    });
+    wait_until(Duration::from_secs(20), "the new load balancer to count the session", || (env.copies("ws")[0].sessions == 1).then_some(()));
 
     // Closing it ends the session there.
     let _ = socket.close(None);

@@ -49,7 +49,10 @@ fn oom_kill_counts() {
 #[test]
 fn a_copys_cgroup_is_made_with_its_limits_read_and_removed() {
     let root = std::env::temp_dir().join(format!("shinyctl-cgroup-test-{}", std::process::id()));
-    let cg = Cgroups { kind: Kind::V1 { memory: Some(root.join("memory/shinyctl-t")), pids: Some(root.join("pids/shinyctl-t")) }, missing: None };
+    let cg = Cgroups {
+        kind: Kind::V1 { memory: Some(root.join("memory/shinyctl-t")), pids: Some(root.join("pids/shinyctl-t")) },
+        missing: None,
+    };
     assert!(cg.has_memory() && cg.has_pids());
     let dirs = cg.prepare("hello-2", Some(200 << 20), 64).unwrap();
     assert_eq!(dirs, vec![root.join("memory/shinyctl-t/hello-2"), root.join("pids/shinyctl-t/hello-2")]);

@@ -138,7 +138,10 @@ impl Sim {
     }
 
     fn notes(&self) -> Vec<String> {
-        notes(&self.spec, &self.state, &self.world, self.now, &|c| CopyLog { path: format!("logs/default-hello@{c}.log"), last_error: None })
+        notes(&self.spec, &self.state, &self.world, self.now, &|c| CopyLog {
+            path: format!("logs/default-hello@{c}.log"),
+            last_error: None,
+        })
     }
 }
 
