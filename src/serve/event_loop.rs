@@ -149,7 +149,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             d.probes(&due)
         };
         let facts = tokio::task::spawn_blocking(move || probe::Facts::find(probes)).await.unwrap_or_default();
-        let table = {
+        let (table, launches) = {
             let mut guard = shared.lock().await;
             let d = &mut *guard;
             d.proxy_pid = proxy.pid();
@@ -157,6 +157,8 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
                 d.fold_traffic(stats);
             }
             if all {
+                // Again: an app applied since the lookups is cycled too
+                // (its processes looked up on the spot).
                 due.extend(d.apps.keys().cloned());
                 d.sweep_cgroups();
             }
@@ -165,7 +167,6 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             }
             (d.table(), d.take_launches())
         };
-        let (table, launches) = table;
         // The launchers the cycles readied run with the lock released: a
         // fork and exec wait on the scheduler, `status` does not.
         if !launches.is_empty() {
