@@ -66,12 +66,16 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let app = query(&req, "app").map(str::to_string);
             // The load balancer's figures are fetched with the lock released.
             let home = shared.lock().await.home.clone();
-            let stats = super::proxy_ctl::fetch_stats(&home, super::proxy_ctl::STATUS_TIMEOUT).await;
+            // So is what /proc says of the copies.
+            let (stats, shown) = tokio::join!(
+                super::proxy_ctl::fetch_stats(&home, super::proxy_ctl::STATUS_TIMEOUT),
+                super::status::look_up(&shared, app.as_deref())
+            );
             let mut d = shared.lock().await;
             if let Some(stats) = stats {
                 d.fold_traffic(stats);
             }
-            match super::status::report(&d, app.as_deref()) {
+            match super::status::report(&d, app.as_deref(), &shown) {
                 Ok(r) => uds::json_response(StatusCode::OK, &r),
                 Err(e) => error(StatusCode::NOT_FOUND, e),
             }

@@ -89,10 +89,12 @@ pub struct View {
     pub home: Home,
 }
 
-/// Copies what a scrape needs out of the daemon, under its lock.
+/// Copies what a scrape needs out of the daemon, under its lock (what
+/// /proc says of the copies is looked up before, with it released).
 async fn view(shared: &Shared) -> View {
+    let shown = super::status::look_up(shared, None).await;
     let d = shared.lock().await;
-    let apps = super::status::report(&d, None).map(|r| r.apps).unwrap_or_default();
+    let apps = super::status::report(&d, None, &shown).map(|r| r.apps).unwrap_or_default();
     let now = now_ms();
     let asleep_secs = apps
         .iter()

@@ -1,9 +1,10 @@
-//! What the observe step looks up in /proc: whether each copy's process is
-//! still the one recorded, and whether it owns the port it serves on. On a
-//! busy machine those reads take tens of milliseconds (the listening-socket
-//! tables, a scan of every process to find a copy's tree), so they run
-//! before the cycle, with the daemon's lock released and off the async
-//! runtime: `status` never waits for them (faults issue: "status answers in
+//! What the observe step and `status` look up in /proc: whether each
+//! copy's process is still the one recorded, whether it owns the port it
+//! serves on, what its launcher reported, its memory. On a busy machine
+//! those reads take tens of milliseconds (the listening-socket tables, a
+//! scan of every process to find a copy's tree), so they run before the
+//! cycle or the report, with the daemon's lock released and off the async
+//! runtime: neither waits for the other (faults issue: "status answers in
 //! well under 100 ms ... during a redeploy").
 //!
 //! The facts are at most moments old when the cycle uses them. A copy they
@@ -11,9 +12,10 @@
 //! up on the spot, as before.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::procfs::{self, PortOwner};
+use crate::launcher::{self, Report};
+use crate::procfs::{self, PortOwner, Processes};
 
 use super::Daemon;
 
@@ -83,6 +85,54 @@ impl Facts {
     }
 }
 
+/// What `status` shows of one recorded process.
+#[derive(Debug, Clone, Default)]
+pub struct Shown {
+    /// The copy is alive: its launcher is the recorded process, and R, when
+    /// the launcher reported it, still runs (R gone, the launcher follows
+    /// a moment later).
+    pub alive: bool,
+    /// The launcher's report: the isolation, R's PID on the host.
+    pub report: Option<Report>,
+    /// The resident memory of the copy's process tree, while alive.
+    pub mem_bytes: Option<u64>,
+}
+
+/// What `status` shows of each process, by (launcher PID, start time).
+#[derive(Debug, Default)]
+pub struct ShownCopies(HashMap<(u32, Option<u64>), Shown>);
+
+impl ShownCopies {
+    /// Looks every probe up, with one scan of every process for all the
+    /// copies' memory. Blocking: run it with `spawn_blocking`.
+    pub fn find(probes: Vec<Probe>) -> ShownCopies {
+        if probes.is_empty() {
+            return ShownCopies::default();
+        }
+        let processes = Processes::read();
+        ShownCopies(probes.into_iter().map(|p| ((p.pid, p.pid_start), shown(p.pid, p.pid_start, &p.scratch, &processes))).collect())
+    }
+
+    /// What was found of the process `pid` (started at `start`); looked up
+    /// on the spot when it was not probed (a copy started since).
+    pub fn get(&self, pid: u32, start: Option<u64>, scratch: &Path) -> Shown {
+        match self.0.get(&(pid, start)) {
+            Some(s) => s.clone(),
+            None => shown(pid, start, scratch, &Processes::read()),
+        }
+    }
+}
+
+/// What `status` shows of the recorded process `pid`.
+fn shown(pid: u32, start: Option<u64>, scratch: &Path, processes: &Processes) -> Shown {
+    let launcher_alive = start.is_some_and(|s| procfs::is_alive(pid, s));
+    // The launcher's report (keyed by the recorded PID) names R's PID.
+    let report = if launcher_alive { launcher::read_report(scratch, pid) } else { None };
+    let alive = launcher_alive && report.as_ref().and_then(|r| r.r_pid).is_none_or(procfs::running);
+    let mem_bytes = if alive { processes.tree_rss_bytes(pid) } else { None };
+    Shown { alive, report, mem_bytes }
+}
+
 impl Daemon {
     /// The processes the cycles of `apps` will look at.
     pub(super) fn probes<'a>(&self, apps: impl IntoIterator<Item = &'a String>) -> Vec<Probe> {
@@ -118,6 +168,18 @@ mod tests {
         assert!(!Facts::find(vec![probe(me, start.map(|s| s + 1))]).alive(me, 1, start), "another start time is another process");
         assert!(!Facts::find(vec![probe(me, None)]).alive(me, 1, None), "a record without a start time names no process for sure");
         assert!(Facts::default().alive(me, 1, start), "what was not probed is looked up on the spot");
+    }
+
+    #[test]
+    fn status_sees_this_process_alive_with_its_memory_and_a_gone_one_not() {
+        let me = std::process::id();
+        let start = procfs::start_ticks(me);
+        let scratch = PathBuf::from("/nonexistent");
+        let probe = Probe { pid: me, pid_start: start, port: 1, check_port: false, scratch: scratch.clone() };
+        let shown = ShownCopies::find(vec![probe]).get(me, start, &scratch);
+        assert!(shown.alive && shown.mem_bytes.is_some_and(|b| b > 0) && shown.report.is_none(), "{shown:?}");
+        let gone = ShownCopies::default().get(me, start.map(|s| s + 1), &scratch);
+        assert!(!gone.alive && gone.mem_bytes.is_none(), "another start time is another process: {gone:?}");
     }
 
     #[test]

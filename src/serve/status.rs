@@ -1,6 +1,7 @@
 //! What `status` shows, built from the daemon's view: the roles of the last
-//! cycle, the recorded copies, /proc for memory, and the load balancer's
-//! traffic figures.
+//! cycle, the recorded copies, what /proc and the launchers' reports say
+//! (looked up before, with the lock released: `probe::ShownCopies`), and
+//! the load balancer's traffic figures.
 
 use crate::launcher;
 use std::collections::HashMap;
@@ -10,7 +11,8 @@ use crate::procfs;
 use crate::reconcile::{self, Observed, Process, Seen};
 use crate::release;
 
-use super::{now_ms, Daemon};
+use super::probe::{Shown, ShownCopies};
+use super::{now_ms, Daemon, Shared};
 
 /// Logs (api.log) the fences a copy that became ready is missing, with the
 /// reason and the fix.
@@ -25,18 +27,27 @@ pub fn log_missing_fences(d: &Daemon, app: &str, pid: u32) {
     }
 }
 
+/// What status shows of the processes of app `only` (or of every app),
+/// looked up with the daemon's lock released.
+pub async fn look_up(shared: &Shared, only: Option<&str>) -> ShownCopies {
+    let probes = {
+        let d = shared.lock().await;
+        let names: Vec<String> = d.apps.keys().filter(|n| only.is_none_or(|o| o == n.as_str())).cloned().collect();
+        d.probes(&names)
+    };
+    tokio::task::spawn_blocking(move || ShownCopies::find(probes)).await.unwrap_or_default()
+}
+
 /// The status of every app, or of one.
 // A little over a screen: one pass over every app and copy that fills each
 // row from the cycle's view, /proc and the load balancer's figures at once.
-pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
+pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<StatusReport, String> {
     if let Some(name) = only {
         if !d.apps.contains_key(name) {
             return Err(format!("no app named {name}; see `shinyctl status` for the apps there are"));
         }
     }
     let now = now_ms();
-    // One scan of every process for all the copies' memory.
-    let processes = procfs::Processes::read();
     let apps = d
         .apps
         .iter()
@@ -51,14 +62,8 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                 .copies
                 .iter()
                 .map(|rec| {
-                    let launcher_alive = rec.pid.zip(rec.pid_start).is_some_and(|(p, s)| procfs::is_alive(p, s));
-                    // The launcher's report (keyed by the recorded PID) names R's PID.
-                    let report = rec.pid.filter(|_| launcher_alive).and_then(|p| {
-                        launcher::read_report(&d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy), p)
-                    });
-                    // R gone and its launcher about to follow (it ends as R
-                    // did, a moment later): the copy is no longer alive.
-                    let alive = launcher_alive && report.as_ref().and_then(|r| r.r_pid).is_none_or(procfs::running);
+                    let scratch = d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy);
+                    let Shown { alive, report, mem_bytes } = rec.pid.map(|p| shown.get(p, rec.pid_start, &scratch)).unwrap_or_default();
                     let ready = alive && rec.pid.is_some_and(|p| app.tracked.ready.contains(&p));
                     let t = traffic.and_then(|t| t.get(&rec.copy));
                     let sessions = t.map_or(0, |t| t.sessions);
@@ -90,7 +95,7 @@ pub fn report(d: &Daemon, only: Option<&str>) -> Result<StatusReport, String> {
                         launcher_pid: rec.pid.filter(|_| alive),
                         status: status.to_string(),
                         ready,
-                        mem_bytes: rec.pid.filter(|_| alive).and_then(|p| processes.tree_rss_bytes(p)),
+                        mem_bytes,
                         sessions,
                         crashes: rec.crashes,
                         started: rec.started_ms.filter(|_| alive).map(procfs::local_rfc3339),
