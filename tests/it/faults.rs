@@ -150,19 +150,9 @@ fn apps_that_would_share_a_log_file_are_refused() {
 fn daemon_with_read_only(env: &Env, dir: &std::path::Path) -> u32 {
     let d = dir.display();
     let script = format!("mount --bind '{d}' '{d}' && mount -o remount,ro,bind '{d}' && exec '{}' serve", bin());
-    let mut child = std::process::Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script])
-        .env("SHINYCTL_HOME", env.home())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("unshare");
-    let pid = child.id();
-    env.track(pid);
-    // Ended by PID with the test's other processes; reaped here.
-    std::thread::spawn(move || child.wait());
-    wait_until(Duration::from_secs(20), "the daemon to answer", || env.run(&["status"]).status.success().then_some(()));
-    pid
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c", &script]);
+    env.start_daemon(cmd)
 }
 
 /// A state-file in a read-only folder is refused at apply with the reason;

@@ -473,7 +473,7 @@ fn serve_without_user_namespaces(env: &Env) -> u32 {
     .try_into()
     .unwrap();
     let mut cmd = Command::new(bin());
-    cmd.arg("serve").env("SHINYCTL_HOME", env.home()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    cmd.arg("serve");
     // SAFETY: only the two filters are applied between fork and exec (prctl
     // and seccomp system calls; the programs were built before the fork).
     unsafe {
@@ -482,12 +482,7 @@ fn serve_without_user_namespaces(env: &Env) -> u32 {
             seccompiler::apply_filter(&no_clone3).map_err(std::io::Error::other)
         });
     }
-    let mut child = cmd.spawn().expect("the daemon starts");
-    let pid = child.id();
-    env.track(pid);
-    std::thread::spawn(move || child.wait());
-    wait_until(Duration::from_secs(20), "the daemon to answer", || env.run(&["status"]).status.success().then_some(()));
-    pid
+    env.start_daemon(cmd)
 }
 
 /// Where the cgroups are (a root daemon here) but user namespaces are

@@ -332,6 +332,26 @@ impl Env {
             .collect()
     }
 
+    /// Starts a daemon for this test's home with `cmd` (`shinyctl serve`,
+    /// or a wrapper that execs it), its output dropped; ends it by PID with
+    /// the test and reaps it when it ends. Returns its PID once its API
+    /// answers.
+    pub fn start_daemon(&self, mut cmd: Command) -> u32 {
+        let mut child = cmd
+            .env("SHINYCTL_HOME", self.home())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("the daemon's command {cmd:?} runs: {e}"));
+        let pid = child.id();
+        self.track(pid);
+        // Reaped when it ends, so its end is seen as an end.
+        std::thread::spawn(move || child.wait());
+        wait_until(Duration::from_secs(20), "the daemon to answer", || self.run(&["status"]).status.success().then_some(()));
+        pid
+    }
+
     /// Remembers a PID to end at the end of the test.
     pub fn track(&self, pid: u32) {
         self.remember(pid);

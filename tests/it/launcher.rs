@@ -5,7 +5,7 @@
 //! `status --json` says which a copy got.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -126,20 +126,9 @@ fn a_copy_runs_in_its_own_mount_namespace_with_its_folder_read_only() {
 /// (`program args… BIN serve`, the wrapper exec'ing it); returns its PID
 /// once it answers.
 pub fn serve_through(env: &Env, program: &str, args: &[&str]) -> u32 {
-    let mut child = Command::new(program)
-        .args(args)
-        .args([bin(), "serve"])
-        .env("SHINYCTL_HOME", env.home())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{program} (util-linux) runs: {e}"));
-    let pid = child.id();
-    env.track(pid);
-    // Reaped when it ends, so its end is seen as an end.
-    std::thread::spawn(move || child.wait());
-    wait_until(Duration::from_secs(20), "the daemon to answer", || env.run(&["status"]).status.success().then_some(()));
+    let mut cmd = Command::new(program);
+    cmd.args(args).args([bin(), "serve"]);
+    let pid = env.start_daemon(cmd);
     assert!(cmdline(pid).ends_with("shinyctl serve"), "the daemon is the process started: {}", cmdline(pid));
     pid
 }
