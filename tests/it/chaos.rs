@@ -119,8 +119,7 @@ fn run(name: &str, secs: u64, seed: u64) -> Figures {
     let builds = [PathBuf::from(bin()), other];
     let app = unique("chaos");
     let port = free_port();
-    let manifest = env.app(&app, port, "replicas: 2\nwarm-replicas: 1\ndrain-timeout: 10s\nlb-policy: least-conn\n");
-    std::fs::write(manifest.with_file_name("app.R"), CHAOS_APP_R).unwrap();
+    let manifest = env.app_running(CHAOS_APP_R, &app, port, "replicas: 2\nwarm-replicas: 1\ndrain-timeout: 10s\nlb-policy: least-conn\n");
     env.apply(&manifest);
     env.wait_roles(&app, "1:active 2:active 3:warm", Duration::from_secs(90));
     wait_http_ok(port, Duration::from_secs(10));

@@ -14,8 +14,7 @@ shinyApp(fluidPage(textOutput("copy")), function(input, output) output$copy <- r
 fn an_idle_app_with_a_crash_looping_copy_goes_to_sleep() {
     let env = Env::new("faults-crashloop-sleep");
     let port = free_port();
-    let manifest = env.app("loopnap", port, "idle-timeout: 20s\n");
-    std::fs::write(manifest.with_file_name("app.R"), CRASHING_COPY_2).unwrap();
+    let manifest = env.app_running(CRASHING_COPY_2, "loopnap", port, "idle-timeout: 20s\n");
     env.apply(&manifest);
 
     // Copy 1 serves while copy 2 crash-loops.
@@ -335,8 +334,7 @@ fn a_full_disk_stops_no_copy_and_a_dead_one_comes_back() {
     let _disk = Tmpfs::mount(&env.home(), "16m");
     let name = unique("diskfull");
     let port = free_port();
-    let manifest = env.app(&name, port, "replicas: 1\nwarm-replicas: 1\n");
-    std::fs::write(manifest.with_file_name("app.R"), CHATTY_APP_R).unwrap();
+    let manifest = env.app_running(CHATTY_APP_R, &name, port, "replicas: 1\nwarm-replicas: 1\n");
     env.apply(&manifest);
     env.wait_roles(&name, "1:active 2:warm", Duration::from_secs(60));
     wait_http_ok(port, Duration::from_secs(10));

@@ -319,8 +319,7 @@ fn delete_now_lets_a_request_in_flight_be_answered() {
     let env = Env::new("delnow-inflight");
     let name = unique("delnow");
     let port = free_port();
-    let manifest = env.app(&name, port, "warm-replicas: 0\n");
-    std::fs::write(manifest.with_file_name("app.R"), SLOW_PAGE_R).unwrap();
+    let manifest = env.app_running(SLOW_PAGE_R, &name, port, "warm-replicas: 0\n");
     env.apply(&manifest);
     env.wait_roles(&name, "1:active", START);
     wait_http_ok(port, Duration::from_secs(10));

@@ -182,6 +182,13 @@ impl Env {
         self.dir.join("home")
     }
 
+    /// [`Env::app`] with an app.R of the test's own.
+    pub fn app_running(&self, app_r: &str, name: &str, port: u16, extra: &str) -> PathBuf {
+        let manifest = self.app(name, port, extra);
+        std::fs::write(manifest.with_file_name("app.R"), app_r).unwrap();
+        manifest
+    }
+
     /// Writes an app folder `apps/<name>/` with app.R and app.yaml
     /// (`app-name`, `port` and then `extra` lines). Returns the manifest.
     pub fn app(&self, name: &str, port: u16, extra: &str) -> PathBuf {

@@ -34,8 +34,7 @@ shinyApp(ui, function(input, output) {})
 /// free port; returns the port and the manifest (not applied).
 fn hog_app(env: &Env, name: &str, memory: &str) -> (u16, std::path::PathBuf) {
     let port = free_port();
-    let manifest = env.app(name, port, &format!("warm-replicas: 0\nsandbox:\n  memory: {memory}\n"));
-    std::fs::write(manifest.with_file_name("app.R"), HOG_R).unwrap();
+    let manifest = env.app_running(HOG_R, name, port, &format!("warm-replicas: 0\nsandbox:\n  memory: {memory}\n"));
     (port, manifest)
 }
 
