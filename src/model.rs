@@ -354,6 +354,12 @@ pub struct CopyRecord {
     /// crash). None otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moving_from: Option<u16>,
+    /// It drains because of `--now` (or `delete --now`): it stops once no
+    /// request is in flight to it, not when its sessions end. Kept on the
+    /// copy, so a later apply or restart without `--now` does not slow its
+    /// stop down again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hurried: bool,
 }
 
 /// How a process ended.

@@ -176,19 +176,24 @@ pub fn remove_scratch(scratch: &Path) -> std::thread::JoinHandle<()> {
             match std::fs::rename(&path, &to) {
                 Ok(()) => Some(to),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                // Not renamed (another filesystem, a permission): removed where it is.
-                Err(_) => Some(path),
+                // Not renamed: removed now, where it is, so that a new
+                // copy's files made there afterwards are not removed with it.
+                Err(_) => {
+                    remove_path(&path);
+                    None
+                }
             }
         })
         .collect();
-    std::thread::spawn(move || {
-        for path in aside {
-            let gone = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
-            if let Err(e) = gone.or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }) {
-                tracing::warn!(path = %path.display(), "cannot remove a forgotten copy's files: {e}");
-            }
-        }
-    })
+    std::thread::spawn(move || aside.iter().for_each(|p| remove_path(p)))
+}
+
+/// Removes a file or a folder with what it holds; says why it cannot.
+fn remove_path(path: &Path) {
+    let gone = if path.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) };
+    if let Err(e) = gone.or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }) {
+        tracing::warn!(path = %path.display(), "cannot remove a forgotten copy's files: {e}");
+    }
 }
 
 /// Quotes a string for an R single-quoted literal.

@@ -288,11 +288,14 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
         let timeout_end = since.saturating_add(spec.drain_timeout_ms);
         let idle = conns(rec.copy) == 0;
         let in_flight = conns(rec.copy).saturating_sub(sessions(rec.copy));
+        // A --now hurries it from then on, whatever comes after. One that
+        // drained for a while already has its moments behind it.
+        rec.hurried |= st.stop_now;
         let (pause_end, grace_end) = (since + NOW_PAUSE_MS, since + NOW_GRACE_MS);
-        let hurried = st.stop_now && now_ms >= pause_end && (in_flight == 0 || now_ms >= grace_end);
-        if hurried || now_ms >= timeout_end || (idle && now_ms >= settle_end) {
+        let due = rec.hurried && now_ms >= pause_end && (in_flight == 0 || now_ms >= grace_end);
+        if due || now_ms >= timeout_end || (idle && now_ms >= settle_end) {
             rec.stop_started_ms = Some(now_ms);
-        } else if st.stop_now {
+        } else if rec.hurried {
             // Looked at again soon: the requests in flight end in moments.
             wake_at(if now_ms < pause_end { pause_end } else { (now_ms + NOW_PAUSE_MS).min(grace_end) }.min(timeout_end));
         } else {
@@ -482,7 +485,9 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
         let seen = observed.copies.get(&rec.copy);
         let ready = matches!(seen.map(|s| s.process), Some(Process::Running { ready: true }));
         if let Some(since) = rec.drain_started_ms {
-            if rec.stop_started_ms.is_none() {
+            if rec.stop_started_ms.is_none() && rec.hurried {
+                out.push(format!("{name}: copy {} stops now (--now), once the requests in flight to it are answered.", rec.copy));
+            } else if rec.stop_started_ms.is_none() {
                 let sessions = seen.map_or(0, |s| s.sessions);
                 let left = (since + spec.drain_timeout_ms).saturating_sub(now_ms);
                 let plural = if sessions == 1 { "session" } else { "sessions" };

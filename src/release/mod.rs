@@ -254,12 +254,21 @@ pub fn forget(home: &Home, spec: &AppSpec, state: &AppState) {
 /// holding up the caller: renamed aside at once (so nothing takes it for
 /// what it was), removed in the background.
 pub fn remove_later(dir: &Path) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let aside = dir.with_file_name(format!(".{name}.deleting"));
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let aside = dir.with_file_name(format!(".{name}.deleting-{}-{n}", std::process::id()));
     let target = match std::fs::rename(dir, &aside) {
         Ok(()) => aside,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-        Err(_) => dir.to_path_buf(),
+        Err(_) => {
+            // Not renamed: removed now, where it is, so that nothing made
+            // there again afterwards is removed with it.
+            if let Err(e) = std::fs::remove_dir_all(dir) {
+                tracing::warn!(dir = %dir.display(), "cannot delete {}: {e}", dir.display());
+            }
+            return;
+        }
     };
     std::thread::spawn(move || {
         if let Err(e) = std::fs::remove_dir_all(&target) {

@@ -311,6 +311,8 @@ impl Daemon {
             let Some(AppRt { recorded, tracked, .. }) = app.filter(|_| waiting) else {
                 if let Ok(pid) = result {
                     tracing::info!(app = name, copy, pid, "stopping a copy that was no longer wanted once it started");
+                    // Watched, so the daemon reaps its child when it ends.
+                    act::watch_exit(name.clone(), pid, self.events.clone());
                     act::stop_process(pid, procfs::start_ticks(pid));
                 }
                 continue;

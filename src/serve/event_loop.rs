@@ -170,7 +170,13 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         // The launchers the cycles readied run with the lock released: a
         // fork and exec wait on the scheduler, `status` does not.
         if !launches.is_empty() {
-            let ran = tokio::task::spawn_blocking(move || launches.into_iter().map(PendingLaunch::run).collect()).await.unwrap_or_default();
+            let ran =
+                tokio::task::spawn_blocking(move || launches.into_iter().map(PendingLaunch::run).collect()).await.unwrap_or_else(|e| {
+                    // Never seen: spawning does not panic. The records still
+                    // wait for a process, so the next cycle starts them again.
+                    tracing::error!("the copies' launchers could not be run: {e}");
+                    Vec::new()
+                });
             shared.lock().await.launched(ran);
         }
         // The sockets first: a port the apps no longer name closes before

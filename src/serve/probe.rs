@@ -110,7 +110,8 @@ impl ShownCopies {
             return ShownCopies::default();
         }
         let processes = Processes::read();
-        ShownCopies(probes.into_iter().map(|p| ((p.pid, p.pid_start), shown(p.pid, p.pid_start, &p.scratch, &processes))).collect())
+        let memory = |pid| processes.tree_rss_bytes(pid);
+        ShownCopies(probes.into_iter().map(|p| ((p.pid, p.pid_start), shown(p.pid, p.pid_start, &p.scratch, memory))).collect())
     }
 
     /// What was found of the process `pid` (started at `start`); looked up
@@ -118,18 +119,19 @@ impl ShownCopies {
     pub fn get(&self, pid: u32, start: Option<u64>, scratch: &Path) -> Shown {
         match self.0.get(&(pid, start)) {
             Some(s) => s.clone(),
-            None => shown(pid, start, scratch, &Processes::read()),
+            // Rare (a copy started since): its own scan, only if it runs.
+            None => shown(pid, start, scratch, procfs::tree_rss_bytes),
         }
     }
 }
 
 /// What `status` shows of the recorded process `pid`.
-fn shown(pid: u32, start: Option<u64>, scratch: &Path, processes: &Processes) -> Shown {
+fn shown(pid: u32, start: Option<u64>, scratch: &Path, memory: impl FnOnce(u32) -> Option<u64>) -> Shown {
     let launcher_alive = start.is_some_and(|s| procfs::is_alive(pid, s));
     // The launcher's report (keyed by the recorded PID) names R's PID.
     let report = if launcher_alive { launcher::read_report(scratch, pid) } else { None };
     let alive = launcher_alive && report.as_ref().and_then(|r| r.r_pid).is_none_or(procfs::running);
-    let mem_bytes = if alive { processes.tree_rss_bytes(pid) } else { None };
+    let mem_bytes = if alive { memory(pid) } else { None };
     Shown { alive, report, mem_bytes }
 }
 

@@ -467,6 +467,19 @@ fn scaling_down_removes_in_the_documented_order() {
 }
 
 #[test]
+fn an_apply_without_now_just_after_does_not_slow_a_hurried_copy_down() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle().sessions(1, 3);
+    sim.at(10).restart(true).cycle().ready(&[2]).cycle();
+    assert_eq!(sim.roles(), "2:active 1:draining");
+    assert!(sim.notes().iter().any(|n| n.contains("copy 1 stops now (--now)")), "{:?}", sim.notes());
+    // `apply` of the same manifest, without --now, within the moment.
+    sim.state.stop_now = false;
+    sim.after_ms(NOW_PAUSE_MS).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(1)], "its three sessions are still not waited for");
+}
+
+#[test]
 fn scaling_down_with_now_stops_at_once() {
     let mut sim = Sim::new(2, 1);
     sim.at(0).cycle().ready(&[1, 2, 3]).cycle().sessions(2, 3);
