@@ -22,7 +22,8 @@ use crate::model::{AppState, CopyRecord, Deployed, Release};
 pub const LIMIT_BYTES: u64 = 2 << 30;
 
 /// A new release id: the UTC time to the second and 4 random hex digits,
-/// `20261130T181502-3fa9`, so ids sort by when they were taken.
+/// `20261130T181502-3fa9`, so ids sort by when they were taken (to the
+/// second: within one, `AppState::releases`' order says which came last).
 pub fn new_id(now_ms: u64) -> String {
     let stamp: String = crate::procfs::rfc3339_at_offset(now_ms, 0)[..19].chars().filter(|c| *c != '-' && *c != ':').collect();
     format!("{stamp}-{:04x}", random_u16())
@@ -130,8 +131,10 @@ pub fn roll_back(state: &mut AppState, name: &str) -> Result<Release, String> {
     }
     state.previous_release = state.release.take();
     // Back on the newest release (a second rollback), what runs is what
-    // the last deploy took.
-    state.rolled_back = state.releases.iter().map(|r| &r.id).max() != Some(&prev);
+    // the last deploy took. Newest by deploy order (`record` puts it
+    // last), not by id: two ids of the same second sort by their random
+    // part.
+    state.rolled_back = state.releases.last().map(|r| &r.id) != Some(&prev);
     state.release = Some(prev);
     Ok(rel)
 }

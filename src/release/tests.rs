@@ -70,6 +70,23 @@ fn a_deploy_makes_the_current_release_the_one_before_and_rollback_swaps_them() {
 }
 
 #[test]
+fn a_rollback_between_two_releases_of_the_same_second_is_a_rollback() {
+    // The second deploy's random part sorts before the first's.
+    let dir = std::env::temp_dir().join(format!("shinyctl-rel-same-second-{}", std::process::id()));
+    let (first, second) = ("20261201T070538-ffff", "20261201T070538-0001");
+    let mut st = AppState::default();
+    record(&mut st, rel(first, &dir));
+    record(&mut st, rel(second, &dir));
+    std::fs::create_dir_all(dir.join(first)).unwrap();
+    roll_back(&mut st, "hello").unwrap();
+    assert_eq!((st.release.as_deref(), st.rolled_back), (Some(first), true), "the first deploy's release runs: a rollback");
+    std::fs::create_dir_all(dir.join(second)).unwrap();
+    roll_back(&mut st, "hello").unwrap();
+    assert_eq!((st.release.as_deref(), st.rolled_back), (Some(second), false), "back on the newest");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn releases_go_once_no_copy_runs_them_and_their_gone_copies_logs_with_them() {
     let dir = Path::new("/nonexistent");
     let mut st = AppState::default();
