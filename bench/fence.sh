@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# A copy's start until its port answers HTTP through `shinyctl launch`,
-# fenced (`sandbox.mode: on`: user, mount, PID, IPC and UTS namespaces, the
-# init as PID 1, the new root) and unfenced (`mode: off`: the launcher execs
-# R as a plain process), alternating rounds, in one run. Prints the median
-# of each, the difference, and every run. R's own start (1-3 s, noisy on a
-# busy machine) hides a few ms, so the launcher alone is timed too: 50
-# rounds each with /bin/true as the r-path, from the launcher's start to
-# its exit (fenced: the clone, the new root, the init, the exec of R and
-# R's end reported back).
+# A copy's start until its port answers HTTP, three ways in alternating
+# rounds, in one run: R started directly (no launcher at all), through
+# `shinyctl launch` unfenced (`sandbox.mode: off`: the launcher execs R as a
+# plain process) and fenced (`mode: on`: user, mount, PID, IPC and UTS
+# namespaces, the init as PID 1, the new root). Prints the median of each,
+# the differences, and every run. R's own start (1-3 s, noisy on a busy
+# machine) hides a few ms, so the launcher alone is timed too: 50 rounds
+# each with /bin/true as the r-path, from the launcher's start to its exit
+# (fenced: the clone, the new root, the init, the exec of R and R's end
+# reported back).
 #
 #   bench/fence.sh               # 10 rounds, release build
 #   RUNS=20 BIN=target/debug/shinyctl bench/fence.sh
 #
-# Uses a temporary folder and a free port; every launcher it starts is
+# Uses a temporary folder and a free port; every process it starts is
 # ended by PID (SIGTERM, which the fenced launcher forwards to R) before
 # the next one starts.
 set -euo pipefail
@@ -48,11 +49,18 @@ def launch(mode, r_path):
             "--port", str(port), "--r-path", r_path, "--copy", "1", "--app", "bench-app",
             "--home", home, "--sandbox", '{"mode":"%s"}' % mode]
 
+expr = f"shiny::runApp(appDir = '{app}/app.R', port = {port}L, host = '127.0.0.1', launch.browser = FALSE)"
+commands = {
+    "direct": ["R", "--no-echo", "--no-restore", "-e", expr],
+    "off": launch("off", "R"),
+    "on": launch("on", "R"),
+}
+
 def start(mode):
-    cmd = launch(mode, "R")
+    cmd = commands[mode]
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                         env=dict(os.environ, SHINYCTL_COPY="1"))
+    p = subprocess.Popen(cmd, cwd=app, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                         env=dict(os.environ, SHINYCTL_COPY="1", SHINYCTL_SCRATCH=scratch))
     deadline = t0 + 60
     while not answers():
         if p.poll() is not None or time.perf_counter() > deadline:
@@ -76,12 +84,14 @@ for _ in range(50):
 mo, mf = statistics.median(ao), statistics.median(af)
 print(f"the launcher alone (r-path /bin/true), median of 50: unfenced {mo:.1f} ms, fenced {mf:.1f} ms ({mf - mo:+.1f} ms)")
 
-off, on = [], []
+times = {mode: [] for mode in commands}
 for _ in range(runs):
-    off.append(start("off")); on.append(start("on"))
-mo, mf = statistics.median(off), statistics.median(on)
-print(f"copy start until its port answers, median of {runs}: "
-      f"unfenced (mode off) {mo:.0f} ms, fenced {mf:.0f} ms ({mf - mo:+.0f} ms)")
-print("unfenced:", " ".join(f"{x:.0f}" for x in off))
-print("fenced:  ", " ".join(f"{x:.0f}" for x in on))
+    for mode in commands:
+        times[mode].append(start(mode))
+m = {mode: statistics.median(t) for mode, t in times.items()}
+print(f"copy start until its port answers, median of {runs}: R directly {m['direct']:.0f} ms, "
+      f"through the launcher unfenced {m['off']:.0f} ms ({m['off'] - m['direct']:+.0f} ms), "
+      f"fenced {m['on']:.0f} ms ({m['on'] - m['direct']:+.0f} ms)")
+for mode, label in [("direct", "R directly:"), ("off", "unfenced:  "), ("on", "fenced:    ")]:
+    print(label, " ".join(f"{x:.0f}" for x in times[mode]))
 PY
