@@ -189,6 +189,7 @@ fn reaches_loopback(hex_addr: &str) -> bool {
 
 /// The TCP sockets in LISTEN state (`st` 0A) on local port `port`, from
 /// the text of `/proc/net/tcp` or `/proc/net/tcp6`, any local address.
+#[cfg(test)]
 fn parse_listening(table: &str, port: u16) -> Vec<Listening> {
     parse_all_listening(table).filter(|(p, _)| *p == port).map(|(_, l)| l).collect()
 }
@@ -214,17 +215,7 @@ fn parse_all_listening(table: &str) -> impl Iterator<Item = (u16, Listening)> + 
 /// one program listens on 127.0.0.1 and another on `::1`, or with
 /// SO_REUSEPORT.
 pub fn listening(port: u16) -> Vec<Listening> {
-    let mut out: Vec<Listening> = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        if let Ok(text) = fs::read_to_string(table) {
-            for l in parse_listening(&text, port) {
-                if !out.iter().any(|o| o.inode == l.inode) {
-                    out.push(l);
-                }
-            }
-        }
-    }
-    out
+    read_listening(|p| p == port).remove(&port).unwrap_or_default()
 }
 
 /// The inodes of every TCP socket listening on `port`, any address.
@@ -331,10 +322,16 @@ fn descends_from(pid: u32, ancestor: u32) -> bool {
 /// by port: one read of `/proc/net/tcp` and `/proc/net/tcp6` for many
 /// ports.
 pub fn listening_by_port() -> HashMap<u16, Vec<Listening>> {
+    read_listening(|_| true)
+}
+
+/// The listening sockets on the ports `wanted` keeps, IPv4 then IPv6, each
+/// socket once (a dual-stack one shows in both tables).
+fn read_listening(wanted: impl Fn(u16) -> bool) -> HashMap<u16, Vec<Listening>> {
     let mut out: HashMap<u16, Vec<Listening>> = HashMap::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         if let Ok(text) = fs::read_to_string(table) {
-            for (port, l) in parse_all_listening(&text) {
+            for (port, l) in parse_all_listening(&text).filter(|(p, _)| wanted(*p)) {
                 let on = out.entry(port).or_default();
                 if !on.iter().any(|o| o.inode == l.inode) {
                     on.push(l);
