@@ -113,6 +113,34 @@ impl Home {
     }
 }
 
+/// Removes a file or a folder without holding up the caller: renamed at
+/// once to a hidden, unique name beside it (so nothing takes it for what it
+/// was, and what is made at its path afterwards is not touched), then
+/// removed on a thread of its own, whose handle is returned (for tests to
+/// wait on). One that cannot be renamed is removed at once, where it is.
+pub fn remove_later(path: &Path) -> Option<std::thread::JoinHandle<()>> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let aside = path.with_file_name(format!(".{name}.deleting-{}-{n}", std::process::id()));
+    match fs::rename(path, &aside) {
+        Ok(()) => Some(std::thread::spawn(move || remove_now(&aside))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(_) => {
+            remove_now(path);
+            None
+        }
+    }
+}
+
+/// Removes a file or a folder with what it holds; says why it cannot.
+fn remove_now(path: &Path) {
+    let gone = if path.is_dir() { fs::remove_dir_all(path) } else { fs::remove_file(path) };
+    if let Err(e) = gone.or_else(|e| if e.kind() == io::ErrorKind::NotFound { Ok(()) } else { Err(e) }) {
+        tracing::warn!(path = %path.display(), "cannot delete {}: {e}", path.display());
+    }
+}
+
 /// Writes `bytes` to `path` atomically: a temporary file beside it, fsync,
 /// rename, then fsync of the folder.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {

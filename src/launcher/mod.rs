@@ -164,36 +164,12 @@ impl Launch {
 /// renamed aside at once (a hidden name, so a new copy of the same number
 /// starts empty) and deleted on a thread of its own: a scratch disk of many
 /// gigabytes must not hold up the daemon's cycle, which calls this under
-/// its lock. The returned handle is for tests to wait on.
-pub fn remove_scratch(scratch: &Path) -> std::thread::JoinHandle<()> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let aside: Vec<PathBuf> = [scratch.to_path_buf(), report_path(scratch), landlock::tmp_path(scratch), plan::shm_path(scratch)]
-        .into_iter()
-        .filter_map(|path| {
-            let name = path.file_name()?.to_string_lossy().into_owned();
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let to = path.with_file_name(format!(".{name}.gone-{}-{n}", std::process::id()));
-            match std::fs::rename(&path, &to) {
-                Ok(()) => Some(to),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                // Not renamed: removed now, where it is, so that a new
-                // copy's files made there afterwards are not removed with it.
-                Err(_) => {
-                    remove_path(&path);
-                    None
-                }
-            }
-        })
-        .collect();
-    std::thread::spawn(move || aside.iter().for_each(|p| remove_path(p)))
-}
-
-/// Removes a file or a folder with what it holds; says why it cannot.
-fn remove_path(path: &Path) {
-    let gone = if path.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) };
-    if let Err(e) = gone.or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }) {
-        tracing::warn!(path = %path.display(), "cannot remove a forgotten copy's files: {e}");
-    }
+/// its lock. The returned threads are for tests to wait on.
+pub fn remove_scratch(scratch: &Path) -> Vec<std::thread::JoinHandle<()>> {
+    [scratch.to_path_buf(), report_path(scratch), landlock::tmp_path(scratch), plan::shm_path(scratch)]
+        .iter()
+        .filter_map(|p| crate::home::remove_later(p))
+        .collect()
 }
 
 /// Quotes a string for an R single-quoted literal.
@@ -528,7 +504,7 @@ mod tests {
             std::fs::create_dir_all(d).unwrap();
         }
         std::fs::write(report_path(&scratch), "{}").unwrap();
-        remove_scratch(&scratch).join().unwrap();
+        remove_scratch(&scratch).into_iter().for_each(|t| t.join().unwrap());
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left, vec![std::ffi::OsString::from("4")], "only another copy's disk is left");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -6,7 +6,7 @@
 //! records. `rollback` redeploys the release before the current one with the
 //! settings it was deployed with.
 //!
-//! Everything here but the folder work in [`snapshot`] and [`remove_later`]
+//! Everything here but the folder work in [`snapshot`] and [`crate::home::remove_later`]
 //! is plain bookkeeping on [`AppState`], tested without a daemon.
 
 pub mod snapshot;
@@ -231,7 +231,7 @@ pub fn prune(home: &Home, spec: &AppSpec, state: &mut AppState) {
     note_copies(state);
     for (rel, logs) in unneeded(state) {
         tracing::info!(app = spec.name, release = rel.id, "deleting a release no copy runs");
-        remove_later(&rel.dir);
+        crate::home::remove_later(&rel.dir);
         for copy in logs {
             let log = home.copy_log(&spec.group, &spec.name, copy);
             let mut rotated = log.clone().into_os_string();
@@ -247,37 +247,10 @@ pub fn prune(home: &Home, spec: &AppSpec, state: &mut AppState) {
 pub fn forget(home: &Home, spec: &AppSpec, state: &AppState) {
     let app_dir = home.app_releases(&spec.group, &spec.name);
     for rel in state.releases.iter().filter(|r| !r.dir.starts_with(&app_dir)) {
-        remove_later(&rel.dir);
+        crate::home::remove_later(&rel.dir);
     }
-    remove_later(&app_dir);
-    remove_later(&home.app_scratch(&spec.group, &spec.name));
-}
-
-/// Deletes a folder (a release, a forgotten app's scratch disks) without
-/// holding up the caller: renamed aside at once (so nothing takes it for
-/// what it was), removed in the background.
-pub fn remove_later(dir: &Path) {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let aside = dir.with_file_name(format!(".{name}.deleting-{}-{n}", std::process::id()));
-    let target = match std::fs::rename(dir, &aside) {
-        Ok(()) => aside,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-        Err(_) => {
-            // Not renamed: removed now, where it is, so that nothing made
-            // there again afterwards is removed with it.
-            if let Err(e) = std::fs::remove_dir_all(dir) {
-                tracing::warn!(dir = %dir.display(), "cannot delete {}: {e}", dir.display());
-            }
-            return;
-        }
-    };
-    std::thread::spawn(move || {
-        if let Err(e) = std::fs::remove_dir_all(&target) {
-            tracing::warn!(dir = %target.display(), "cannot delete {}: {e}", target.display());
-        }
-    });
+    crate::home::remove_later(&app_dir);
+    crate::home::remove_later(&home.app_scratch(&spec.group, &spec.name));
 }
 
 /// Release folders in an app's releases folder that no state names (left

@@ -39,7 +39,7 @@ impl Taken {
         let rel = Release { id: self.id, dir, taken_ms: self.taken_ms, bytes, files, took_ms, deployed: self.deployed, copies: Vec::new() };
         release::record(state, rel.clone());
         for orphan in release::orphans(&home.app_releases(&spec.group, &spec.name), state) {
-            release::remove_later(&orphan);
+            crate::home::remove_later(&orphan);
         }
         Ok(rel)
     }
