@@ -186,7 +186,12 @@ fn time_asleep_a_wake_and_a_redeploy_are_in_the_metrics() {
 
     // The first request wakes it: one wake, timed; a wake is no restart.
     assert_eq!(get(port, "/", &[]).unwrap().status, 200);
-    let (_, text) = api(&env, "/v1/metrics");
+    // The daemon books the wake's end in the loop turn after the push that
+    // let the request through, a moment after the answer.
+    let text = wait_until(Duration::from_secs(10), "the wake's end in the metrics", || {
+        let (_, text) = api(&env, "/v1/metrics");
+        sample(&text, "shinyctl_wake_duration_seconds_count", &app).is_some_and(|n| n > 0.0).then_some(text)
+    });
     assert_eq!(sample(&text, "shinyctl_wakes_total", &app), Some(1.0), "{text}");
     assert_eq!(sample(&text, "shinyctl_wake_duration_seconds_count", &app), Some(1.0), "{text}");
     assert!(sample(&text, "shinyctl_wake_duration_seconds_sum", &app).unwrap_or(0.0) > 0.0, "an R start takes time:\n{text}");
