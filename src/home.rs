@@ -6,6 +6,9 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+/// The home's folder below a user's home when `$SHINYCTL_HOME` is unset.
+pub const DEFAULT_DIR: &str = ".shinyctl";
+
 /// The home folder and the paths under it.
 #[derive(Debug, Clone)]
 pub struct Home {
@@ -20,7 +23,7 @@ impl Home {
             Some(p) if !p.is_empty() => PathBuf::from(p),
             _ => {
                 let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
-                home.join(".shinyctl")
+                home.join(DEFAULT_DIR)
             }
         };
         Home { root }

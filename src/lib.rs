@@ -11,6 +11,7 @@ pub mod limits;
 pub mod logging;
 pub mod manifest;
 pub mod model;
+pub mod peer;
 pub mod procfs;
 pub mod proxy;
 pub mod reconcile;

@@ -82,6 +82,8 @@ impl Accept for tokio::net::UnixListener {
             match peer_refused(&stream) {
                 None => return Ok(stream),
                 Some(why) => {
+                    let path = self.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.display().to_string()));
+                    tracing::warn!("{} {why}", path.as_deref().unwrap_or("a control socket"));
                     tokio::spawn(async move { refuse(stream, &why).await });
                 }
             }
@@ -134,20 +136,41 @@ where
 }
 
 /// Why a peer on a control socket (api.sock, proxy.sock, handover.sock) is
-/// refused, or none: only processes of this process's own user, and root,
-/// may talk to it (SO_PEERCRED, the credentials at connect). The sockets'
-/// modes and the copies' mount namespaces keep others away first; this is
-/// for a machine where no namespace can hide them.
+/// refused, or none. Only processes of this process's own user, and root,
+/// may talk to it (SO_PEERCRED, the credentials at connect); and never an
+/// app's copy or a process inside one, whatever its uid ([`crate::peer`]):
+/// a root daemon's copy, or a `run-as` copy of a user who runs a shinyctl
+/// of their own, would otherwise pass the uid check. The sockets' modes and
+/// the copies' mount namespaces keep others away first; this holds where
+/// no namespace can hide them.
 pub fn peer_refused(stream: &tokio::net::UnixStream) -> Option<String> {
+    use std::os::fd::AsRawFd;
     let own = nix::unistd::geteuid().as_raw();
-    match stream.peer_cred() {
-        Ok(cred) if peer_allowed(cred.uid(), own) => None,
-        Ok(cred) => Some(format!(
+    // Taken first: it pins the peer, so its PID cannot name another
+    // process by the time /proc is read.
+    let pidfd = crate::peer::peer_pidfd(stream.as_raw_fd());
+    let cred = match stream.peer_cred() {
+        Ok(cred) => cred,
+        Err(e) => return Some(format!("refused: the peer's credentials cannot be read: {e}")),
+    };
+    let pid = cred.pid().and_then(|p| u32::try_from(p).ok()).filter(|&p| p > 0);
+    if !peer_allowed(cred.uid(), own) {
+        return Some(format!(
             "refused: this socket is for uid {own} (and root) only, and the peer (pid {}) runs as uid {}",
-            cred.pid().map_or("unknown".to_string(), |p| p.to_string()),
+            pid.map_or("unknown".to_string(), |p| p.to_string()),
             cred.uid()
-        )),
-        Err(e) => Some(format!("refused: the peer's credentials cannot be read: {e}")),
+        ));
+    }
+    let Some(pid) = pid else {
+        return Some("refused: the peer's process is not visible from here (another PID namespace)".to_string());
+    };
+    if let Some(why) = crate::peer::copy_refusal(pid) {
+        return Some(format!("refused: {why}"));
+    }
+    match pidfd.map(|fd| crate::peer::pidfd_pid(&fd)) {
+        Some(Some(now)) if now != pid => Some(format!("refused: the peer (pid {pid}) is gone")),
+        Some(None) => Some(format!("refused: the peer (pid {pid}) is gone")),
+        _ => None,
     }
 }
 
@@ -162,7 +185,6 @@ pub fn peer_allowed(peer: u32, own: u32) -> bool {
 /// sending when the socket closes would see a broken pipe, not the reason.
 async fn refuse(mut stream: tokio::net::UnixStream, why: &str) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    tracing::warn!("a control socket {why}");
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     let _ = tokio::time::timeout(Duration::from_secs(1), async {

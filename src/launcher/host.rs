@@ -34,7 +34,7 @@ pub fn forwarded_signals() -> SigSet {
 }
 
 /// Blocks [`forwarded_signals`], to be taken with sigwait.
-fn block_signals() {
+pub fn block_signals() {
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded_signals()), None);
 }
 
@@ -225,9 +225,48 @@ fn wait_for(child: Pid) -> WaitStatus {
     }
 }
 
+/// Waits, as a subreaper, for R (`child`, not in a PID namespace) to end,
+/// forwarding SIGTERM, SIGINT and SIGHUP to it and reaping every orphan
+/// given back. Once R has ended, what it left running is killed (as the end
+/// of a PID namespace's init kills all in it), so nothing of the copy
+/// outlives it or loses the launcher as its ancestor. Returns R's end.
+pub fn wait_as_subreaper(child: Pid) -> WaitStatus {
+    use nix::sys::wait::WaitPidFlag;
+    let set = forwarded_signals();
+    let mut end = None;
+    loop {
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(s @ (WaitStatus::Exited(p, _) | WaitStatus::Signaled(p, ..))) if p == child => end = Some(s),
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => return end.unwrap_or(WaitStatus::Exited(child, EXIT_LAUNCH_FAILED)),
+            }
+        }
+        if end.is_some() {
+            for orphan in children() {
+                let _ = kill(orphan, Signal::SIGKILL);
+            }
+        }
+        if let Ok(sig) = set.wait() {
+            if sig != Signal::SIGCHLD && end.is_none() {
+                let _ = kill(child, sig);
+            }
+        }
+    }
+}
+
+/// This (single-threaded) process's children.
+fn children() -> Vec<Pid> {
+    let me = std::process::id();
+    let text = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap_or_default();
+    text.split_whitespace().filter_map(|p| p.parse().ok()).map(Pid::from_raw).collect()
+}
+
 /// Ends this process the way R ended (`told` by the init: `exit N` or
 /// `signal N`), else the way the init ended.
-fn mirror(told: &str, init_end: WaitStatus) -> ! {
+pub fn mirror(told: &str, init_end: WaitStatus) -> ! {
     let (code, sig) = match (told.split_once(' '), init_end) {
         (Some(("exit", n)), _) => (n.parse().ok(), None),
         (Some(("signal", n)), _) => (None, n.parse().ok()),

@@ -274,27 +274,59 @@ fn run_as(launch: &Launch) -> Result<Option<Identity>, String> {
     Identity::named(name).map(Some)
 }
 
-/// Starts R in this process, without namespaces (none could be made, or
-/// `sandbox.mode: off`): Landlock where it can be had, then exec. The
-/// fences say why there are no namespaces.
+/// Starts R without namespaces (none could be made, or `sandbox.mode:
+/// off`): Landlock where it can be had, then exec, in a child. The
+/// launcher stays R's parent and a subreaper, so whatever R starts, even
+/// with `setsid` and a double fork, keeps the launcher among its ancestors
+/// (the mark by which the control sockets know a copy, `crate::peer`), and
+/// is ended with R. The fences say why there are no namespaces.
 fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, who: Option<&Identity>) -> i32 {
+    use nix::unistd::{fork, ForkResult};
     let canonical =
         |p: &Path, what: &str| std::fs::canonicalize(p).map_err(|e| format!("the {what} {} cannot be opened: {e}", p.display()));
     let (app_dir, scratch) = match (canonical(&launch.app_dir, "app folder"), canonical(&launch.scratch, "scratch disk")) {
         (Ok(a), Ok(s)) => (a, s),
         (Err(e), _) | (_, Err(e)) => return fail(&e),
     };
-    if let Some(who) = who {
-        if let Err(e) = users::set_user(who) {
-            return fail(&format!("cannot become {}: {e}", who.name));
-        }
+    host::block_signals();
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        return fail(&format!("cannot stay the parent of what the copy starts (PR_SET_CHILD_SUBREAPER): {e}"));
     }
-    let mut seen = Seen { app_dir, scratch, tmpdir: None };
-    finish_and_exec(launch, &mut seen, &mut fences, who, |f| {
-        if let Some(report) = report {
-            report.write(&isolation_of(f, launch.sandbox.mode, host::user_name(who)), Some(std::process::id()));
+    let (fences_in, fences_out) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => return fail(&format!("no pipe for the copy's fences: {e}")),
+    };
+    // SAFETY: the launcher is single-threaded, so the child may run
+    // anything; it execs R or exits.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            drop(fences_in);
+            host::unblock_signals();
+            if let Some(who) = who {
+                if let Err(e) = users::set_user(who) {
+                    std::process::exit(fail(&format!("cannot become {}: {e}", who.name)));
+                }
+            }
+            // After the user is set (a change of user clears it): R does not
+            // outlive its launcher.
+            let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+            let mut seen = Seen { app_dir, scratch, tmpdir: None };
+            let code = finish_and_exec(launch, &mut seen, &mut fences, who, |f| {
+                let _ = std::fs::File::from(fences_out).write_all(&serde_json::to_vec(f).unwrap_or_default());
+            });
+            std::process::exit(code)
         }
-    })
+        Ok(ForkResult::Parent { child }) => {
+            drop(fences_out);
+            let mut bytes = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut std::fs::File::from(fences_in), &mut bytes);
+            if let (Some(report), Ok(got)) = (report, serde_json::from_slice::<Fences>(&bytes)) {
+                report.write(&isolation_of(&got, launch.sandbox.mode, host::user_name(who)), u32::try_from(child.as_raw()).ok());
+            }
+            host::mirror("", host::wait_as_subreaper(child))
+        }
+        Err(e) => fail(&format!("cannot start R's process: {e}")),
+    }
 }
 
 /// In the process about to exec R (the init's child, or the launcher

@@ -29,7 +29,9 @@ pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<Plan> 
     let mut homes: Vec<PathBuf> = std::env::var_os("HOME").map(PathBuf::from).into_iter().collect();
     homes.extend(Identity::current().map(|i| i.home));
     homes.extend(who.map(|w| w.home.clone()));
-    let secrets = homes.iter().flat_map(|h| SECRETS.iter().map(move |s| h.join(s)));
+    // The users' own shinyctl homes (the default `~/.shinyctl`) go with
+    // the secrets: a run-as user's daemon is no business of their copies.
+    let secrets = homes.iter().flat_map(|h| SECRETS.iter().chain([&crate::home::DEFAULT_DIR]).map(move |s| h.join(s)));
     let mut hidden: Vec<PathBuf> = std::iter::once(launch.home.clone())
         .chain(secrets)
         .chain(launch.sandbox.hidden_paths.iter().cloned())

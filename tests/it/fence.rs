@@ -65,21 +65,21 @@ shinyApp(ui, function(input, output) {})
 /// A test's world with a daemon started by hand: HOME is a folder of the
 /// test's with a private key in `.ssh`, and the daemon's environment
 /// carries variables no copy may see.
-struct Fenced {
-    env: Env,
+pub(crate) struct Fenced {
+    pub env: Env,
     /// The daemon's HOME: outside /tmp (the copy has its own), so only its
     /// hiding keeps ~/.ssh out of reach.
-    user_home: UserHome,
-    daemon: u32,
-    proxy: u32,
+    pub user_home: UserHome,
+    pub daemon: u32,
+    pub proxy: u32,
 }
 
 /// A home folder with a private key in `.ssh`, below /var/tmp (which a
 /// copy sees, read-only), removed at the end.
-struct UserHome(PathBuf);
+pub(crate) struct UserHome(pub PathBuf);
 
 impl UserHome {
-    fn new(name: &str) -> UserHome {
+    pub fn new(name: &str) -> UserHome {
         let dir = PathBuf::from(format!("/var/tmp/shinyctl-it-{}-{name}", std::process::id()));
         std::fs::create_dir_all(dir.join(".ssh")).unwrap();
         std::fs::write(dir.join(".ssh/id_rsa"), "PRIVATE KEY").unwrap();
@@ -97,7 +97,7 @@ impl Drop for UserHome {
 const LEAKS: [(&str, &str); 2] = [("FENCE_MARKER", "leaked"), ("SSH_AUTH_SOCK", "/nowhere/agent.sock")];
 
 impl Fenced {
-    fn start(name: &str) -> Fenced {
+    pub fn start(name: &str) -> Fenced {
         let env = Env::new(name);
         let user_home = UserHome::new(name);
         let out = Command::new(bin())
@@ -265,12 +265,12 @@ fn a_fenced_copy_keeps_its_own_scratch_disk_through_a_sleep() {
 }
 
 /// Makes a user for the test (CI runs as root) and removes it at the end.
-struct TestUser {
-    name: String,
+pub(crate) struct TestUser {
+    pub name: String,
 }
 
 impl TestUser {
-    fn create(home: &Path) -> TestUser {
+    pub fn create(home: &Path) -> TestUser {
         // One per test: two tests of this binary may make one at once.
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let name = format!("sfence{}x{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
@@ -280,7 +280,7 @@ impl TestUser {
         TestUser { name }
     }
 
-    fn id(&self, flag: &str) -> u32 {
+    pub fn id(&self, flag: &str) -> u32 {
         let out = Command::new("id").args([flag, &self.name]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
     }

@@ -5,6 +5,7 @@ mod balancer;
 mod browser;
 mod chaos;
 mod command_line;
+mod control_sockets;
 mod faults;
 mod fence;
 mod fence_filter;
