@@ -11,7 +11,7 @@ use hyper::Method;
 use serde::{Deserialize, Serialize};
 
 use crate::home::Home;
-use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, ReloadReply, StatusReport};
+use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, ReloadReply, RolloutReply, StatusReport};
 
 /// The paths of the API's routes, the one place they are written.
 pub mod routes {
@@ -56,6 +56,11 @@ pub mod routes {
     /// warm copy stood in (`StandIn`).
     pub fn stand_in(app: &str) -> String {
         format!("/v1/apps/{app}/stand-in")
+    }
+
+    /// `GET`: how the deploy of `revision` is going (`RolloutReply`).
+    pub fn rollout(app: &str, revision: u64) -> String {
+        format!("/v1/apps/{app}/rollout?revision={revision}")
     }
 
     /// `POST` (from the load balancer): wake a sleeping app; answers once a
@@ -157,6 +162,11 @@ impl Client {
     /// `DELETE /v1/apps/NAME[?now=1]`.
     pub fn delete(&self, app: &str, now: bool) -> anyhow::Result<ActionReply> {
         self.json(Method::DELETE, &routes::delete(app, now), None)
+    }
+
+    /// `GET /v1/apps/NAME/rollout?revision=N`.
+    pub fn rollout(&self, app: &str, revision: u64) -> anyhow::Result<RolloutReply> {
+        self.json(Method::GET, &routes::rollout(app, revision), None)
     }
 
     /// `GET /v1/apps/NAME/logs?copy=N`.

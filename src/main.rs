@@ -24,6 +24,9 @@ enum Command {
         /// Stop what is replaced or removed at once, without draining.
         #[arg(long)]
         now: bool,
+        /// Wait until the new copies serve (exit 0), or fail or time out (non-zero, with the copy's last error); TIMEOUT defaults to 5m.
+        #[arg(long, value_name = "TIMEOUT", num_args = 0..=1, require_equals = true, default_missing_value = cli::wait::DEFAULT_TIMEOUT)]
+        wait: Option<String>,
     },
     /// Show every app's copies, or one app's.
     Status {
@@ -43,6 +46,9 @@ enum Command {
         /// Stop the old copies as soon as the new ones are ready.
         #[arg(long)]
         now: bool,
+        /// Wait until the new copies serve (exit 0), or fail or time out (non-zero, with the copy's last error); TIMEOUT defaults to 5m.
+        #[arg(long, value_name = "TIMEOUT", num_args = 0..=1, require_equals = true, default_missing_value = cli::wait::DEFAULT_TIMEOUT)]
+        wait: Option<String>,
     },
     /// Redeploy the release before the current one, with the settings it was deployed with; the old copies drain.
     Rollback {
@@ -51,6 +57,9 @@ enum Command {
         /// Stop the old copies as soon as the new ones are ready.
         #[arg(long)]
         now: bool,
+        /// Wait until the new copies serve (exit 0), or fail or time out (non-zero, with the copy's last error); TIMEOUT defaults to 5m.
+        #[arg(long, value_name = "TIMEOUT", num_args = 0..=1, require_equals = true, default_missing_value = cli::wait::DEFAULT_TIMEOUT)]
+        wait: Option<String>,
     },
     /// Apply every registered manifest again from its path, as apply would (systemd's ExecReload).
     Reload,
@@ -109,14 +118,19 @@ enum Shell {
     Fish,
 }
 
+/// `--wait[=TIMEOUT]` as a duration.
+fn wait_for(wait: Option<String>) -> anyhow::Result<Option<std::time::Duration>> {
+    wait.map(|w| cli::wait::timeout(&w)).transpose()
+}
+
 fn main() {
     let cli = Cli::parse();
     let home = home::Home::from_env();
     let result = match cli.command {
-        Command::Apply { file, now } => cli::apply::run(&home, &file, now),
+        Command::Apply { file, now, wait } => wait_for(wait).and_then(|w| cli::apply::run(&home, &file, now, w)),
         Command::Status { app, json, watch } => cli::status::run(&home, app.as_deref(), json, watch),
-        Command::Restart { app, now } => cli::restart::run(&home, &app, now),
-        Command::Rollback { app, now } => cli::rollback::run(&home, &app, now),
+        Command::Restart { app, now, wait } => wait_for(wait).and_then(|w| cli::restart::run(&home, &app, now, w)),
+        Command::Rollback { app, now, wait } => wait_for(wait).and_then(|w| cli::rollback::run(&home, &app, now, w)),
         Command::Reload => cli::reload::run(&home),
         Command::Delete { app, now } => cli::delete::run(&home, &app, now),
         Command::Logs { app, copy, follow } => cli::logs::run(&home, &app, copy, follow),

@@ -360,6 +360,12 @@ pub struct CopyRecord {
     /// stop down again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hurried: bool,
+    /// It checks a version deployed while the app slept: one copy starts,
+    /// and only once it has been ready does the app give up the sleeping
+    /// copies of the version before (a broken version never takes over,
+    /// asleep or awake). Cleared once it has been ready.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checking: bool,
 }
 
 /// How a process ended.
@@ -458,6 +464,34 @@ pub struct Reloaded {
 pub struct ActionReply {
     /// One line for the person who ran the command.
     pub message: String,
+    /// The revision a deploy started (apply that changes how the app
+    /// starts, restart, rollback), what `--wait` waits for; none when no
+    /// copy restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
+}
+
+/// `GET /v1/apps/NAME/rollout?revision=N`: how a deploy is going.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutReply {
+    /// Where it stands.
+    pub state: RolloutState,
+    /// One line for a person: what is starting, what serves, or why it failed.
+    pub message: String,
+}
+
+/// Where a deploy stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RolloutState {
+    /// Its copies are starting; the version before still serves.
+    Starting,
+    /// Its copies serve (or, deployed while asleep, one of them was ready
+    /// and the app sleeps on it).
+    Serving,
+    /// A copy of it ended before it was ready, or another deploy replaced
+    /// it: the version before still serves.
+    Failed,
 }
 
 /// An error answer from the API (any non-2xx status).

@@ -8,6 +8,7 @@ pub mod reload;
 pub mod restart;
 pub mod rollback;
 pub mod status;
+pub mod wait;
 
 use crate::model::ActionReply;
 

@@ -164,14 +164,14 @@ pub async fn handle(req: Request<hyper::body::Incoming>, ctl: &Control) -> Respo
             };
             let apps = table.apps.len();
             ctl.push(table).await;
-            uds::json_response(StatusCode::OK, &ActionReply { message: format!("table of {apps} apps in place") })
+            uds::json_response(StatusCode::OK, &ActionReply { message: format!("table of {apps} apps in place"), revision: None })
         }
         (&Method::GET, "/table") => uds::json_response(StatusCode::OK, &ctl.shared.table.load().source),
         (&Method::GET, "/stats") => uds::json_response(StatusCode::OK, &ctl.stats()),
         (&Method::GET, "/metrics") => uds::json_response(StatusCode::OK, &super::stats::metrics(&ctl.shared)),
         (&Method::POST, "/shutdown") => {
             ctl.stop.notify_one();
-            uds::json_response(StatusCode::OK, &ActionReply { message: "stopping".into() })
+            uds::json_response(StatusCode::OK, &ActionReply { message: "stopping".into(), revision: None })
         }
         (_, "/table" | "/stats" | "/metrics" | "/shutdown") => {
             error(StatusCode::METHOD_NOT_ALLOWED, format!("{} is not allowed here", req.method()))

@@ -11,8 +11,11 @@ use std::collections::BTreeMap;
 use crate::manifest::{AppSpec, RestartPolicy};
 use crate::model::{AppState, CopyRecord, Exit, Role};
 
+mod rollout;
 #[cfg(test)]
 mod tests;
+
+pub use rollout::rollout;
 
 /// How long a draining copy is kept even with no sessions, for a page that
 /// opens its WebSocket just after it loaded.
@@ -192,7 +195,12 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
         }
     }
     if st.asleep_since_ms.is_some() {
-        return decide_asleep(spec, st, &is_current);
+        return decide_asleep(spec, st, &is_current, &|r| phase(r) == Phase::Ready);
+    }
+
+    // A check begun asleep that got ready awake is done.
+    for rec in st.copies.iter_mut().filter(|r| r.checking) {
+        rec.checking = phase(rec) != Phase::Ready;
     }
 
     // 2. The switch: the new version serves once `replicas` of its copies are ready.
@@ -351,14 +359,56 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
 
 /// An app asleep: its processes stop, its current copies keep their
 /// records (number, port, disk) without a process, and nothing takes
-/// traffic. Outdated copies are forgotten, so a redeploy while asleep wakes
-/// with the new version; replicas and warm-replicas still set the count.
-fn decide_asleep(spec: &AppSpec, mut st: AppState, is_current: &dyn Fn(&CopyRecord) -> bool) -> Plan {
+/// traffic; replicas and warm-replicas still set the count.
+///
+/// A redeploy while asleep is checked before it takes over: the sleeping
+/// copies of the version before (their release, numbers, ports and disks)
+/// are kept to wake with, and one copy of the new version starts
+/// (`checking`). Once it has been ready it is put to sleep too, the old
+/// copies are forgotten (their disks go: a redeploy starts from empty
+/// disks) and the app sleeps on the new version. If it ends before it is
+/// ready, it is left down with the reason and the app keeps the version
+/// before, asleep or woken; the next deploy checks again.
+fn decide_asleep(
+    spec: &AppSpec,
+    mut st: AppState,
+    is_current: &dyn Fn(&CopyRecord) -> bool,
+    is_ready: &dyn Fn(&CopyRecord) -> bool,
+) -> Plan {
     st.awake_since_ms = None;
-    st.copies.retain(|r| r.pid.is_some() || (is_current(r) && r.stop_started_ms.is_none() && r.drain_started_ms.is_none()));
+    let checked = st.copies.iter().any(|r| r.checking && is_current(r) && is_ready(r));
+    // The sleeping copies of the version before, kept to wake with until
+    // the new one has been ready once (not a check of a version in
+    // between, nor copies that were on their way out).
+    let previous = |r: &CopyRecord| !is_current(r) && !r.checking && r.stop_started_ms.is_none() && r.drain_started_ms.is_none();
+    let keep_previous = !checked && st.copies.iter().any(|r| previous(r) && r.pid.is_none());
+    st.copies.retain(|r| {
+        r.pid.is_some() || (is_current(r) && r.stop_started_ms.is_none() && r.drain_started_ms.is_none()) || (keep_previous && previous(r))
+    });
     for rec in st.copies.iter_mut() {
         // A copy that was draining or being stopped is simply stopped.
         rec.drain_started_ms = None;
+        if checked && rec.checking {
+            rec.checking = false;
+        }
+    }
+    let mut actions: Vec<Action> = st
+        .copies
+        .iter()
+        .filter(|r| r.pid.is_some() && !(r.checking && is_current(r) && r.left_down.is_none()))
+        .map(|r| Action::Stop(r.copy))
+        .collect();
+    if keep_previous {
+        // The check: one new copy, started once and never again (left down
+        // if it ends before it is ready).
+        st.copies.retain(|r| !is_current(r) || r.checking);
+        if !st.copies.iter().any(|r| is_current(r)) {
+            let copy = new_copy(&mut st, spec);
+            st.copies.last_mut().expect("just pushed").checking = true;
+            actions.push(Action::Start(copy));
+        }
+        st.stop_now = false;
+        return Plan { state: st, roles: Vec::new(), actions, wake_at_ms: None };
     }
     let target = (spec.replicas + spec.warm_replicas) as usize;
     let mut count = st.copies.iter().filter(|r| is_current(r)).count();
@@ -368,19 +418,24 @@ fn decide_asleep(spec: &AppSpec, mut st: AppState, is_current: &dyn Fn(&CopyReco
         count -= 1;
     }
     for _ in count..target {
-        let copy = st.next_copy;
-        st.next_copy += 1;
-        st.copies.push(CopyRecord {
-            copy,
-            revision: st.revision,
-            settings: spec.settings_hash(),
-            release: st.release.clone(),
-            ..CopyRecord::default()
-        });
+        new_copy(&mut st, spec);
     }
     st.stop_now = false;
-    let actions = st.copies.iter().filter(|r| r.pid.is_some()).map(|r| Action::Stop(r.copy)).collect();
     Plan { state: st, roles: Vec::new(), actions, wake_at_ms: None }
+}
+
+/// Adds a record for a new copy of the current version; returns its number.
+fn new_copy(st: &mut AppState, spec: &AppSpec) -> u32 {
+    let copy = st.next_copy;
+    st.next_copy += 1;
+    st.copies.push(CopyRecord {
+        copy,
+        revision: st.revision,
+        settings: spec.settings_hash(),
+        release: st.release.clone(),
+        ..CopyRecord::default()
+    });
+    copy
 }
 
 /// Folds one observation into a copy's record. Returns false when the copy
@@ -393,6 +448,17 @@ fn fold_observation(rec: &mut CopyRecord, seen: Option<&Seen>, policy: RestartPo
         Some(Process::Exited(exit)) => {
             rec.pid = None;
             rec.pid_start = None;
+            if asleep && rec.checking {
+                // The check of a version deployed while asleep failed: left
+                // down, and the app keeps the version before.
+                rec.crashes += 1;
+                rec.left_down = Some(format!(
+                    "the version deployed while the app slept never got ready: it {}; the app keeps the version before",
+                    exit.describe()
+                ));
+                rec.last_exit = Some(exit);
+                return true;
+            }
             if asleep {
                 // Put to sleep: not a crash; the copy stays, to wake in place.
                 return rec.stop_started_ms.is_none();
@@ -441,6 +507,15 @@ fn roles_of(st: &AppState, replicas: u32, keep: impl Fn(&CopyRecord) -> bool) ->
     by_age(st, keep).into_iter().enumerate().map(|(n, c)| (c, if n < replicas as usize { Role::Active } else { Role::Warm })).collect()
 }
 
+/// The line under status for a copy left down: why, its last error, its log.
+fn left_down_note(name: &str, copy: u32, why: &str, log_of: &dyn Fn(u32) -> CopyLog) -> String {
+    let log = log_of(copy);
+    match log.last_error {
+        Some(error) => format!("{name}: copy {copy} is left down: {why}. Its last error: \"{error}\". Its log: {}", log.path),
+        None => format!("{name}: copy {copy} is left down: {why}. Its log: {}", log.path),
+    }
+}
+
 /// Formats a span for people: `15m`, `4m30s`, `45s`, `1h`.
 pub fn human_duration(ms: u64) -> String {
     let s = ms.div_ceil(1000);
@@ -475,6 +550,8 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
             human_duration(now_ms.saturating_sub(since)),
             human_duration(spec.idle_timeout_ms)
         ));
+        // A version deployed while asleep that failed its check.
+        out.extend(state.copies.iter().filter_map(|rec| Some(left_down_note(name, rec.copy, rec.left_down.as_deref()?, log_of))));
         return out;
     }
     let redeploying = state
@@ -500,7 +577,7 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
             continue;
         }
         if let Some(why) = &rec.left_down {
-            out.push(format!("{name}: copy {} is left down: {why}. Its log: {}", rec.copy, log_of(rec.copy).path));
+            out.push(left_down_note(name, rec.copy, why, log_of));
             continue;
         }
         let times = if rec.crashes == 1 { "once".to_string() } else { format!("{} times", rec.crashes) };

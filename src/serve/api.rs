@@ -19,7 +19,7 @@ use hyper::{Method, Request, StatusCode};
 
 use crate::api_client::VersionReply;
 use crate::home::Home;
-use crate::model::{ApplyRequest, LogsReply, StandIn};
+use crate::model::{ApplyRequest, LogsReply, RolloutReply, RolloutState, StandIn};
 use crate::uds;
 
 use super::reply::{error, not_found, ok, Reply};
@@ -118,6 +118,20 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let Some(app) = d.apps.get(*name) else { return not_found(name) };
             let path = super::log_path(&d.home, &app.recorded.spec, copy);
             uds::json_response(StatusCode::OK, &LogsReply { path })
+        }
+        (Method::GET, ["v1", "apps", name, "rollout"]) => {
+            let Some(revision) = query(&req, "revision").and_then(|r| r.parse::<u64>().ok()) else {
+                return error(StatusCode::BAD_REQUEST, "rollout needs ?revision=N");
+            };
+            let d = shared.lock().await;
+            let Some(app) = d.apps.get(*name).filter(|a| !a.recorded.deleting) else {
+                let gone = RolloutReply { state: RolloutState::Failed, message: format!("{name} was deleted") };
+                return uds::json_response(StatusCode::OK, &gone);
+            };
+            let (spec, state) = (&app.recorded.spec, &app.recorded.state);
+            let reply =
+                crate::reconcile::rollout(state, &spec.settings_hash(), spec.replicas, &app.tracked.roles, revision, super::now_ms());
+            uds::json_response(StatusCode::OK, &reply)
         }
         (Method::POST, ["v1", "reload"]) => super::reload::reload(&shared).await,
         (Method::GET, ["v1", "metrics"]) => super::metrics::metrics(&shared).await,

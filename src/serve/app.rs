@@ -131,7 +131,9 @@ impl Wake {
             // Not asleep (a copy on its way up): no wake to time.
             self.requested = false;
             self.asked_ms = None;
-        } else if state.copies.iter().all(|r| r.pid.is_none()) {
+        } else if state.copies.iter().all(|r| r.pid.is_none() || r.checking) {
+            // A copy checking a version deployed while asleep goes on; the
+            // wake does not wait for it.
             state.asleep_since_ms = None;
             self.requested = false;
             self.woke_ms = Some(now);

@@ -14,7 +14,7 @@ use crate::manifest::{self, AppSpec};
 use crate::model::{AppState, ApplyRequest, Deployed, Release};
 use crate::release::{self, snapshot};
 
-use super::reply::{error, not_found, ok, Reply};
+use super::reply::{deployed, error, not_found, Reply};
 use super::{now_ms, record, sockets, AppRt, Daemon, Event, Shared};
 
 /// A release copied into its hidden folder, not yet recorded.
@@ -239,6 +239,7 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
     if let Some((addr, socket)) = socket {
         d.sockets.insert(addr, socket);
     }
+    let deployed_now = taken.is_some();
     let message = match existing {
         Some(old_name) => update(&mut d, &home, old_name, &spec, taken, req.now),
         None => add(&mut d, &home, &spec, taken),
@@ -251,7 +252,8 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
         return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
     }
     let _ = d.events.send(Event::Changed { app: spec.name.clone() });
-    ok(message)
+    let revision = d.apps.get(&spec.name).map(|a| a.recorded.state.revision).filter(|_| deployed_now);
+    deployed(message, revision)
 }
 
 /// apply on an app the daemon has: the new spec in place (under its new
@@ -285,7 +287,7 @@ fn update(d: &mut Daemon, home: &Home, old_name: String, spec: &AppSpec, taken: 
     } else if was_rolled_back && !asleep {
         format!("{name}: deploys the manifest again in place of the rolled-back release; new copies start and the old ones drain. Watch: shinyctl status {name}")
     } else if restarts && asleep {
-        format!("{name}: changed how it starts; it is asleep and wakes with the new version.")
+        format!("{name}: changed how it starts; {}. Watch: shinyctl status {name}", ASLEEP_CHECK.trim_start_matches("but "))
     } else if restarts {
         format!("{name}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {name}")
     } else {
@@ -390,10 +392,13 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
     }
     app.recorded.spec = spec;
     match redeploy(&mut d, name, now) {
-        Ok((rev, how)) => ok(with_release(
-            format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"),
-            Some(&rel),
-        )),
+        Ok((rev, how)) => deployed(
+            with_release(
+                format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"),
+                Some(&rel),
+            ),
+            Some(rev),
+        ),
         Err(reply) => *reply,
     }
 }
@@ -406,13 +411,26 @@ fn redeploy(d: &mut Daemon, name: &str, now: bool) -> Result<(u64, &'static str)
     app.recorded.state.revision += 1;
     app.recorded.state.stop_now = now;
     let rev = app.recorded.state.revision;
+    let asleep = app.recorded.state.asleep_since_ms.is_some();
     app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
     if let Err(e) = d.save_registry() {
         return Err(Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"))));
     }
     let _ = d.events.send(Event::Changed { app: name.to_string() });
-    Ok((rev, if now { "the old ones stop as soon as the new ones are ready" } else { "the old ones drain" }))
+    Ok((
+        rev,
+        if asleep {
+            ASLEEP_CHECK
+        } else if now {
+            "the old ones stop as soon as the new ones are ready"
+        } else {
+            "the old ones drain"
+        },
+    ))
 }
+
+/// What a redeploy of a sleeping app does, as the command says it.
+const ASLEEP_CHECK: &str = "but the app is asleep: one copy of the new version starts to check it and then sleeps; until it has been ready, the app keeps the version before (and wakes with it)";
 
 /// `POST /v1/apps/NAME/rollback`: redeploys the release before the current
 /// one with the settings it was deployed with, through the same draining
@@ -430,9 +448,12 @@ pub async fn rollback(shared: &Shared, name: &str, now: bool) -> Reply {
         Ok(done) => done,
         Err(reply) => return *reply,
     };
-    ok(format!(
-        "{name}: rolling back to release {} (taken {}) with the settings it was deployed with, at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}",
-        rel.id,
-        crate::procfs::local_rfc3339(rel.taken_ms)
-    ))
+    deployed(
+        format!(
+            "{name}: rolling back to release {} (taken {}) with the settings it was deployed with, at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}",
+            rel.id,
+            crate::procfs::local_rfc3339(rel.taken_ms)
+        ),
+        Some(rev),
+    )
 }

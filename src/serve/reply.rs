@@ -18,7 +18,13 @@ pub fn error(status: StatusCode, msg: impl Into<String>) -> Reply {
 
 /// A 200 answer with one message for the person who ran the command.
 pub fn ok(msg: impl Into<String>) -> Reply {
-    uds::json_response(StatusCode::OK, &ActionReply { message: msg.into() })
+    uds::json_response(StatusCode::OK, &ActionReply { message: msg.into(), revision: None })
+}
+
+/// A 200 answer for a command that started a deploy at `revision` (what
+/// `--wait` follows), or none when no copy restarts.
+pub fn deployed(msg: impl Into<String>, revision: Option<u64>) -> Reply {
+    uds::json_response(StatusCode::OK, &ActionReply { message: msg.into(), revision })
 }
 
 /// The answer for an app that doesn't exist.

@@ -16,6 +16,7 @@ mod launcher;
 mod limits;
 mod listeners;
 mod metrics;
+mod operator;
 mod quickstart;
 mod releases;
 mod several_hosts;

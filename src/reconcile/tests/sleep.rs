@@ -76,19 +76,72 @@ fn idle_timeout_zero_never_sleeps_and_a_busy_app_doesnt_either() {
 }
 
 #[test]
-fn a_redeploy_while_asleep_wakes_new_copies_of_the_new_version() {
+fn a_redeploy_while_asleep_is_checked_by_one_copy_then_sleeps_on_the_new_version() {
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle();
     sim.at(300).cycle().at(301).cycle();
     assert!(sim.state.asleep_since_ms.is_some());
     sim.restart(false).at(400).cycle();
+    assert_eq!(sim.copies(), "1 2 3", "the sleeping copies are kept to wake with while copy 3 checks the new version");
+    assert_eq!(sim.actions(), vec![Action::Start(3)], "one copy checks it");
+    assert!(sim.record(3).checking && sim.record(3).revision == sim.state.revision);
+    sim.at(402).cycle();
+    assert!(sim.actions().is_empty(), "still starting: nothing else starts");
+    sim.at(403).ready(&[3]).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(3)], "ready once: it goes to sleep too");
     // A copy's disk is its number's (the daemon removes a forgotten copy's
     // disk: staying_up::a_copys_own_disk_outlives_its_process_but_not_a_redeploy).
-    assert_eq!(sim.copies(), "3 4", "outdated copies are forgotten, new ones wait to wake");
-    assert!(sim.state.copies.iter().all(|r| r.revision == sim.state.revision && r.pid.is_none()), "{:?}", sim.state.copies);
+    assert_eq!(sim.copies(), "3 4", "the old copies are forgotten, the new version's wait to wake");
+    assert!(!sim.record(3).checking);
+    sim.at(404).kill(3).cycle();
     assert!(sim.actions().is_empty());
+    assert_eq!(sim.record(3).crashes, 0, "put to sleep, not a crash");
+    assert!(sim.state.copies.iter().all(|r| r.revision == sim.state.revision && r.pid.is_none()), "{:?}", sim.state.copies);
     sim.at(500).wake().cycle();
     assert_eq!(sim.actions(), vec![Action::Start(3), Action::Start(4)]);
+}
+
+#[test]
+fn a_broken_version_deployed_while_asleep_never_takes_over() {
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().ready(&[1, 2]).cycle();
+    sim.at(300).cycle().at(301).cycle();
+    sim.restart(false).at(400).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(3)]);
+    sim.at(401).kill(3).cycle();
+    let why = sim.record(3).left_down.clone().expect("the failed check is left down, with why");
+    assert!(why.contains("never got ready") && why.contains("keeps the version before"), "{why}");
+    assert!(sim.actions().is_empty(), "not tried again while asleep");
+    sim.at(1000).cycle();
+    assert!(sim.actions().is_empty());
+    assert_eq!(sim.copies(), "1 2 3");
+
+    // A visitor wakes it: the version before serves.
+    sim.at(1001).wake().cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(1), Action::Start(2)], "the version before wakes");
+    sim.at(1002).ready(&[1, 2]).cycle();
+    assert_eq!(sim.roles(), "1:active 2:warm");
+
+    // The fix, deployed while awake, replaces both.
+    sim.at(1003).restart(false).cycle();
+    assert!(!sim.state.copies.iter().any(|r| r.copy == 3), "the failed check is forgotten");
+}
+
+#[test]
+fn a_wake_during_the_check_wakes_the_version_before_at_once() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle();
+    sim.at(300).cycle().at(301).cycle();
+    sim.restart(false).at(400).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(2)]);
+    // The request's wake does not wait for the check (Wake::settle).
+    sim.at(401).wake().cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(1)], "the version before starts beside the check");
+    sim.at(402).ready(&[1]).cycle();
+    assert_eq!(sim.roles(), "1:active", "the version before serves while the new one is unproven");
+    sim.at(403).ready(&[2]).cycle();
+    assert_eq!(sim.roles(), "2:active 1:draining", "the new version, once ready, takes over as in any redeploy");
+    assert!(!sim.record(2).checking);
 }
 
 #[test]
