@@ -188,10 +188,35 @@ pub fn r_string(s: &str) -> String {
     out
 }
 
-/// The `-e` expression a copy runs, for the app folder as the copy sees it.
+/// The `-e` expression a copy runs, for the app folder as the copy sees it,
+/// by the entrypoint's layout (README, "Every Shiny layout"):
+/// - `app.R` (or another `.R` file): `shiny::runApp` of that file;
+/// - `server.R` or `ui.R`: `shiny::runApp` of its folder, which reads
+///   `global.R`, `ui.R` and `server.R` as Shiny Server does;
+/// - an R Markdown document (`runtime: shiny`): `rmarkdown::run`, which
+///   renders it into R's temporary folder (on the copy's own disk), since
+///   the release is read-only and keeps no mtimes for rmarkdown to compare
+///   (and is not polled for changes: a release never changes).
 pub fn run_app_expr(app_dir: &Path, entrypoint: &str, port: u16) -> String {
     let app = app_dir.join(entrypoint);
-    format!("shiny::runApp(appDir = {}, port = {port}L, host = '127.0.0.1', launch.browser = FALSE)", r_string(&app.to_string_lossy()))
+    let listen = format!("port = {port}L, host = '127.0.0.1', launch.browser = FALSE");
+    let name = app.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    if name == "server.r" || name == "ui.r" {
+        let dir = app.parent().unwrap_or(app_dir);
+        format!("shiny::runApp(appDir = {}, {listen})", r_string(&dir.to_string_lossy()))
+    } else if name.ends_with(".rmd") {
+        let dir = app.parent().unwrap_or(app_dir);
+        format!(
+            "local({{ out <- file.path(tempdir(), 'rmarkdown'); dir.create(out, showWarnings = FALSE); \
+             rmarkdown::run(file = {}, dir = {}, auto_reload = FALSE, shiny_args = list({listen}), \
+             render_args = list(output_dir = out, intermediates_dir = out, knit_root_dir = {})) }})",
+            r_string(&app.to_string_lossy()),
+            r_string(&dir.to_string_lossy()),
+            r_string(&dir.to_string_lossy())
+        )
+    } else {
+        format!("shiny::runApp(appDir = {}, {listen})", r_string(&app.to_string_lossy()))
+    }
 }
 
 /// The folders a copy sees once its world is made: inside the namespace,
@@ -517,6 +542,19 @@ mod tests {
             "shiny::runApp(appDir = '/shinyctl/app/app.R', port = 20001L, host = '127.0.0.1', launch.browser = FALSE)"
         );
         assert!(run_app_expr(Path::new("/srv/it's"), "app.R", 1).contains("'/srv/it\\'s/app.R'"));
+    }
+
+    #[test]
+    fn each_layout_runs_as_shiny_server_runs_it() {
+        assert_eq!(
+            run_app_expr(Path::new(APP_DIR), "server.R", 20001),
+            "shiny::runApp(appDir = '/shinyctl/app', port = 20001L, host = '127.0.0.1', launch.browser = FALSE)",
+            "ui.R + server.R: the folder"
+        );
+        assert!(run_app_expr(Path::new(APP_DIR), "sub/ui.R", 1).starts_with("shiny::runApp(appDir = '/shinyctl/app/sub',"));
+        let rmd = run_app_expr(Path::new(APP_DIR), "report.Rmd", 20001);
+        assert!(rmd.contains("rmarkdown::run(file = '/shinyctl/app/report.Rmd'"), "{rmd}");
+        assert!(rmd.contains("output_dir = out") && rmd.contains("tempdir()"), "rendered on the copy's own disk: {rmd}");
     }
 
     #[test]

@@ -111,8 +111,7 @@ impl Draft {
                 doc.dir.to_path_buf()
             }
         };
-        let entrypoint = self.entrypoint.unwrap_or_else(|| "app.R".to_string());
-        keys::entrypoint_exists(&doc.key("entrypoint-file"), &working_dir, &entrypoint)?;
+        let entrypoint = keys::entrypoint(&doc.key("entrypoint-file"), &working_dir, self.entrypoint)?;
 
         Ok(AppSpec {
             name,

@@ -260,20 +260,72 @@ pub(super) fn check_dir(cx: &Cx, p: &Path) -> Result<(), ManifestError> {
 // Checks that need several keys
 // ---------------------------------------------------------------------------
 
-/// The entrypoint file (entrypoint-file, default app.R) is a file in
-/// working-dir. `cx` is for entrypoint-file, given or not.
-pub(super) fn entrypoint_exists(cx: &Cx, working_dir: &Path, entrypoint: &str) -> Result<(), ManifestError> {
-    let entry_path = working_dir.join(entrypoint);
-    if entry_path.is_file() {
-        return Ok(());
+/// The entrypoint file: `entrypoint-file` when given, which must be a file
+/// in working-dir; else the layout the folder has, as Shiny Server finds it:
+/// `app.R`, or `ui.R` + `server.R` (with `global.R`; named by `server.R`),
+/// or the folder's one R Markdown document with `runtime: shiny` (or
+/// `shinyrmd`). `cx` is for entrypoint-file, given or not.
+pub(super) fn entrypoint(cx: &Cx, working_dir: &Path, given: Option<String>) -> Result<String, ManifestError> {
+    if let Some(entrypoint) = given {
+        let entry_path = working_dir.join(&entrypoint);
+        if entry_path.is_file() {
+            return Ok(entrypoint);
+        }
+        let what = if entry_path.is_dir() { "is a folder, not a file" } else { "does not exist" };
+        return Err(cx.err(format!(
+            "missing entrypoint file {} ({what}); allowed: a file in working-dir {} (entrypoint-file, default app.R)",
+            entry_path.display(),
+            working_dir.display()
+        )));
     }
-    let what = if entry_path.is_dir() { "is a folder, not a file" } else { "does not exist" };
+    if working_dir.join("app.R").is_file() {
+        return Ok("app.R".to_string());
+    }
+    if working_dir.join("server.R").is_file() && working_dir.join("ui.R").is_file() {
+        return Ok("server.R".to_string());
+    }
+    let documents = shiny_documents(working_dir);
+    if let [only] = documents.as_slice() {
+        return Ok(only.clone());
+    }
+    let found = if documents.is_empty() {
+        String::new()
+    } else {
+        format!("; it has several R Markdown documents with runtime: shiny ({}): name one with entrypoint-file", documents.join(", "))
+    };
     Err(cx.err(format!(
-        "missing entrypoint file {} ({what}); allowed: a file in working-dir {} \
-         (entrypoint-file, default app.R)",
-        entry_path.display(),
+        "missing entrypoint file {} (does not exist){found}; allowed: app.R, ui.R with server.R, or one R Markdown document with runtime: shiny in working-dir {} (or entrypoint-file naming a file there; default app.R)",
+        working_dir.join("app.R").display(),
         working_dir.display()
     )))
+}
+
+/// The R Markdown documents in `dir` whose front matter says `runtime:
+/// shiny` or `shinyrmd` (or `shiny_prerendered`), sorted.
+fn shiny_documents(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut out: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| n.to_ascii_lowercase().ends_with(".rmd"))
+        .filter(|n| std::fs::read_to_string(dir.join(n)).is_ok_and(|t| is_shiny_document(&t)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// True when an R Markdown document's front matter asks for Shiny.
+pub fn is_shiny_document(text: &str) -> bool {
+    let mut lines = text.lines();
+    if lines.next().map(str::trim) != Some("---") {
+        return false;
+    }
+    lines.take_while(|l| l.trim() != "---").any(|l| {
+        let l = l.trim();
+        l.strip_prefix("runtime:")
+            .map(|v| matches!(v.trim().trim_matches(|c| c == '"' || c == '\''), "shiny" | "shinyrmd" | "shiny_prerendered"))
+            .unwrap_or(false)
+    })
 }
 
 // ---------------------------------------------------------------------------

@@ -396,3 +396,31 @@ fn bad_connection_limits_and_trusted_proxies() {
     d.refused("app-name: hello\nport: 8080\ntrusted-proxies: 10.0.0.0/40\n", 3, "trusted-proxies", &["not an IP address or CIDR range"]);
     d.refused("app-name: hello\nport: 8080\ntrusted-proxies: {a: 1}\n", 3, "trusted-proxies", &["a mapping", "a list of IP addresses"]);
 }
+
+#[test]
+fn the_entrypoint_is_the_folders_layout_when_not_given() {
+    let d = TestDir::new();
+    let spec = |d: &TestDir| d.parse("app-name: hello\nport: 8080\n").map(|s| s.entrypoint);
+    assert_eq!(spec(&d).unwrap(), "app.R");
+    fs::remove_file(d.0.join("app.R")).unwrap();
+    fs::write(d.0.join("ui.R"), "fluidPage()\n").unwrap();
+    fs::write(d.0.join("server.R"), "function(input, output) {}\n").unwrap();
+    assert_eq!(spec(&d).unwrap(), "server.R", "ui.R + server.R");
+    fs::remove_file(d.0.join("ui.R")).unwrap();
+    fs::remove_file(d.0.join("server.R")).unwrap();
+    fs::write(d.0.join("notes.Rmd"), "---\ntitle: notes\n---\nplain\n").unwrap();
+    fs::write(d.0.join("report.Rmd"), "---\ntitle: r\nruntime: shiny\n---\n").unwrap();
+    assert_eq!(spec(&d).unwrap(), "report.Rmd", "the one document with runtime: shiny");
+    fs::write(d.0.join("other.Rmd"), "---\nruntime: shinyrmd\n---\n").unwrap();
+    let e = d.refused("app-name: hello\nport: 8080\n", 1, "entrypoint-file", &["several R Markdown documents", "other.Rmd, report.Rmd"]);
+    assert!(e.contains("ui.R with server.R"), "{e}");
+}
+
+#[test]
+fn shiny_documents_are_told_by_their_front_matter() {
+    use super::keys::is_shiny_document;
+    assert!(is_shiny_document("---\ntitle: x\nruntime: shiny\n---\n# hi"));
+    assert!(is_shiny_document("---\nruntime: 'shinyrmd'\n---\n"));
+    assert!(!is_shiny_document("---\ntitle: x\n---\nruntime: shiny\n"), "only the front matter counts");
+    assert!(!is_shiny_document("# no front matter\nruntime: shiny\n"));
+}

@@ -72,3 +72,101 @@ fn a_broken_edit_deployed_to_a_sleeping_app_never_reaches_a_visitor_and_wait_say
     let out = env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait"]);
     assert!(out.contains("nothing to wait for"), "{out}");
 }
+
+/// Writes an app folder of these files (name, text) and its manifest, with
+/// no entrypoint-file: the folder's layout decides.
+fn layout_app(env: &Env, name: &str, port: u16, files: &[(&str, &str)]) -> std::path::PathBuf {
+    let folder = env.dir.join("apps").join(name);
+    std::fs::create_dir_all(&folder).unwrap();
+    for (file, text) in files {
+        std::fs::write(folder.join(file), text).unwrap();
+    }
+    let manifest = folder.join("app.yaml");
+    std::fs::write(&manifest, format!("app-name: {name}\nport: {port}\nwarm-replicas: 0\n")).unwrap();
+    manifest
+}
+
+/// Shiny Server's and Connect's usual layout, `global.R` + `ui.R` +
+/// `server.R`, runs fenced as `shiny::runApp(dir)` runs it: global.R first,
+/// then the page from ui.R, and a session served by server.R.
+#[test]
+fn a_ui_and_server_app_runs_as_shiny_runs_it() {
+    let env = Env::new("layoutuis");
+    let app = unique("uiserver");
+    let port = free_port();
+    let manifest = layout_app(
+        &env,
+        &app,
+        port,
+        &[
+            ("global.R", "greeting <- 'from global.R'\n"),
+            ("ui.R", "library(shiny)\nfluidPage(tags$p(paste0('ui=', greeting, ';')), textOutput('out'))\n"),
+            ("server.R", "function(input, output, session) { output$out <- renderText('from server.R') }\n"),
+        ],
+    );
+    let out = env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait=90s"]);
+    assert!(out.contains("serves"), "{out}");
+    let page = wait_http_ok(port, Duration::from_secs(30)).body;
+    assert_eq!(between(&page, "ui=", ";"), Some("from global.R"), "global.R ran before ui.R: {page}");
+    let status = env.status();
+    assert_eq!(status["apps"][0]["copies"][0]["isolation"]["kind"], "mount-namespace", "fenced: {status}");
+}
+
+/// An R Markdown document with `runtime: shiny`, the folder's only
+/// document, runs through rmarkdown::run, fenced: rendered into the copy's
+/// own disk (its release is read-only).
+#[test]
+fn an_r_markdown_document_with_runtime_shiny_runs() {
+    let env = Env::new("layoutrmd");
+    let app = unique("rmd");
+    let port = free_port();
+    let doc = "---\ntitle: \"Report\"\nruntime: shiny\noutput: html_document\n---\n\nThe rendered-marker paragraph.\n\n```{r, echo=FALSE}\nsliderInput('n', 'N', 1, 10, 5)\nrenderText(paste('n is', input$n))\n```\n";
+    let manifest = layout_app(&env, &app, port, &[("report.Rmd", doc)]);
+    let out = env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait=120s"]);
+    assert!(out.contains("serves"), "{out}");
+    let page = wait_http_ok(port, Duration::from_secs(60)).body;
+    assert!(page.contains("rmd_loader.js"), "rmarkdown's page, which loads the document through a Shiny session: {page}");
+    let rendered = rendered_document(port);
+    assert!(rendered.contains("The rendered-marker paragraph.") && rendered.contains("Report"), "the document, rendered: {rendered}");
+    let release = env.home().join("releases/default").join(&app);
+    let files: Vec<String> = walk(&release);
+    assert!(!files.iter().any(|f| f.ends_with(".html")), "nothing rendered into the release: {files:?}");
+}
+
+/// Every file below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p.display().to_string());
+        }
+    }
+    out
+}
+
+/// What a Shiny session of an R Markdown document receives until the
+/// rendered document arrives (rmarkdown's loader asks for it over the
+/// session's WebSocket, as a browser does).
+fn rendered_document(port: u16) -> String {
+    use tungstenite::client::IntoClientRequest;
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let req = format!("ws://127.0.0.1:{port}/websocket/").into_client_request().unwrap();
+    let (mut socket, _) = tungstenite::client(req, stream).expect("a WebSocket to the document");
+    // The document is the output `__reactivedoc__`, sent once it shows.
+    socket.send(tungstenite::Message::text(r#"{"method":"init","data":{".clientdata_output___reactivedoc___hidden":false}}"#)).unwrap();
+    let mut seen = String::new();
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    while !seen.contains("rendered-marker") {
+        assert!(std::time::Instant::now() < end, "no document within 60 s; got: {seen}");
+        match socket.read() {
+            Ok(msg) => seen.push_str(&msg.into_text().unwrap_or_default()),
+            Err(e) => panic!("the session ended before the document came: {e}; got: {seen}"),
+        }
+    }
+    let _ = socket.close(None);
+    seen
+}
