@@ -7,7 +7,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 /// Run R Shiny apps on a machine of your own.
 #[derive(Parser)]
-#[command(name = "shinyctl", version = model::BUILD, about, disable_version_flag = true)]
+#[command(name = "shinyctl", version = model::BUILD, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

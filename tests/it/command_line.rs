@@ -55,3 +55,93 @@ fn status_watch_redraws_the_table_every_second_until_interrupted() {
     let text = std::fs::read_to_string(env.dir.join("watch.out")).unwrap();
     assert!(text.contains("\x1b[H\x1b[2J") && text.contains("watched  1"), "each frame clears the screen and shows the table: {text:?}");
 }
+
+#[test]
+fn version_flags_print_the_version_as_the_version_command_does() {
+    let version = Command::new(bin()).arg("version").output().unwrap();
+    assert!(version.status.success());
+    let said = String::from_utf8_lossy(&version.stdout).into_owned();
+    assert!(said.starts_with("shinyctl ") && said.ends_with('\n'), "{said}");
+    for flag in ["--version", "-V"] {
+        let out = Command::new(bin()).arg(flag).output().unwrap();
+        assert!(out.status.success(), "shinyctl {flag}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), said, "shinyctl {flag}");
+    }
+}
+
+/// A manifest of `size` bytes: a valid one padded with a comment.
+fn padded_manifest(env: &Env, name: &str, size: usize) -> std::path::PathBuf {
+    let manifest = env.app(name, free_port(), "warm-replicas: 0\n");
+    let mut text = std::fs::read_to_string(&manifest).unwrap();
+    text.push_str("# ");
+    text.push_str(&"x".repeat(size.saturating_sub(text.len() + 1)));
+    text.push('\n');
+    std::fs::write(&manifest, text).unwrap();
+    manifest
+}
+
+#[test]
+fn a_manifest_over_the_apis_limit_is_refused_naming_the_file_and_the_limit() {
+    let env = Env::new("cli-big-manifest");
+    let big = padded_manifest(&env, "big", 2 << 20);
+    let refused = |out: &std::process::Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains(&format!("{}: the manifest is too large to apply: 2M", big.display())), "{stderr}");
+        assert!(stderr.contains("the API takes at most 1M (1048576 bytes)"), "{stderr}");
+        assert!(!stderr.contains("not running"), "{stderr}");
+    };
+    // No daemon: it is said before one is started.
+    refused(&env.run(&["apply", "-f", big.to_str().unwrap()]));
+    assert!(!env.home().join("api.sock").exists(), "no daemon was started for a manifest it cannot take");
+
+    // A daemon runs: the same.
+    env.started("small", "warm-replicas: 0\n", "1:active");
+    refused(&env.run(&["apply", "-f", big.to_str().unwrap()]));
+
+    // The daemon's own answer to a client that sends it anyway.
+    let body = env.dir.join("big.json");
+    let text = std::fs::read_to_string(&big).unwrap();
+    std::fs::write(&body, serde_json::json!({ "path": big.to_str().unwrap(), "text": text }).to_string()).unwrap();
+    let out = Command::new("curl")
+        .args(["-sS", "-w", "\n%{http_code}", "--unix-socket"])
+        .arg(env.home().join("api.sock"))
+        .args(["-H", "content-type: application/json", "--data-binary"])
+        .arg(format!("@{}", body.display()))
+        .arg("http://shinyctl/v1/apply")
+        .output()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(answer.ends_with("\n413"), "413 Payload Too Large: {answer}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(answer.contains("the apply request is too large: this API takes at most 1M (1048576 bytes)"), "{answer}");
+    assert!(env.status()["apps"].as_array().unwrap().iter().all(|a| a["name"] != "big"));
+}
+
+#[test]
+fn only_a_socket_nothing_listens_on_means_serve_is_not_running() {
+    let env = Env::new("cli-transport");
+    let sock = env.home().join("api.sock");
+    let status = || {
+        let out = env.run(&["status"]);
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // No socket, and a socket left by a process that ended.
+    assert!(status().contains("shinyctl serve is not running (nothing answers on"), "no socket");
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    assert!(sock.exists());
+    assert!(status().contains("shinyctl serve is not running (nothing answers on"), "a socket nobody listens on");
+
+    // Something listens, and closes each connection without an answer.
+    std::fs::remove_file(&sock).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let closer = std::thread::spawn(move || {
+        for conn in listener.incoming().take(1) {
+            drop(conn);
+        }
+    });
+    let said = status();
+    closer.join().unwrap();
+    assert!(!said.contains("not running"), "{said}");
+    assert!(said.contains(&format!("talking to shinyctl serve on {} failed:", sock.display())), "{said}");
+}
