@@ -145,3 +145,14 @@ fn only_a_socket_nothing_listens_on_means_serve_is_not_running() {
     assert!(!said.contains("not running"), "{said}");
     assert!(said.contains(&format!("talking to shinyctl serve on {} failed:", sock.display())), "{said}");
 }
+
+#[test]
+fn host_localhost_serves_on_127_0_0_1() {
+    let env = Env::new("cli-localhost");
+    let port = env.started("local", "host: localhost\nwarm-replicas: 0\n", "1:active");
+    assert_eq!(get(port, "/", &[]).unwrap().status, 200, "served on 127.0.0.1");
+    let listening = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    // 0100007F is 127.0.0.1 as the kernel writes it; the port in hex.
+    let at = format!("0100007F:{port:04X}");
+    assert!(listening.lines().any(|l| l.split_whitespace().nth(1) == Some(at.as_str())), "listens on 127.0.0.1:{port} only");
+}
