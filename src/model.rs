@@ -546,6 +546,11 @@ pub struct AppStatus {
     pub copies: Vec<CopyStatus>,
     /// Lines a person must know (draining, a copy that doesn't start, …).
     pub notes: Vec<String>,
+    /// How a root daemon runs the copies of an app without `run-as`: as
+    /// root, and in what (with the fix). Said here and in the README, not
+    /// under every status table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_as_root: Option<String>,
 }
 
 /// One copy in status: one row of the table.

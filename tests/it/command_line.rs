@@ -156,3 +156,20 @@ fn host_localhost_serves_on_127_0_0_1() {
     let at = format!("0100007F:{port:04X}");
     assert!(listening.lines().any(|l| l.split_whitespace().nth(1) == Some(at.as_str())), "listens on 127.0.0.1:{port} only");
 }
+
+#[test]
+fn a_root_daemon_says_its_copies_run_as_root_in_status_json_not_under_every_table() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs a root daemon (CI runs as root)");
+        return;
+    }
+    let env = Env::new("cli-root-note");
+    env.started("rooted", "warm-replicas: 0\n", "1:active");
+    let table = env.ok(&["status"]);
+    assert!(!table.contains("as root") && !table.contains("run-as"), "not under the table:\n{table}");
+    let app = env.status()["apps"].as_array().unwrap().iter().find(|a| a["name"] == "rooted").cloned().unwrap();
+    let said = app["runs_as_root"].as_str().unwrap_or_default();
+    assert!(said.starts_with("its copies run as root, inside a user namespace") && said.contains("run-as: USER"), "{app}");
+    assert!(!app["notes"].to_string().contains("as root"), "{app}");
+}
