@@ -86,7 +86,7 @@ fn the_man_page_has_every_command_the_manifest_keys_files_environment_and_exit_s
     let manifest = section(&page, "MANIFEST");
     let keys = shinyctl::manifest::KEYS.iter().map(|k| k.to_string());
     for key in keys.chain(shinyctl::manifest::SANDBOX_KEYS.iter().map(|k| format!("sandbox.{k}"))) {
-        let entry = manifest.lines().find(|l| l.trim().split_whitespace().next() == Some(key.as_str()));
+        let entry = manifest.lines().find(|l| l.split_whitespace().next() == Some(key.as_str()));
         assert!(entry.is_some_and(|l| l.contains("(default: ") || l.contains("(required)")), "{key} in:\n{manifest}");
     }
     assert!(section(&page, "FILES").contains("~/.shinyctl/api.sock"));
