@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Installs (or upgrades) shinyctl.
 #
-#   ./install.sh                build if needed, install shinyctl, its man page, shell completions
-#                               and the systemd user service file
-#   ./install.sh --service      the same, then enable and start the systemd user service and
-#                               enable lingering (it keeps running while you are logged out)
+#   ./install.sh                build if needed, then install shinyctl, its man page, shell
+#                               completions and the systemd service file (where systemd runs)
+#   ./install.sh --service      the same, then enable and start the service. As root it is a
+#                               system service, /etc/systemd/system/shinyctl.service, that runs
+#                               shinyctl serve as root (so run-as works) from boot on. Otherwise
+#                               it is your user service, ~/.config/systemd/user/shinyctl.service,
+#                               with lingering enabled, so it runs from boot on and while you are
+#                               logged out.
 #   ./install.sh --prefix DIR   install under DIR (DIR/bin/shinyctl, DIR/share/...)
+#   ./install.sh --help         print this help
 #
 # Where: as root /usr/local (on every login shell's PATH), otherwise ~/.local.
 # ~/.local/bin/shinyctl always works (as root it links to /usr/local/bin/shinyctl),
@@ -14,8 +19,8 @@
 # tells you how to restart shinyctl serve (your apps keep running).
 set -euo pipefail
 
-usage() {
-    sed -n '2,13s/^# \{0,1\}//p' "$0"
+usage() { # the comment block at the top of this file, whole
+    awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"
 }
 
 enable_service=0
@@ -33,6 +38,20 @@ done
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
+# Root gets the system service, everyone else a user service: which unit
+# file, where it goes, and the systemctl that manages it.
+if [ "$(id -u)" -eq 0 ]; then
+    unit_src=shinyctl-system.service
+    unit_dir=/etc/systemd/system
+    systemctl_=(systemctl)
+    manager="no systemd system manager (is systemd PID 1 here?)"
+else
+    unit_src=shinyctl.service
+    unit_dir="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
+    systemctl_=(systemctl --user)
+    manager="no systemd user manager for ${USER:-$(id -un 2>/dev/null || id -u)}"
+fi
+
 # --service needs systemd: say so before anything is built or installed.
 if [ "$enable_service" -eq 1 ]; then
     if ! command -v systemctl >/dev/null 2>&1; then
@@ -40,10 +59,14 @@ if [ "$enable_service" -eq 1 ]; then
         echo "Nothing was installed. Run ./install.sh without --service, then start shinyctl with:  shinyctl serve -d" >&2
         exit 1
     fi
-    if ! systemctl --user show-environment >/dev/null 2>&1; then
-        echo "install.sh --service: systemctl --user does not answer (no systemd user manager for $(id -un))." >&2
-        echo "Nothing was installed. Log in again (a login session starts it), or run ./install.sh without --service" >&2
-        echo "and start shinyctl with:  shinyctl serve -d" >&2
+    if ! "${systemctl_[@]}" show-environment >/dev/null 2>&1; then
+        echo "install.sh --service: ${systemctl_[*]} does not answer: $manager." >&2
+        if [ "$(id -u)" -ne 0 ]; then
+            echo "Log in again (a login session starts it), or run ./install.sh without --service" >&2
+        else
+            echo "Run ./install.sh without --service" >&2
+        fi
+        echo "and start shinyctl with:  shinyctl serve -d   (nothing was installed)" >&2
         exit 1
     fi
 fi
@@ -56,7 +79,6 @@ else
     link_user_bin=0
 fi
 bin_dir="$prefix/bin"
-unit_dir="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
 shinyctl_home="${SHINYCTL_HOME:-$HOME/.shinyctl}"
 restart_by_hand="pkill -u \"\$USER\" -f '(^|/)shinyctl serve\$' && shinyctl serve -d"
 
@@ -130,21 +152,22 @@ install_generated "$share/bash-completion/completions/shinyctl" completions bash
 install_generated "$share/zsh/site-functions/_shinyctl" completions zsh
 install_generated "$share/fish/vendor_completions.d/shinyctl.fish" completions fish
 
-# 4. The systemd user service, when systemd --user is available.
-have_user_systemd=0
-if command -v systemctl >/dev/null 2>&1 && systemctl --user show-environment >/dev/null 2>&1; then
-    have_user_systemd=1
+# 4. The systemd service file, where systemd (system or user) answers.
+have_systemd=0
+if command -v systemctl >/dev/null 2>&1 && "${systemctl_[@]}" show-environment >/dev/null 2>&1; then
+    have_systemd=1
 fi
 service_active=0
-if [ "$have_user_systemd" -eq 1 ]; then
+if [ "$have_systemd" -eq 1 ]; then
     echo "==> installing $unit_dir/shinyctl.service"
     mkdir -p "$unit_dir"
     sed -e "s|^ExecStart=.*|ExecStart=$bin_dir/shinyctl serve|" -e "s|^ExecReload=.*|ExecReload=$bin_dir/shinyctl reload|" \
-        shinyctl.service >"$unit_dir/shinyctl.service.new"
+        "$unit_src" >"$unit_dir/shinyctl.service.new"
+    chmod 0644 "$unit_dir/shinyctl.service.new"
     mv -f "$unit_dir/shinyctl.service.new" "$unit_dir/shinyctl.service"
-    systemctl --user daemon-reload
-    echo "    ran: systemctl --user daemon-reload"
-    if systemctl --user is-active --quiet shinyctl; then
+    "${systemctl_[@]}" daemon-reload
+    echo "    ran: ${systemctl_[*]} daemon-reload"
+    if "${systemctl_[@]}" is-active --quiet shinyctl; then
         service_active=1
     fi
 fi
@@ -163,46 +186,50 @@ if [ -S "$sock" ]; then
 fi
 
 echo
-if [ "$have_user_systemd" -eq 1 ] && [ "$enable_service" -eq 1 ]; then
-    echo "==> enabling the shinyctl user service"
+if [ "$have_systemd" -eq 1 ] && [ "$enable_service" -eq 1 ]; then
+    echo "==> enabling the shinyctl service (${systemctl_[*]})"
     if [ "$service_active" -eq 1 ]; then
-        systemctl --user enable shinyctl
-        echo "    ran: systemctl --user enable shinyctl"
+        "${systemctl_[@]}" enable shinyctl
+        echo "    ran: ${systemctl_[*]} enable shinyctl"
         echo "The service was already running the old binary. To run the new one:"
-        echo "  systemctl --user restart shinyctl"
+        echo "  ${systemctl_[*]} restart shinyctl"
     elif [ "$daemon_running" -eq 1 ]; then
         # A second shinyctl serve for the same home would refuse to start.
-        systemctl --user enable shinyctl
-        echo "    ran: systemctl --user enable shinyctl (not started: a shinyctl serve you started by hand runs)"
+        "${systemctl_[@]}" enable shinyctl
+        echo "    ran: ${systemctl_[*]} enable shinyctl (not started: a shinyctl serve you started by hand runs)"
         echo "To hand it over to the service (your apps keep running and are adopted):"
-        echo "  pkill -u \"\$USER\" -f '(^|/)shinyctl serve\$' && systemctl --user start shinyctl"
+        echo "  pkill -u \"\$USER\" -f '(^|/)shinyctl serve\$' && ${systemctl_[*]} start shinyctl"
     else
-        systemctl --user enable --now shinyctl
-        echo "    ran: systemctl --user enable --now shinyctl (enabled and started)"
+        "${systemctl_[@]}" enable --now shinyctl
+        echo "    ran: ${systemctl_[*]} enable --now shinyctl (enabled and started)"
     fi
-    linger_user="${USER:-$(id -un)}"
-    if ! command -v loginctl >/dev/null 2>&1; then
-        echo "warning: loginctl is not on PATH, so lingering was not enabled: the service stops when you log out." >&2
-    elif loginctl enable-linger "$linger_user"; then
-        echo "    ran: loginctl enable-linger $linger_user (the service keeps running while you are logged out)"
-    else
-        echo "warning: loginctl enable-linger $linger_user failed: the service stops when you log out." >&2
+    if [ "$(id -u)" -ne 0 ]; then
+        linger_user="${USER:-$(id -un)}"
+        if ! command -v loginctl >/dev/null 2>&1; then
+            echo "warning: loginctl is not on PATH, so lingering was not enabled: the service stops when you log out." >&2
+        elif loginctl enable-linger "$linger_user"; then
+            echo "    ran: loginctl enable-linger $linger_user (the service keeps running while you are logged out)"
+        else
+            echo "warning: loginctl enable-linger $linger_user failed: the service stops when you log out." >&2
+        fi
     fi
 else
     if [ "$daemon_running" -eq 1 ] || [ "$service_active" -eq 1 ]; then
         echo "shinyctl serve is running the old binary. To upgrade it (your apps keep running):"
         if [ "$service_active" -eq 1 ]; then
-            echo "  systemctl --user restart shinyctl"
+            echo "  ${systemctl_[*]} restart shinyctl"
         else
             echo "  $restart_by_hand"
         fi
     fi
-    if [ "$have_user_systemd" -eq 1 ] && [ "$service_active" -eq 0 ]; then
-        echo "To run shinyctl serve as a systemd user service (./install.sh --service does it):"
-        echo "  systemctl --user enable --now shinyctl"
-        echo "  loginctl enable-linger \"\$USER\"    # keep it running while you are logged out"
-    elif [ "$have_user_systemd" -eq 0 ]; then
-        echo "systemd user services are not available here: the first shinyctl apply starts"
+    if [ "$have_systemd" -eq 1 ] && [ "$service_active" -eq 0 ]; then
+        echo "To run shinyctl serve as a systemd service (./install.sh --service does it):"
+        echo "  ${systemctl_[*]} enable --now shinyctl"
+        if [ "$(id -u)" -ne 0 ]; then
+            echo "  loginctl enable-linger \"\$USER\"    # keep it running while you are logged out"
+        fi
+    elif [ "$have_systemd" -eq 0 ]; then
+        echo "systemd services are not available here: the first shinyctl apply starts"
         echo "shinyctl serve, or start it yourself with:  shinyctl serve -d"
     fi
 fi

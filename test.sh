@@ -23,6 +23,9 @@ bash scripts/deps.sh r-base-core r-cran-shiny xfsprogs
 bash scripts/deps.sh r-cran-rmarkdown
 # The fence's filter tests: an app runs strace -p and a Python probe.
 bash scripts/deps.sh strace python3
+# The systemd units are checked with systemd-analyze verify (and the man
+# page their Documentation= names, with man).
+bash scripts/deps.sh systemd man-db
 # Several hosts behind a real HAProxy (Debian's).
 bash scripts/deps.sh haproxy
 # The browser test: Chromium with what Debian recommends beside it (fonts).

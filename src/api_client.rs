@@ -133,9 +133,12 @@ impl Client {
         Ok(serde_json::from_slice(&self.status_json(app)?)?)
     }
 
-    /// `POST /v1/apply`.
+    /// `POST /v1/apply`; a request over the API's limit is refused here,
+    /// naming the manifest and the limit.
     pub fn apply(&self, req: &ApplyRequest) -> anyhow::Result<ActionReply> {
-        self.deploying().json(Method::POST, routes::APPLY, Some(serde_json::to_vec(req)?))
+        let body = serde_json::to_vec(req)?;
+        req.check_size(body.len()).map_err(anyhow::Error::msg)?;
+        self.deploying().json(Method::POST, routes::APPLY, Some(body))
     }
 
     /// `POST /v1/reload`: every registered manifest applied again.
@@ -182,11 +185,17 @@ impl Client {
     /// Calls a route and returns the body of a 2xx answer; any other answer
     /// becomes an error carrying the daemon's message.
     fn call(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> anyhow::Result<Bytes> {
-        let (status, bytes) = crate::uds::request_blocking(&self.sock, method, path, body, self.timeout).map_err(|_| {
-            anyhow::anyhow!(
-                "shinyctl serve is not running (nothing answers on {}). Start it with `shinyctl serve -d`; `shinyctl apply` starts it too.",
-                self.sock.display()
-            )
+        let (status, bytes) = crate::uds::request_blocking(&self.sock, method, path, body, self.timeout).map_err(|e| {
+            // Only a socket nothing listens on means the daemon is not
+            // running; any other failure is said as it is.
+            if e.downcast_ref::<crate::uds::NotListening>().is_some() {
+                anyhow::anyhow!(
+                    "shinyctl serve is not running (nothing answers on {}). Start it with `shinyctl serve -d`; `shinyctl apply` starts it too.",
+                    self.sock.display()
+                )
+            } else {
+                anyhow::anyhow!("talking to shinyctl serve on {} failed: {e:#}", self.sock.display())
+            }
         })?;
         if status.is_success() {
             return Ok(bytes);

@@ -7,7 +7,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 /// Run R Shiny apps on a machine of your own.
 #[derive(Parser)]
-#[command(name = "shinyctl", version = model::BUILD, about, disable_version_flag = true)]
+#[command(name = "shinyctl", version = model::BUILD, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -148,10 +148,9 @@ fn main() {
                 Shell::Zsh => clap_complete::Shell::Zsh,
                 Shell::Fish => clap_complete::Shell::Fish,
             };
-            clap_complete::generate(shell, &mut Cli::command(), "shinyctl", &mut std::io::stdout());
-            Ok(())
+            cli::completions::write(shell, Cli::command(), &mut std::io::stdout()).map_err(Into::into)
         }
-        Command::Man => match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+        Command::Man => match cli::man::render(Cli::command(), &mut std::io::stdout()) {
             // `shinyctl man | head` is no failure.
             Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
             _ => Ok(()),

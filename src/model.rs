@@ -439,6 +439,31 @@ pub struct ApplyRequest {
     pub now: bool,
 }
 
+impl ApplyRequest {
+    /// The most bytes the API takes in an apply request's JSON body: room
+    /// for a manifest with a large `env`, and a bound on what one request
+    /// makes the daemon hold.
+    pub const MAX_BODY: usize = 1 << 20;
+
+    /// Refuses a request whose body, `body_len` bytes of JSON, is over
+    /// [`Self::MAX_BODY`], naming the manifest and the limit.
+    pub fn check_size(&self, body_len: usize) -> Result<(), String> {
+        if body_len <= Self::MAX_BODY {
+            return Ok(());
+        }
+        let show = |n: usize| crate::manifest::show_size(n as u64);
+        Err(format!(
+            "{}: the manifest is too large to apply: {} ({} as the API's request), and the API takes at most {} ({} bytes). \
+             A manifest holds settings; keep data in the app's folder.",
+            self.path,
+            show(self.text.len()),
+            show(body_len),
+            show(Self::MAX_BODY),
+            Self::MAX_BODY
+        ))
+    }
+}
+
 /// `POST /v1/reload`: what became of each registered app's manifest.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ReloadReply {
@@ -555,6 +580,11 @@ pub struct AppStatus {
     pub copies: Vec<CopyStatus>,
     /// Lines a person must know (draining, a copy that doesn't start, …).
     pub notes: Vec<String>,
+    /// How a root daemon runs the copies of an app without `run-as`: as
+    /// root, and in what (with the fix). Said here and in the README, not
+    /// under every status table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_as_root: Option<String>,
 }
 
 /// One copy in status: one row of the table.

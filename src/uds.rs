@@ -8,7 +8,37 @@ use hyper::{Method, Request, StatusCode};
 use std::path::Path;
 use std::time::Duration;
 
-/// Sends one request and reads the whole answer, within `timeout`.
+/// Nothing listens on a socket: there is no socket file, or no process
+/// accepts on it (one left by a process that ended). Any other failure to
+/// talk to it is not this.
+#[derive(Debug)]
+pub struct NotListening(pub std::io::Error);
+
+impl std::fmt::Display for NotListening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "nothing listens on the socket: {}", self.0)
+    }
+}
+
+impl std::error::Error for NotListening {}
+
+/// A request's body over the limit [`read_body`] was given.
+#[derive(Debug)]
+pub struct TooLarge {
+    /// The limit, in bytes.
+    pub limit: usize,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the request's body is over this API's limit of {} bytes", self.limit)
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+/// Sends one request and reads the whole answer, within `timeout`. A
+/// socket nothing listens on is a [`NotListening`] error.
 pub async fn request(
     sock: &Path,
     method: Method,
@@ -17,7 +47,10 @@ pub async fn request(
     timeout: Duration,
 ) -> anyhow::Result<(StatusCode, Bytes)> {
     let fut = async {
-        let stream = tokio::net::UnixStream::connect(sock).await?;
+        let stream = tokio::net::UnixStream::connect(sock).await.map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => anyhow::Error::new(NotListening(e)),
+            _ => anyhow::anyhow!("cannot connect to {}: {e}", sock.display()),
+        })?;
         let io = hyper_util::rt::TokioIo::new(stream);
         let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
         tokio::spawn(async move {
@@ -202,11 +235,13 @@ async fn refuse(mut stream: tokio::net::UnixStream, why: &str) {
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(format!("{head}{body}").as_bytes())).await;
 }
 
-/// Reads a whole request body, refusing more than `limit` bytes.
+/// Reads a whole request body, refusing more than `limit` bytes (a
+/// [`TooLarge`] error).
 pub async fn read_body(body: hyper::body::Incoming, limit: usize) -> anyhow::Result<Bytes> {
     let limited = http_body_util::Limited::new(body, limit);
     match limited.collect().await {
         Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(TooLarge { limit }.into()),
         Err(e) => anyhow::bail!("request body: {e}"),
     }
 }

@@ -12,11 +12,13 @@ use crate::model::ApplyRequest;
 pub fn run(home: &Home, file: &Path, now: bool, wait: Option<std::time::Duration>) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: cannot read the manifest: {e}", file.display()))?;
     let path = std::path::absolute(file)?;
-    let spec = crate::manifest::parse(&path, &text)?;
+    let req = ApplyRequest { path: path.to_string_lossy().into_owned(), text, now };
+    // Over the API's limit: said before anything else, the daemon unstarted.
+    req.check_size(serde_json::to_vec(&req)?.len()).map_err(anyhow::Error::msg)?;
+    let spec = crate::manifest::parse(&path, &req.text)?;
     if !Client::answers(home) {
         eprintln!("shinyctl serve is not running; starting it.");
         crate::serve::spawn_daemon(home)?;
     }
-    let req = ApplyRequest { path: path.to_string_lossy().into_owned(), text, now };
     super::wait::print_and_follow(home, &spec.name, Client::new(home).apply(&req)?, wait)
 }

@@ -2,8 +2,10 @@
 //! [`crate::api_client::Client`].
 
 pub mod apply;
+pub mod completions;
 pub mod delete;
 pub mod logs;
+pub mod man;
 pub mod reload;
 pub mod restart;
 pub mod rollback;

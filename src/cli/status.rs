@@ -165,6 +165,7 @@ mod tests {
                     copy(4, Role::Warm, 61502, 138, 0, "2026-10-27T11:30:05+02:00"),
                 ],
                 notes: vec!["hello: copy 1 is draining with 2 sessions; it stops when they end, or in 15m at the latest.".into()],
+                runs_as_root: None,
             }],
             limits: None,
         };

@@ -251,7 +251,7 @@ pub fn main(args: &[OsString]) -> i32 {
         match join_cgroups(&launch.cgroups) {
             Ok(()) => fences.in_force(fences::CGROUP),
             Err(why) => {
-                fences.missing(fences::CGROUP, &why, Some("Delegate=yes in shinyctl.service (cgroup v2), or a root daemon on cgroup v1"))
+                fences.missing(fences::CGROUP, &why, Some("run shinyctl serve from its systemd unit (`install.sh --service`; Delegate=yes, DelegateSubgroup=daemon: systemd 254+) on cgroup v2, or as root"))
             }
         }
     }

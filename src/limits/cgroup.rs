@@ -76,7 +76,7 @@ impl Cgroups {
         }
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let mounts = parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
-        let v2_why = match v2(&own, &mounts) {
+        let v2_why = match v2(&own, &mounts, std::env::var_os(SYSTEMD_VAR).is_some()) {
             Ok(copies) => return Cgroups { kind: Kind::V2 { copies }, missing: None },
             Err(why) => why,
         };
@@ -134,8 +134,9 @@ impl Cgroups {
         match &self.missing {
             Some(why) => format!(
                 "copies' limits: {what}; missing: {why}. Without a memory cgroup the daemon watches a limited copy's memory \
-                 every 250 ms; without a pids cgroup sandbox.tasks is not kept. Fix: run shinyctl serve as root, or from a \
-                 systemd unit with Delegate=yes on a cgroup v2 machine"
+                 every 250 ms; without a pids cgroup sandbox.tasks is not kept. Fix: run shinyctl serve as root, or from \
+                 shinyctl's systemd unit (`install.sh --service`: Delegate=yes and DelegateSubgroup=daemon, systemd 254 \
+                 or newer) on cgroup v2"
             ),
             None => format!("copies' limits: {what}"),
         }
@@ -272,14 +273,28 @@ enum Controller {
     Pids,
 }
 
+/// Set by systemd in the environment of every service it starts: then the
+/// daemon's cgroup is its unit's.
+const SYSTEMD_VAR: &str = "INVOCATION_ID";
+
 /// cgroup v2 with memory and pids delegated to the daemon: moves the
 /// daemon into its leaf, enables the controllers, returns `copies`.
-fn v2(own: &str, mounts: &[Mount]) -> Result<PathBuf, String> {
+/// `by_systemd`: started by systemd as a service ([`SYSTEMD_VAR`]).
+fn v2(own: &str, mounts: &[Mount], by_systemd: bool) -> Result<PathBuf, String> {
     let path = own.lines().find_map(|l| l.strip_prefix("0::")).ok_or("no cgroup v2 (no `0::` line in /proc/self/cgroup)")?;
     let m = mounts.iter().find(|m| m.v2).ok_or("cgroup v2 is not mounted")?;
     let mut base = below(m, path).ok_or_else(|| format!("the daemon's cgroup {path} is outside the cgroup v2 mount"))?;
-    if base.ends_with("daemon") && base.parent().is_some_and(|p| p.join("copies").is_dir()) {
+    // systemd's `DelegateSubgroup=daemon` starts the daemon in the leaf.
+    if base.ends_with("daemon") && base.parent().is_some_and(|p| by_systemd || p.join("copies").is_dir()) {
         base.pop();
+    } else if by_systemd {
+        // systemd starts the next daemon in the unit's cgroup itself, which
+        // the kernel refuses once controllers are enabled there for the
+        // copies: the service would not start again while they run.
+        return Err(format!(
+            "systemd started the daemon in its unit's own cgroup {path}, not in its `daemon` leaf (DelegateSubgroup=daemon \
+             needs systemd 254 or newer): copies' cgroups there would keep the service from starting again while they run"
+        ));
     }
     if base == m.point {
         return Err(format!("the daemon runs in the root cgroup of {} (run it in a unit of its own with Delegate=yes)", m.point.display()));

@@ -20,7 +20,7 @@ pub(super) const NAME_ALLOWED: &str = "lowercase letters, digits and '-', starti
 pub(super) const PORT_ALLOWED: &str = "a whole number 1-65535, outside 20000-29999";
 const DURATION_ALLOWED: &str = "a duration such as 500ms, 30s, 15m or 1h, or a whole number of seconds";
 const HOST_ALLOWED: &str = "an IP address to listen on, such as 0.0.0.0 (every IPv4 address), \
-     127.0.0.1 (this machine only) or :: (every address)";
+     127.0.0.1 (this machine only; localhost says the same) or :: (every address)";
 
 /// `app-name`.
 pub(super) fn app_name(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
@@ -68,10 +68,14 @@ pub(super) fn port(cx: &Cx, v: &Value) -> Result<u16, ManifestError> {
     Ok(n as u16)
 }
 
-/// `host`: an IP address, brackets around an IPv6 one allowed.
+/// `host`: an IP address, brackets around an IPv6 one allowed, or
+/// `localhost`, which is 127.0.0.1.
 pub(super) fn host(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
     let s = cx.nonempty_string(v, HOST_ALLOWED)?;
     let t = s.trim();
+    if t.eq_ignore_ascii_case("localhost") {
+        return Ok(std::net::Ipv4Addr::LOCALHOST.to_string());
+    }
     let t = t.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(t);
     match t.parse::<std::net::IpAddr>() {
         Ok(ip) => Ok(ip.to_string()),

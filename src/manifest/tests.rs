@@ -256,7 +256,16 @@ fn bad_policies() {
 #[test]
 fn bad_host() {
     let d = TestDir::new();
-    d.refused("app-name: hello\nport: 8080\nhost: localhost\n", 3, "host", &["not an IP address", "0.0.0.0", "127.0.0.1"]);
+    d.refused("app-name: hello\nport: 8080\nhost: example.org\n", 3, "host", &["not an IP address", "0.0.0.0", "127.0.0.1", "localhost"]);
+}
+
+#[test]
+fn host_localhost_is_127_0_0_1() {
+    let d = TestDir::new();
+    for written in ["localhost", "LocalHost", " localhost "] {
+        let s = d.parse(&format!("app-name: hello\nport: 8080\nhost: '{written}'\n")).unwrap();
+        assert_eq!(s.host, "127.0.0.1", "host: {written:?}");
+    }
 }
 
 #[test]

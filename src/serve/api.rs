@@ -81,8 +81,16 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             }
         }
         (Method::POST, ["v1", "apply"]) => {
-            let body = match uds::read_body(req.into_body(), 1 << 20).await {
+            let body = match uds::read_body(req.into_body(), ApplyRequest::MAX_BODY).await {
                 Ok(b) => b,
+                Err(e) if e.downcast_ref::<uds::TooLarge>().is_some() => {
+                    let limit = ApplyRequest::MAX_BODY;
+                    let message = format!(
+                        "the apply request is too large: this API takes at most {} ({limit} bytes) of JSON, the manifest's text and path",
+                        crate::manifest::show_size(limit as u64)
+                    );
+                    return error(StatusCode::PAYLOAD_TOO_LARGE, message);
+                }
                 Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
             };
             let Ok(apply) = serde_json::from_slice::<ApplyRequest>(&body) else {

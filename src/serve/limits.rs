@@ -56,7 +56,8 @@ pub fn notes(cgroups: &Cgroups, spec: &AppSpec) -> Vec<String> {
     }
     let why = cgroups.missing.as_deref().unwrap_or("no pids cgroup");
     vec![format!(
-        "{}: sandbox.tasks ({}) is not kept on this machine: {why}. It needs a pids cgroup: a root daemon,          or Delegate=yes in shinyctl.service on cgroup v2.",
+        "{}: sandbox.tasks ({}) is not kept on this machine: {why}. It needs a pids cgroup: a root daemon, or \
+         shinyctl's systemd unit on cgroup v2 (`install.sh --service`; Delegate=yes, DelegateSubgroup=daemon: systemd 254+).",
         spec.name, spec.sandbox.tasks
     )]
 }
@@ -187,6 +188,8 @@ mod tests {
         let asked = spec("sandbox:\n  tasks: 100\n");
         let note = notes(&none, &asked).join("\n");
         assert!(note.starts_with("hello: sandbox.tasks (100) is not kept on this machine: no cgroup v1 pids controller."), "{note}");
+        assert!(!note.contains("  "), "no run of spaces: {note}");
+        assert!(note.contains("a root daemon, or shinyctl's systemd unit on cgroup v2 (`install.sh --service`"), "{note}");
         assert!(notes(&pids, &asked).is_empty(), "kept");
         assert!(notes(&none, &spec("")).is_empty(), "not asked for: the default");
         assert!(notes(&none, &spec("sandbox:\n  mode: off\n  tasks: 100\n")).is_empty(), "no fence asked for");

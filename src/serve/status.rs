@@ -114,7 +114,6 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
             let fenced: Vec<(u32, &crate::model::Isolation)> =
                 copies.iter().filter_map(|c| Some((c.copy, c.isolation.as_ref()?))).collect();
             notes.extend(launcher::fences::notes(name, &app.recorded.spec.sandbox, &fenced));
-            notes.extend(root_note(name, &app.recorded.spec, nix::unistd::geteuid().is_root()));
             if let Some(why) = &app.tracked.state_error {
                 notes.push(format!(
                     "{name}: cannot write its state file {}: {why}; the previous one is kept and the copies keep running",
@@ -137,6 +136,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 not_listening,
                 copies,
                 notes,
+                runs_as_root: root_note(&app.recorded.spec, nix::unistd::geteuid().is_root()),
             }
         })
         .collect();
@@ -228,10 +228,10 @@ mod tests {
     }
 }
 
-/// The line for an app whose copies a root daemon runs as root (no
+/// `runs_as_root` of an app whose copies a root daemon runs as root (no
 /// `run-as`): in a user namespace of their own, so with no capability on
 /// the host, unless the fence is off.
-fn root_note(name: &str, spec: &crate::manifest::AppSpec, daemon_is_root: bool) -> Option<String> {
+fn root_note(spec: &crate::manifest::AppSpec, daemon_is_root: bool) -> Option<String> {
     if !daemon_is_root || spec.run_as.is_some() {
         return None;
     }
@@ -239,7 +239,7 @@ fn root_note(name: &str, spec: &crate::manifest::AppSpec, daemon_is_root: bool) 
         crate::manifest::SandboxMode::Off => "with no fence (sandbox mode off)",
         _ => "inside a user namespace of their own",
     };
-    Some(format!("{name}: its copies run as root, {how}; set run-as: USER to run them as a user of this machine"))
+    Some(format!("its copies run as root, {how}; set run-as: USER to run them as a user of this machine"))
 }
 
 #[cfg(test)]
@@ -252,11 +252,11 @@ mod root_note_tests {
         std::fs::create_dir_all(&path).unwrap();
         std::fs::write(path.join("app.R"), "").unwrap();
         let spec = crate::manifest::parse(&path.join("app.yaml"), "app-name: web\nport: 8080\n").unwrap();
-        assert!(root_note("web", &spec, false).is_none(), "not root: no line");
-        let line = root_note("web", &spec, true).unwrap();
-        assert!(line.starts_with("web: its copies run as root, inside a user namespace") && line.contains("run-as"), "{line}");
+        assert!(root_note(&spec, false).is_none(), "not root: no line");
+        let line = root_note(&spec, true).unwrap();
+        assert!(line.starts_with("its copies run as root, inside a user namespace") && line.contains("run-as"), "{line}");
         let as_user = crate::manifest::AppSpec { run_as: Some("shiny".into()), ..spec };
-        assert!(root_note("web", &as_user, true).is_none(), "run-as set: no line");
+        assert!(root_note(&as_user, true).is_none(), "run-as set: no line");
         let _ = std::fs::remove_dir_all(&path);
     }
 }

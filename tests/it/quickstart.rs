@@ -20,7 +20,9 @@ fn quick_start_line() -> String {
 /// Copies what a checkout holds for install.sh (sources, scripts, examples).
 pub fn copy_checkout(to: &Path) {
     let from = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for entry in ["install.sh", "Cargo.toml", "Cargo.lock", "build.rs", "shinyctl.service", "src", "scripts", "examples"] {
+    for entry in
+        ["install.sh", "Cargo.toml", "Cargo.lock", "build.rs", "shinyctl.service", "shinyctl-system.service", "src", "scripts", "examples"]
+    {
         let out = Command::new("cp").arg("-a").arg(from.join(entry)).arg(to).output().unwrap();
         assert!(out.status.success(), "cp {entry}: {}", String::from_utf8_lossy(&out.stderr));
     }

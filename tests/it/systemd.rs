@@ -133,42 +133,111 @@ fn checkout(env: &Env) -> std::path::PathBuf {
     checkout
 }
 
-/// Runs the checkout's install.sh with `args`, PATH and a HOME of the test's.
-fn install(env: &Env, checkout: &Path, path: &str, args: &[&str]) -> std::process::Output {
-    Command::new("bash")
-        .arg(checkout.join("install.sh"))
-        .args(args)
-        .env_clear()
-        .env("PATH", path)
-        .env("HOME", env.dir.join("user-home"))
-        .env("USER", "someone")
-        .env("SHINYCTL_HOME", env.home())
+/// Who runs install.sh: root, or a normal user (a uid with no entry in
+/// /etc/passwd, as `USER=someone`).
+#[derive(Clone, Copy, PartialEq)]
+enum As {
+    Root,
+    User(u32),
+}
+
+/// Runs the checkout's install.sh with `args`, PATH and a HOME of the
+/// test's, in a mount namespace of its own with an empty tmpfs over
+/// /etc/systemd/system, so a system unit is never installed on the machine.
+/// What install.sh put there is copied to `etc-systemd-system/`.
+fn install(env: &Env, checkout: &Path, path: &str, who: As, args: &[&str]) -> std::process::Output {
+    let home = env.dir.join("user-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let (chown, become_user) = match who {
+        As::Root => (String::new(), String::new()),
+        As::User(uid) => (
+            format!("chmod 755 '{dir}' && chown -R {uid}:{uid} '{dir}'\n", dir = env.dir.display()),
+            format!("setpriv --reuid={uid} --regid={uid} --clear-groups "),
+        ),
+    };
+    let script = format!(
+        "set -e\nmount -t tmpfs tmpfs /etc/systemd/system\n{chown}\
+         set +e\n{become_user}env -i PATH='{path}' HOME='{home}' USER=someone SHINYCTL_HOME='{shinyctl_home}' \
+         bash '{install}' {args}\nrc=$?\n\
+         mkdir -p '{out}' && cp -a /etc/systemd/system/. '{out}/'\nexit $rc\n",
+        home = home.display(),
+        shinyctl_home = env.home().display(),
+        install = checkout.join("install.sh").display(),
+        args = quoted.join(" "),
+        out = env.dir.join("etc-systemd-system").display(),
+    );
+    Command::new("unshare").args(["--mount", "--", "bash", "-c", &script]).output().unwrap()
+}
+
+/// `systemd-analyze verify` of an installed unit file (`--user` for a user
+/// unit), with the man page its Documentation= names on MANPATH; asserts
+/// it finds nothing wrong.
+fn verify(env: &Env, unit: &Path, user: bool, prefix: &Path) {
+    let runtime = env.dir.join("xdg-runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let mut cmd = Command::new("systemd-analyze");
+    if user {
+        cmd.arg("--user");
+    }
+    let out = cmd
+        .arg("verify")
+        .arg(unit)
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("MANPATH", prefix.join("share/man"))
         .output()
-        .unwrap()
+        .expect("systemd-analyze (Debian's systemd package)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // DelegateSubgroup= is systemd 254's: an older one says it ignores it.
+    let old_systemd = systemd_version() < 254;
+    let ignored = |l: &str| l.trim().is_empty() || (old_systemd && l.contains("Unknown key 'DelegateSubgroup'"));
+    let complaints: Vec<&str> = stderr.lines().filter(|l| !ignored(l)).collect();
+    assert!(out.status.success() && complaints.is_empty(), "systemd-analyze verify {}:\n{stderr}", unit.display());
+}
+
+/// The version of the machine's systemd (`systemctl --version`).
+fn systemd_version() -> u32 {
+    let out = Command::new("systemctl").arg("--version").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// The lines of a unit file, for the asserts.
+fn assert_lines(unit: &str, lines: &[String]) {
+    for line in lines {
+        assert!(unit.lines().any(|l| l == line), "{line} in the unit:\n{unit}");
+    }
 }
 
 #[test]
-fn install_service_installs_the_unit_enables_it_and_lingering_and_says_so() {
+fn install_service_as_a_user_installs_the_user_unit_enables_it_and_lingering_and_says_so() {
     let env = Env::new("install-service");
     let checkout = checkout(&env);
     let prefix = env.dir.join("prefix");
     let fake = recorders(&env.dir, &["systemctl", "loginctl"]);
-    let out = install(&env, &checkout, &format!("{}:/usr/bin:/bin", fake.display()), &["--service", "--prefix", prefix.to_str().unwrap()]);
+    let path = format!("{}:/usr/bin:/bin", fake.display());
+    let out = install(&env, &checkout, &path, As::User(4242), &["--service", "--prefix", prefix.to_str().unwrap()]);
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("not building again"), "the build is done: {stdout}");
 
-    let unit = std::fs::read_to_string(env.dir.join("user-home/.config/systemd/user/shinyctl.service")).unwrap();
+    let unit_path = env.dir.join("user-home/.config/systemd/user/shinyctl.service");
+    let unit = std::fs::read_to_string(&unit_path).unwrap();
     let bin = prefix.join("bin/shinyctl");
-    for line in [
-        "Type=notify".to_string(),
-        format!("ExecStart={} serve", bin.display()),
-        format!("ExecReload={} reload", bin.display()),
-        "#Environment=SHINYCTL_METRICS=127.0.0.1:9108".to_string(),
-        "KillMode=process".to_string(),
-    ] {
-        assert!(unit.lines().any(|l| l == line), "{line} in the unit:\n{unit}");
-    }
+    assert_lines(
+        &unit,
+        &[
+            "Type=notify".to_string(),
+            format!("ExecStart={} serve", bin.display()),
+            format!("ExecReload={} reload", bin.display()),
+            "#Environment=SHINYCTL_METRICS=127.0.0.1:9108".to_string(),
+            "KillMode=process".to_string(),
+            "Delegate=yes".to_string(),
+            "Documentation=man:shinyctl(1)".to_string(),
+            "WantedBy=default.target".to_string(),
+        ],
+    );
+    assert!(!unit.lines().any(|l| l.starts_with("User=")), "a user unit runs as its user:\n{unit}");
     let calls = std::fs::read_to_string(env.dir.join("calls.log")).unwrap();
     let calls: Vec<&str> = calls.lines().collect();
     let at = |call: &str| calls.iter().position(|c| *c == call).unwrap_or_else(|| panic!("{call} in {calls:?}"));
@@ -179,6 +248,89 @@ fn install_service_installs_the_unit_enables_it_and_lingering_and_says_so() {
     {
         assert!(stdout.contains(said), "it says what it did ({said}):\n{stdout}");
     }
+    assert!(std::fs::read_dir(env.dir.join("etc-systemd-system")).unwrap().next().is_none(), "no system unit for a user");
+    verify(&env, &unit_path, true, &prefix);
+}
+
+#[test]
+fn install_service_as_root_installs_the_system_unit_that_runs_as_root_and_starts_it_at_boot() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let env = Env::new("install-service-root");
+    let checkout = checkout(&env);
+    let prefix = env.dir.join("prefix");
+    let fake = recorders(&env.dir, &["systemctl", "loginctl"]);
+    let path = format!("{}:/usr/bin:/bin", fake.display());
+    let out = install(&env, &checkout, &path, As::Root, &["--service", "--prefix", prefix.to_str().unwrap()]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+
+    // Installed as /etc/systemd/system/shinyctl.service (in the test's own
+    // mount namespace), from the repository's shinyctl-system.service.
+    let unit_path = env.dir.join("etc-systemd-system/shinyctl.service");
+    let unit = std::fs::read_to_string(&unit_path).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    let bin = prefix.join("bin/shinyctl");
+    assert_lines(
+        &unit,
+        &[
+            "Type=notify".to_string(),
+            "User=root".to_string(),
+            format!("ExecStart={} serve", bin.display()),
+            format!("ExecReload={} reload", bin.display()),
+            "KillMode=process".to_string(),
+            "Delegate=yes".to_string(),
+            "DelegateSubgroup=daemon".to_string(),
+            "Documentation=man:shinyctl(1)".to_string(),
+            "WantedBy=multi-user.target".to_string(),
+        ],
+    );
+    assert!(!env.dir.join("user-home/.config/systemd/user/shinyctl.service").exists(), "no user unit for root");
+    let calls = std::fs::read_to_string(env.dir.join("calls.log")).unwrap();
+    let calls: Vec<&str> = calls.lines().collect();
+    let at = |call: &str| calls.iter().position(|c| *c == call).unwrap_or_else(|| panic!("{call} in {calls:?}"));
+    assert!(at("systemctl daemon-reload") < at("systemctl enable --now shinyctl"), "{calls:?}");
+    assert!(!calls.iter().any(|c| c.contains("--user") || c.starts_with("loginctl")), "the system manager only: {calls:?}");
+    for said in ["ran: systemctl daemon-reload", "ran: systemctl enable --now shinyctl"] {
+        assert!(stdout.contains(said), "it says what it did ({said}):\n{stdout}");
+    }
+    verify(&env, &unit_path, false, &prefix);
+}
+
+#[test]
+fn install_service_as_root_without_a_systemd_system_manager_says_so_and_installs_nothing() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let env = Env::new("install-no-manager");
+    let checkout = checkout(&env);
+    let prefix = env.dir.join("prefix");
+    // The machine's own systemctl: systemd is not PID 1 here.
+    assert!(!Path::new("/run/systemd/system").exists(), "this test wants a machine that systemd does not run");
+    let out = install(&env, &checkout, "/usr/bin:/bin", As::Root, &["--service", "--prefix", prefix.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("systemctl does not answer: no systemd system manager"), "{stderr}");
+    assert!(!stderr.contains("--user"), "root is not told about a user manager: {stderr}");
+    assert!(!prefix.join("bin/shinyctl").exists(), "it says so before installing anything");
+}
+
+#[test]
+fn install_help_prints_the_whole_help() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("install.sh");
+    let out = Command::new("bash").arg(&script).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    // Every option is there, and the help ends with its last sentence.
+    for option in ["--service", "--prefix DIR", "--help", "/etc/systemd/system/shinyctl.service", "run-as"] {
+        assert!(help.contains(option), "{option} in:\n{help}");
+    }
+    let text = std::fs::read_to_string(&script).unwrap();
+    let header: Vec<&str> = text.lines().skip(1).take_while(|l| l.starts_with('#')).collect();
+    assert_eq!(help.lines().count(), header.len(), "every line of the comment at the top:\n{help}");
+    assert!(help.trim_end().ends_with("(your apps keep running)."), "{help}");
 }
 
 #[test]
@@ -197,7 +349,7 @@ fn install_service_without_systemctl_says_so_and_fails() {
         }
     }
     let prefix = env.dir.join("prefix");
-    let out = install(&env, &checkout, tools.to_str().unwrap(), &["--service", "--prefix", prefix.to_str().unwrap()]);
+    let out = install(&env, &checkout, tools.to_str().unwrap(), As::User(4242), &["--service", "--prefix", prefix.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "no systemd: install.sh --service fails");
     assert!(stderr.contains("systemctl is not on PATH"), "{stderr}");

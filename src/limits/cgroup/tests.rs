@@ -33,8 +33,8 @@ fn the_hierarchies_and_the_daemons_place_in_them() {
 #[test]
 fn a_machine_without_cgroup_v2_controllers_is_no_v2() {
     let mounts = parse_mountinfo(MOUNTINFO_V1);
-    assert!(v2("9:name=systemd:/\n", &mounts).unwrap_err().contains("no cgroup v2"));
-    assert!(v2(SELF_V1, &[]).unwrap_err().contains("not mounted"));
+    assert!(v2("9:name=systemd:/\n", &mounts, false).unwrap_err().contains("no cgroup v2"));
+    assert!(v2(SELF_V1, &[], false).unwrap_err().contains("not mounted"));
 }
 
 #[test]
@@ -103,12 +103,12 @@ fn a_delegated_v2_cgroup_gets_the_daemon_into_its_leaf_and_the_copies_beside_it(
     std::fs::write(unit.join("cgroup.subtree_control"), "").unwrap();
     std::fs::write(unit.join("cgroup.procs"), "1\n").unwrap();
     let mount = Mount { root: "/".into(), point: root.clone(), v2: true, options: vec![] };
-    let copies = v2("0::/system.slice/shinyctl.service\n", std::slice::from_ref(&mount)).unwrap();
+    let copies = v2("0::/system.slice/shinyctl.service\n", std::slice::from_ref(&mount), false).unwrap();
     assert_eq!(copies, unit.join("copies"));
     assert_eq!(std::fs::read_to_string(unit.join("daemon/cgroup.procs")).unwrap(), std::process::id().to_string(), "pid 1 is no shinyctl");
     assert_eq!(std::fs::read_to_string(unit.join("cgroup.subtree_control")).unwrap(), "+memory +pids");
     assert_eq!(std::fs::read_to_string(copies.join("cgroup.subtree_control")).unwrap(), "+memory +pids");
-    let again = v2("0::/system.slice/shinyctl.service/daemon\n", std::slice::from_ref(&mount)).unwrap();
+    let again = v2("0::/system.slice/shinyctl.service/daemon\n", std::slice::from_ref(&mount), false).unwrap();
     assert_eq!(again, copies, "a daemon started from the leaf uses its parent");
 
     let cg = Cgroups { kind: Kind::V2 { copies: copies.clone() }, missing: None };
@@ -122,10 +122,35 @@ fn a_delegated_v2_cgroup_gets_the_daemon_into_its_leaf_and_the_copies_beside_it(
     assert_eq!(cg.prepare("hello-2", None, 512).unwrap(), vec![copies.join("hello-2")], "v2 holds pids too");
     assert_eq!(std::fs::read_to_string(copies.join("hello-2/memory.max")).unwrap(), "max");
 
-    assert!(v2("0::/\n", std::slice::from_ref(&mount)).unwrap_err().contains("root cgroup"));
+    assert!(v2("0::/\n", std::slice::from_ref(&mount), false).unwrap_err().contains("root cgroup"));
     std::fs::write(unit.join("cgroup.controllers"), "cpu pids\n").unwrap();
     std::fs::remove_dir_all(unit.join("copies")).unwrap();
-    let e = v2("0::/system.slice/shinyctl.service\n", std::slice::from_ref(&mount)).unwrap_err();
+    let e = v2("0::/system.slice/shinyctl.service\n", std::slice::from_ref(&mount), false).unwrap_err();
     assert!(e.contains("memory controller is not delegated") && e.contains("Delegate=yes"), "{e}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Under systemd (INVOCATION_ID set), the daemon takes its unit's cgroup
+/// only when systemd started it in the `daemon` leaf (DelegateSubgroup=,
+/// systemd 254+), even the first time, before `copies` exists; started in
+/// the unit's cgroup itself, it enables no controller there, since systemd
+/// could then not start the service again while copies run.
+#[test]
+fn under_systemd_the_unit_cgroup_is_taken_only_from_the_daemon_leaf() {
+    let root = std::env::temp_dir().join(format!("shinyctl-cgroup-systemd-{}", std::process::id()));
+    let unit = root.join("system.slice/shinyctl.service");
+    std::fs::create_dir_all(unit.join("daemon")).unwrap();
+    std::fs::write(unit.join("cgroup.controllers"), "memory pids\n").unwrap();
+    std::fs::write(unit.join("cgroup.subtree_control"), "").unwrap();
+    let mount = Mount { root: "/".into(), point: root.clone(), v2: true, options: vec![] };
+    let mounts = std::slice::from_ref(&mount);
+
+    let e = v2("0::/system.slice/shinyctl.service\n", mounts, true).unwrap_err();
+    assert!(e.contains("DelegateSubgroup=daemon") && e.contains("systemd 254"), "{e}");
+    assert_eq!(std::fs::read_to_string(unit.join("cgroup.subtree_control")).unwrap(), "", "no controller enabled");
+
+    let copies = v2("0::/system.slice/shinyctl.service/daemon\n", mounts, true).unwrap();
+    assert_eq!(copies, unit.join("copies"), "the leaf's parent is the base, though copies did not exist yet");
+    assert_eq!(std::fs::read_to_string(unit.join("cgroup.subtree_control")).unwrap(), "+memory +pids");
     std::fs::remove_dir_all(&root).unwrap();
 }
