@@ -366,6 +366,10 @@ pub struct CopyRecord {
     /// asleep or awake). Cleared once it has been ready.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub checking: bool,
+    /// It was told to stop for not being ready within `start-timeout` (that
+    /// many ms): its end is a crash, said so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_timed_out: Option<u64>,
 }
 
 /// How a process ended.
@@ -381,6 +385,10 @@ pub struct Exit {
     /// its cgroup, or by the daemon's watch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStop>,
+    /// It was stopped because it was not ready within `start-timeout`
+    /// (that many ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_timeout_ms: Option<u64>,
 }
 
 /// A copy stopped for its memory: what it used and its limit, in bytes.
@@ -398,13 +406,16 @@ impl Exit {
     /// (an adopted process), or a copy stopped for its memory, counts as a
     /// failure.
     pub fn success(&self) -> bool {
-        self.code == Some(0) && self.signal.is_none() && self.memory.is_none()
+        self.code == Some(0) && self.signal.is_none() && self.memory.is_none() && self.start_timeout_ms.is_none()
     }
 
     /// "exited with status 1", "was killed by signal 9", …
     pub fn describe(&self) -> String {
         if let Some(m) = self.memory {
             return format!("was stopped: {}", m.describe());
+        }
+        if let Some(limit) = self.start_timeout_ms {
+            return format!("was stopped: not ready within start-timeout {}", crate::reconcile::human_duration(limit));
         }
         match (self.code, self.signal) {
             (_, Some(sig)) => format!("was killed by signal {sig}"),

@@ -153,7 +153,9 @@ mod tests {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let child = loop {
             let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-            if let Some(k) = kids.split_whitespace().next().and_then(|k| k.parse::<u32>().ok()) {
+            // Once it is sleep (before its exec it is a fork of the launcher).
+            let kid = kids.split_whitespace().next().and_then(|k| k.parse::<u32>().ok());
+            if let Some(k) = kid.filter(|k| std::fs::read(format!("/proc/{k}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"))) {
                 break k;
             }
             assert!(std::time::Instant::now() < deadline, "the stand-in's child never started");

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use super::error::{first_content_line, Cx, Doc};
 use super::keys::{self, NAME_ALLOWED, PORT_ALLOWED};
-use super::{env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, Sandbox, DEFAULT_MAX_CONNECTIONS};
+use super::{env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, Sandbox, DEFAULT_MAX_CONNECTIONS, DEFAULT_START_TIMEOUT_MS};
 
 /// A manifest being read. One field per key, named as in [`AppSpec`]: the
 /// key's checked value, none while the key has not been read.
@@ -29,6 +29,7 @@ pub(super) struct Draft {
     state_file: Option<PathBuf>,
     idle_timeout_ms: Option<u64>,
     request_timeout_ms: Option<u64>,
+    start_timeout_ms: Option<u64>,
     r_path: Option<String>,
     max_connections: Option<u32>,
     trusted_proxies: Option<Vec<String>>,
@@ -42,7 +43,7 @@ type Take = fn(&mut Draft, &Cx, &Value) -> Result<(), ManifestError>;
 /// Every key a manifest may hold, in the order the documentation lists
 /// them, with what takes it in: a new key's check in `keys.rs` is wired
 /// in here, by one line.
-const TAKE: [(&str, Take); 20] = [
+const TAKE: [(&str, Take); 21] = [
     ("app-name", |d, cx, v| keys::app_name(cx, v).map(|x| d.name = Some(x))),
     ("app-group", |d, cx, v| keys::app_group(cx, v).map(|x| d.group = Some(x))),
     ("working-dir", |d, cx, v| keys::working_dir(cx, v).map(|x| d.working_dir = Some(x))),
@@ -58,6 +59,7 @@ const TAKE: [(&str, Take); 20] = [
     ("state-file", |d, cx, v| keys::state_file(cx, v).map(|x| d.state_file = Some(x))),
     ("idle-timeout", |d, cx, v| keys::idle_timeout(cx, v).map(|x| d.idle_timeout_ms = Some(x))),
     ("request-timeout", |d, cx, v| keys::request_timeout(cx, v).map(|x| d.request_timeout_ms = Some(x))),
+    ("start-timeout", |d, cx, v| keys::start_timeout(cx, v).map(|x| d.start_timeout_ms = Some(x))),
     ("r-path", |d, cx, v| keys::r_path(cx, v).map(|x| d.r_path = Some(x))),
     ("max-connections", |d, cx, v| keys::max_connections(cx, v).map(|x| d.max_connections = Some(x))),
     ("trusted-proxies", |d, cx, v| keys::trusted_proxies(cx, v).map(|x| d.trusted_proxies = Some(x))),
@@ -130,6 +132,7 @@ impl Draft {
             state_file: self.state_file.unwrap_or_else(|| doc.dir.join("state.json")),
             idle_timeout_ms: self.idle_timeout_ms.unwrap_or(300 * 1000),
             request_timeout_ms: self.request_timeout_ms.unwrap_or(30 * 1000),
+            start_timeout_ms: self.start_timeout_ms.unwrap_or(DEFAULT_START_TIMEOUT_MS),
             r_path: self.r_path.unwrap_or_else(|| "R".to_string()),
             max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
             trusted_proxies: self.trusted_proxies.unwrap_or_default(),

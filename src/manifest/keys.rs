@@ -146,6 +146,17 @@ pub(super) fn idle_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
     long_duration(cx, v)
 }
 
+/// `start-timeout`: more than 0, at most a year.
+pub(super) fn start_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+    let ms = long_duration(cx, v)?;
+    if ms == 0 {
+        return Err(
+            cx.err(format!("0 would stop every copy before it starts; allowed: more than 0: {DURATION_ALLOWED}, at most 8760h (a year)"))
+        );
+    }
+    Ok(ms)
+}
+
 /// `request-timeout`: more than 0, at most [`MAX_REQUEST_TIMEOUT_MS`].
 pub(super) fn request_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
     let allowed = format!("more than 0 and at most 30s: {DURATION_ALLOWED}");

@@ -82,6 +82,11 @@ pub struct AppSpec {
     pub idle_timeout_ms: u64,
     /// `request-timeout` in ms, default 30s, at most 30s.
     pub request_timeout_ms: u64,
+    /// `start-timeout` in ms, default [`DEFAULT_START_TIMEOUT_MS`]: a copy
+    /// not ready by then is stopped and counted as a crash (Shiny Server's
+    /// `app_init_timeout`). Changing it restarts no copy.
+    #[serde(default = "default_start_timeout")]
+    pub start_timeout_ms: u64,
     /// `r-path`, default `R` (found on PATH).
     pub r_path: String,
     /// `max-connections`, default [`DEFAULT_MAX_CONNECTIONS`]: the most
@@ -140,6 +145,14 @@ impl AppSpec {
         let digest = h.finalize();
         digest[..8].iter().map(|b| format!("{b:02x}")).collect()
     }
+}
+
+/// `start-timeout`'s default: 60 s, as Shiny Server's `app_init_timeout`.
+pub const DEFAULT_START_TIMEOUT_MS: u64 = 60_000;
+
+/// For an app recorded before `start-timeout` existed.
+fn default_start_timeout() -> u64 {
+    DEFAULT_START_TIMEOUT_MS
 }
 
 /// The longest `app-name` / `app-group` (a DNS label's limit; both end up in

@@ -159,6 +159,20 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
     // Copies still in play: not being stopped and not draining.
     let serving = |rec: &CopyRecord| rec.stop_started_ms.is_none() && rec.drain_started_ms.is_none();
 
+    // 1a. A copy not ready within start-timeout is stopped; its end is a
+    // crash (fold_observation), so it comes back after a backoff, or a wake
+    // waiting on it fails.
+    for rec in st.copies.iter_mut().filter(|r| r.stop_started_ms.is_none() && r.drain_started_ms.is_none() && r.start_timed_out.is_none()) {
+        let Some(started) = rec.started_ms.filter(|_| phase(rec) == Phase::Starting) else { continue };
+        let due = started.saturating_add(spec.start_timeout_ms);
+        if now_ms >= due {
+            rec.start_timed_out = Some(spec.start_timeout_ms);
+            actions.push(Action::Stop(rec.copy));
+        } else {
+            wake_at(due);
+        }
+    }
+
     // 1b. Sleep: a settled app (every copy current, none draining or being
     // stopped: no redeploy under way; none on its first start, unless it is
     // stuck there past SLOW_START_MS) with no open connection sleeps
@@ -448,6 +462,7 @@ fn fold_observation(rec: &mut CopyRecord, seen: Option<&Seen>, policy: RestartPo
         Some(Process::Exited(exit)) => {
             rec.pid = None;
             rec.pid_start = None;
+            let exit = Exit { start_timeout_ms: rec.start_timed_out.take(), ..exit };
             if asleep && rec.checking {
                 // The check of a version deployed while asleep failed: left
                 // down, and the app keeps the version before.

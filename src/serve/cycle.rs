@@ -41,7 +41,7 @@ impl Daemon {
                 // child; if it died while nobody watched, its status is unknown.
                 (!facts.alive(pid, rec.port, rec.pid_start)).then(|| {
                     let (code, signal) = act::reap(pid).unwrap_or((None, None));
-                    Exit { at_ms: now_ms(), code, signal, memory: None }
+                    Exit { at_ms: now_ms(), code, signal, memory: None, start_timeout_ms: None }
                 })
             });
             let process = if let Some(mut exit) = gone {
@@ -102,6 +102,19 @@ impl Daemon {
         for copy in plan.actions.iter().filter_map(|a| if let Action::Start(c) = a { Some(*c) } else { None }) {
             if let Some(reason) = tallies::restart_reason(&before, &recorded.state, copy, waking) {
                 counts.started(name, copy, reason);
+            }
+        }
+        // A copy stopped for start-timeout: said in its own log, with the time.
+        for rec in recorded.state.copies.iter().filter(|r| r.start_timed_out.is_some()) {
+            if !before.copies.iter().any(|b| b.copy == rec.copy && b.start_timed_out.is_some()) {
+                let limit = reconcile::human_duration(rec.start_timed_out.unwrap_or_default());
+                tracing::warn!(app = name, copy = rec.copy, pid = ?rec.pid, "copy not ready within start-timeout {limit}; stopping it");
+                let line = format!(
+                    "--- shinyctl: copy {} was not ready within start-timeout {limit}; stopping it (counted as a crash) at {} ---",
+                    rec.copy,
+                    crate::procfs::local_rfc3339(now)
+                );
+                append_line(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, rec.copy), &line);
             }
         }
         tracked.roles = plan.roles;
@@ -200,9 +213,14 @@ impl Daemon {
 /// Appends the reason a copy could not be started to its log, as the
 /// launcher does for the reasons it finds.
 fn note_in_log(log: &std::path::Path, why: &str) {
+    append_line(log, &format!("--- shinyctl: the copy could not be launched: {why} ---"));
+}
+
+/// Appends a line of shinyctl's to a copy's log.
+fn append_line(log: &std::path::Path, line: &str) {
     use std::io::Write;
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
-        let _ = writeln!(f, "--- shinyctl: the copy could not be launched: {why} ---");
+        let _ = writeln!(f, "{line}");
     }
 }
 
@@ -281,7 +299,7 @@ fn not_started(cx: &Cx, recorded: &mut Recorded, copy: u32, e: &anyhow::Error) {
     note_in_log(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, copy), &format!("{e:#}"));
     if let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) {
         rec.crashes += 1;
-        rec.last_exit = Some(Exit { at_ms: cx.now, code: Some(127), signal: None, memory: None });
+        rec.last_exit = Some(Exit { at_ms: cx.now, code: Some(127), signal: None, memory: None, start_timeout_ms: None });
     }
     let _ = cx.events.send(Event::Changed { app: cx.name.to_string() });
 }

@@ -170,3 +170,25 @@ fn rendered_document(port: u16) -> String {
     let _ = socket.close(None);
     seen
 }
+
+/// An app that sleeps an hour before `shinyApp()` is stopped at
+/// start-timeout, counted as a crash, with the reason in status and in its
+/// own log; `apply --wait` fails with it.
+#[test]
+fn a_copy_not_ready_within_start_timeout_is_stopped_and_said() {
+    let env = Env::new("opstartto");
+    let app = unique("slowstart");
+    let port = free_port();
+    let slow = "Sys.sleep(3600)\nshiny::shinyApp(shiny::fluidPage('never'), function(input, output) {})\n";
+    let manifest = env.app_running(slow, &app, port, "warm-replicas: 0\nstart-timeout: 3s\n");
+    let out = env.run(&["apply", "-f", manifest.to_str().unwrap(), "--wait=60s"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "apply --wait fails: {stderr}");
+    assert!(stderr.contains("not ready within start-timeout 3s"), "{stderr}");
+    let status = env.ok(&["status", &app]);
+    assert!(status.contains("was stopped: not ready within start-timeout 3s"), "{status}");
+    let log = std::fs::read_to_string(env.home().join(format!("logs/default-{app}.log"))).unwrap();
+    assert!(log.contains("was not ready within start-timeout 3s; stopping it (counted as a crash)"), "{log}");
+    let api = std::fs::read_to_string(env.home().join("api.log")).unwrap();
+    assert!(api.contains("WARN") && api.contains("not ready within start-timeout"), "{api}");
+}

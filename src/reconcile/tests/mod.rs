@@ -29,6 +29,7 @@ pub(super) fn spec(replicas: u32, warm: u32) -> AppSpec {
         state_file: PathBuf::from("/srv/hello/state.json"),
         idle_timeout_ms: 300 * S,
         request_timeout_ms: 30 * S,
+        start_timeout_ms: crate::manifest::DEFAULT_START_TIMEOUT_MS,
         r_path: "R".into(),
         max_connections: crate::manifest::DEFAULT_MAX_CONNECTIONS,
         trusted_proxies: Vec::new(),
@@ -78,7 +79,7 @@ impl Sim {
                     self.world.copies.insert(copy, Seen { process: Process::Running { ready: false }, connections: 0, sessions: 0 });
                 }
                 Action::Stop(copy) => {
-                    let exit = Exit { at_ms: self.now, code: None, signal: Some(15), memory: None };
+                    let exit = Exit { at_ms: self.now, code: None, signal: Some(15), memory: None, start_timeout_ms: None };
                     self.world.copies.insert(copy, Seen { process: Process::Exited(exit), connections: 0, sessions: 0 });
                 }
             }
@@ -96,7 +97,7 @@ impl Sim {
     }
 
     fn exits(&mut self, copy: u32, code: Option<i32>, signal: Option<i32>) -> &mut Self {
-        let exit = Exit { at_ms: self.now, code, signal, memory: None };
+        let exit = Exit { at_ms: self.now, code, signal, memory: None, start_timeout_ms: None };
         self.world.copies.get_mut(&copy).expect("copy runs").process = Process::Exited(exit);
         self
     }
@@ -580,4 +581,27 @@ fn a_copy_whose_port_another_program_holds_moves_without_counting_a_crash() {
     assert_eq!(sim.actions(), vec![Action::Start(1)]);
     let rec = sim.record(1);
     assert_eq!((rec.crashes, rec.port, rec.moving_from), (0, 0, None), "not a crash; port 0 means pick a free one");
+}
+
+#[test]
+fn a_copy_not_ready_within_start_timeout_is_stopped_and_counted_as_a_crash() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(1)]);
+    sim.at(59).cycle();
+    assert!(sim.actions().is_empty(), "not yet");
+    assert_eq!(sim.plan.as_ref().unwrap().wake_at_ms, Some(1_000_000 + 60 * S), "looked at again when it runs out");
+    sim.at(60).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(1)], "the default start-timeout is 60s");
+    // The fake world ends a stopped process at once (SIGTERM).
+    sim.at(61).cycle();
+    let rec = sim.record(1);
+    assert_eq!(rec.crashes, 1, "counted as a crash");
+    let exit = rec.last_exit.expect("its end");
+    assert_eq!(exit.describe(), "was stopped: not ready within start-timeout 1m");
+    assert!(!exit.success());
+    assert!(rec.start_timed_out.is_none());
+    assert!(sim.actions().is_empty(), "a backoff first");
+    sim.at(62).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(1)], "it comes back after the backoff");
 }
