@@ -47,9 +47,9 @@ pub mod routes {
         format!("/v1/apps/{app}{}", now_query(now))
     }
 
-    /// `GET`: where a copy's log is.
-    pub fn logs(app: &str, copy: u32) -> String {
-        format!("/v1/apps/{app}/logs?copy={copy}")
+    /// `GET`: where the copies' logs are (`LogsReply`).
+    pub fn logs(app: &str) -> String {
+        format!("/v1/apps/{app}/logs")
     }
 
     /// `POST` (from the load balancer): a copy refused a connection and a
@@ -172,9 +172,9 @@ impl Client {
         self.json(Method::GET, &routes::rollout(app, revision), None)
     }
 
-    /// `GET /v1/apps/NAME/logs?copy=N`.
-    pub fn logs(&self, app: &str, copy: u32) -> anyhow::Result<LogsReply> {
-        self.json(Method::GET, &routes::logs(app, copy), None)
+    /// `GET /v1/apps/NAME/logs`.
+    pub fn logs(&self, app: &str) -> anyhow::Result<LogsReply> {
+        self.json(Method::GET, &routes::logs(app), None)
     }
 
     /// Calls a route and reads its JSON answer.
@@ -218,7 +218,7 @@ mod tests {
         assert_eq!(routes::restart("a", false), "/v1/apps/a/restart");
         assert_eq!(routes::restart("a", true), "/v1/apps/a/restart?now=1");
         assert_eq!(routes::delete("a", true), "/v1/apps/a?now=1");
-        assert_eq!(routes::logs("a", 2), "/v1/apps/a/logs?copy=2");
+        assert_eq!(routes::logs("a"), "/v1/apps/a/logs");
         assert_eq!(routes::stand_in("a"), "/v1/apps/a/stand-in");
         assert_eq!(routes::wake("a"), "/v1/apps/a/wake");
     }

@@ -71,14 +71,20 @@ enum Command {
         #[arg(long)]
         now: bool,
     },
-    /// Print a copy's log.
+    /// Print the app's copies' logs, each line prefixed with its copy.
     Logs {
         /// The app.
         app: String,
-        /// The copy (default 1).
-        #[arg(long, default_value_t = 1)]
-        copy: u32,
-        /// Keep printing as the log grows.
+        /// Only this copy (default: every copy the app has now, in start order).
+        #[arg(long)]
+        copy: Option<u32>,
+        /// Also the copies that ended.
+        #[arg(long, conflicts_with = "copy")]
+        all: bool,
+        /// The last N lines of each copy's log.
+        #[arg(short = 'n', long = "tail", value_name = "N", default_value_t = cli::logs::DEFAULT_TAIL)]
+        tail: usize,
+        /// Keep printing as the logs grow, and the logs of copies that start.
         #[arg(short = 'f', long)]
         follow: bool,
     },
@@ -133,7 +139,7 @@ fn main() {
         Command::Rollback { app, now, wait } => wait_for(wait).and_then(|w| cli::rollback::run(&home, &app, now, w)),
         Command::Reload => cli::reload::run(&home),
         Command::Delete { app, now } => cli::delete::run(&home, &app, now),
-        Command::Logs { app, copy, follow } => cli::logs::run(&home, &app, copy, follow),
+        Command::Logs { app, copy, all, tail, follow } => cli::logs::run(&home, &app, cli::logs::Choice { copy, all, tail, follow }),
         Command::Serve { detach: true } => serve::detach(&home),
         Command::Serve { detach: false } => serve::run(home),
         Command::Proxy => proxy::run(home),

@@ -707,6 +707,23 @@ pub struct Fence {
 /// `GET /v1/apps/<app>/logs?copy=N`: where a copy's log is.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LogsReply {
+    /// The log file's path (of the copy asked for with `?copy=N`, else of
+    /// the first copy listed).
+    pub path: String,
+    /// Every copy's log: the app's copies first (running, starting or
+    /// asleep), oldest start first, then the logs of copies that ended.
+    #[serde(default)]
+    pub copies: Vec<CopyLogFile>,
+}
+
+/// One copy's log file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyLogFile {
+    /// The copy number.
+    pub copy: u32,
     /// The log file's path.
     pub path: String,
+    /// The copy is one of the app's now (it may be asleep); false for a
+    /// copy that ended for good (its log is kept until its release goes).
+    pub live: bool,
 }

@@ -1,36 +1,164 @@
-//! `shinyctl logs APP [--copy N] [-f]`.
+//! `shinyctl logs APP [--copy N] [--all] [-n N] [-f]`: the app's copies'
+//! output, copy by copy in start order, each line prefixed with its copy
+//! (README, "Logs"). `-f` interleaves lines as they are written and picks
+//! up new copies (a redeploy, a restart after a crash) as they start.
 
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::io::{BufRead, Read, Seek, SeekFrom, Write};
+use std::time::{Duration, Instant};
 
 use crate::api_client::Client;
 use crate::home::Home;
+use crate::model::CopyLogFile;
 
-/// Prints a copy's log; with `follow`, keeps printing what is appended
-/// (and starts over when the log is rotated).
-pub fn run(home: &Home, app: &str, copy: u32, follow: bool) -> anyhow::Result<()> {
-    let reply = Client::new(home).logs(app, copy)?;
-    let mut file =
-        std::fs::File::open(&reply.path).map_err(|e| anyhow::anyhow!("{}: {e} (copy {copy} may not have started yet)", reply.path))?;
+/// Lines per copy shown when `-n` is not given: about a screenful for one.
+pub const DEFAULT_TAIL: usize = 20;
+/// How often `-f` reads the logs; the copies are asked for each second.
+const POLL: Duration = Duration::from_millis(200);
+
+/// What to show.
+#[derive(Debug, Clone, Copy)]
+pub struct Choice {
+    /// Only this copy.
+    pub copy: Option<u32>,
+    /// Also the copies that ended.
+    pub all: bool,
+    /// The last lines of each copy's log.
+    pub tail: usize,
+    /// Keep printing as the logs grow.
+    pub follow: bool,
+}
+
+/// Prints the chosen copies' logs; with `follow`, keeps printing.
+pub fn run(home: &Home, app: &str, choice: Choice) -> anyhow::Result<()> {
+    let client = Client::new(home);
+    let chosen = |files: Vec<CopyLogFile>| -> Vec<CopyLogFile> {
+        files.into_iter().filter(|f| choice.copy.map_or(choice.all || f.live, |c| c == f.copy)).collect()
+    };
+    let files = chosen(client.logs(app)?.copies);
+    if files.is_empty() {
+        match choice.copy {
+            Some(c) => anyhow::bail!("{app} has no log of copy {c}; `shinyctl logs {app} --all` shows every copy's"),
+            None if !choice.follow => anyhow::bail!("{app} has no running copy; `shinyctl logs {app} --all` shows the copies that ended"),
+            None => {}
+        }
+    }
     let mut out = std::io::stdout().lock();
-    let mut pos = std::io::copy(&mut file, &mut out)?;
+    // Where each followed log was read to.
+    let mut read_to: BTreeMap<u32, (String, u64)> = BTreeMap::new();
+    for f in &files {
+        let (lines, end) = last_lines(&f.path, choice.tail);
+        for line in lines {
+            writeln!(out, "{} {line}", prefix(f.copy))?;
+        }
+        read_to.insert(f.copy, (f.path.clone(), end));
+    }
     out.flush()?;
-    if !follow {
+    if !choice.follow {
         return Ok(());
     }
+    let mut asked = Instant::now();
     loop {
-        std::thread::sleep(Duration::from_millis(250));
-        let len = std::fs::metadata(&reply.path).map(|m| m.len()).unwrap_or(0);
-        if len < pos {
-            pos = 0; // rotated: copied away and truncated
+        std::thread::sleep(POLL);
+        if asked.elapsed() >= Duration::from_secs(1) {
+            asked = Instant::now();
+            // New copies are followed from their first line.
+            if let Ok(reply) = client.logs(app) {
+                for f in chosen(reply.copies) {
+                    read_to.entry(f.copy).or_insert((f.path, 0));
+                }
+            }
         }
-        if len > pos {
-            file.seek(SeekFrom::Start(pos))?;
-            let mut buf = Vec::new();
-            Read::by_ref(&mut file).take(len - pos).read_to_end(&mut buf)?;
-            out.write_all(&buf)?;
-            out.flush()?;
-            pos += buf.len() as u64;
+        for (copy, (path, pos)) in read_to.iter_mut() {
+            for line in new_lines(path, pos) {
+                writeln!(out, "{} {line}", prefix(*copy))?;
+            }
         }
+        out.flush()?;
+    }
+}
+
+/// `copy 3 |`, the prefix of each line.
+fn prefix(copy: u32) -> String {
+    format!("copy {copy} |")
+}
+
+/// The last `n` lines of a file, and its length (where following starts).
+pub fn last_lines(path: &str, n: usize) -> (Vec<String>, u64) {
+    let Ok(mut file) = std::fs::File::open(path) else { return (Vec::new(), 0) };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    // Read back from the end in blocks until n lines are in hand, so a log
+    // of a gigabyte costs what its tail costs.
+    let mut start = len;
+    let mut buf: Vec<u8> = Vec::new();
+    while start > 0 && buf.iter().filter(|&&b| b == b'\n').count() <= n {
+        let step = start.min(64 << 10);
+        start -= step;
+        let mut block = vec![0u8; step as usize];
+        if file.seek(SeekFrom::Start(start)).is_err() || file.read_exact(&mut block).is_err() {
+            break;
+        }
+        block.extend_from_slice(&buf);
+        buf = block;
+    }
+    let text = String::from_utf8_lossy(&buf);
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    if start > 0 && !lines.is_empty() {
+        lines.remove(0); // cut mid-line by the block's start
+    }
+    let skip = lines.len().saturating_sub(n);
+    (lines.split_off(skip), len)
+}
+
+/// The whole lines written to a file past `pos`, moving `pos` past them;
+/// a file shorter than `pos` was rotated (copied away and truncated), and
+/// is read again from its start.
+pub fn new_lines(path: &str, pos: &mut u64) -> Vec<String> {
+    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if len < *pos {
+        *pos = 0;
+    }
+    if len == *pos || file.seek(SeekFrom::Start(*pos)).is_err() {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    let mut reader = std::io::BufReader::new(file.take(len - *pos));
+    let mut line = Vec::new();
+    while let Ok(n) = reader.read_until(b'\n', &mut line) {
+        if n == 0 || line.last() != Some(&b'\n') {
+            break; // a line still being written waits for its end
+        }
+        *pos += n as u64;
+        lines.push(String::from_utf8_lossy(&line[..n - 1]).into_owned());
+        line.clear();
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_and_what_comes_after_it() {
+        let dir = std::env::temp_dir().join(format!("shinyctl-logs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.log");
+        let text: String = (1..=100_000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&path, &text).unwrap();
+        let p = path.to_str().unwrap();
+        let (lines, end) = last_lines(p, 3);
+        assert_eq!(lines, vec!["line 99998", "line 99999", "line 100000"]);
+        assert_eq!(end, text.len() as u64);
+        let mut pos = end;
+        assert!(new_lines(p, &mut pos).is_empty());
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"next\npart").unwrap();
+        assert_eq!(new_lines(p, &mut pos), vec!["next"], "a line still being written waits");
+        std::fs::write(&path, "after rotation\n").unwrap();
+        assert_eq!(new_lines(p, &mut pos), vec!["after rotation"], "a rotated log is read from its start");
+        assert_eq!(last_lines(p, 0).0, Vec::<String>::new());
+        assert_eq!(last_lines("/nonexistent/x.log", 5).0, Vec::<String>::new());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -121,11 +121,15 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             ok(format!("{name}: deleted; {}.", how.replace("{n}", &copies.to_string())))
         }
         (Method::GET, ["v1", "apps", name, "logs"]) => {
-            let copy = query(&req, "copy").and_then(|c| c.parse::<u32>().ok()).unwrap_or(1);
+            let copy = query(&req, "copy").and_then(|c| c.parse::<u32>().ok());
             let d = shared.lock().await;
             let Some(app) = d.apps.get(*name) else { return not_found(name) };
-            let path = super::log_path(&d.home, &app.recorded.spec, copy);
-            uds::json_response(StatusCode::OK, &LogsReply { path })
+            let copies = super::logs::of_app(&d.home, &app.recorded.spec, &app.recorded.state);
+            let path = match copy {
+                Some(n) => super::log_path(&d.home, &app.recorded.spec, n),
+                None => copies.first().map(|c| c.path.clone()).unwrap_or_else(|| super::log_path(&d.home, &app.recorded.spec, 1)),
+            };
+            uds::json_response(StatusCode::OK, &LogsReply { path, copies })
         }
         (Method::GET, ["v1", "apps", name, "rollout"]) => {
             let Some(revision) = query(&req, "revision").and_then(|r| r.parse::<u64>().ok()) else {

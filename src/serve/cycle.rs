@@ -96,6 +96,16 @@ impl Daemon {
             spec.replicas = 0;
             spec.warm_replicas = 0;
         }
+        // Each end is said once, in the cycle that folds it in (whether the
+        // pidfd's event or a look in /proc saw it first), before a forgotten
+        // copy's disk (and its launcher's report, naming R) goes.
+        for rec in &recorded.state.copies {
+            let Some(pid) = rec.pid else { continue };
+            if let Some(reconcile::Process::Exited(exit)) = observed.copies.get(&rec.copy).map(|s| s.process) {
+                let asked = tracked.stopping.contains(&pid) || recorded.state.asleep_since_ms.is_some();
+                super::copy_end::note(cx.home, &recorded.spec, rec, &exit, asked);
+            }
+        }
         let plan = reconcile::decide(&spec, &recorded.state, &observed, now);
         // Record: the plan's state replaces the recorded one.
         let before = std::mem::replace(&mut recorded.state, plan.state);
@@ -216,13 +226,7 @@ fn note_in_log(log: &std::path::Path, why: &str) {
     append_line(log, &format!("--- shinyctl: the copy could not be launched: {why} ---"));
 }
 
-/// Appends a line of shinyctl's to a copy's log.
-fn append_line(log: &std::path::Path, line: &str) {
-    use std::io::Write;
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
-        let _ = writeln!(f, "{line}");
-    }
-}
+use super::copy_end::append_line;
 
 /// What one cycle's act step works with, besides the app.
 struct Cx<'a> {

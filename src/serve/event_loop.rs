@@ -3,6 +3,7 @@
 //! the wakes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,10 +37,23 @@ pub fn run(home: Home) -> anyhow::Result<()> {
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let (writer, _guard) = tracing_appender::non_blocking(tracing_appender::rolling::never(&home.root, "api.log"));
-    crate::logging::init(writer, false)?;
+    // Also to stderr: in the foreground (a service), journald has it. Not
+    // when stderr is api.log itself (a daemon started by `-d` or `apply`).
+    use tracing_subscriber::fmt::writer::MakeWriterExt;
+    let to_stderr = !same_file(Path::new("/proc/self/fd/2"), &home.api_log());
+    crate::logging::init(writer.and(std::io::stderr.with_filter(move |_| to_stderr)), false)?;
     let result = rt.block_on(run_async(home, notify_socket));
     drop(lock);
     result
+}
+
+/// True when two paths name the same file (device and inode).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
 async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> anyhow::Result<()> {
@@ -286,7 +300,6 @@ impl Daemon {
                 if let Some(a) = self.apps.get_mut(&app) {
                     // An exit the cycle already folded in (it reaped first) is old news.
                     if a.recorded.state.copies.iter().any(|r| r.pid == Some(pid)) {
-                        tracing::info!(app, pid, "{}", exit.describe());
                         a.tracked.exits.insert(pid, exit);
                     }
                     a.tracked.ready.remove(&pid);

@@ -17,11 +17,13 @@
 mod act;
 mod api;
 mod app;
+mod copy_end;
 mod cycle;
 mod deploy;
 mod detach;
 mod event_loop;
 mod limits;
+mod logs;
 mod metrics;
 mod notify;
 mod orphans;

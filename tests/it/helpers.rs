@@ -343,12 +343,21 @@ impl Env {
     /// or a wrapper that execs it), its output dropped; ends it by PID with
     /// the test and reaps it when it ends. Returns its PID once its API
     /// answers.
-    pub fn start_daemon(&self, mut cmd: Command) -> u32 {
+    pub fn start_daemon(&self, cmd: Command) -> u32 {
+        self.start_daemon_to(cmd, std::process::Stdio::null())
+    }
+
+    /// [`Env::start_daemon`] with the daemon's stderr to a file.
+    pub fn start_daemon_with_stderr(&self, cmd: Command, stderr: &Path) -> u32 {
+        self.start_daemon_to(cmd, std::fs::File::create(stderr).unwrap().into())
+    }
+
+    fn start_daemon_to(&self, mut cmd: Command, stderr: std::process::Stdio) -> u32 {
         let mut child = cmd
             .env("SHINYCTL_HOME", self.home())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("the daemon's command {cmd:?} runs: {e}"));
         let pid = child.id();

@@ -192,3 +192,68 @@ fn a_copy_not_ready_within_start_timeout_is_stopped_and_said() {
     let api = std::fs::read_to_string(env.home().join("api.log")).unwrap();
     assert!(api.contains("WARN") && api.contains("not ready within start-timeout"), "{api}");
 }
+
+/// `logs` shows the copies the app has now, each line prefixed with its
+/// copy; `-f` follows across a redeploy onto the new copy; a copy's start
+/// and end (with how and why) are in its own log; `--all` shows the ended
+/// copies too; the daemon's log has a crash at WARN with the copy and R's
+/// PID; `serve` in the foreground logs to stderr as well.
+#[test]
+fn logs_follow_the_app_across_a_redeploy_and_say_how_copies_ended() {
+    let env = Env::new("oplogs");
+    let stderr_file = env.dir.join("serve.stderr");
+    let mut cmd = std::process::Command::new(bin());
+    cmd.arg("serve");
+    let serve = env.start_daemon_with_stderr(cmd, &stderr_file);
+    let app = unique("talk");
+    let port = free_port();
+    let manifest = env.app(&app, port, "warm-replicas: 0\n");
+    env.apply(&manifest);
+    env.wait_roles(&app, "1:active", Duration::from_secs(60));
+    let out = env.ok(&["logs", &app]);
+    assert!(out.lines().any(|l| l.starts_with("copy 1 | ") && l.contains("Listening on http://127.0.0.1:")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("copy 1 | --- shinyctl: copy 1 of") && l.contains(" starting on ")), "{out}");
+    let out = env.ok(&["logs", &app, "-n", "1"]);
+    assert_eq!(out.lines().count(), 1, "-n 1: one line per copy: {out}");
+
+    // Followed from before the redeploy.
+    let follow_out = env.dir.join("follow.out");
+    let mut follower = std::process::Command::new(bin())
+        .args(["logs", &app, "-f", "-n", "0"])
+        .env("SHINYCTL_HOME", env.home())
+        .stdout(std::fs::File::create(&follow_out).unwrap())
+        .spawn()
+        .unwrap();
+    env.track(follower.id());
+    env.ok(&["restart", &app, "--now", "--wait=60s"]);
+    let followed = wait_until(Duration::from_secs(30), "the follower to show the new copy", || {
+        let text = std::fs::read_to_string(&follow_out).ok()?;
+        text.lines().any(|l| l.starts_with("copy 2 | ") && l.contains("Listening on")).then_some(text)
+    });
+    assert!(followed.lines().any(|l| l.starts_with("copy 2 | --- shinyctl: copy 2 of")), "{followed}");
+
+    // R killed: its end in its own log, and at WARN in the daemon's, with the copy and R's PID.
+    let r = env.pid_of(&app, 2);
+    signal(r, 9);
+    let followed = wait_until(Duration::from_secs(30), "the crash in the followed log", || {
+        let text = std::fs::read_to_string(&follow_out).ok()?;
+        text.lines().find(|l| l.starts_with("copy 2 | ") && l.contains("ended at")).map(|l| l.to_string())
+    });
+    assert!(followed.contains(&format!("(R's PID {r})")) && followed.contains("was killed by signal 9 (crash)"), "{followed}");
+    let _ = follower.kill();
+    let _ = follower.wait();
+    let api = std::fs::read_to_string(env.home().join("api.log")).unwrap();
+    let warn = api.lines().find(|l| l.contains("WARN") && l.contains("was killed by signal 9 (crash)")).unwrap_or_else(|| panic!("{api}"));
+    assert!(warn.contains("copy=2") && warn.contains(&format!("r_pid={r}")), "{warn}");
+    wait_until(Duration::from_secs(30), "the daemon's lines on its stderr", || {
+        std::fs::read_to_string(&stderr_file).ok().filter(|t| t.contains("was killed by signal 9 (crash)")).map(|_| ())
+    });
+
+    // Copy 1 ended with the redeploy: only --all shows it, with its end.
+    env.wait_roles(&app, "2:active", Duration::from_secs(60));
+    let live = env.ok(&["logs", &app]);
+    assert!(!live.lines().any(|l| l.starts_with("copy 1 |")), "only the live copies: {live}");
+    let all = env.ok(&["logs", &app, "--all"]);
+    assert!(all.lines().any(|l| l.starts_with("copy 1 |") && l.contains("ended at") && l.contains("(drained)")), "{all}");
+    assert!(pid_alive(serve));
+}
