@@ -58,6 +58,21 @@ pub mod routes {
         format!("/v1/apps/{app}/stand-in")
     }
 
+    /// `POST`: an operator's command on an app: `stop`, `start`.
+    pub fn operate(app: &str, what: &str) -> String {
+        format!("/v1/apps/{app}/{what}")
+    }
+
+    /// `POST`: set an app's replicas.
+    pub fn scale(app: &str, replicas: u32) -> String {
+        format!("/v1/apps/{app}/scale?replicas={replicas}")
+    }
+
+    /// `POST`: stop the daemon; with `all`, its copies and load balancer first.
+    pub fn shutdown(all: bool) -> String {
+        format!("/v1/shutdown{}", if all { "?all=1" } else { "" })
+    }
+
     /// `GET`: how the deploy of `revision` is going (`RolloutReply`).
     pub fn rollout(app: &str, revision: u64) -> String {
         format!("/v1/apps/{app}/rollout?revision={revision}")
@@ -165,6 +180,21 @@ impl Client {
     /// `DELETE /v1/apps/NAME[?now=1]`.
     pub fn delete(&self, app: &str, now: bool) -> anyhow::Result<ActionReply> {
         self.json(Method::DELETE, &routes::delete(app, now), None)
+    }
+
+    /// `POST /v1/apps/NAME/stop` or `/start`.
+    pub fn operate(&self, app: &str, what: &str) -> anyhow::Result<ActionReply> {
+        self.json(Method::POST, &routes::operate(app, what), None)
+    }
+
+    /// `POST /v1/apps/NAME/scale?replicas=N`.
+    pub fn scale(&self, app: &str, replicas: u32) -> anyhow::Result<ActionReply> {
+        self.json(Method::POST, &routes::scale(app, replicas), None)
+    }
+
+    /// `POST /v1/shutdown[?all=1]`.
+    pub fn shutdown(&self, all: bool) -> anyhow::Result<ActionReply> {
+        self.json(Method::POST, &routes::shutdown(all), None)
     }
 
     /// `GET /v1/apps/NAME/rollout?revision=N`.

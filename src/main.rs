@@ -42,7 +42,11 @@ enum Command {
     /// Start new copies from the manifest as it is now; the old ones drain.
     Restart {
         /// The app.
-        app: String,
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        app: Option<String>,
+        /// Every app, one after the other.
+        #[arg(long)]
+        all: bool,
         /// Stop the old copies as soon as the new ones are ready.
         #[arg(long)]
         now: bool,
@@ -60,6 +64,31 @@ enum Command {
         /// Wait until the new copies serve (exit 0), or fail or time out (non-zero, with the copy's last error); TIMEOUT defaults to 5m.
         #[arg(long, value_name = "TIMEOUT", num_args = 0..=1, require_equals = true, default_missing_value = cli::wait::DEFAULT_TIMEOUT)]
         wait: Option<String>,
+    },
+    /// Stop an app's copies; its port answers that it is stopped until `start`.
+    Stop {
+        /// The app.
+        app: String,
+    },
+    /// Start an app that `stop` stopped.
+    Start {
+        /// The app.
+        app: String,
+    },
+    /// Set an app's replicas (its active copies) until its manifest is applied again.
+    Scale {
+        /// The app.
+        app: String,
+        /// The number of active copies.
+        replicas: u32,
+    },
+    /// Print the apps' names, one a line.
+    List,
+    /// Stop this home's daemon; the load balancer and the copies keep running.
+    Shutdown {
+        /// Also stop the load balancer and every copy.
+        #[arg(long)]
+        all: bool,
     },
     /// Apply every registered manifest again from its path, as apply would (systemd's ExecReload).
     Reload,
@@ -135,7 +164,13 @@ fn main() {
     let result = match cli.command {
         Command::Apply { file, now, wait } => wait_for(wait).and_then(|w| cli::apply::run(&home, &file, now, w)),
         Command::Status { app, json, watch } => cli::status::run(&home, app.as_deref(), json, watch),
-        Command::Restart { app, now, wait } => wait_for(wait).and_then(|w| cli::restart::run(&home, &app, now, w)),
+        Command::Restart { app: Some(app), now, wait, .. } => wait_for(wait).and_then(|w| cli::restart::run(&home, &app, now, w)),
+        Command::Restart { app: None, now, wait, .. } => wait_for(wait).and_then(|w| cli::operate::restart_all(&home, now, w)),
+        Command::Stop { app } => cli::operate::run(&home, &app, "stop"),
+        Command::Start { app } => cli::operate::run(&home, &app, "start"),
+        Command::Scale { app, replicas } => cli::operate::scale(&home, &app, replicas),
+        Command::List => cli::operate::list(&home),
+        Command::Shutdown { all } => cli::operate::shutdown(&home, all),
         Command::Rollback { app, now, wait } => wait_for(wait).and_then(|w| cli::rollback::run(&home, &app, now, w)),
         Command::Reload => cli::reload::run(&home),
         Command::Delete { app, now } => cli::delete::run(&home, &app, now),

@@ -75,6 +75,10 @@ pub struct ProxyApp {
     /// still carried and counted until its copies are gone.
     #[serde(default = "listening_by_default")]
     pub listening: bool,
+    /// Stopped by `shinyctl stop`: every request gets the page that says
+    /// so (503, Retry-After), at once; no wake.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
     /// The most visitors' connections open at once (`max-connections`);
     /// 0 from a daemon that did not send it: the manifest's default.
     #[serde(default)]
@@ -271,6 +275,10 @@ pub struct AppState {
     /// from what runs; cleared by the next apply or restart.
     #[serde(default)]
     pub rolled_back: bool,
+    /// Unix ms when `shinyctl stop` stopped the app: it runs no copy and
+    /// its port answers that it is stopped, until `shinyctl start`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_since_ms: Option<u64>,
 }
 
 /// A release: a snapshot of working-dir taken by a deploy, which its copies
@@ -596,6 +604,16 @@ pub struct AppStatus {
     /// under every status table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runs_as_root: Option<String>,
+    /// Where the app stands: `running`, `asleep`, `stopped`, `rolled-back`
+    /// (it runs a release `rollback` went back to) or `being-deleted`.
+    #[serde(default)]
+    pub state: String,
+    /// `replicas`: the active copies wanted.
+    #[serde(default)]
+    pub replicas: u32,
+    /// The manifest it was applied from (what `restart` reads).
+    #[serde(default)]
+    pub manifest: String,
 }
 
 /// One copy in status: one row of the table.

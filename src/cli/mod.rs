@@ -6,6 +6,7 @@ pub mod completions;
 pub mod delete;
 pub mod logs;
 pub mod man;
+pub mod operate;
 pub mod reload;
 pub mod restart;
 pub mod rollback;

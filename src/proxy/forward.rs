@@ -127,6 +127,9 @@ async fn wait_for_copy(
     attempt: &mut Attempt,
 ) -> Result<(Arc<LiveApp>, usize), Response<DownBody>> {
     loop {
+        if app.stopped {
+            return Err(pages::stopped(&app.name));
+        }
         if let Some(i) = pick(&app, claimed, attempt) {
             return Ok((app, i));
         }

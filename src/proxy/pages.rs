@@ -20,6 +20,19 @@ pub fn restarting(app: &str) -> Response<DownBody> {
     resp
 }
 
+/// 503 for an app stopped by `shinyctl stop`: a page that says so, with
+/// Retry-After (a health check sees the app down; a browser tries later).
+pub fn stopped(app: &str) -> Response<DownBody> {
+    let app = escape(app);
+    let html = format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{app} is stopped</title></head>\n\
+         <body><h1>{app} is stopped</h1><p>Its operator stopped it; it is not running now. Try again later.</p></body></html>\n"
+    );
+    let mut resp = page(StatusCode::SERVICE_UNAVAILABLE, html);
+    resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+    resp
+}
+
 /// 503 when the daemon could not wake a sleeping app.
 pub fn wake_failed(app: &str) -> Response<DownBody> {
     let app = escape(app);

@@ -204,6 +204,8 @@ pub struct LiveApp {
     pub hold: Duration,
     /// The app sleeps: a request asks the daemon for a wake.
     pub asleep: bool,
+    /// Stopped by `shinyctl stop`: a request gets the page that says so.
+    pub stopped: bool,
     /// Its port is listened on; an app being deleted is not, but keeps
     /// carrying (and counting) the connections it has.
     pub listening: bool,
@@ -287,6 +289,7 @@ impl Table {
                 policy: app.policy,
                 hold,
                 asleep: app.asleep,
+                stopped: app.stopped,
                 listening: app.listening,
                 wake_hold,
                 cookie_name: cookie::name(app.port).into(),

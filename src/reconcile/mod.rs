@@ -559,6 +559,15 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
     let settings = spec.settings_hash();
     let name = &spec.name;
     let mut out = Vec::new();
+    if let Some(since) = state.stopped_since_ms {
+        let running = state.copies.iter().filter(|r| r.pid.is_some()).count();
+        let stopping = if running > 0 { format!("; {running} of its copies still stopping") } else { String::new() };
+        out.push(format!(
+            "{name}: stopped for {} (shinyctl stop){stopping}; its port answers that it is stopped. `shinyctl start {name}` starts it.",
+            human_duration(now_ms.saturating_sub(since))
+        ));
+        return out;
+    }
     if let Some(since) = state.asleep_since_ms {
         out.push(format!(
             "{name}: asleep for {} (idle-timeout {}); the first request wakes it.",

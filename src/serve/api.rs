@@ -145,6 +145,15 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
                 crate::reconcile::rollout(state, &spec.settings_hash(), spec.replicas, &app.tracked.roles, revision, super::now_ms());
             uds::json_response(StatusCode::OK, &reply)
         }
+        (Method::POST, ["v1", "apps", name, "stop"]) => super::operate::stop(&shared, name).await,
+        (Method::POST, ["v1", "apps", name, "start"]) => super::operate::start(&shared, name).await,
+        (Method::POST, ["v1", "apps", name, "scale"]) => {
+            let Some(n) = query(&req, "replicas").and_then(|r| r.parse::<u32>().ok()) else {
+                return error(StatusCode::BAD_REQUEST, "scale needs ?replicas=N");
+            };
+            super::operate::scale(&shared, name, n).await
+        }
+        (Method::POST, ["v1", "shutdown"]) => super::operate::shutdown(&shared, flag(&req, "all")).await,
         (Method::POST, ["v1", "reload"]) => super::reload::reload(&shared).await,
         (Method::GET, ["v1", "metrics"]) => super::metrics::metrics(&shared).await,
         (Method::GET, ["v1", "health"]) => super::metrics::health(&shared).await,

@@ -92,7 +92,7 @@ impl Daemon {
         }
         // Decide: a deleted app wants no copies.
         let mut spec = recorded.spec.clone();
-        if recorded.deleting {
+        if recorded.deleting || recorded.state.stopped_since_ms.is_some() {
             spec.replicas = 0;
             spec.warm_replicas = 0;
         }
@@ -183,6 +183,7 @@ impl Daemon {
                 request_timeout_ms: a.recorded.spec.request_timeout_ms,
                 asleep: a.recorded.state.asleep_since_ms.is_some(),
                 listening: !a.recorded.deleting,
+                stopped: a.recorded.state.stopped_since_ms.is_some(),
                 max_connections: a.recorded.spec.max_connections,
                 trusted_proxies: a.recorded.spec.trusted_proxies.clone(),
                 copies: a

@@ -47,6 +47,32 @@ pub fn run(home: Home) -> anyhow::Result<()> {
     result
 }
 
+/// `shutdown --all`: every copy and the load balancer stopped (SIGTERM,
+/// SIGKILL after the grace), at once and side by side; the copies' records
+/// keep their numbers, ports and disks without a process, so the next
+/// daemon starts them anew (not as crashes).
+async fn stop_everything(shared: &Shared, proxy_pid: Option<u32>) {
+    tracing::info!("shinyctl serve stopping, with every copy and the load balancer (shutdown --all)");
+    let mut procs: Vec<(u32, Option<u64>)> = Vec::new();
+    {
+        let mut d = shared.lock().await;
+        for app in d.apps.values_mut() {
+            for rec in app.recorded.state.copies.iter_mut() {
+                if let Some(pid) = rec.pid.take() {
+                    procs.push((pid, rec.pid_start.take()));
+                }
+            }
+            let _ = record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
+        }
+    }
+    procs.extend(proxy_pid.map(|p| (p, crate::procfs::start_ticks(p))));
+    let stops: Vec<_> =
+        procs.into_iter().map(|(pid, start)| tokio::task::spawn_blocking(move || super::act::stop_process(pid, start))).collect();
+    for s in stops {
+        let _ = s.await;
+    }
+}
+
 /// True when two paths name the same file (device and inode).
 fn same_file(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -77,6 +103,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         launches: Vec::new(),
         tallies: Tallies::default(),
         cgroups: cgroups.clone(),
+        shutting_down: None,
     };
     daemon.load()?;
     // Copies started by a daemon that ended before it recorded them.
@@ -139,7 +166,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         if proxy_exited {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        if stop_pending(&mut term, &mut int).await {
+        if stop_pending(&mut term, &mut int).await || shared.lock().await.shutting_down.is_some() {
             break;
         }
         if proxy_exited {
@@ -204,7 +231,11 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         proxy.retire_old(listening).await;
         shared.lock().await.resolve_wakes();
     }
-    tracing::info!("shinyctl serve stopping; the copies and the load balancer keep running");
+    if shared.lock().await.shutting_down == Some(true) {
+        stop_everything(&shared, proxy.pid()).await;
+    } else {
+        tracing::info!("shinyctl serve stopping; the copies and the load balancer keep running");
+    }
     if let Some(socket) = &notify_socket {
         let _ = notify::send(socket, "STOPPING=1");
     }
@@ -323,6 +354,8 @@ impl Daemon {
                 }
                 due.insert(app);
             }
+            // The loop ends once the events in hand are folded in.
+            Event::Shutdown => {}
             Event::ProxyExit => {
                 tracing::warn!("the load balancer exited; starting it again");
                 // Started by the loop once it has checked it is not stopping.

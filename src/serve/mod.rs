@@ -26,6 +26,7 @@ mod limits;
 mod logs;
 mod metrics;
 mod notify;
+mod operate;
 mod orphans;
 pub mod pidfd;
 mod probe;
@@ -92,6 +93,8 @@ pub enum Event {
     },
     /// The load balancer's process ended.
     ProxyExit,
+    /// `shinyctl shutdown`: the loop ends (see [`Daemon::shutting_down`]).
+    Shutdown,
 }
 
 /// Everything the daemon holds, behind one lock.
@@ -122,6 +125,9 @@ pub struct Daemon {
     pub cgroups: crate::limits::Cgroups,
     /// Restarts and wakes counted for metrics.
     pub tallies: Tallies,
+    /// `shinyctl shutdown` asked the daemon to stop; `Some(true)` with
+    /// `--all`: the copies and the load balancer are stopped first.
+    pub shutting_down: Option<bool>,
 }
 
 /// A copy's launcher, readied by a cycle (its record saved, its port

@@ -137,6 +137,9 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 copies,
                 notes,
                 runs_as_root: root_note(&app.recorded.spec, nix::unistd::geteuid().is_root()),
+                state: app_state(&app.recorded).to_string(),
+                replicas: app.recorded.spec.replicas,
+                manifest: app.recorded.spec.manifest.display().to_string(),
             }
         })
         .collect();
@@ -258,5 +261,21 @@ mod root_note_tests {
         let as_user = crate::manifest::AppSpec { run_as: Some("shiny".into()), ..spec };
         assert!(root_note(&as_user, true).is_none(), "run-as set: no line");
         let _ = std::fs::remove_dir_all(&path);
+    }
+}
+
+/// Where an app stands, as `status --json` names it.
+fn app_state(recorded: &super::app::Recorded) -> &'static str {
+    let state = &recorded.state;
+    if recorded.deleting {
+        "being-deleted"
+    } else if state.stopped_since_ms.is_some() {
+        "stopped"
+    } else if state.asleep_since_ms.is_some() {
+        "asleep"
+    } else if state.rolled_back {
+        "rolled-back"
+    } else {
+        "running"
     }
 }

@@ -257,3 +257,71 @@ fn logs_follow_the_app_across_a_redeploy_and_say_how_copies_ended() {
     assert!(all.lines().any(|l| l.starts_with("copy 1 |") && l.contains("ended at") && l.contains("(drained)")), "{all}");
     assert!(pid_alive(serve));
 }
+
+/// stop, start, scale, list, restart --all, shutdown and shutdown --all,
+/// as an operator types them.
+#[test]
+fn stop_start_scale_list_restart_all_and_shutdown() {
+    let env = Env::new("opstop");
+    let (a, b) = (unique("opa"), unique("opb"));
+    let port_a = env.started(&a, "warm-replicas: 0\n", "1:active");
+    env.started(&b, "warm-replicas: 0\n", "1:active");
+    let mut names: Vec<String> = env.ok(&["list"]).lines().map(str::to_string).collect();
+    names.sort();
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort();
+    assert_eq!(names, want, "list: one name a line");
+
+    let r = env.pid_of(&a, 1);
+    let out = env.ok(&["stop", &a]);
+    assert!(out.contains("stays held"), "{out}");
+    wait_gone(r, Duration::from_secs(15), "the copy to stop");
+    let page = get(port_a, "/", &[]).unwrap();
+    assert_eq!(page.status, 503, "{page:?}");
+    assert_eq!(page.header("retry-after"), Some("60"));
+    assert!(page.body.contains(&format!("{a} is stopped")), "{}", page.body);
+    holds_for(Duration::from_secs(2), "no request wakes a stopped app", || env.copies(&a).iter().all(|c| c.pid.is_none()));
+    let status = env.status();
+    let app = status["apps"].as_array().unwrap().iter().find(|x| x["name"] == a.as_str()).unwrap().clone();
+    assert_eq!(app["state"], "stopped", "{app}");
+    assert!(env.ok(&["status", &a]).contains("stopped for"), "status says so");
+
+    env.ok(&["start", &a]);
+    env.wait_roles(&a, "2:active", Duration::from_secs(60));
+    assert_eq!(wait_http_ok(port_a, Duration::from_secs(10)).status, 200);
+
+    let out = env.ok(&["scale", &a, "2"]);
+    assert!(out.contains("replicas 1 -> 2"), "{out}");
+    wait_until(Duration::from_secs(60), "two active copies", || {
+        (env.copies(&a).iter().filter(|c| c.role == "active").count() == 2).then_some(())
+    });
+    assert!(!env.run(&["scale", &a, "0"]).status.success(), "0 replicas is refused");
+
+    let out = env.ok(&["restart", "--all", "--wait=90s"]);
+    assert_eq!(out.matches(" serves (").count(), 2, "each app restarted and serves: {out}");
+
+    // shutdown: the daemon alone stops; the load balancer and copies run on.
+    let before = env.status();
+    let proxy = before["proxy_pid"].as_u64().unwrap() as u32;
+    let daemon = before["daemon_pid"].as_u64().unwrap() as u32;
+    let active = |app: &str| env.copies(app).into_iter().find(|c| c.role == "active" && c.pid.is_some()).expect("an active copy");
+    let r = active(&b).pid.unwrap();
+    let out = env.ok(&["shutdown"]);
+    assert!(out.contains("Stopped."), "{out}");
+    wait_gone(daemon, Duration::from_secs(10), "the daemon to end");
+    assert!(pid_alive(proxy) && pid_alive(r), "the load balancer and the copies run on");
+    assert_eq!(wait_http_ok(port_a, Duration::from_secs(10)).status, 200, "visitors are still served");
+
+    // A new daemon adopts them; shutdown --all ends everything.
+    env.ok(&["serve", "-d"]);
+    let adopted = wait_until(Duration::from_secs(30), "the new daemon's roles", || {
+        env.copies(&b).into_iter().find(|c| c.role == "active" && c.pid.is_some()).and_then(|c| c.pid)
+    });
+    assert_eq!(adopted, r, "adopted, same PID");
+    let daemon = env.status()["daemon_pid"].as_u64().unwrap() as u32;
+    env.ok(&["shutdown", "--all"]);
+    for (pid, what) in [(daemon, "the daemon"), (proxy, "the load balancer"), (r, "a copy")] {
+        wait_gone(pid, Duration::from_secs(20), what);
+    }
+    assert!(get(port_a, "/", &[]).is_err(), "nothing listens once everything stopped");
+}
