@@ -117,14 +117,19 @@ print($1)"
 }
 
 # wait_copies NAME N: until app NAME has N ready copies, none outdated
-# (60 s, 120 s in short mode, where the build is a debug one).
+# (60 s, 120 s in short mode, where the build is a debug one); fails at
+# once when its copies have crashed three times.
 wait_copies() {
-    local name=$1 n=$2
+    local name=$1 n=$2 got
     for _ in $(seq 1 "$(pick 1200 600)"); do
+        got=0
         "$bin" status --json 2>/dev/null | python3 -c 'import json,sys
 j = json.load(sys.stdin); a = [a for a in j["apps"] if a["name"] == sys.argv[1]]
 c = a[0]["copies"] if a else []
-sys.exit(0 if sum(1 for x in c if x["ready"] and not x["outdated"]) >= int(sys.argv[2]) else 1)' "$name" "$n" && return 0
+if sum(x["crashes"] for x in c) >= 3: sys.exit(2)
+sys.exit(0 if sum(1 for x in c if x["ready"] and not x["outdated"]) >= int(sys.argv[2]) else 1)' "$name" "$n" || got=$?
+        [ "$got" = 0 ] && return 0
+        [ "$got" = 2 ] && break
         sleep 0.1
     done
     echo "$0: app $name never had $n ready copies" >&2
