@@ -120,8 +120,8 @@ print($1)"
 # (60 s, 120 s in short mode, where the build is a debug one); fails at
 # once when its copies have crashed three times.
 wait_copies() {
-    local name=$1 n=$2 got
-    for _ in $(seq 1 "$(pick 1200 600)"); do
+    local name=$1 n=$2 got end=$((SECONDS + $(pick 120 60)))
+    while [ "$SECONDS" -lt "$end" ]; do
         got=0
         "$bin" status --json 2>/dev/null | python3 -c 'import json,sys
 j = json.load(sys.stdin); a = [a for a in j["apps"] if a["name"] == sys.argv[1]]

@@ -91,7 +91,8 @@ during() {
 proxy_pid() { "$bin" status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["proxy_pid"] or "")'; }
 restart_and_wait() {
     "$bin" restart bench >/dev/null
-    for _ in $(seq 1 600); do
+    local end=$((SECONDS + 60))
+    while [ "$SECONDS" -lt "$end" ]; do
         "$bin" status --json | python3 -c 'import json,sys
 j=json.load(sys.stdin); c=j["apps"][0]["copies"]
 sys.exit(0 if len(c) == 2 and all(x["ready"] and not x["outdated"] for x in c) else 1)' && return 0
@@ -104,7 +105,8 @@ kill_proxy_and_wait() {
     local old; old=$(proxy_pid)
     [ -n "$old" ] || { echo "bench/status.sh: no load balancer to kill" >&2; return 1; }
     kill -9 "$old"
-    for _ in $(seq 1 300); do
+    local end=$((SECONDS + 15))
+    while [ "$SECONDS" -lt "$end" ]; do
         local new; new=$(proxy_pid)
         [ -n "$new" ] && [ "$new" != "$old" ] && curl -s -o /dev/null "http://127.0.0.1:$port/" && return 0
         sleep 0.05
@@ -118,7 +120,8 @@ grow_log_and_wait_rotation() {
     local log
     log=$("$bin" status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["apps"][0]["copies"][0]["log"])')
     head -c 1100M /dev/zero >>"$log"
-    for _ in $(seq 1 600); do
+    local end=$((SECONDS + 60))
+    while [ "$SECONDS" -lt "$end" ]; do
         [ -e "$log.1" ] && [ "$(stat -c %s "$log")" -lt 1000000000 ] && return 0
         sleep 0.1
     done
