@@ -6,7 +6,9 @@
 #   ./test.sh --test it -- --nocapture   # only the integration tests (tests/it)
 #
 # Installs what the tests need when it is missing (Debian/Ubuntu), builds, and
-# runs `cargo test -- --test-threads=2`.
+# runs `cargo test -- --test-threads=2`. Without cargo arguments (the whole
+# suite), it then runs every bench once in its short mode (bench/short.sh,
+# under a minute), so a bench that no longer runs fails too.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -30,6 +32,8 @@ bash scripts/deps.sh systemd man-db
 bash scripts/deps.sh haproxy
 # The browser test: Chromium with what Debian recommends beside it (fonts).
 bash scripts/deps.sh --recommends chromium chromium-driver
+# The benches' short runs: wrk (bench/proxy.sh), curl.
+bash scripts/deps.sh wrk curl
 
 # Arguments before a "--" go to cargo test, those after it to the test binaries.
 cargo_args=()
@@ -55,3 +59,8 @@ cargo build
 test_cmd=(cargo test "${cargo_args[@]+"${cargo_args[@]}"}" -- "${threads[@]+"${threads[@]}"}" "${bin_args[@]+"${bin_args[@]}"}")
 echo "==> ${test_cmd[*]}"
 "${test_cmd[@]}"
+
+if [ "${#cargo_args[@]}" -eq 0 ]; then
+    echo "==> bench/short.sh (every bench once, short)"
+    bash bench/short.sh
+fi

@@ -5,33 +5,32 @@
 # plain process) and fenced (`mode: on`: user, mount, PID, IPC and UTS
 # namespaces, the init as PID 1, the new root). Prints the median of each,
 # the differences, and every run. R's own start (1-3 s, noisy on a busy
-# machine) hides a few ms, so the launcher alone is timed too: 50 rounds
+# machine) hides a few ms, so the launcher alone is timed too: ALONE rounds
 # each with /bin/true as the r-path, from the launcher's start to its exit
 # (fenced: the clone, the new root, the init, the exec of R and R's end
 # reported back).
 #
 #   bench/fence.sh               # 10 rounds, release build
 #   RUNS=20 BIN=target/debug/shinyctl bench/fence.sh
+#   BENCH_SHORT=1 bench/fence.sh # 1 round, 3 of the launcher alone, a debug build
 #
-# Uses a temporary folder and a free port; every process it starts is
-# ended by PID (SIGTERM, which the fenced launcher forwards to R) before
-# the next one starts.
+# The launcher is run here as the daemon runs it (`shinyctl launch`, the
+# same arguments), not through the daemon: the daemon's readiness poll
+# (every 100 ms) would hide what is measured. Uses a temporary folder and a
+# free port; every process it starts is ended by PID (SIGTERM, which the
+# fenced launcher forwards to R) before the next one starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNS=${RUNS:-10}
-if [ -z "${BIN:-}" ]; then
-    cargo build --release --bin shinyctl 2>/dev/null
-    BIN=target/release/shinyctl
-fi
-bin=$(realpath "$BIN")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source bench/rig.sh
+RUNS=${RUNS:-$(pick 1 10)}
+ALONE=${ALONE:-$(pick 3 50)}
+bench_build
 mkdir -p "$tmp/home/scratch/bench-app/1" "$tmp/app"
 cp examples/hello/app.R "$tmp/app/"
 
-python3 - "$bin" "$tmp" "$RUNS" <<'PY'
+python3 - "$bin" "$tmp" "$RUNS" "$ALONE" <<'PY'
 import os, socket, statistics, subprocess, sys, time
-bin, tmp, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+bin, tmp, runs, alone = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 home, app = f"{tmp}/home", f"{tmp}/app"
 scratch = f"{home}/scratch/bench-app/1"
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
@@ -79,10 +78,10 @@ def launcher_alone(mode):
     return (time.perf_counter() - t0) * 1000
 
 ao, af = [], []
-for _ in range(50):
+for _ in range(alone):
     ao.append(launcher_alone("off")); af.append(launcher_alone("on"))
 mo, mf = statistics.median(ao), statistics.median(af)
-print(f"the launcher alone (r-path /bin/true), median of 50: unfenced {mo:.1f} ms, fenced {mf:.1f} ms ({mf - mo:+.1f} ms)")
+print(f"the launcher alone (r-path /bin/true), median of {alone}: unfenced {mo:.1f} ms, fenced {mf:.1f} ms ({mf - mo:+.1f} ms)")
 
 times = {mode: [] for mode in commands}
 for _ in range(runs):

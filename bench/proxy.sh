@@ -1,52 +1,49 @@
 #!/usr/bin/env bash
-# Benchmarks the shinyctl load balancer against HAProxy, in one run with the
-# same settings: wrk straight at a small fast backend ("direct"), through
-# `shinyctl proxy`, and through HAProxy (mode http, sticky cookie inserted,
-# one server). ROUNDS rounds, the three targets in turn within each, so a
-# change in the machine's load falls on all of them. Prints requests/s, p50
-# and p99 latency of each round, the median and range of the ratios, and the
-# resident memory of both load balancers after the load. Any non-2xx answer
-# or socket error fails the run: a speed of errors is no speed.
+# Benchmarks shinyctl's load balancer against HAProxy, in one run with the
+# same settings, as a user runs it: the daemon starts a small fast backend
+# (examples/bench_backend.rs) as an app (its r-path a stand-in for R, see
+# bench/rig.sh; the copy fenced as any copy is), and wrk is put straight at
+# that copy's port ("direct"), through the load balancer the daemon started
+# (sticky cookie, caps, retries: every feature on), and through HAProxy
+# (mode http, sticky cookie inserted, `nbthread 2`) in front of the same
+# copy. ROUNDS rounds, the three targets in turn within each and a
+# different one first in each round, so a change in the machine's load
+# falls on all of them. Prints requests/s, p50 and p99 latency of each
+# round, the median and range of the ratios, and the resident memory of
+# both load balancers after the load. Any non-2xx answer or socket error
+# fails the run: a speed of errors is no speed.
 #
-#   bench/proxy.sh                    # defaults: 5 rounds of wrk -t2 -c32 -d10s --latency
+#   bench/proxy.sh                    # 5 rounds of wrk -t2 -c32 -d10s --latency
 #   ROUNDS=9 DURATION=30s CONNS=64 bench/proxy.sh
+#   BENCH_SHORT=1 bench/proxy.sh      # one round of 1 s, a debug build
 #
-# Needs: cargo, wrk, haproxy, curl. Everything it starts is stopped on exit.
+# Needs: cargo, wrk, haproxy, curl, python3. Uses its own SHINYCTL_HOME and
+# free ports; everything it starts is stopped by PID on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-ROUNDS=${ROUNDS:-5}
-DURATION=${DURATION:-10s}
-THREADS=${THREADS:-2}
-CONNS=${CONNS:-32}
-BACKEND_PORT=${BACKEND_PORT:-20990}
-PROXY_PORT=${PROXY_PORT:-18990}
-HAPROXY_PORT=${HAPROXY_PORT:-18991}
-
-bash scripts/deps.sh wrk haproxy curl
-for tool in wrk haproxy curl cargo; do
-    command -v "$tool" >/dev/null || { echo "bench/proxy.sh: $tool is not installed" >&2; exit 1; }
-done
-# A leftover listener on these ports would take part of the load (both load
-# balancers use SO_REUSEPORT) and skew every figure.
-for port in "$BACKEND_PORT" "$PROXY_PORT" "$HAPROXY_PORT"; do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        echo "bench/proxy.sh: port $port is already in use; stop what listens there or set BACKEND_PORT, PROXY_PORT, HAPROXY_PORT" >&2
-        exit 1
-    fi
-done
-
 source bench/rig.sh
 
-if ! cargo build --release --bin shinyctl --example bench_backend 2>"$tmp/build.log"; then
-    cat "$tmp/build.log" >&2
-    exit 1
-fi
+ROUNDS=${ROUNDS:-$(pick 1 5)}
+DURATION=${DURATION:-$(pick 1s 10s)}
+WARMUP=${WARMUP:-$(pick 0 2s)}
+THREADS=${THREADS:-2}
+CONNS=${CONNS:-32}
 
-# The backend and shinyctl proxy in front of it.
-start_rig 127.0.0.1
+bash scripts/deps.sh wrk haproxy curl >/dev/null
+for tool in wrk haproxy curl python3; do
+    command -v "$tool" >/dev/null || { echo "bench/proxy.sh: $tool is not installed" >&2; exit 1; }
+done
+bench_build bench_backend
 
-# HAProxy with the same number of threads as the proxy's runtime.
+app_port=$(free_port)
+fast_app fast "$app_port" 1 "host: 127.0.0.1
+warm-replicas: 0
+"
+proxy_pid=$(status_py 'j["proxy_pid"]')
+
+# HAProxy with as many threads as the load balancer's runtime, in front of
+# the same copy.
+haproxy_port=$(free_port)
 cat >"$tmp/haproxy.cfg" <<EOF
 global
     nbthread 2
@@ -57,35 +54,44 @@ defaults
     timeout client 30s
     timeout server 30s
 frontend fe
-    bind 127.0.0.1:$HAPROXY_PORT
+    bind 127.0.0.1:$haproxy_port
     default_backend be
 backend be
     cookie lb insert indirect nocache
-    server copy1 127.0.0.1:$BACKEND_PORT cookie 1
+    server copy1 127.0.0.1:$copy_port cookie 1
 EOF
-haproxy -db -f "$tmp/haproxy.cfg" 2>"$tmp/haproxy.log" &
+setsid haproxy -db -f "$tmp/haproxy.cfg" 2>"$tmp/haproxy.log" &
 haproxy_pid=$!
 pids+=("$haproxy_pid")
-wait_port "$HAPROXY_PORT"
+wait_port "$haproxy_port"
 
-# Both must answer (and the proxy set its cookie) before measuring.
-curl -sfi "http://127.0.0.1:$PROXY_PORT/" | grep -qi '^set-cookie: lb_' || { echo "bench/proxy.sh: the proxy does not answer" >&2; cat "$tmp/proxy.log" >&2; exit 1; }
-curl -sf "http://127.0.0.1:$HAPROXY_PORT/" >/dev/null || { echo "bench/proxy.sh: haproxy does not answer" >&2; cat "$tmp/haproxy.log" >&2; exit 1; }
+# Both must answer (and the load balancer set its cookie) before measuring.
+curl -sfi "http://127.0.0.1:$app_port/" | grep -qi '^set-cookie: lb_' || {
+    echo "bench/proxy.sh: shinyctl's load balancer does not answer with its cookie" >&2
+    exit 1
+}
+curl -sf "http://127.0.0.1:$haproxy_port/" >/dev/null || { echo "bench/proxy.sh: haproxy does not answer" >&2; cat "$tmp/haproxy.log" >&2; exit 1; }
 
 run() { # one measurement of $1 on port $2, appended to $tmp/results
     local name=$1 port=$2 round=$3 out
-    wrk -t"$THREADS" -c"$CONNS" -d2s "http://127.0.0.1:$port/" >/dev/null # warm-up
+    if [ "$WARMUP" != 0 ]; then wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" "http://127.0.0.1:$port/" >/dev/null; fi
     out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/")
     if grep -q 'Non-2xx\|Socket errors' <<<"$out"; then
         echo "bench/proxy.sh: errors while measuring $name (round $round):" >&2
         grep 'Non-2xx\|Socket errors' <<<"$out" >&2
         exit 1
     fi
-    echo "$round $name $(awk '/^Requests\/sec:/ {print $2}' <<<"$out") $(awk '$1 == "50%" {print $2}' <<<"$out") $(awk '$1 == "99%" {print $2}' <<<"$out")" >>"$tmp/results"
+    local rps
+    rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+    if ! awk -v r="$rps" 'BEGIN {exit !(r > 0)}'; then
+        echo "bench/proxy.sh: no request answered while measuring $name (round $round):" >&2
+        echo "$out" >&2
+        exit 1
+    fi
+    echo "$round $name $rps $(awk '$1 == "50%" {print $2}' <<<"$out") $(awk '$1 == "99%" {print $2}' <<<"$out")" >>"$tmp/results"
 }
-targets=("direct $BACKEND_PORT" "shinyctl $PROXY_PORT" "haproxy $HAPROXY_PORT")
+targets=("direct $copy_port" "shinyctl $app_port" "haproxy $haproxy_port")
 for round in $(seq 1 "$ROUNDS"); do
-    # A different target first in each round.
     for i in 0 1 2; do
         read -r name port <<<"${targets[$(((round + i) % 3))]}"
         run "$name" "$port" "$round"
@@ -94,8 +100,8 @@ done
 
 rss_mib() { awk '/^VmRSS:/ {printf "%.1f MiB", $2 / 1024}' "/proc/$1/status"; }
 
-echo
-echo "$ROUNDS rounds of wrk -t$THREADS -c$CONNS -d$DURATION --latency, $(nproc) cores, $(haproxy -v | head -n 1 | awk '{print "HAProxy " $3}')"
+echo "$ROUNDS rounds of wrk -t$THREADS -c$CONNS -d$DURATION --latency, $(nproc) cores, $(haproxy -v | head -n 1 | awk '{print "HAProxy " $3}'), $(basename "$(dirname "$bin")") build"
+echo "the fast backend started by the daemon as an app (fenced); direct and HAProxy at its copy's port"
 printf '%-6s %-10s %12s %10s %10s\n' "round" "target" "requests/s" "p50" "p99"
 sort -k1,1n -k2,2 "$tmp/results" | awk '{printf "%-6s %-10s %12s %10s %10s\n", $1, $2, $3, $4, $5}'
 # Per round, the ratios; then their median and range.
@@ -109,4 +115,4 @@ summary() { # column $1 of the ratios: median (min-max)
     }'
 }
 echo "median (range) over the rounds: shinyctl/haproxy $(summary 1)   shinyctl/direct $(summary 2)"
-echo "RSS after the load: shinyctl proxy $(rss_mib "$proxy_pid"), haproxy $(rss_mib "$haproxy_pid")"
+echo "RSS after the load: shinyctl's load balancer $(rss_mib "$proxy_pid"), haproxy $(rss_mib "$haproxy_pid")"

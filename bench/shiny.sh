@@ -1,58 +1,40 @@
 #!/usr/bin/env bash
-# What a visitor of a real R Shiny app waits for, straight from R and through
-# HAProxy, shinyctl and (when it is on PATH) faucet, in one run:
+# What a visitor of a real R Shiny app waits for, in one run, all in front
+# of the same R process: the daemon starts the app (one copy) and that
+# copy is measured straight at its own port ("direct"), through HAProxy in
+# front of that port, and through shinyctl's load balancer; and faucet
+# (its own R process: faucet starts its workers itself) when it is on PATH.
 #   - single GETs of / on a new connection each (p50, p99)
 #   - a page load: / and every script and stylesheet it names, in order, over
 #     one keep-alive connection, as a browser's first connection does
 #   - input→output round trips over Shiny's WebSocket
 #   - the load event of the app in headless Chromium with its cache off
 #   - shinyctl's load balancer's memory with SESSIONS open Shiny sessions
-# Every figure is taken in ROUNDS alternating rounds and the median of the
-# rounds is printed, then the ratios to direct R.
+# Every figure is taken in ROUNDS rounds, the targets in turn and a
+# different one first in each round (Chromium's loads too), and the median
+# of the rounds is printed, then the ratios to direct R.
 #
 #   bench/shiny.sh
-#   ROUNDS=5 GETS=300 SESSIONS=1000 bench/shiny.sh
+#   ROUNDS=5 GETS=300 SESSIONS=2000 bench/shiny.sh
+#   BENCH_SHORT=1 bench/shiny.sh     # one round of a few samples, a debug build
 #
-# Needs: cargo, R with shiny, haproxy, curl; chromium and chromedriver for the
-# browser figure. Everything it starts is stopped on exit.
+# Needs: cargo, R with shiny, haproxy, curl, python3; chromium and
+# chromedriver for the browser figure. Uses its own SHINYCTL_HOME and free
+# ports; everything it starts is stopped by PID on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/rig.sh
 
-ROUNDS=${ROUNDS:-3}
-GETS=${GETS:-150}
-PAGES=${PAGES:-30}
-TRIPS=${TRIPS:-200}
-LOADS=${LOADS:-10}
-SESSIONS=${SESSIONS:-1000}
+ROUNDS=${ROUNDS:-$(pick 1 3)}
+GETS=${GETS:-$(pick 10 150)}
+PAGES=${PAGES:-$(pick 2 30)}
+TRIPS=${TRIPS:-$(pick 10 200)}
+LOADS=${LOADS:-$(pick 1 10)}
+SESSIONS=${SESSIONS:-$(pick 50 1000)}
 
-bash scripts/deps.sh haproxy curl
-tmp=$(mktemp -d)
-pids=()
-export SHINYCTL_HOME="$tmp/home"
-cleanup() {
-    # The daemon first and waited for, so it starts nothing new; then what it
-    # started (by PID, from its status), then our own children.
-    if [ -S "$SHINYCTL_HOME/api.sock" ]; then
-        local status daemon
-        status=$(target/release/shinyctl status --json 2>/dev/null || true)
-        daemon=$(sed -n 's/.*"daemon_pid": *\([0-9]*\).*/\1/p' <<<"$status" | head -n 1)
-        if [ -n "$daemon" ]; then
-            kill "$daemon" 2>/dev/null || true
-            for _ in $(seq 1 100); do kill -0 "$daemon" 2>/dev/null || break; sleep 0.05; done
-        fi
-        for pid in $(grep -o '"\(proxy_pid\|pid\)": *[0-9]*' <<<"$status" | grep -o '[0-9]*$'); do
-            kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
-        done
-    fi
-    for pid in "${pids[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-cargo build --release --bin shinyctl --example shiny_client 2>"$tmp/build.log" || { cat "$tmp/build.log" >&2; exit 1; }
-client=target/release/examples/shiny_client
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+bash scripts/deps.sh haproxy curl >/dev/null
+bench_build shiny_client
+client=$examples/shiny_client
 wait_ok() {
     for _ in $(seq 1 600); do
         curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$1/" 2>/dev/null && return 0
@@ -71,15 +53,18 @@ server <- function(input, output, session) output$out <- renderText(input$n * 2)
 shinyApp(ui, server)
 EOF
 
-# Straight from R.
-direct=$(free_port)
-setsid R --no-echo --no-restore -e "shiny::runApp('$tmp/app', port = ${direct}L, launch.browser = FALSE)" >"$tmp/direct.log" 2>&1 &
-pids+=($!)
-# Through shinyctl: its own copy of the same app.
+# The sessions held at the end: two descriptors each in the load balancer,
+# one in R. The daemon, so the load balancer, inherits this shell's limit.
+ulimit -n "$(ulimit -Hn)"
+files=$((SESSIONS + 1024 > 4096 ? SESSIONS + 1024 : 4096))
 shinyctl=$(free_port)
-printf 'app-name: benchapp\nport: %s\nworking-dir: %s\nwarm-replicas: 0\nidle-timeout: 0\n' "$shinyctl" "$tmp/app" >"$tmp/app.yaml"
-target/release/shinyctl apply -f "$tmp/app.yaml" >/dev/null
-# Through HAProxy, in front of the direct R process (an inserted cookie, as shinyctl does).
+printf 'app-name: benchapp\nport: %s\nhost: 127.0.0.1\nworking-dir: %s\nwarm-replicas: 0\nidle-timeout: 0\nsandbox:\n  open-files: %s\n' \
+    "$shinyctl" "$tmp/app" "$files" >"$tmp/app.yaml"
+bench_apply "$tmp/app.yaml"
+wait_copies benchapp 1
+direct=$(status_py "j['apps'][0]['copies'][0]['copy_port']")
+
+# HAProxy in front of the same R process (an inserted cookie, as shinyctl does).
 haproxy=$(free_port)
 cat >"$tmp/haproxy.cfg" <<EOF
 defaults
@@ -101,7 +86,7 @@ names=(direct haproxy shinyctl)
 ports=("$direct" "$haproxy" "$shinyctl")
 if command -v faucet >/dev/null 2>&1; then
     faucet_port=$(free_port)
-    (cd "$tmp/app" && setsid faucet start --host "127.0.0.1:$faucet_port" --workers 1 >"$tmp/faucet.log" 2>&1) &
+    (cd "$tmp/app" && exec setsid faucet start --host "127.0.0.1:$faucet_port" --workers 1 >"$tmp/faucet.log" 2>&1) &
     pids+=($!)
     names+=(faucet)
     ports+=("$faucet_port")
@@ -122,9 +107,9 @@ for round in $(seq 1 "$ROUNDS"); do
         done
     done
 done
-median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-echo "A Shiny app (fluidPage, numericInput, textOutput); median of $ROUNDS alternating rounds, ms"
+echo "A Shiny app (fluidPage, numericInput, textOutput), one R process behind every target but faucet;"
+echo "median of $ROUNDS alternating rounds, ms; $(nproc) cores, $(basename "$(dirname "$bin")") build"
 printf '%-9s %14s %14s %14s %14s %14s %14s\n' target "GET p50" "GET p99" "page p50" "page p99" "ws p50" "ws p99"
 for name in "${names[@]}"; do
     row=()
@@ -145,7 +130,8 @@ for name in "${names[@]}"; do
     echo "  $line"
 done
 
-# The load event in headless Chromium, cache off, direct and through shinyctl.
+# The load event in headless Chromium, cache off, every target in turn, a
+# different one first each time.
 if command -v chromedriver >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1; then
     cd_port=$(free_port)
     setsid chromedriver --port="$cd_port" >"$tmp/chromedriver.log" 2>&1 &
@@ -157,31 +143,46 @@ if command -v chromedriver >/dev/null 2>&1 && command -v chromium >/dev/null 2>&
     wd POST "/session/$session/goog/cdp/execute" '{"cmd":"Network.enable","params":{}}' >/dev/null
     wd POST "/session/$session/goog/cdp/execute" '{"cmd":"Network.setCacheDisabled","params":{"cacheDisabled":true}}' >/dev/null
     declare -A load
-    for _ in $(seq 1 "$LOADS"); do
-        for name in direct shinyctl; do
-            [ "$name" = direct ] && p=$direct || p=$shinyctl
-            wd POST "/session/$session/url" "{\"url\":\"http://127.0.0.1:$p/\"}" >/dev/null
+    for n in $(seq 1 "$LOADS"); do
+        for k in "${!names[@]}"; do
+            i=$(((k + n) % ${#names[@]}))
+            wd POST "/session/$session/url" "{\"url\":\"http://127.0.0.1:${ports[$i]}/\"}" >/dev/null
             ms=$(wd POST "/session/$session/execute/sync" '{"script":"var e = performance.getEntriesByType(\"navigation\")[0]; return e.loadEventEnd - e.startTime;","args":[]}' |
-                python3 -c 'import json,sys; print(json.load(sys.stdin)["value"])')
-            load[$name]+="$ms "
+                python3 -c 'import json,sys; v = json.load(sys.stdin)["value"]; assert v > 0, v; print(v)')
+            load[${names[$i]}]+="$ms "
         done
     done
     wd DELETE "/session/$session" >/dev/null || true
     d=$(median <<<"${load[direct]}")
-    s=$(median <<<"${load[shinyctl]}")
-    printf 'Chromium load event, cache off, median of %s: direct %.1f ms, shinyctl %.1f ms, ratio %s\n' "$LOADS" "$d" "$s" \
-        "$(awk -v a="$s" -v b="$d" 'BEGIN {printf "%.2f", a / b}')"
+    line="Chromium load event, cache off, median of $LOADS, ms:"
+    for name in "${names[@]}"; do
+        v=$(median <<<"${load[$name]}")
+        line+=" $name $(awk -v a="$v" 'BEGIN {printf "%.1f", a}')"
+        [ "$name" = direct ] || line+=" ($(awk -v a="$v" -v b="$d" 'BEGIN {printf "%.2f", a / b}'))"
+    done
+    echo "$line"
+else
+    echo "(Chromium load event skipped: chromium and chromedriver are not both installed)"
 fi
 
 # The load balancer's memory with SESSIONS open Shiny sessions.
-proxy_pid=$(target/release/shinyctl status --json | sed -n 's/.*"proxy_pid": *\([0-9]*\).*/\1/p' | head -n 1)
+proxy_pid=$(status_py 'j["proxy_pid"]')
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 before=$(rss "$proxy_pid")
 coproc HOLD { "$client" hold "$shinyctl" "$SESSIONS"; }
-read -r opened <&"${HOLD[0]}"
+hold_pid=$HOLD_PID
+pids+=("$hold_pid")
+read -r opened <&"${HOLD[0]}" || opened=""
 [ "$opened" = open ] || { echo "bench/shiny.sh: could not open $SESSIONS sessions" >&2; exit 1; }
 during=$(rss "$proxy_pid")
+# Every session is the load balancer's (status counts them from its figures).
+for _ in $(seq 1 100); do
+    held=$(status_py "j['apps'][0]['copies'][0]['sessions']")
+    [ "$held" -lt "$SESSIONS" ] || break
+    sleep 0.2
+done
 exec {HOLD[1]}>&-
-wait "$HOLD_PID" 2>/dev/null || true
+wait "$hold_pid" 2>/dev/null || true
+[ "$held" -ge "$SESSIONS" ] || { echo "bench/shiny.sh: status counts $held sessions of the $SESSIONS open" >&2; exit 1; }
 awk -v b="$before" -v d="$during" -v n="$SESSIONS" \
-    'BEGIN {printf "shinyctl proxy RSS: %.1f MiB idle, %.1f MiB with %d open sessions (%.1f KB each)\n", b/1024, d/1024, n, (d-b)/n}'
+    'BEGIN {printf "shinyctl load balancer RSS: %.1f MiB idle, %.1f MiB with %d open sessions (%.1f KiB each)\n", b/1024, d/1024, n, (d-b)/n}'

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# A sleeping app's wake beside R's own cold start, in one run: the example
+# hello app (examples/hello/app.R), one copy, asleep after 1 s idle; a GET of
+# / sent to the load balancer while it sleeps, timed from the connect to the
+# whole 200 (the request is held while the daemon starts the copy: launcher,
+# fence, R, shiny, readiness, the table pushed); and R started directly
+# (`R --no-echo --no-restore -e "shiny::runApp(...)"`, as the launcher
+# starts it, no launcher, no fence) until its port answers 200. ROUNDS
+# rounds, a different one first in each; prints the median, the range and
+# every sample of each, and the difference of the medians.
+#
+#   bench/wake.sh                    # 10 rounds, release build
+#   BENCH_SHORT=1 bench/wake.sh      # 1 round, a debug build
+#
+# Needs: cargo, R with shiny, python3. Uses its own SHINYCTL_HOME and free
+# ports; everything it starts is stopped by PID on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/rig.sh
+ROUNDS=${ROUNDS:-$(pick 1 10)}
+
+bench_build
+mkdir -p "$tmp/app"
+cp examples/hello/app.R "$tmp/app/"
+port=$(free_port)
+printf 'app-name: wake\nport: %s\nhost: 127.0.0.1\nwarm-replicas: 0\nidle-timeout: 1s\n' "$port" >"$tmp/app/app.yaml"
+bench_apply "$tmp/app/app.yaml"
+
+# Until the app is asleep and its R process gone (60 s).
+wait_asleep() {
+    local end=$((SECONDS + 60))
+    while [ "$SECONDS" -lt "$end" ]; do
+        if "$bin" status --json | python3 -c 'import json,sys
+c = json.load(sys.stdin)["apps"][0]["copies"]
+sys.exit(0 if c and all(x["status"] == "asleep" and not x["pid"] for x in c) else 1)'; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "bench/wake.sh: the app did not fall asleep within 60 s" >&2
+    "$bin" status >&2 || true
+    exit 1
+}
+
+# The two measures, in python for a clock finer than the shell's loops;
+# each prints milliseconds, or fails.
+measure() {
+    python3 - "$@" <<'PY'
+import os, signal, socket, subprocess, sys, time
+
+def get_status(port, timeout):
+    """The status of a GET / on a new connection, read to its end; 0 if none."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
+            c.settimeout(timeout)
+            c.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            got = b""
+            while True:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            return int(got.split(b" ", 2)[1]) if got.startswith(b"HTTP/") else 0
+    except (OSError, ValueError, IndexError):
+        return 0
+
+what, port = sys.argv[1], int(sys.argv[2])
+if what == "wake":
+    t0 = time.perf_counter()
+    status = get_status(port, 60)
+    ms = (time.perf_counter() - t0) * 1000
+    if status != 200:
+        sys.exit(f"bench/wake.sh: the waking request got {status or 'no answer'}")
+    print(f"{ms:.0f}")
+else:
+    app = sys.argv[3]
+    expr = f"shiny::runApp(appDir = '{app}', port = {port}L, host = '127.0.0.1', launch.browser = FALSE)"
+    t0 = time.perf_counter()
+    p = subprocess.Popen(["R", "--no-echo", "--no-restore", "-e", expr], cwd=app, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        while get_status(port, 2) != 200:
+            if p.poll() is not None or time.perf_counter() - t0 > 60:
+                sys.exit(f"bench/wake.sh: R did not answer 200 on port {port} (exit {p.poll()})")
+            time.sleep(0.005)
+        ms = (time.perf_counter() - t0) * 1000
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait()
+    print(f"{ms:.0f}")
+PY
+}
+
+: >"$tmp/wake.ms"
+: >"$tmp/r.ms"
+r_port=$(free_port)
+for round in $(seq 1 "$ROUNDS"); do
+    for what in $([ $((round % 2)) = 1 ] && echo "wake r" || echo "r wake"); do
+        if [ "$what" = wake ]; then
+            wait_asleep
+            measure wake "$port" >>"$tmp/wake.ms"
+        else
+            measure r "$r_port" "$tmp/app" >>"$tmp/r.ms"
+        fi
+    done
+done
+
+line() { # NAME FILE: median (min-max), then every sample
+    printf '%-34s %6s ms (%s-%s)   each: %s\n' "$1" "$(median <"$2")" "$(sort -n "$2" | head -1)" "$(sort -n "$2" | tail -1)" "$(paste -sd' ' "$2")"
+}
+echo "hello app, $ROUNDS alternating rounds, $(nproc) cores, $(basename "$(dirname "$bin")") build; median (range)"
+line "asleep: request to its 200" "$tmp/wake.ms"
+line "R's own cold start to its first 200" "$tmp/r.ms"
+awk -v w="$(median <"$tmp/wake.ms")" -v r="$(median <"$tmp/r.ms")" 'BEGIN {printf "the wake costs R'"'"'s start %+.0f ms (medians)\n", w - r}'
