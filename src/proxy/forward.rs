@@ -60,6 +60,11 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
     if req.method() == Method::CONNECT {
         return pages::not_allowed();
     }
+    // Answered here, not by a copy, and no activity: a front proxy's check
+    // keeps no sleeping app awake.
+    if req.uri().path() == pages::HEALTH_PATH {
+        return pages::health(&app.name, !app.stopped && app.listening);
+    }
     app.counters.last_request_ms.store(now_ms(), Ordering::Relaxed);
     let client_upgrade = websocket::is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();

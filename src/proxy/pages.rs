@@ -20,6 +20,20 @@ pub fn restarting(app: &str) -> Response<DownBody> {
     resp
 }
 
+/// The path on every app's port that the load balancer answers itself,
+/// for a front proxy's health check: 200 while the app serves or can be
+/// woken, 503 once it is stopped or being deleted. It wakes nothing.
+pub const HEALTH_PATH: &str = "/.shinyctl/health";
+
+/// The answer on [`HEALTH_PATH`].
+pub fn health(app: &str, up: bool) -> Response<DownBody> {
+    let (status, word) = if up { (StatusCode::OK, "up") } else { (StatusCode::SERVICE_UNAVAILABLE, "down") };
+    let mut resp = page(status, format!("{} {word}\n", escape(app)));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
 /// 503 for an app stopped by `shinyctl stop`: a page that says so, with
 /// Retry-After (a health check sees the app down; a browser tries later).
 pub fn stopped(app: &str) -> Response<DownBody> {

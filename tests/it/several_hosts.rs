@@ -29,6 +29,7 @@ fn haproxy_cfg(front: u16, port: u16) -> String {
          backend shinyctl_hosts\n\
          \x20   balance roundrobin\n\
          \x20   cookie SHINYCTL_HOST insert indirect nocache httponly\n\
+         \x20   option httpchk GET /.shinyctl/health\n\
          \x20   default-server check inter 300ms fall 2 rise 1\n\
          \x20   server a 127.0.0.2:{port} cookie a\n\
          \x20   server b 127.0.0.3:{port} cookie b\n"
@@ -53,6 +54,18 @@ fn cookies(r: &Response) -> String {
         .filter_map(|(_, v)| v.split(';').next().map(|s| s.trim().to_string()))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// The status of `GET /.shinyctl/health` on `addr:port`, as HAProxy's
+/// check asks it.
+fn health(addr: &str, port: u16) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect((addr, port)).expect("the app's port");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /.shinyctl/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut head = String::new();
+    let _ = s.read_to_string(&mut head);
+    head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
 }
 
 #[test]
@@ -96,6 +109,34 @@ fn two_hosts_behind_haproxy_keep_visitors_and_sessions_and_take_over_for_each_ot
     let session = Session::open(front, &jar);
     assert_eq!(session.copy, copy, "the session's outputs come from the visitor's copy");
     session.close();
+
+    // The visitor's host's app is stopped: the health check sees it down,
+    // and the visitor goes to the other host; started again, it is back.
+    let (mine, other, mine_app, mine_addr) =
+        if host == "host-a" { (&host_a, "host-b", "multi-a", "127.0.0.2") } else { (&host_b, "host-a", "multi-b", "127.0.0.3") };
+    assert_eq!(health(mine_addr, port), 200, "the health path of a running app");
+    mine.ok(&["stop", mine_app]);
+    wait_until(Duration::from_secs(10), "the stopped app's health path to say it is down", || {
+        (health(mine_addr, port) == 503).then_some(())
+    });
+    wait_until(Duration::from_secs(20), "HAProxy to send the visitor to the other host", || {
+        let r = get(front, "/", &[("Cookie", &jar)]).ok()?;
+        (r.status == 200 && between(&r.body, "greeting=", ";") == Some(other)).then_some(())
+    });
+    for _ in 0..10 {
+        let r = get(front, "/", &[("Cookie", &jar)]).unwrap();
+        assert_eq!((r.status, between(&r.body, "greeting=", ";")), (200, Some(other)), "no visitor reaches the stopped app");
+    }
+    mine.ok(&["start", mine_app]);
+    mine.wait_roles(mine_app, "3:active 4:active", Duration::from_secs(60));
+    wait_until(Duration::from_secs(20), "the started host back in HAProxy", || {
+        let hosts: std::collections::BTreeSet<String> =
+            (0..6).filter_map(|_| Some(between(&get(front, "/", &[]).ok()?.body, "greeting=", ";")?.to_string())).collect();
+        (hosts.len() == 2).then_some(())
+    });
+    let first = wait_http_ok(front, Duration::from_secs(10));
+    let jar = cookies(&first);
+    let host = between(&first.body, "greeting=", ";").unwrap().to_string();
 
     // One host's copies are all deleted: new visitors, and this visitor, go
     // to the other, with no failed request.
