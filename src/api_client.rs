@@ -36,10 +36,24 @@ pub mod routes {
         format!("/v1/apps/{app}/restart{}", now_query(now))
     }
 
-    /// `POST`: redeploy the release before the current one; with `now`,
-    /// the old copies stop as soon as the new ones are ready.
-    pub fn rollback(app: &str, now: bool) -> String {
-        format!("/v1/apps/{app}/rollback{}", now_query(now))
+    /// `POST`: redeploy the last release that served before the current
+    /// one, or release `to`; with `now`, the old copies stop as soon as the
+    /// new ones are ready.
+    pub fn rollback(app: &str, now: bool, to: Option<&str>) -> String {
+        let mut q: Vec<String> = Vec::new();
+        if now {
+            q.push("now=1".into());
+        }
+        if let Some(id) = to {
+            q.push(format!("to={id}"));
+        }
+        let q = if q.is_empty() { String::new() } else { format!("?{}", q.join("&")) };
+        format!("/v1/apps/{app}/rollback{q}")
+    }
+
+    /// `GET`: the kept releases (`ReleaseRow`s).
+    pub fn releases(app: &str) -> String {
+        format!("/v1/apps/{app}/releases")
     }
 
     /// `DELETE`: stop an app's copies and forget it; with `now`, at once.
@@ -166,9 +180,14 @@ impl Client {
         self.deploying().json(Method::POST, &routes::restart(app, now), None)
     }
 
-    /// `POST /v1/apps/NAME/rollback[?now=1]`.
-    pub fn rollback(&self, app: &str, now: bool) -> anyhow::Result<ActionReply> {
-        self.json(Method::POST, &routes::rollback(app, now), None)
+    /// `POST /v1/apps/NAME/rollback[?now=1][&to=ID]`.
+    pub fn rollback(&self, app: &str, now: bool, to: Option<&str>) -> anyhow::Result<ActionReply> {
+        self.json(Method::POST, &routes::rollback(app, now, to), None)
+    }
+
+    /// `GET /v1/apps/NAME/releases`.
+    pub fn releases(&self, app: &str) -> anyhow::Result<Vec<crate::model::ReleaseRow>> {
+        self.json(Method::GET, &routes::releases(app), None)
     }
 
     /// This client with room for a deploy, which answers once its release

@@ -54,10 +54,13 @@ enum Command {
         #[arg(long, value_name = "TIMEOUT", num_args = 0..=1, require_equals = true, default_missing_value = cli::wait::DEFAULT_TIMEOUT)]
         wait: Option<String>,
     },
-    /// Redeploy the release before the current one, with the settings it was deployed with; the old copies drain.
+    /// Redeploy the last release that served before the current one (or --to ID), with the settings it was deployed with; the old copies drain.
     Rollback {
         /// The app.
         app: String,
+        /// This kept release (`shinyctl releases APP` lists them), not the last that served.
+        #[arg(long, value_name = "ID")]
+        to: Option<String>,
         /// Stop the old copies as soon as the new ones are ready.
         #[arg(long)]
         now: bool,
@@ -84,6 +87,11 @@ enum Command {
     },
     /// Print the apps' names, one a line.
     List,
+    /// List an app's kept releases: when taken, size, served or failed, which is current.
+    Releases {
+        /// The app.
+        app: String,
+    },
     /// Stop this home's daemon; the load balancer and the copies keep running.
     Shutdown {
         /// Also stop the load balancer and every copy.
@@ -171,7 +179,8 @@ fn main() {
         Command::Scale { app, replicas } => cli::operate::scale(&home, &app, replicas),
         Command::List => cli::operate::list(&home),
         Command::Shutdown { all } => cli::operate::shutdown(&home, all),
-        Command::Rollback { app, now, wait } => wait_for(wait).and_then(|w| cli::rollback::run(&home, &app, now, w)),
+        Command::Rollback { app, to, now, wait } => wait_for(wait).and_then(|w| cli::rollback::run(&home, &app, now, to.as_deref(), w)),
+        Command::Releases { app } => cli::rollback::list(&home, &app),
         Command::Reload => cli::reload::run(&home),
         Command::Delete { app, now } => cli::delete::run(&home, &app, now),
         Command::Logs { app, copy, all, tail, follow } => cli::logs::run(&home, &app, cli::logs::Choice { copy, all, tail, follow }),

@@ -303,6 +303,11 @@ pub struct Release {
     /// they no longer exist.
     #[serde(default)]
     pub copies: Vec<u32>,
+    /// Whether a copy of it has been ready (served): `Some(false)` until
+    /// then; none for a release recorded before this was kept (taken to
+    /// have served). One that never served is no rollback target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served: Option<bool>,
 }
 
 /// The settings that decide how a copy starts, as a release was deployed
@@ -513,6 +518,24 @@ pub struct ActionReply {
     /// copy restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<u64>,
+}
+
+/// `GET /v1/apps/NAME/releases`: one kept release, oldest deploy first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseRow {
+    /// Its id.
+    pub id: String,
+    /// Unix ms when it was taken.
+    pub taken_ms: u64,
+    /// The size of its files, in bytes.
+    pub bytes: u64,
+    /// A copy of it has been ready; false: never (no rollback target); none:
+    /// recorded before this was kept.
+    pub served: Option<bool>,
+    /// It is the release new copies run.
+    pub current: bool,
+    /// The copies that run it now.
+    pub running: Vec<u32>,
 }
 
 /// `GET /v1/apps/NAME/rollout?revision=N`: how a deploy is going.

@@ -83,6 +83,7 @@ fn table(port: u16, policy: LbPolicy, asleep: bool, request_timeout_ms: u64, cop
             policy,
             request_timeout_ms,
             asleep,
+            stopped: false,
             listening: true,
             max_connections: 0,
             trusted_proxies: Vec::new(),

@@ -49,6 +49,7 @@ async fn start(copy_port: u16) -> Rig {
             policy: LbPolicy::First,
             request_timeout_ms: 30_000,
             asleep: false,
+            stopped: false,
             listening: true,
             max_connections: 0,
             trusted_proxies: Vec::new(),

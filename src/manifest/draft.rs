@@ -8,7 +8,10 @@ use std::path::PathBuf;
 
 use super::error::{first_content_line, Cx, Doc};
 use super::keys::{self, NAME_ALLOWED, PORT_ALLOWED};
-use super::{env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, Sandbox, DEFAULT_MAX_CONNECTIONS, DEFAULT_START_TIMEOUT_MS};
+use super::{
+    env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, Sandbox, DEFAULT_KEEP_RELEASES, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_START_TIMEOUT_MS,
+};
 
 /// A manifest being read. One field per key, named as in [`AppSpec`]: the
 /// key's checked value, none while the key has not been read.
@@ -30,6 +33,7 @@ pub(super) struct Draft {
     idle_timeout_ms: Option<u64>,
     request_timeout_ms: Option<u64>,
     start_timeout_ms: Option<u64>,
+    keep_releases: Option<u32>,
     r_path: Option<String>,
     max_connections: Option<u32>,
     trusted_proxies: Option<Vec<String>>,
@@ -43,7 +47,7 @@ type Take = fn(&mut Draft, &Cx, &Value) -> Result<(), ManifestError>;
 /// Every key a manifest may hold, in the order the documentation lists
 /// them, with what takes it in: a new key's check in `keys.rs` is wired
 /// in here, by one line.
-const TAKE: [(&str, Take); 21] = [
+const TAKE: [(&str, Take); 22] = [
     ("app-name", |d, cx, v| keys::app_name(cx, v).map(|x| d.name = Some(x))),
     ("app-group", |d, cx, v| keys::app_group(cx, v).map(|x| d.group = Some(x))),
     ("working-dir", |d, cx, v| keys::working_dir(cx, v).map(|x| d.working_dir = Some(x))),
@@ -60,6 +64,7 @@ const TAKE: [(&str, Take); 21] = [
     ("idle-timeout", |d, cx, v| keys::idle_timeout(cx, v).map(|x| d.idle_timeout_ms = Some(x))),
     ("request-timeout", |d, cx, v| keys::request_timeout(cx, v).map(|x| d.request_timeout_ms = Some(x))),
     ("start-timeout", |d, cx, v| keys::start_timeout(cx, v).map(|x| d.start_timeout_ms = Some(x))),
+    ("keep-releases", |d, cx, v| keys::keep_releases(cx, v).map(|x| d.keep_releases = Some(x))),
     ("r-path", |d, cx, v| keys::r_path(cx, v).map(|x| d.r_path = Some(x))),
     ("max-connections", |d, cx, v| keys::max_connections(cx, v).map(|x| d.max_connections = Some(x))),
     ("trusted-proxies", |d, cx, v| keys::trusted_proxies(cx, v).map(|x| d.trusted_proxies = Some(x))),
@@ -133,6 +138,7 @@ impl Draft {
             idle_timeout_ms: self.idle_timeout_ms.unwrap_or(300 * 1000),
             request_timeout_ms: self.request_timeout_ms.unwrap_or(30 * 1000),
             start_timeout_ms: self.start_timeout_ms.unwrap_or(DEFAULT_START_TIMEOUT_MS),
+            keep_releases: self.keep_releases.unwrap_or(DEFAULT_KEEP_RELEASES),
             r_path: self.r_path.unwrap_or_else(|| "R".to_string()),
             max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
             trusted_proxies: self.trusted_proxies.unwrap_or_default(),

@@ -146,6 +146,16 @@ pub(super) fn idle_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
     long_duration(cx, v)
 }
 
+/// `keep-releases`: 1 to 100.
+pub(super) fn keep_releases(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+    let allowed = "a whole number from 1 (the current release only: no rollback) to 100";
+    let n = cx.uint(v, allowed)?;
+    if !(1..=100).contains(&n) {
+        return Err(cx.err(format!("{n} is not allowed; allowed: {allowed}")));
+    }
+    Ok(n as u32)
+}
+
 /// `start-timeout`: more than 0, at most a year.
 pub(super) fn start_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
     let ms = long_duration(cx, v)?;

@@ -87,6 +87,10 @@ pub struct AppSpec {
     /// `app_init_timeout`). Changing it restarts no copy.
     #[serde(default = "default_start_timeout")]
     pub start_timeout_ms: u64,
+    /// `keep-releases`, default [`DEFAULT_KEEP_RELEASES`]: the releases kept
+    /// on disk, the current one included (and any a copy still runs).
+    #[serde(default = "default_keep_releases")]
+    pub keep_releases: u32,
     /// `r-path`, default `R` (found on PATH).
     pub r_path: String,
     /// `max-connections`, default [`DEFAULT_MAX_CONNECTIONS`]: the most
@@ -149,6 +153,14 @@ impl AppSpec {
 
 /// `start-timeout`'s default: 60 s, as Shiny Server's `app_init_timeout`.
 pub const DEFAULT_START_TIMEOUT_MS: u64 = 60_000;
+
+/// `keep-releases`' default.
+pub const DEFAULT_KEEP_RELEASES: u32 = 3;
+
+/// For an app recorded before `keep-releases` existed.
+fn default_keep_releases() -> u32 {
+    DEFAULT_KEEP_RELEASES
+}
 
 /// For an app recorded before `start-timeout` existed.
 fn default_start_timeout() -> u64 {

@@ -293,6 +293,7 @@ mod tests {
                 policy,
                 request_timeout_ms: 30_000,
                 asleep: false,
+                stopped: false,
                 listening: true,
                 max_connections: 0,
                 trusted_proxies: Vec::new(),

@@ -113,30 +113,80 @@ pub fn find<'a>(state: &'a AppState, id: &str) -> Option<&'a Release> {
     state.releases.iter().find(|r| r.id == id)
 }
 
-/// Makes the release before the current one current again, and the current
-/// one the one before it (so a second rollback undoes the first). Returns
-/// the release now current, or why there is none to go back to.
-pub fn roll_back(state: &mut AppState, name: &str) -> Result<Release, String> {
-    let Some(prev) = state.previous_release.clone() else {
-        return Err(format!(
-            "{name} has no release before the current one to roll back to: it has been deployed once{}",
-            if state.release.is_none() { " (or not since releases came)" } else { "" }
-        ));
+/// True when a release may be rolled back to: it served (or was recorded
+/// before that was kept).
+pub fn served(rel: &Release) -> bool {
+    rel.served != Some(false)
+}
+
+/// Makes a kept release current again (`to`), or, without `to`, the last
+/// release that served deployed before the current one; the current one
+/// becomes the one before it. Returns the release now current, or why there
+/// is none to go back to.
+pub fn roll_back(state: &mut AppState, name: &str, to: Option<&str>) -> Result<Release, String> {
+    let current = state.release.clone();
+    let rel = match to {
+        Some(id) => find(state, id).cloned().ok_or_else(|| {
+            let kept: Vec<&str> = state.releases.iter().map(|r| r.id.as_str()).collect();
+            format!("{name} keeps no release {id}; it keeps {} (`shinyctl releases {name}` lists them)", kept.join(", "))
+        })?,
+        None => {
+            let at = state.releases.iter().position(|r| Some(&r.id) == current.as_ref()).unwrap_or(state.releases.len());
+            let Some(rel) = state.releases[..at].iter().rev().find(|r| served(r)).cloned() else {
+                let never = state.releases[..at].iter().any(|r| !served(r));
+                return Err(if never {
+                    format!("{name} has no release that served before the current one: the ones before it never got ready")
+                } else {
+                    format!(
+                        "{name} has no release before the current one to roll back to: it has been deployed once{}",
+                        if state.release.is_none() { " (or not since releases came)" } else { "" }
+                    )
+                });
+            };
+            rel
+        }
     };
-    let Some(rel) = find(state, &prev).cloned() else {
-        return Err(format!("{name}: the release before the current one ({prev}) is not recorded; nothing to roll back to"));
-    };
-    if !rel.dir.is_dir() {
-        return Err(format!("{name}: the release before the current one is gone from {}; nothing to roll back to", rel.dir.display()));
+    if Some(&rel.id) == current.as_ref() {
+        return Err(format!("{name} runs release {} already", rel.id));
     }
-    state.previous_release = state.release.take();
-    // Back on the newest release (a second rollback), what runs is what
-    // the last deploy took. Newest by deploy order (`record` puts it
-    // last), not by id: two ids of the same second sort by their random
-    // part.
-    state.rolled_back = state.releases.last().map(|r| &r.id) != Some(&prev);
-    state.release = Some(prev);
+    if !rel.dir.is_dir() {
+        return Err(format!("{name}: release {} is gone from {}; nothing to roll back to", rel.id, rel.dir.display()));
+    }
+    state.previous_release = current;
+    // Back on the newest release, what runs is what the last deploy took.
+    // Newest by deploy order (`record` puts it last), not by id: two ids of
+    // the same second sort by their random part.
+    state.rolled_back = state.releases.last().map(|r| &r.id) != Some(&rel.id);
+    state.release = Some(rel.id.clone());
     Ok(rel)
+}
+
+/// The kept releases as `releases APP` lists them.
+pub fn rows(state: &AppState) -> Vec<crate::model::ReleaseRow> {
+    state
+        .releases
+        .iter()
+        .map(|r| crate::model::ReleaseRow {
+            id: r.id.clone(),
+            taken_ms: r.taken_ms,
+            bytes: r.bytes,
+            served: r.served,
+            current: state.release.as_ref() == Some(&r.id),
+            running: state.copies.iter().filter(|c| c.pid.is_some() && c.release.as_ref() == Some(&r.id)).map(|c| c.copy).collect(),
+        })
+        .collect()
+}
+
+/// Marks the releases of the copies that are ready (`ready`) as served.
+/// Returns true when one is marked now.
+pub fn mark_served(state: &mut AppState, ready: &[u32]) -> bool {
+    let ids: Vec<String> = state.copies.iter().filter(|r| ready.contains(&r.copy)).filter_map(|r| r.release.clone()).collect();
+    let mut marked = false;
+    for rel in state.releases.iter_mut().filter(|r| r.served == Some(false) && ids.contains(&r.id)) {
+        rel.served = Some(true);
+        marked = true;
+    }
+    marked
 }
 
 /// Notes in each release which copies run it, so their logs can go with it.
@@ -151,22 +201,24 @@ pub fn note_copies(state: &mut AppState) {
     }
 }
 
-/// The ids that must stay: the current release, the one before it, and
-/// every release a recorded copy runs.
-pub fn kept_ids(state: &AppState) -> HashSet<String> {
-    state
-        .release
-        .iter()
-        .chain(state.previous_release.iter())
-        .chain(state.copies.iter().filter_map(|r| r.release.as_ref()))
-        .cloned()
-        .collect()
+/// The ids that must stay: the current release, every release a recorded
+/// copy runs, the newest `keep` by deploy order (`keep-releases`, the
+/// current one among them; a failed one too, so `releases` shows it), and
+/// always the newest that served before the current one, so a rollback
+/// target survives a run of failed deploys.
+pub fn kept_ids(state: &AppState, keep: u32) -> HashSet<String> {
+    let mut ids: HashSet<String> = state.release.iter().chain(state.copies.iter().filter_map(|r| r.release.as_ref())).cloned().collect();
+    let others = (keep as usize).saturating_sub(1);
+    ids.extend(state.releases.iter().rev().filter(|r| Some(&r.id) != state.release.as_ref()).take(others).map(|r| r.id.clone()));
+    let at = state.releases.iter().position(|r| Some(&r.id) == state.release.as_ref()).unwrap_or(state.releases.len());
+    ids.extend(state.releases[..at].iter().rev().find(|r| served(r)).map(|r| r.id.clone()));
+    ids
 }
 
 /// Takes the releases no longer needed out of the state and returns them,
 /// each with the copies whose logs go with it (those no longer recorded).
-pub fn unneeded(state: &mut AppState) -> Vec<(Release, Vec<u32>)> {
-    let keep = kept_ids(state);
+pub fn unneeded(state: &mut AppState, keep: u32) -> Vec<(Release, Vec<u32>)> {
+    let keep = kept_ids(state, keep);
     let (gone, kept): (Vec<Release>, Vec<Release>) = std::mem::take(&mut state.releases).into_iter().partition(|r| !keep.contains(&r.id));
     state.releases = kept;
     gone.into_iter()
@@ -229,7 +281,7 @@ pub fn notes(name: &str, state: &AppState, alive: &dyn Fn(&CopyRecord) -> bool) 
 /// by a copy) and the logs of their copies that no longer exist.
 pub fn prune(home: &Home, spec: &AppSpec, state: &mut AppState) {
     note_copies(state);
-    for (rel, logs) in unneeded(state) {
+    for (rel, logs) in unneeded(state, spec.keep_releases) {
         tracing::info!(app = spec.name, release = rel.id, "deleting a release no copy runs");
         crate::home::remove_later(&rel.dir);
         for copy in logs {

@@ -45,27 +45,54 @@ fn sizes_and_spans_read_like_a_person_wrote_them() {
 }
 
 #[test]
-fn a_deploy_makes_the_current_release_the_one_before_and_rollback_swaps_them() {
+fn rollback_goes_to_the_last_release_that_served_before_the_current_one() {
     let dir = std::env::temp_dir().join(format!("shinyctl-rel-rb-{}", std::process::id()));
     let mut st = AppState::default();
-    assert!(roll_back(&mut st, "hello").unwrap_err().contains("no release before the current one"));
+    assert!(roll_back(&mut st, "hello", None).unwrap_err().contains("no release before the current one"));
     record(&mut st, rel("r1", &dir));
-    assert!(roll_back(&mut st, "hello").unwrap_err().contains("deployed once"));
+    assert!(roll_back(&mut st, "hello", None).unwrap_err().contains("deployed once"));
     record(&mut st, rel("r2", &dir));
     assert_eq!((st.release.as_deref(), st.previous_release.as_deref()), (Some("r2"), Some("r1")));
-    assert!(roll_back(&mut st, "hello").unwrap_err().contains("is gone from"), "its folder must exist");
+    assert!(roll_back(&mut st, "hello", None).unwrap_err().contains("is gone from"), "its folder must exist");
     assert_eq!(st.release.as_deref(), Some("r2"), "a refused rollback changes nothing");
 
     std::fs::create_dir_all(dir.join("r1")).unwrap();
-    let back = roll_back(&mut st, "hello").unwrap();
+    let back = roll_back(&mut st, "hello", None).unwrap();
     assert_eq!(back.deployed.env["V"], "r1", "it comes with the settings it was deployed with");
     assert_eq!((st.release.as_deref(), st.previous_release.as_deref(), st.rolled_back), (Some("r1"), Some("r2"), true));
+    assert!(roll_back(&mut st, "hello", None).unwrap_err().contains("deployed once"), "nothing served before r1");
+    // --to: any kept release, forward too.
     std::fs::create_dir_all(dir.join("r2")).unwrap();
-    roll_back(&mut st, "hello").unwrap();
+    roll_back(&mut st, "hello", Some("r2")).unwrap();
     assert_eq!((st.release.as_deref(), st.rolled_back), (Some("r2"), false), "back on the newest release: nothing differs");
-    roll_back(&mut st, "hello").unwrap();
-    record(&mut st, rel("r3", &dir));
-    assert_eq!((st.release.as_deref(), st.previous_release.as_deref(), st.rolled_back), (Some("r3"), Some("r1"), false));
+    assert!(roll_back(&mut st, "hello", Some("r9")).unwrap_err().contains("keeps no release r9; it keeps r1, r2"));
+    assert!(roll_back(&mut st, "hello", Some("r2")).unwrap_err().contains("runs release r2 already"));
+
+    // A release that never served is stepped over, and said when it is all there is.
+    let mut broken = rel("r3", &dir);
+    broken.served = Some(false);
+    record(&mut st, broken);
+    let mut fixed = rel("r4", &dir);
+    fixed.served = Some(false);
+    record(&mut st, fixed);
+    assert!(mark_served(&mut st, &[]) == false);
+    st.copies = vec![copy(7, Some("r4"), Some(70))];
+    assert!(mark_served(&mut st, &[7]), "r4's copy is ready: it served");
+    assert_eq!(find(&st, "r4").unwrap().served, Some(true));
+    roll_back(&mut st, "hello", None).unwrap();
+    assert_eq!(st.release.as_deref(), Some("r2"), "r3 never served: the rollback goes past it to r2");
+    let rows = rows(&st);
+    assert_eq!(
+        rows.iter().map(|r| (r.id.as_str(), r.current)).collect::<Vec<_>>(),
+        [("r1", false), ("r2", true), ("r3", false), ("r4", false)]
+    );
+    assert_eq!(rows[3].running, [7]);
+    let mut st = AppState::default();
+    let mut never = rel("n1", &dir);
+    never.served = Some(false);
+    record(&mut st, never);
+    record(&mut st, rel("n2", &dir));
+    assert!(roll_back(&mut st, "hello", None).unwrap_err().contains("never got ready"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -78,10 +105,10 @@ fn a_rollback_between_two_releases_of_the_same_second_is_a_rollback() {
     record(&mut st, rel(first, &dir));
     record(&mut st, rel(second, &dir));
     std::fs::create_dir_all(dir.join(first)).unwrap();
-    roll_back(&mut st, "hello").unwrap();
+    roll_back(&mut st, "hello", None).unwrap();
     assert_eq!((st.release.as_deref(), st.rolled_back), (Some(first), true), "the first deploy's release runs: a rollback");
     std::fs::create_dir_all(dir.join(second)).unwrap();
-    roll_back(&mut st, "hello").unwrap();
+    roll_back(&mut st, "hello", Some(second)).unwrap();
     assert_eq!((st.release.as_deref(), st.rolled_back), (Some(second), false), "back on the newest");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -98,14 +125,14 @@ fn releases_go_once_no_copy_runs_them_and_their_gone_copies_logs_with_them() {
         vec![copy(1, Some("r1"), None), copy(2, Some("r2"), Some(20)), copy(3, Some("r4"), Some(30)), copy(4, Some("r4"), Some(40))];
     note_copies(&mut st);
     st.copies.remove(0);
-    let gone = unneeded(&mut st);
+    let gone = unneeded(&mut st, 2);
     let gone: Vec<(&str, Vec<u32>)> = gone.iter().map(|(r, logs)| (r.id.as_str(), logs.clone())).collect();
     assert_eq!(gone, [("r1", vec![1])], "r2 runs, r3 is the one before r4, r4 is current");
     assert_eq!(st.releases.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["r2", "r3", "r4"]);
     assert_eq!(find(&st, "r4").unwrap().copies, [3, 4]);
 
     st.copies.retain(|r| r.copy != 2);
-    let gone: Vec<String> = unneeded(&mut st).into_iter().map(|(r, _)| r.id).collect();
+    let gone: Vec<String> = unneeded(&mut st, 2).into_iter().map(|(r, _)| r.id).collect();
     assert_eq!(gone, ["r2"], "once its last copy is gone");
 }
 
@@ -163,7 +190,7 @@ fn status_says_which_copies_run_the_previous_version_and_that_a_rollback_differs
     st.copies = vec![copy(3, Some("r2"), Some(12))];
     std::fs::create_dir_all(std::env::temp_dir().join(format!("shinyctl-rel-notes-{}", std::process::id()))).unwrap();
     st.releases[0].dir = std::env::temp_dir().join(format!("shinyctl-rel-notes-{}", std::process::id()));
-    roll_back(&mut st, "hello").unwrap();
+    roll_back(&mut st, "hello", None).unwrap();
     assert_eq!(
         notes("hello", &st, &alive)[0],
         "hello: runs the rolled-back release r1, rolled back from r2; its manifest differs. `shinyctl restart hello` deploys the manifest again."

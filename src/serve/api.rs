@@ -99,7 +99,14 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             super::deploy::apply(&shared, apply).await
         }
         (Method::POST, ["v1", "apps", name, "restart"]) => super::deploy::restart(&shared, name, flag(&req, "now")).await,
-        (Method::POST, ["v1", "apps", name, "rollback"]) => super::deploy::rollback(&shared, name, flag(&req, "now")).await,
+        (Method::POST, ["v1", "apps", name, "rollback"]) => {
+            super::deploy::rollback(&shared, name, flag(&req, "now"), query(&req, "to")).await
+        }
+        (Method::GET, ["v1", "apps", name, "releases"]) => {
+            let d = shared.lock().await;
+            let Some(app) = d.apps.get(*name) else { return not_found(name) };
+            uds::json_response(StatusCode::OK, &crate::release::rows(&app.recorded.state))
+        }
         (Method::DELETE, ["v1", "apps", name]) => {
             let now = flag(&req, "now");
             let mut d = shared.lock().await;

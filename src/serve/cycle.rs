@@ -127,6 +127,7 @@ impl Daemon {
                 append_line(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, rec.copy), &line);
             }
         }
+        release::mark_served(&mut recorded.state, &plan.roles.iter().map(|(c, _)| *c).collect::<Vec<_>>());
         tracked.roles = plan.roles;
         tracked.wake_at_ms = plan.wake_at_ms;
         tracked.fold(&before, &recorded.state);

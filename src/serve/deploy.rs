@@ -36,7 +36,17 @@ impl Taken {
         let (bytes, files, took_ms) = (self.pending.bytes, self.pending.files, self.pending.took.as_millis() as u64);
         let dir =
             self.pending.commit().map_err(|e| format!("{}: cannot put the release in place: {e}; nothing was deployed", spec.name))?;
-        let rel = Release { id: self.id, dir, taken_ms: self.taken_ms, bytes, files, took_ms, deployed: self.deployed, copies: Vec::new() };
+        let rel = Release {
+            id: self.id,
+            dir,
+            taken_ms: self.taken_ms,
+            bytes,
+            files,
+            took_ms,
+            deployed: self.deployed,
+            copies: Vec::new(),
+            served: Some(false),
+        };
         release::record(state, rel.clone());
         for orphan in release::orphans(&home.app_releases(&spec.group, &spec.name), state) {
             crate::home::remove_later(&orphan);
@@ -436,10 +446,10 @@ const ASLEEP_CHECK: &str = "but the app is asleep: one copy of the new version s
 /// one with the settings it was deployed with, through the same draining
 /// path, copying nothing. A second rollback goes back to where the first
 /// one came from.
-pub async fn rollback(shared: &Shared, name: &str, now: bool) -> Reply {
+pub async fn rollback(shared: &Shared, name: &str, now: bool, to: Option<&str>) -> Reply {
     let mut d = shared.lock().await;
     let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
-    let rel = match release::roll_back(&mut app.recorded.state, name) {
+    let rel = match release::roll_back(&mut app.recorded.state, name, to) {
         Ok(rel) => rel,
         Err(why) => return error(StatusCode::CONFLICT, format!("{why}. Nothing changed.")),
     };

@@ -325,3 +325,42 @@ fn stop_start_scale_list_restart_all_and_shutdown() {
     }
     assert!(get(port_a, "/", &[]).is_err(), "nothing listens once everything stopped");
 }
+
+/// v1, v2, a broken edit (refused: v2 keeps serving), v3, then rollback:
+/// it goes to v2, the last release that served, never to the broken one;
+/// `releases` lists the broken one as failed, and `rollback --to` goes to
+/// any kept release.
+#[test]
+fn rollback_never_goes_to_a_release_that_never_served_and_releases_lists_them() {
+    let env = Env::new("oprelease");
+    let app = unique("oprel");
+    let port = free_port();
+    let manifest = env.app_running(&versioned("v1"), &app, port, "warm-replicas: 0\nkeep-releases: 4\n");
+    env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait=60s"]);
+    let app_r = manifest.with_file_name("app.R");
+    std::fs::write(&app_r, versioned("v2")).unwrap();
+    env.ok(&["restart", &app, "--wait=60s"]);
+    std::fs::write(&app_r, format!("{}stop(\"broken edit\")\n", versioned("v2b"))).unwrap();
+    assert!(!env.run(&["restart", &app, "--wait=60s"]).status.success(), "the broken edit fails");
+    assert_eq!(version_served(port), "v2", "v2 kept serving");
+    std::fs::write(&app_r, versioned("v3")).unwrap();
+    env.ok(&["restart", &app, "--now", "--wait=60s"]);
+    assert_eq!(version_served(port), "v3");
+
+    let listed = env.ok(&["releases", &app]);
+    let lines: Vec<&str> = listed.lines().skip(1).collect();
+    assert_eq!(lines.len(), 4, "{listed}");
+    assert!(lines[0].contains("served") && lines[1].contains("served"), "{listed}");
+    assert!(lines[2].contains("failed (never ready; no rollback target)"), "the broken release: {listed}");
+    assert!(lines[3].contains("current, served"), "{listed}");
+    let id = |line: &str| line.split_whitespace().next().unwrap().to_string();
+
+    let out = env.ok(&["rollback", &app, "--wait=60s"]);
+    assert!(out.contains(&format!("rolling back to release {}", id(lines[1]))), "to v2's release: {out}");
+    assert_eq!(version_served(port), "v2", "the last release that served");
+    let status = env.ok(&["status", &app]);
+    assert!(status.contains(&format!("runs the rolled-back release {}", id(lines[1]))), "{status}");
+
+    env.ok(&["rollback", &app, "--to", &id(lines[0]), "--wait=60s"]);
+    assert_eq!(version_served(port), "v1", "--to: any kept release");
+}

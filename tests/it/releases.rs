@@ -233,7 +233,7 @@ fn rollback_brings_the_previous_version_back_with_no_failed_request() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no release before the current one"));
 
     std::fs::write(&app_r_path, app_r("v2")).unwrap();
-    std::fs::write(&manifest, format!("app-name: rb\nport: {port}\nwarm-replicas: 0\nenv:\n  GREETING: two\n")).unwrap();
+    std::fs::write(&manifest, format!("app-name: rb\nport: {port}\nwarm-replicas: 0\nkeep-releases: 2\nenv:\n  GREETING: two\n")).unwrap();
     env.ok(&["restart", "rb", "--now"]);
     env.wait_roles("rb", "2:active", START);
     wait_version(port, "v2");
@@ -260,14 +260,14 @@ fn rollback_brings_the_previous_version_back_with_no_failed_request() {
     wait_version(port, "v2");
     let text = env.ok(&["status", "rb"]);
     assert!(!text.contains("rolled-back"), "{text}");
-    // Kept: the current release and the one before it (the rolled-back
-    // one, which ran before it); the one rolled back from is deleted.
+    // keep-releases: 2: the current release and the newest other that
+    // served (v2, deployed after v1); v1 goes.
     wait_until(Duration::from_secs(30), "the unneeded release to be deleted", || {
         (listing(&app_releases_dir(&env, "rb")).len() == 2).then_some(())
     });
     let kept = listing(&app_releases_dir(&env, "rb"));
     let v2: Vec<&String> = dirs_before.iter().filter(|d| !v1.contains(d)).collect();
-    assert!(kept.contains(&v1[0]) && !kept.contains(v2[0]), "v1 {v1:?} kept and v2 {v2:?} deleted: {kept:?}");
+    assert!(!kept.contains(&v1[0]) && kept.contains(v2[0]), "v1 {v1:?} deleted and v2 {v2:?} kept: {kept:?}");
 }
 
 #[test]

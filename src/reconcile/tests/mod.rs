@@ -30,6 +30,7 @@ pub(super) fn spec(replicas: u32, warm: u32) -> AppSpec {
         idle_timeout_ms: 300 * S,
         request_timeout_ms: 30 * S,
         start_timeout_ms: crate::manifest::DEFAULT_START_TIMEOUT_MS,
+        keep_releases: crate::manifest::DEFAULT_KEEP_RELEASES,
         r_path: "R".into(),
         max_connections: crate::manifest::DEFAULT_MAX_CONNECTIONS,
         trusted_proxies: Vec::new(),
