@@ -22,6 +22,7 @@
 //! disk ([`report_path`]), which the daemon reads for `status --json`.
 
 mod confine;
+mod fds;
 pub mod fences;
 mod host;
 mod init;
@@ -210,6 +211,9 @@ pub struct Seen {
 /// only on failure, with the exit status to use (a fenced copy's launcher
 /// ends the way R ended).
 pub fn main(args: &[OsString]) -> i32 {
+    // Before anything is opened: what the daemon's starter leaked stays
+    // out of the init and R (see `fds`).
+    fds::close_inherited();
     let launch = match Launch::parse(args) {
         Ok(l) => l,
         Err(e) => return fail(&format!("bad arguments: {e}")),
@@ -404,6 +408,8 @@ fn exec_r(launch: &Launch, seen: &Seen, who: Option<&Identity>) -> i32 {
     if let Some(who) = who {
         r.env("HOME", &who.home).env("USER", &who.name).env("LOGNAME", &who.name);
     }
+    // Only 0, 1 and 2 reach R (the launcher's own pipes end here too).
+    fds::cloexec_above_stdio();
     let err = r.exec();
     log(&format!("--- shinyctl: cannot run {}: {err} ---", launch.r_path));
     EXIT_NO_R

@@ -8,6 +8,7 @@ mod command_line;
 mod faults;
 mod fence;
 mod fence_filter;
+mod fence_inside;
 mod foundation;
 mod helpers;
 mod hostile;

@@ -1,0 +1,147 @@
+//! The fence's second round, tried from inside a real Shiny app: each page
+//! lists R's own descriptors and runs a Python probe through `system2()`
+//! (exact errnos), and the test reads the answers as `key=value;` lines.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::helpers::*;
+
+/// The app: each page lists `/proc/self/fd` and `/proc/1/fd` (the
+/// copy's init, when it has one) as R sees them (`fd~target`), and adds
+/// the probe's lines.
+const INSIDE_R: &str = r#"
+library(shiny)
+fds <- function(d) {
+  n <- list.files(d)
+  paste0(n, "~", Sys.readlink(file.path(d, n)), collapse = ",")
+}
+ui <- function(req) {
+  lines <- c(paste0("fds=", fds("/proc/self/fd")), paste0("initfds=", fds("/proc/1/fd")), system2("/usr/bin/python3", "probe.py", stdout = TRUE, stderr = TRUE))
+  tags$pre(paste0(lines, ";", collapse = "\n"))
+}
+shinyApp(ui, function(input, output) {})
+"#;
+
+/// The system-call probes: each prints `name=ok` or `name=ERRNO`.
+const PROBE_PY: &str = r#"
+import errno, os, socket
+
+def show(name, f):
+    try:
+        r = f()
+        print(f"{name}=" + ("ok" if r is None else str(r)))
+    except OSError as e:
+        print(f"{name}=" + errno.errorcode.get(e.errno, "?"))
+
+show("probe", lambda: None)
+"#;
+
+/// The fd number a daemon's starter leaks to it (as fd 251 reached R in
+/// the first round).
+const LEAKED_FD: i32 = 251;
+
+/// A pipe whose write end the daemon gets as [`LEAKED_FD`], without
+/// close-on-exec, as a careless supervisor would leave it.
+struct Leak {
+    /// Both ends, held for the test (the test's own are close-on-exec).
+    _ends: (OwnedFd, OwnedFd),
+    /// What `/proc/PID/fd/N` reads for either end: `pipe:[inode]`.
+    target: String,
+}
+
+impl Leak {
+    /// Makes the pipe and has `cmd` (the daemon, or a wrapper that execs
+    /// it) start with its write end at [`LEAKED_FD`].
+    fn into(cmd: &mut Command) -> Leak {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let target = std::fs::read_link(format!("/proc/self/fd/{}", w.as_raw_fd())).unwrap().to_string_lossy().into_owned();
+        let raw = w.as_raw_fd();
+        // SAFETY: dup2 alone between fork and exec; the copy it makes has
+        // no close-on-exec flag.
+        unsafe {
+            cmd.pre_exec(move || if libc::dup2(raw, LEAKED_FD) == LEAKED_FD { Ok(()) } else { Err(std::io::Error::last_os_error()) });
+        }
+        Leak { _ends: (r, w), target }
+    }
+}
+
+/// Starts `shinyctl serve` as root with the leak; returns it.
+fn serve_leaking(env: &Env) -> Leak {
+    let mut cmd = Command::new(bin());
+    cmd.arg("serve");
+    let leak = Leak::into(&mut cmd);
+    env.start_daemon(cmd);
+    leak
+}
+
+/// Starts `shinyctl serve` where no namespace can be made (see
+/// `launcher::serve_without_namespaces`: Landlock is the fence), with the
+/// leak.
+fn serve_leaking_without_namespaces(env: &Env) -> Leak {
+    let script = "echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set=-all --inh-caps=-all \"$@\"";
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--user", "--map-root-user", "sh", "-c", script, "sh", bin(), "serve"]);
+    let leak = Leak::into(&mut cmd);
+    env.start_daemon(cmd);
+    leak
+}
+
+/// Deploys the probe app `name` (`extra` manifest lines), waits for its
+/// copy and returns its page's answers.
+fn page_of(env: &Env, name: &str, extra: &str) -> BTreeMap<String, String> {
+    let port = free_port();
+    let manifest = env.app_running(INSIDE_R, name, port, &format!("warm-replicas: 0\n{extra}"));
+    std::fs::write(manifest.with_file_name("probe.py"), PROBE_PY).unwrap();
+    env.apply(&manifest);
+    env.wait_roles(name, "1:active", Duration::from_secs(60));
+    let page = wait_http_ok(port, Duration::from_secs(10)).body;
+    let body = between(&page, "<pre>", "</pre>").unwrap_or_else(|| panic!("the probe's page: {page}"));
+    body.lines().filter_map(|l| l.trim().trim_end_matches(';').split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// Descriptors from the page (`key`: `fds` for R's, `initfds` for PID
+/// 1's): number → what it is.
+fn fds_of(a: &BTreeMap<String, String>, key: &str) -> BTreeMap<i32, String> {
+    let list = a.get(key).unwrap_or_else(|| panic!("no {key} on the page: {a:?}"));
+    list.split(',').filter_map(|e| e.split_once('~')).map(|(n, t)| (n.parse().unwrap(), t.to_string())).collect()
+}
+
+/// Checks that R has 0, 1 and 2 and nothing of the leak.
+fn assert_only_stdio_inherited(a: &BTreeMap<String, String>, leak: &Leak, what: &str) {
+    let fds = fds_of(a, "fds");
+    for n in 0..3 {
+        assert!(fds.contains_key(&n), "{what}: R has fd {n}: {fds:?}");
+    }
+    assert!(!fds.contains_key(&LEAKED_FD), "{what}: fd {LEAKED_FD} does not reach R: {fds:?}");
+    assert!(!fds.values().any(|t| *t == leak.target), "{what}: the leaked pipe {} is not in R: {fds:?}", leak.target);
+}
+
+#[test]
+fn only_0_1_and_2_reach_r_fenced_under_landlock_and_with_mode_off() {
+    let env = Env::new("fds");
+    let leak = serve_leaking(&env);
+    let daemon_fds: Vec<PathBuf> =
+        std::fs::read_dir(format!("/proc/{}/fd", env.status()["daemon_pid"])).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(daemon_fds.iter().any(|p| p.ends_with(LEAKED_FD.to_string())), "the daemon got the leak: {daemon_fds:?}");
+    let fenced = page_of(&env, "fdsfenced", "");
+    assert_only_stdio_inherited(&fenced, &leak, "a fenced copy");
+    // Nor the copy's init, whose descriptors R may open through /proc/1/fd.
+    let init = fds_of(&fenced, "initfds");
+    // (Its links read NA to R, which may not follow them; the numbers show.)
+    assert!(!init.is_empty() && !init.contains_key(&LEAKED_FD), "the init holds no leak: {init:?}");
+    assert!(!init.values().any(|t| *t == leak.target), "the init holds no leak: {init:?}");
+    let off = page_of(&env, "fdsoff", "sandbox:\n  mode: off\n");
+    assert_only_stdio_inherited(&off, &leak, "mode: off");
+
+    let env = Env::new("fdslandlock");
+    let leak = serve_leaking_without_namespaces(&env);
+    let landlock = page_of(&env, "fdslandlock", "");
+    let v = env.status();
+    assert_eq!(v["apps"][0]["copies"][0]["isolation"]["kind"], "landlock", "the Landlock fallback: {v}");
+    assert_only_stdio_inherited(&landlock, &leak, "the Landlock fallback");
+}
