@@ -43,6 +43,17 @@ pub struct Init<'a> {
     pub theirs: [RawFd; 3],
 }
 
+/// What the process about to exec R tells the host-side launcher (over
+/// the `ready` pipe, which exec closes): its fences, and why it refused to
+/// start R, if it did.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Handoff {
+    /// The copy's fences.
+    pub fences: Fences,
+    /// `mode: strict`'s refusal.
+    pub refused: Option<String>,
+}
+
 /// Runs the init; never returns.
 pub fn run(mut init: Init) -> ! {
     // SAFETY: prctl(PR_SET_PDEATHSIG) with a signal number: if the host-side
@@ -160,8 +171,9 @@ fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: Seen, mut fences:
             std::process::exit(EXIT_LAUNCH_FAILED);
         }
     }
-    let code = super::finish_and_exec(launch, &mut seen, &mut fences, who, |f| {
-        if let Ok(bytes) = serde_json::to_vec(f) {
+    let code = super::finish_and_exec(launch, &mut seen, &mut fences, who, |f, refused| {
+        let handoff = Handoff { fences: f.clone(), refused: refused.map(str::to_string) };
+        if let Ok(bytes) = serde_json::to_vec(&handoff) {
             let _ = std::fs::File::from(ready).write_all(&bytes);
         }
     });

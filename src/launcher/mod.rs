@@ -60,6 +60,11 @@ pub const SCRATCH_DIR: &str = "/shinyctl/scratch";
 /// The launcher's exit status when it could not start the copy (bad
 /// arguments, a mount that failed half-way): the copy's log says why.
 pub const EXIT_LAUNCH_FAILED: i32 = 121;
+/// The launcher's exit status when it refused to start R (`mode: strict`
+/// and a fence missing): its report says why ([`Report::refused`]), so the
+/// daemon leaves the copy down instead of retrying it as a crash (R ending
+/// with the same status has no such report).
+pub const EXIT_REFUSED: i32 = 122;
 /// The launcher's exit status when R itself could not be run.
 pub const EXIT_NO_R: i32 = 127;
 
@@ -294,18 +299,24 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
         }
     }
     let mut seen = Seen { app_dir, scratch, tmpdir: None };
-    finish_and_exec(launch, &mut seen, &mut fences, who, |f| {
+    finish_and_exec(launch, &mut seen, &mut fences, who, |f, refused| {
         if let Some(report) = report {
-            report.write(&isolation_of(f, launch.sandbox.mode, host::user_name(who)), Some(std::process::id()));
+            report.write(&isolation_of(f, launch.sandbox.mode, host::user_name(who)), Some(std::process::id()), refused);
         }
     })
 }
 
 /// In the process about to exec R (the init's child, or the launcher
 /// itself without namespaces): the last fences, the strict check, the
-/// report of the fences (`send`), the log lines, and exec. Returns only on
-/// failure, with the exit status.
-fn finish_and_exec(launch: &Launch, seen: &mut Seen, fences: &mut Fences, who: Option<&Identity>, send: impl FnOnce(&Fences)) -> i32 {
+/// report of the fences and of a refusal (`send`), the log lines, and
+/// exec. Returns only on failure, with the exit status.
+fn finish_and_exec(
+    launch: &Launch,
+    seen: &mut Seen,
+    fences: &mut Fences,
+    who: Option<&Identity>,
+    send: impl FnOnce(&Fences, Option<&str>),
+) -> i32 {
     // The filters, in the process that execs R next, after its user is set
     // and every mount is made (the filter refuses mount and unshare).
     if launch.sandbox.mode != SandboxMode::Off {
@@ -322,19 +333,24 @@ fn finish_and_exec(launch: &Launch, seen: &mut Seen, fences: &mut Fences, who: O
                 note_filters(fences, &applied, launch.sandbox.syscalls);
                 log(&applied.log_line());
             }
+            Err(e @ ConfineError::Strict(_)) => {
+                let why = e.to_string();
+                send(fences, Some(&why));
+                return refuse(&why);
+            }
             Err(e) => {
-                send(fences);
+                send(fences, None);
                 return fail(&e.to_string());
             }
         }
     }
     if launch.sandbox.mode == SandboxMode::Strict {
         if let Some(why) = fences.strict_refusal() {
-            send(fences);
-            return fail(&why);
+            send(fences, Some(&why));
+            return refuse(&why);
         }
     }
-    send(fences);
+    send(fences, None);
     log(&isolation_line(&isolation_of(fences, launch.sandbox.mode, String::new()), seen));
     if launch.sandbox.mode != SandboxMode::Off {
         log(&format!("--- shinyctl: {} ---", fences.summary()));
@@ -427,6 +443,12 @@ pub const LAUNCH_FAILED_LINE: &str = "--- shinyctl: the copy could not be launch
 fn fail(why: &str) -> i32 {
     log(&format!("{LAUNCH_FAILED_LINE} {why} ---"));
     EXIT_LAUNCH_FAILED
+}
+
+/// Logs why `mode: strict` refuses the copy; returns [`EXIT_REFUSED`].
+fn refuse(why: &str) -> i32 {
+    log(&format!("{LAUNCH_FAILED_LINE} {why} ---"));
+    EXIT_REFUSED
 }
 
 #[cfg(test)]
