@@ -7,8 +7,10 @@
 //! - `mount-namespace`: the fence (`host.rs`, `init.rs`): the launcher
 //!   stays on the host side and clones shinyctl's own init into new user,
 //!   mount, PID, IPC and UTS namespaces; the init builds the copy's root (a
-//!   new tmpfs holding the host's top-level folders read-only, a private
-//!   /tmp and /dev/shm, SHINYCTL_HOME and the secrets hidden, the app folder
+//!   new tmpfs holding the host's top-level folders read-only, /sys too, a
+//!   /dev of its own, a private /tmp and /dev/shm, a /proc of its own with
+//!   what reaches the host read-only, SHINYCTL_HOME and the secrets hidden,
+//!   the app folder
 //!   read-only at [`APP_DIR`], the scratch disk at [`SCRATCH_DIR`]; see
 //!   `mount.rs`) and forks R. The daemon records the launcher; the report
 //!   names R's PID.

@@ -76,10 +76,10 @@ struct Fenced {
 
 /// A home folder with a private key in `.ssh`, below /var/tmp (which a
 /// copy sees, read-only), removed at the end.
-struct UserHome(PathBuf);
+pub struct UserHome(pub PathBuf);
 
 impl UserHome {
-    fn new(name: &str) -> UserHome {
+    pub fn new(name: &str) -> UserHome {
         let dir = PathBuf::from(format!("/var/tmp/shinyctl-it-{}-{name}", std::process::id()));
         std::fs::create_dir_all(dir.join(".ssh")).unwrap();
         std::fs::write(dir.join(".ssh/id_rsa"), "PRIVATE KEY").unwrap();
@@ -265,12 +265,12 @@ fn a_fenced_copy_keeps_its_own_scratch_disk_through_a_sleep() {
 }
 
 /// Makes a user for the test (CI runs as root) and removes it at the end.
-struct TestUser {
-    name: String,
+pub struct TestUser {
+    pub name: String,
 }
 
 impl TestUser {
-    fn create(home: &Path) -> TestUser {
+    pub fn create(home: &Path) -> TestUser {
         // One per test: two tests of this binary may make one at once.
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let name = format!("sfence{}x{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst));

@@ -27,7 +27,8 @@ ui <- function(req) {
 shinyApp(ui, function(input, output) {})
 "#;
 
-/// The system-call probes: each prints `name=ok` or `name=ERRNO`.
+/// The probes: each prints `name=ok`, `name=VALUE` or `name=ERRNO`. What
+/// may touch the host is opened for writing and closed, never written.
 const PROBE_PY: &str = r#"
 import errno, os, socket
 
@@ -38,7 +39,42 @@ def show(name, f):
     except OSError as e:
         print(f"{name}=" + errno.errorcode.get(e.errno, "?"))
 
-show("probe", lambda: None)
+def opens(path):
+    # Opened for writing and closed: never written.
+    os.close(os.open(path, os.O_WRONLY))
+
+def create(path):
+    with open(path, "w") as f:
+        f.write("x")
+
+def devs():
+    return " ".join(sorted(os.listdir("/dev")))
+
+def pty():
+    a, b = os.openpty()
+    os.close(a)
+    os.close(b)
+
+def shm():
+    create(f"/dev/shm/probe-{os.getpid()}")
+    os.remove(f"/dev/shm/probe-{os.getpid()}")
+
+def mounted(path):
+    return "ro" if os.statvfs(path).f_flag & os.ST_RDONLY else "rw"
+
+show("procsys", lambda: opens("/proc/sys/kernel/ns_last_pid"))
+for p in ["/sys", "/sys/fs/cgroup", "/proc/sys", "/dev", "/proc", "/dev/shm", "/dev/null", "/dev/pts"]:
+    show("mount" + p.replace("/", "-"), lambda: mounted(p))
+show("sys", lambda: opens("/sys/kernel/mm/transparent_hugepage/enabled"))
+show("kmsg", lambda: opens("/dev/kmsg"))
+show("devcreate", lambda: create(f"/dev/probe-{os.getpid()}"))
+show("devnull", lambda: create("/dev/null"))
+show("urandom", lambda: len(open("/dev/urandom", "rb").read(8)))
+show("pty", pty)
+show("shm", shm)
+show("devfd", lambda: len(os.listdir("/dev/fd")))
+show("stdout", lambda: os.readlink("/dev/stdout"))
+show("devs", devs)
 "#;
 
 /// The fd number a daemon's starter leaks to it (as fd 251 reached R in
@@ -94,10 +130,23 @@ fn serve_leaking_without_namespaces(env: &Env) -> Leak {
 /// Deploys the probe app `name` (`extra` manifest lines), waits for its
 /// copy and returns its page's answers.
 fn page_of(env: &Env, name: &str, extra: &str) -> BTreeMap<String, String> {
+    let (manifest, port) = probe_app(env, name, extra);
+    page_of_deployed(env, name, &manifest, port)
+}
+
+/// Writes the probe app `name` (`extra` manifest lines); returns its
+/// manifest and port.
+fn probe_app(env: &Env, name: &str, extra: &str) -> (PathBuf, u16) {
     let port = free_port();
     let manifest = env.app_running(INSIDE_R, name, port, &format!("warm-replicas: 0\n{extra}"));
     std::fs::write(manifest.with_file_name("probe.py"), PROBE_PY).unwrap();
-    env.apply(&manifest);
+    (manifest, port)
+}
+
+/// Deploys the probe app written by [`probe_app`] and returns its page's
+/// answers.
+fn page_of_deployed(env: &Env, name: &str, manifest: &std::path::Path, port: u16) -> BTreeMap<String, String> {
+    env.apply(manifest);
     env.wait_roles(name, "1:active", Duration::from_secs(60));
     let page = wait_http_ok(port, Duration::from_secs(10)).body;
     let body = between(&page, "<pre>", "</pre>").unwrap_or_else(|| panic!("the probe's page: {page}"));
@@ -144,4 +193,64 @@ fn only_0_1_and_2_reach_r_fenced_under_landlock_and_with_mode_off() {
     let v = env.status();
     assert_eq!(v["apps"][0]["copies"][0]["isolation"]["kind"], "landlock", "the Landlock fallback: {v}");
     assert_only_stdio_inherited(&landlock, &leak, "the Landlock fallback");
+}
+
+/// The devices a fenced copy's `/dev` holds, and nothing else (but what
+/// the probe's own look adds: none).
+const DEV: &str = "fd full mqueue null ptmx pts random shm stderr stdin stdout tty urandom zero";
+
+/// Checks a fenced copy's /proc, /sys and /dev from its page: nothing of
+/// the host writable (EROFS: the mount, whatever the user's rights), the
+/// devices R needs working.
+fn assert_read_only_host(a: &BTreeMap<String, String>, what: &str) {
+    let got = |k: &str| a.get(k).map(String::as_str).unwrap_or_else(|| panic!("{what}: no {k} on the page: {a:?}"));
+    assert_eq!(got("procsys"), "EROFS", "{what}: /proc/sys is read-only: {a:?}");
+    // A file of root's: EACCES for another user before the mount is asked.
+    assert!(["EROFS", "ENOENT", "EACCES"].contains(&got("sys")), "{what}: /sys is read-only: {a:?}");
+    for ro in ["-sys", "-sys-fs-cgroup", "-proc-sys", "-dev"] {
+        assert_eq!(got(&format!("mount{ro}")), "ro", "{what}: {} is mounted read-only: {a:?}", ro.replace('-', "/"));
+    }
+    // Where the copy writes, and its own /proc (/proc/self).
+    for rw in ["-proc", "-dev-shm", "-dev-null", "-dev-pts"] {
+        assert_eq!(got(&format!("mount{rw}")), "rw", "{what}: {} is writable: {a:?}", rw.replace('-', "/"));
+    }
+    assert_eq!(got("kmsg"), "ENOENT", "{what}: /dev has no kmsg: {a:?}");
+    assert_eq!(got("devcreate"), "EROFS", "{what}: nothing is made in /dev: {a:?}");
+    assert_eq!(got("devs"), DEV, "{what}: /dev holds only what R needs: {a:?}");
+    for k in ["devnull", "pty", "shm"] {
+        assert_eq!(got(k), "ok", "{what}: {k} works: {a:?}");
+    }
+    assert_eq!(got("urandom"), "8", "{what}: {a:?}");
+    assert!(got("devfd").parse::<u32>().is_ok_and(|n| n >= 3), "{what}: /dev/fd lists the probe's own: {a:?}");
+    assert_eq!(got("stdout"), "/proc/self/fd/1", "{what}: {a:?}");
+}
+
+#[test]
+fn a_root_daemons_copy_cannot_write_proc_sys_or_dev_and_r_has_its_devices() {
+    let env = Env::new("rofs");
+    let mut cmd = Command::new(bin());
+    cmd.arg("serve");
+    env.start_daemon(cmd);
+    let a = page_of(&env, "rofs", "");
+    assert_read_only_host(&a, "a root daemon's copy");
+    // Root's own file, which root's copy could open for writing before.
+    assert!(["EROFS", "ENOENT"].contains(&a["sys"].as_str()), "/sys is read-only to root's copy: {a:?}");
+
+    // Made first, so they go last: after the test's processes have ended.
+    let home = crate::fence::UserHome::new("rofsrunas");
+    let user = crate::fence::TestUser::create(&home.0);
+    let a = page_of(&env, "rofsrunas", &format!("run-as: {}\n", user.name));
+    assert_read_only_host(&a, "a run-as copy");
+}
+
+#[test]
+fn an_unprivileged_daemons_copy_cannot_write_proc_sys_or_dev() {
+    let env = Env::new("rofsuser");
+    let (manifest, port) = probe_app(&env, "rofsuser", "");
+    // All the daemon's (nobody's), as its home and the app's state file must be.
+    let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(&env.dir).status().unwrap();
+    assert!(chown.success());
+    crate::launcher::serve_through(&env, "setpriv", &["--reuid=65534", "--regid=65534", "--clear-groups"]);
+    let a = page_of_deployed(&env, "rofsuser", &manifest, port);
+    assert_read_only_host(&a, "an unprivileged daemon's copy");
 }
