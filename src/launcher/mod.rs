@@ -31,6 +31,7 @@ mod init;
 mod landlock;
 mod mount;
 mod plan;
+mod ports;
 mod report;
 mod rlimits;
 mod seccomp;
@@ -301,6 +302,13 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
         }
     }
     let mut seen = Seen { app_dir, scratch, tmpdir: None };
+    if launch.sandbox.mode != SandboxMode::Off {
+        fences.missing(
+            fences::PORTS,
+            "no init of the copy's own to answer bind and listen (no PID namespace); Landlock keeps TCP binds to the copy's port",
+            None,
+        );
+    }
     finish_and_exec(launch, &mut seen, &mut fences, who, |f, refused| {
         if let Some(report) = report {
             report.write(&isolation_of(f, launch.sandbox.mode, host::user_name(who)), Some(std::process::id()), refused);

@@ -541,4 +541,5 @@ fn strict_mode_refuses_a_copy_when_the_launcher_cannot_make_a_user_namespace() {
     assert_eq!(state("user-ns").as_deref(), Some("missing"), "{fences:?}");
     assert_eq!(state("mount-ns").as_deref(), Some("in-force"), "{fences:?}");
     assert_eq!(state("pid-ns").as_deref(), Some("in-force"), "{fences:?}");
+    assert_eq!(state("ports").as_deref(), Some("in-force"), "the init answers bind and listen: {fences:?}");
 }

@@ -21,7 +21,7 @@ fds <- function(d) {
   paste0(n, "~", Sys.readlink(file.path(d, n)), collapse = ",")
 }
 ui <- function(req) {
-  lines <- c(paste0("fds=", fds("/proc/self/fd")), paste0("initfds=", fds("/proc/1/fd")), system2("/usr/bin/python3", "probe.py", stdout = TRUE, stderr = TRUE))
+  lines <- c(paste0("fds=", fds("/proc/self/fd")), paste0("initfds=", fds("/proc/1/fd")), system2("/usr/bin/python3", c("probe.py", req$SERVER_PORT), stdout = TRUE, stderr = TRUE))
   tags$pre(paste0(lines, ";", collapse = "\n"))
 }
 shinyApp(ui, function(input, output) {})
@@ -30,12 +30,13 @@ shinyApp(ui, function(input, output) {})
 /// The probes: each prints `name=ok`, `name=VALUE` or `name=ERRNO`. What
 /// may touch the host is opened for writing and closed, never written.
 const PROBE_PY: &str = r#"
-import errno, os, socket
+import errno, os, socket, sys, tempfile
+own = int(sys.argv[1])
 
 def show(name, f):
     try:
         r = f()
-        print(f"{name}=" + ("ok" if r is None else str(r)))
+        print(f"{name}=" + ("ok" if r is None or r is True else str(r)))
     except OSError as e:
         print(f"{name}=" + errno.errorcode.get(e.errno, "?"))
 
@@ -75,6 +76,65 @@ show("shm", shm)
 show("devfd", lambda: len(os.listdir("/dev/fd")))
 show("stdout", lambda: os.readlink("/dev/stdout"))
 show("devs", devs)
+
+def tcp(family=socket.AF_INET):
+    return socket.socket(family, socket.SOCK_STREAM)
+
+def udp():
+    return socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+def listen_unbound():
+    s = tcp()
+    s.listen()
+    return s.getsockname()[1]
+
+def bound_then_listen(addr):
+    s = tcp()
+    s.bind(addr)
+    s.listen()
+
+def udp_client():
+    s = udp()
+    s.connect(("127.0.0.1", 9))
+    s.send(b"x")
+
+def unix():
+    os.chdir(tempfile.mkdtemp())
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind("probe.sock")
+    s.listen()
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect(os.path.abspath("probe.sock"))
+    return oct(os.stat("probe.sock").st_mode & 0o777)
+
+def own_listener():
+    # A filter of the copy's own that allows everything, with a listener.
+    import ctypes, platform
+    libc = ctypes.CDLL(None, use_errno=True)
+    class Insn(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+    allow = (Insn * 1)(Insn(0x06, 0, 0, 0x7FFF0000))
+    nr = 317 if platform.machine() == "x86_64" else 277
+    fd = libc.syscall(nr, 1, 8, ctypes.byref(Prog(1, allow)))
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "seccomp")
+    os.close(fd)
+
+show("own-listener", own_listener)
+show("port", lambda: own)
+show("listen-unbound", listen_unbound)
+show("bind-any-own", lambda: tcp().bind(("0.0.0.0", own)))
+show("bind-v6-own", lambda: tcp(socket.AF_INET6).bind(("::", own)))
+show("bind-other", lambda: tcp().bind(("127.0.0.1", own + 1)))
+show("bind0-listen", lambda: bound_then_listen(("127.0.0.1", 0)))
+show("udp-bind", lambda: udp().bind(("0.0.0.0", 9153)))
+show("udp-client", udp_client)
+show("udp-sendto", lambda: udp().sendto(b"x", ("127.0.0.1", 9)) and None)
+show("connect-own", lambda: tcp().connect(("127.0.0.1", own)))
+show("dns", lambda: len(socket.getaddrinfo("localhost", 80)) > 0)
+show("unix", unix)
 "#;
 
 /// The fd number a daemon's starter leaks to it (as fd 251 reached R in
@@ -226,13 +286,17 @@ fn assert_read_only_host(a: &BTreeMap<String, String>, what: &str) {
 }
 
 #[test]
-fn a_root_daemons_copy_cannot_write_proc_sys_or_dev_and_r_has_its_devices() {
+fn a_root_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port() {
     let env = Env::new("rofs");
     let mut cmd = Command::new(bin());
     cmd.arg("serve");
     env.start_daemon(cmd);
     let a = page_of(&env, "rofs", "");
     assert_read_only_host(&a, "a root daemon's copy");
+    assert_listens_only_on_its_port(&a, "a root daemon's copy");
+    let log = std::fs::read_to_string(env.home().join("logs/default-rofs.log")).unwrap();
+    assert!(log.contains("--- shinyctl: fence ports: refused process "), "the refusal names the fence: {log}");
+    assert!(log.contains("listen on 0.0.0.0:0: a copy listens only on 127.0.0.1:"), "{log}");
     // Root's own file, which root's copy could open for writing before.
     assert!(["EROFS", "ENOENT"].contains(&a["sys"].as_str()), "/sys is read-only to root's copy: {a:?}");
 
@@ -241,10 +305,11 @@ fn a_root_daemons_copy_cannot_write_proc_sys_or_dev_and_r_has_its_devices() {
     let user = crate::fence::TestUser::create(&home.0);
     let a = page_of(&env, "rofsrunas", &format!("run-as: {}\n", user.name));
     assert_read_only_host(&a, "a run-as copy");
+    assert_listens_only_on_its_port(&a, "a run-as copy");
 }
 
 #[test]
-fn an_unprivileged_daemons_copy_cannot_write_proc_sys_or_dev() {
+fn an_unprivileged_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port() {
     let env = Env::new("rofsuser");
     let (manifest, port) = probe_app(&env, "rofsuser", "");
     // All the daemon's (nobody's), as its home and the app's state file must be.
@@ -253,4 +318,24 @@ fn an_unprivileged_daemons_copy_cannot_write_proc_sys_or_dev() {
     crate::launcher::serve_through(&env, "setpriv", &["--reuid=65534", "--regid=65534", "--clear-groups"]);
     let a = page_of_deployed(&env, "rofsuser", &manifest, port);
     assert_read_only_host(&a, "an unprivileged daemon's copy");
+    assert_listens_only_on_its_port(&a, "an unprivileged daemon's copy");
+}
+
+/// Checks from a fenced copy's page that it may listen only on its own
+/// port on 127.0.0.1, and that clients, UDP clients, DNS and Unix sockets
+/// work.
+fn assert_listens_only_on_its_port(a: &BTreeMap<String, String>, what: &str) {
+    let got = |k: &str| a.get(k).map(String::as_str).unwrap_or_else(|| panic!("{what}: no {k} on the page: {a:?}"));
+    assert!(got("port").parse::<u16>().is_ok_and(|p| p >= 20000), "{what}: the copy's port: {a:?}");
+    for k in ["listen-unbound", "bind-any-own", "bind-v6-own", "bind-other", "bind0-listen", "udp-bind"] {
+        assert_eq!(got(k), "EACCES", "{what}: {k} is refused: {a:?}");
+    }
+    // Its own listener would take its calls before the init's: the kernel
+    // allows one listener per process's filters.
+    assert_eq!(got("own-listener"), "EBUSY", "{what}: a filter of its own with a listener is refused: {a:?}");
+    for k in ["udp-client", "udp-sendto", "connect-own", "dns"] {
+        assert_eq!(got(k), "ok", "{what}: {k} works: {a:?}");
+    }
+    // Made in R's working folder, with R's umask (0022 in Rscript).
+    assert_eq!(got("unix"), "0o755", "{what}: a Unix socket: {a:?}");
 }
