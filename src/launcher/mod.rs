@@ -23,6 +23,7 @@
 //! What the copy got is written to a small report file beside its scratch
 //! disk ([`report_path`]), which the daemon reads for `status --json`.
 
+mod allowed;
 mod confine;
 mod fds;
 pub mod fences;

@@ -30,9 +30,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// `AUDIT_ARCH_*` of this build: a call of another architecture is left
 /// to the other filters, which refuse it.
 #[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 0xC000_003E;
+pub(super) const AUDIT_ARCH: u32 = 0xC000_003E;
 #[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 0xC000_00B7;
+pub(super) const AUDIT_ARCH: u32 = 0xC000_00B7;
 
 /// The refusal's errno, as Landlock's for a port.
 const REFUSED: i32 = libc::EACCES;

@@ -339,3 +339,131 @@ fn assert_listens_only_on_its_port(a: &BTreeMap<String, String>, what: &str) {
     // Made in R's working folder, with R's umask (0022 in Rscript).
     assert_eq!(got("unix"), "0o755", "{what}: a Unix socket: {a:?}");
 }
+
+/// The app the allow list is tried with: a page, a Shiny session with an
+/// upload; on the upload it reads the file, forks (`mclapply`), runs
+/// `sh -c`, renders an R Markdown document and runs the probes of calls
+/// off the list, logging `ALLOW name=outcome` lines and `ALLOW done`.
+const WHOLE_R: &str = r#"
+library(shiny)
+ui <- fluidPage(fileInput("file1", "a file"), textOutput("live"))
+server <- function(input, output, session) {
+  output$live <- renderText(paste0("live-from-copy-", Sys.getenv("SHINYCTL_COPY")))
+  observeEvent(input$file1, {
+    say <- function(k, v) message("ALLOW ", k, "=", v)
+    say("upload", paste(readLines(input$file1$datapath), collapse = ""))
+    say("mclapply", paste(unlist(parallel::mclapply(1:2, function(i) i * 2, mc.cores = 2)), collapse = ","))
+    say("sh", paste(system("sh -c 'echo from-sh; exit 0'", intern = TRUE), collapse = ""))
+    rmd <- file.path(tempdir(), "doc.Rmd")
+    writeLines(c("---", "title: doc", "---", "", "Two is `r 1 + 1`."), rmd)
+    out <- tryCatch(rmarkdown::render(rmd, output_format = "html_document", quiet = TRUE), error = function(e) conditionMessage(e))
+    say("render", if (file.exists(out) && any(grepl("Two is 2", readLines(out)))) "ok" else out)
+    for (l in system2("/usr/bin/python3", "calls.py", stdout = TRUE, stderr = TRUE)) message("ALLOW ", l)
+    message("ALLOW done")
+  })
+}
+shinyApp(ui, server)
+"#;
+
+/// Calls off the list and newer than it, from a child of R.
+const CALLS_PY: &str = r#"
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+def show(name, nr, *args):
+    r = libc.syscall(nr, *args)
+    print(f"{name}=" + ("ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")))
+mode = ctypes.c_int(0)
+show("get_mempolicy", 239, ctypes.byref(mode), None, 0, None, 0)
+show("newer", 499)
+show("getpid", 39)
+"#;
+
+/// A Shiny session over the app's port, with its session id.
+struct ShinySession {
+    socket: tungstenite::WebSocket<std::net::TcpStream>,
+    /// Shiny's session token, which names the upload's URL.
+    id: String,
+}
+
+impl ShinySession {
+    fn open(port: u16) -> ShinySession {
+        use tungstenite::client::IntoClientRequest;
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let req = format!("ws://127.0.0.1:{port}/websocket/").into_client_request().unwrap();
+        let (mut socket, _) = tungstenite::client(req, stream).expect("the WebSocket handshake");
+        socket.send(tungstenite::Message::text(r#"{"method":"init","data":{".clientdata_output_live_hidden":false}}"#)).unwrap();
+        let mut id = None;
+        loop {
+            let text = socket.read().expect("a message from Shiny").into_text().unwrap_or_default().to_string();
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+                if let Some(s) = v["config"]["sessionId"].as_str() {
+                    id = Some(s.to_string());
+                }
+            }
+            if text.contains("live-from-copy-") {
+                break;
+            }
+        }
+        ShinySession { socket, id: id.expect("the session's id in its config") }
+    }
+
+    /// Sends a request (`method`, `args`) and returns its answer's value.
+    fn request(&mut self, tag: u32, method: &str, args: serde_json::Value) -> serde_json::Value {
+        let msg = serde_json::json!({ "method": method, "tag": tag, "args": args });
+        self.socket.send(tungstenite::Message::text(msg.to_string())).unwrap();
+        loop {
+            let text = self.socket.read().expect("Shiny's answer").into_text().unwrap_or_default().to_string();
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
+            if v["response"]["tag"] == tag {
+                return v["response"]["value"].clone();
+            }
+        }
+    }
+
+    /// Uploads `body` as the file of `input`, as Shiny's `fileInput` does.
+    fn upload(&mut self, port: u16, input: &str, body: &str) {
+        let job = self.request(1, "uploadInit", serde_json::json!([[{"name": "up.txt", "size": body.len(), "type": "text/plain"}]]));
+        let (id, url) = (job["jobId"].as_str().expect("a job id"), job["uploadUrl"].as_str().expect("an upload URL"));
+        assert!(url.contains(&self.id), "the upload's URL names the session: {url}");
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let head = format!(
+            "POST /{url} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        c.write_all(format!("{head}{body}").as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = c.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "the upload is taken: {answer}");
+        self.request(2, "uploadEnd", serde_json::json!([id, input]));
+    }
+}
+
+#[test]
+fn under_the_allow_list_an_app_serves_pages_a_session_an_upload_forks_sh_and_rmarkdown() {
+    let env = Env::new("allow");
+    let port = free_port();
+    let manifest = env.app_running(WHOLE_R, "allow", port, "warm-replicas: 0\n");
+    std::fs::write(manifest.with_file_name("calls.py"), CALLS_PY).unwrap();
+    env.apply(&manifest);
+    env.wait_roles("allow", "1:active", Duration::from_secs(60));
+    let page = wait_http_ok(port, Duration::from_secs(10)).body;
+    assert!(page.contains("file1"), "the page: {page}");
+    let mut session = ShinySession::open(port);
+    session.upload(port, "file1", "uploaded!");
+    let log_path = env.home().join("logs/default-allow.log");
+    let log = wait_until(Duration::from_secs(90), "the app's work after the upload", || {
+        std::fs::read_to_string(&log_path).ok().filter(|t| t.contains("ALLOW done"))
+    });
+    let got: BTreeMap<&str, &str> = log.lines().filter_map(|l| l.strip_prefix("ALLOW ")?.split_once('=')).collect();
+    assert_eq!(got.get("upload"), Some(&"uploaded!"), "{log}");
+    assert_eq!(got.get("mclapply"), Some(&"2,4"), "{log}");
+    assert_eq!(got.get("sh"), Some(&"from-sh"), "{log}");
+    assert_eq!(got.get("render"), Some(&"ok"), "{log}");
+    assert_eq!(got.get("getpid"), Some(&"ok"), "{log}");
+    assert_eq!(got.get("get_mempolicy"), Some(&"EPERM"), "a call off the list: {log}");
+    assert_eq!(got.get("newer"), Some(&"ENOSYS"), "a call newer than the list: {log}");
+    assert!(log.contains("--- shinyctl: fence: seccomp filter"), "{log}");
+}
