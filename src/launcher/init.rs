@@ -3,8 +3,8 @@
 //! root), forks R, forwards SIGTERM, SIGINT and SIGHUP to it, reaps every
 //! child, answers the copy's `bind` and `listen` (`ports.rs`: the process
 //! that becomes R sends it the filter's listener), and when R ends tells
-//! the host-side launcher how (R's wait status, through a pipe) and exits. The kernel ends whatever is left in
-//! the namespace when it exits.
+//! the host-side launcher how (R's wait status, through a pipe) and exits.
+//! The kernel ends whatever is left in the namespace when it exits.
 //!
 //! The process that becomes R sets its user (run-as), takes the filter's
 //! fences (the marked spot in [`become_r`]), sends the fences to the

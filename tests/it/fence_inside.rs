@@ -21,7 +21,8 @@ fds <- function(d) {
   paste0(n, "~", Sys.readlink(file.path(d, n)), collapse = ",")
 }
 ui <- function(req) {
-  lines <- c(paste0("fds=", fds("/proc/self/fd")), paste0("initfds=", fds("/proc/1/fd")), system2("/usr/bin/python3", c("probe.py", req$SERVER_PORT), stdout = TRUE, stderr = TRUE))
+  lines <- c(paste0("fds=", fds("/proc/self/fd")), paste0("initfds=", fds("/proc/1/fd")),
+             system2("/usr/bin/python3", c("probe.py", req$SERVER_PORT), stdout = TRUE, stderr = TRUE))
   tags$pre(paste0(lines, ";", collapse = "\n"))
 }
 shinyApp(ui, function(input, output) {})
@@ -430,7 +431,8 @@ impl ShinySession {
         let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let head = format!(
-            "POST /{url} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            "POST /{url} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
         c.write_all(format!("{head}{body}").as_bytes()).unwrap();
