@@ -286,13 +286,15 @@ fn assert_read_only_host(a: &BTreeMap<String, String>, what: &str) {
     assert_eq!(got("stdout"), "/proc/self/fd/1", "{what}: {a:?}");
 }
 
+/// Under a root daemon (given a leaked descriptor by its starter), its
+/// copy and a run-as copy: only 0, 1 and 2 inherited, nothing of the host
+/// writable through /proc, /sys or /dev, listening only on its own port.
 #[test]
 fn a_root_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port() {
     let env = Env::new("rofs");
-    let mut cmd = Command::new(bin());
-    cmd.arg("serve");
-    env.start_daemon(cmd);
+    let leak = serve_leaking(&env);
     let a = page_of(&env, "rofs", "");
+    assert_only_stdio_inherited(&a, &leak, "a root daemon's copy");
     assert_read_only_host(&a, "a root daemon's copy");
     assert_listens_only_on_its_port(&a, "a root daemon's copy");
     let log = std::fs::read_to_string(env.home().join("logs/default-rofs.log")).unwrap();
@@ -305,10 +307,12 @@ fn a_root_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port()
     let home = crate::fence::UserHome::new("rofsrunas");
     let user = crate::fence::TestUser::create(&home.0);
     let a = page_of(&env, "rofsrunas", &format!("run-as: {}\n", user.name));
+    assert_only_stdio_inherited(&a, &leak, "a run-as copy");
     assert_read_only_host(&a, "a run-as copy");
     assert_listens_only_on_its_port(&a, "a run-as copy");
 }
 
+/// The same under a daemon that is not root (nobody).
 #[test]
 fn an_unprivileged_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port() {
     let env = Env::new("rofsuser");
@@ -316,8 +320,12 @@ fn an_unprivileged_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_i
     // All the daemon's (nobody's), as its home and the app's state file must be.
     let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(&env.dir).status().unwrap();
     assert!(chown.success());
-    crate::launcher::serve_through(&env, "setpriv", &["--reuid=65534", "--regid=65534", "--clear-groups"]);
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin(), "serve"]);
+    let leak = Leak::into(&mut cmd);
+    env.start_daemon(cmd);
     let a = page_of_deployed(&env, "rofsuser", &manifest, port);
+    assert_only_stdio_inherited(&a, &leak, "an unprivileged daemon's copy");
     assert_read_only_host(&a, "an unprivileged daemon's copy");
     assert_listens_only_on_its_port(&a, "an unprivileged daemon's copy");
 }
