@@ -13,6 +13,10 @@
 #   bench/fence.sh               # 10 rounds, release build
 #   RUNS=20 BIN=target/debug/shinyctl bench/fence.sh
 #   BENCH_SHORT=1 bench/fence.sh # 1 round, 3 of the launcher alone, a debug build
+#   BASE=/tmp/shinyctl-before bench/fence.sh   # also another build, fenced
+#
+# With BASE, another build of shinyctl is timed fenced beside this one, in
+# the same rounds: what a change to the fence costs.
 #
 # The launcher is run here as the daemon runs it (`shinyctl launch`, the
 # same arguments), not through the daemon: the daemon's readiness poll
@@ -28,9 +32,11 @@ bench_build
 mkdir -p "$tmp/home/scratch/bench-app/1" "$tmp/app"
 cp examples/hello/app.R "$tmp/app/"
 
-python3 - "$bin" "$tmp" "$RUNS" "$ALONE" <<'PY'
+base=${BASE:+$(realpath "$BASE")}
+
+python3 - "$bin" "$tmp" "$RUNS" "$ALONE" "$base" <<'PY'
 import os, socket, statistics, subprocess, sys, time
-bin, tmp, runs, alone = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+bin, tmp, runs, alone, base = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 home, app = f"{tmp}/home", f"{tmp}/app"
 scratch = f"{home}/scratch/bench-app/1"
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
@@ -43,8 +49,8 @@ def answers():
     except OSError:
         return False
 
-def launch(mode, r_path):
-    return [bin, "launch", "--app-dir", app, "--scratch", scratch, "--entrypoint", "app.R",
+def launch(mode, r_path, binary=bin):
+    return [binary, "launch", "--app-dir", app, "--scratch", scratch, "--entrypoint", "app.R",
             "--port", str(port), "--r-path", r_path, "--copy", "1", "--app", "bench-app",
             "--home", home, "--sandbox", '{"mode":"%s"}' % mode]
 
@@ -54,6 +60,8 @@ commands = {
     "off": launch("off", "R"),
     "on": launch("on", "R"),
 }
+if base:
+    commands["base"] = launch("on", "R", base)
 
 def start(mode):
     cmd = commands[mode]
@@ -71,8 +79,8 @@ def start(mode):
         time.sleep(0.005)
     return ms
 
-def launcher_alone(mode):
-    cmd = launch(mode, "/bin/true")
+def launcher_alone(mode, binary=bin):
+    cmd = launch(mode, "/bin/true", binary)
     t0 = time.perf_counter()
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return (time.perf_counter() - t0) * 1000
@@ -82,6 +90,12 @@ for _ in range(alone):
     ao.append(launcher_alone("off")); af.append(launcher_alone("on"))
 mo, mf = statistics.median(ao), statistics.median(af)
 print(f"the launcher alone (r-path /bin/true), median of {alone}: unfenced {mo:.1f} ms, fenced {mf:.1f} ms ({mf - mo:+.1f} ms)")
+if base:
+    ab, an = [], []
+    for _ in range(alone):
+        ab.append(launcher_alone("on", base)); an.append(launcher_alone("on"))
+    mb, mn = statistics.median(ab), statistics.median(an)
+    print(f"the launcher alone fenced, median of {alone}: BASE {mb:.1f} ms, this build {mn:.1f} ms ({mn - mb:+.1f} ms)")
 
 times = {mode: [] for mode in commands}
 for _ in range(runs):
@@ -91,6 +105,9 @@ m = {mode: statistics.median(t) for mode, t in times.items()}
 print(f"copy start until its port answers, median of {runs}: R directly {m['direct']:.0f} ms, "
       f"through the launcher unfenced {m['off']:.0f} ms ({m['off'] - m['direct']:+.0f} ms), "
       f"fenced {m['on']:.0f} ms ({m['on'] - m['direct']:+.0f} ms)")
-for mode, label in [("direct", "R directly:"), ("off", "unfenced:  "), ("on", "fenced:    ")]:
-    print(label, " ".join(f"{x:.0f}" for x in times[mode]))
+if base:
+    print(f"fenced, BASE {m['base']:.0f} ms, this build {m['on']:.0f} ms ({m['on'] - m['base']:+.0f} ms)")
+for mode, label in [("direct", "R directly:"), ("off", "unfenced:  "), ("on", "fenced:    "), ("base", "BASE:      ")]:
+    if mode in times:
+        print(label, " ".join(f"{x:.0f}" for x in times[mode]))
 PY

@@ -330,6 +330,15 @@ pub struct Deployed {
     pub run_as: Option<String>,
 }
 
+/// How a `left_down` reason begins when `sandbox.mode: strict` refused the
+/// copy (status shows such a copy as `refused`).
+pub const REFUSED: &str = "refused: ";
+
+/// The `left_down` reason of a copy refused for `why`.
+pub fn refused(why: &str) -> String {
+    format!("{REFUSED}{why}")
+}
+
 /// One copy's identity and history.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CopyRecord {
@@ -356,7 +365,8 @@ pub struct CopyRecord {
     pub drain_started_ms: Option<u64>,
     /// Unix ms when it was told to stop; it is forgotten once its process is gone.
     pub stop_started_ms: Option<u64>,
-    /// Why it is left down on purpose (restart-policy), shown under status.
+    /// Why it is left down on purpose (restart-policy, or `mode: strict`'s
+    /// refusal: see [`refused`]), shown under status.
     pub left_down: Option<String>,
     /// The id of the release it runs; none for a copy started before
     /// releases existed (it runs working-dir).

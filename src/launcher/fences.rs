@@ -24,6 +24,9 @@ pub const LANDLOCK: &str = "landlock";
 pub const SECCOMP: &str = "seccomp";
 /// The cgroup with the memory and tasks limits (the limits' slot).
 pub const CGROUP: &str = "cgroup";
+/// `bind` and `listen` answered by the copy's init: it listens only on its
+/// own port on 127.0.0.1 (`ports.rs`).
+pub const PORTS: &str = "ports";
 
 /// The namespaces, in the order status lists them.
 pub const NAMESPACES: [&str; 5] = [USER_NS, MOUNT_NS, PID_NS, IPC_NS, UTS_NS];
@@ -46,7 +49,7 @@ impl Fences {
     /// Every fence off with `why` (the starting point: the launcher turns
     /// each on as it is made).
     pub fn all_off(why: &str) -> Fences {
-        let names = NAMESPACES.iter().chain([LANDLOCK, SECCOMP, CGROUP].iter());
+        let names = NAMESPACES.iter().chain([LANDLOCK, SECCOMP, PORTS, CGROUP].iter());
         let list = names.map(|n| Fence { name: n.to_string(), state: FenceState::Off, reason: Some(why.to_string()), fix: None }).collect();
         Fences { list }
     }
@@ -183,7 +186,7 @@ mod tests {
         assert!(why.ends_with("missing: user-ns, pid-ns, ipc-ns (no /proc; refused; and more)"), "{why}");
         assert_eq!(f.summary(), "fences mount-ns uts-ns; missing user-ns pid-ns ipc-ns");
         f.in_force(CGROUP);
-        assert!(f.has(CGROUP) && f.list.len() == 8);
+        assert!(f.has(CGROUP) && f.list.len() == 9);
     }
 
     #[test]

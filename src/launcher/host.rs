@@ -93,8 +93,9 @@ pub fn run(launch: &Launch, report: Option<Writer>, plan: Plan, who: Option<Iden
     let _ = std::fs::File::from(go.1).write_all(b"g");
     let mut bytes = Vec::new();
     let _ = std::fs::File::from(ready.0).read_to_end(&mut bytes);
-    if let (Some(report), Ok(fences)) = (report, serde_json::from_slice::<Fences>(&bytes)) {
-        report.write(&super::isolation_of(&fences, launch.sandbox.mode, user_name(who.as_ref())), only_child(child));
+    if let (Some(report), Ok(told)) = (report, serde_json::from_slice::<init::Handoff>(&bytes)) {
+        let isolation = super::isolation_of(&told.fences, launch.sandbox.mode, user_name(who.as_ref()));
+        report.write(&isolation, only_child(child), told.refused.as_deref());
     }
     let end = wait_for(child);
     let mut told = String::new();

@@ -1,9 +1,10 @@
 //! PID 1 of a fenced copy's PID namespace: shinyctl's own small init, as
 //! tini is. It finishes the copy's world (hostname, the mount namespace's
 //! root), forks R, forwards SIGTERM, SIGINT and SIGHUP to it, reaps every
-//! child, and when R ends tells the host-side launcher how (R's wait
-//! status, through a pipe) and exits. The kernel ends whatever is left in
-//! the namespace when it exits.
+//! child, answers the copy's `bind` and `listen` (`ports.rs`: the process
+//! that becomes R sends it the filter's listener), and when R ends tells
+//! the host-side launcher how (R's wait status, through a pipe) and exits.
+//! The kernel ends whatever is left in the namespace when it exits.
 //!
 //! The process that becomes R sets its user (run-as), takes the filter's
 //! fences (the marked spot in [`become_r`]), sends the fences to the
@@ -41,6 +42,17 @@ pub struct Init<'a> {
     pub done: RawFd,
     /// The host side's ends, closed here first.
     pub theirs: [RawFd; 3],
+}
+
+/// What the process about to exec R tells the host-side launcher (over
+/// the `ready` pipe, which exec closes): its fences, and why it refused to
+/// start R, if it did.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Handoff {
+    /// The copy's fences.
+    pub fences: Fences,
+    /// `mode: strict`'s refusal.
+    pub refused: Option<String>,
 }
 
 /// Runs the init; never returns.
@@ -101,18 +113,31 @@ pub fn run(mut init: Init) -> ! {
     // The root is built; R must not hold the host's folders.
     drop(sources);
     let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None };
+    // The way the listener of R's bind and listen comes back (`ports`).
+    let (sup, sup_child) = match supervision_pair() {
+        Ok(p) => p,
+        Err(e) => {
+            super::fail(&format!("no socket pair for the copy's init: {e}"));
+            std::process::exit(EXIT_LAUNCH_FAILED);
+        }
+    };
     // SAFETY: the init is single-threaded (a clone of the single-threaded
     // launcher), so the child may do anything before exec.
     let r = match unsafe { fork() } {
-        Ok(ForkResult::Child) => become_r(init.launch, init.who, seen, init.fences, ready),
+        Ok(ForkResult::Child) => {
+            drop(sup);
+            become_r(init.launch, init.who, seen, init.fences, ready, sup_child)
+        }
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => {
             super::fail(&format!("cannot fork R: {e}"));
             std::process::exit(EXIT_LAUNCH_FAILED);
         }
     };
-    drop(ready);
-    let end = wait_for(r);
+    drop((ready, sup_child));
+    let listener = super::ports::receive(&sup);
+    drop(sup);
+    let end = wait_for(r, listener, init.launch.port);
     let mut done = std::fs::File::from(done);
     let _ = done.write_all(end.as_bytes());
     std::process::exit(match end.split_once(' ') {
@@ -122,14 +147,45 @@ pub fn run(mut init: Init) -> ! {
     })
 }
 
-/// Forwards signals to R and reaps every child until R ends; returns R's
-/// end as `exit N` or `signal N`.
-fn wait_for(r: Pid) -> String {
+/// A socket pair (close-on-exec) between the init and the process that
+/// becomes R.
+fn supervision_pair() -> nix::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+}
+
+/// Forwards signals to R, reaps every child until R ends and, with a
+/// `listener`, answers the copy's `bind` and `listen` (`ports`, for the
+/// copy on `port`); returns R's end as `exit N` or `signal N`.
+fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16) -> String {
     let set = super::host::forwarded_signals();
+    // Signals through a descriptor, so one poll waits for both.
+    let mut signals = nix::sys::signalfd::SignalFd::with_flags(&set, nix::sys::signalfd::SfdFlags::SFD_CLOEXEC).ok();
     loop {
-        let sig = match set.wait() {
-            Ok(s) => s,
-            Err(_) => continue,
+        let sig = match (&listener, &mut signals) {
+            (Some(l), Some(sfd)) => match ready(l, sfd) {
+                Ready::Call => {
+                    if !super::ports::answer(l, port) {
+                        listener = None;
+                    }
+                    continue;
+                }
+                Ready::Gone => {
+                    listener = None;
+                    continue;
+                }
+                Ready::Signal => match sfd.read_signal() {
+                    Ok(Some(info)) => match Signal::try_from(info.ssi_signo as i32) {
+                        Ok(s) => s,
+                        Err(_) => continue,
+                    },
+                    _ => continue,
+                },
+            },
+            _ => match set.wait() {
+                Ok(s) => s,
+                Err(_) => continue,
+            },
         };
         if sig != Signal::SIGCHLD {
             let _ = kill(r, sig);
@@ -150,9 +206,45 @@ fn wait_for(r: Pid) -> String {
     }
 }
 
-/// In the child that becomes R: its user, the filter's fences, the report
-/// of the fences to the host side, and exec. Never returns.
-fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: Seen, mut fences: Fences, ready: OwnedFd) -> ! {
+/// What woke the init.
+enum Ready {
+    /// A `bind` or `listen` waits for its answer.
+    Call,
+    /// A signal came.
+    Signal,
+    /// No process is under the filter any more.
+    Gone,
+}
+
+/// Waits until the listener or the signals have something.
+fn ready(listener: &OwnedFd, signals: &nix::sys::signalfd::SignalFd) -> Ready {
+    let mut fds = [
+        libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: signals.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+    ];
+    loop {
+        // SAFETY: poll on two pollfds of the array passed.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            continue;
+        }
+        // Signals first: R's end must not wait behind a stream of calls.
+        if fds[1].revents & libc::POLLIN != 0 {
+            return Ready::Signal;
+        }
+        if fds[0].revents & libc::POLLIN != 0 {
+            return Ready::Call;
+        }
+        if fds[0].revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            return Ready::Gone;
+        }
+    }
+}
+
+/// In the child that becomes R: its user, the filter's fences (the
+/// listener of its `bind` and `listen` sent to the init over `sup`), the
+/// report of the fences to the host side, and exec. Never returns.
+fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: Seen, mut fences: Fences, ready: OwnedFd, sup: OwnedFd) -> ! {
     super::host::unblock_signals();
     if let Some(who) = who {
         if let Err(e) = super::users::set_user(who) {
@@ -160,8 +252,16 @@ fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: Seen, mut fences:
             std::process::exit(EXIT_LAUNCH_FAILED);
         }
     }
-    let code = super::finish_and_exec(launch, &mut seen, &mut fences, who, |f| {
-        if let Ok(bytes) = serde_json::to_vec(f) {
+    match super::ports::install().and_then(|l| super::ports::send(&sup, &l)) {
+        Ok(()) => fences.in_force(fences::PORTS),
+        Err(e) => {
+            fences.missing(fences::PORTS, &format!("bind and listen cannot be handed to the copy's init ({e})"), Some("Linux 5.9 or later"))
+        }
+    }
+    drop(sup);
+    let code = super::finish_and_exec(launch, &mut seen, &mut fences, who, |f, refused| {
+        let handoff = Handoff { fences: f.clone(), refused: refused.map(str::to_string) };
+        if let Ok(bytes) = serde_json::to_vec(&handoff) {
             let _ = std::fs::File::from(ready).write_all(&bytes);
         }
     });

@@ -7,8 +7,10 @@
 //! - `mount-namespace`: the fence (`host.rs`, `init.rs`): the launcher
 //!   stays on the host side and clones shinyctl's own init into new user,
 //!   mount, PID, IPC and UTS namespaces; the init builds the copy's root (a
-//!   new tmpfs holding the host's top-level folders read-only, a private
-//!   /tmp and /dev/shm, SHINYCTL_HOME and the secrets hidden, the app folder
+//!   new tmpfs holding the host's top-level folders read-only, /sys too, a
+//!   /dev of its own, a private /tmp and /dev/shm, a /proc of its own with
+//!   what reaches the host read-only, SHINYCTL_HOME and the secrets hidden,
+//!   the app folder
 //!   read-only at [`APP_DIR`], the scratch disk at [`SCRATCH_DIR`]; see
 //!   `mount.rs`) and forks R. The daemon records the launcher; the report
 //!   names R's PID.
@@ -21,13 +23,16 @@
 //! What the copy got is written to a small report file beside its scratch
 //! disk ([`report_path`]), which the daemon reads for `status --json`.
 
+mod allowed;
 mod confine;
+mod fds;
 pub mod fences;
 mod host;
 mod init;
 mod landlock;
 mod mount;
 mod plan;
+mod ports;
 mod report;
 mod rlimits;
 mod seccomp;
@@ -59,6 +64,11 @@ pub const SCRATCH_DIR: &str = "/shinyctl/scratch";
 /// The launcher's exit status when it could not start the copy (bad
 /// arguments, a mount that failed half-way): the copy's log says why.
 pub const EXIT_LAUNCH_FAILED: i32 = 121;
+/// The launcher's exit status when it refused to start R (`mode: strict`
+/// and a fence missing): its report says why ([`Report::refused`]), so the
+/// daemon leaves the copy down instead of retrying it as a crash (R ending
+/// with the same status has no such report).
+pub const EXIT_REFUSED: i32 = 122;
 /// The launcher's exit status when R itself could not be run.
 pub const EXIT_NO_R: i32 = 127;
 
@@ -235,6 +245,9 @@ pub struct Seen {
 /// only on failure, with the exit status to use (a fenced copy's launcher
 /// ends the way R ended).
 pub fn main(args: &[OsString]) -> i32 {
+    // Before anything is opened: what the daemon's starter leaked stays
+    // out of the init and R (see `fds`).
+    fds::close_inherited();
     let launch = match Launch::parse(args) {
         Ok(l) => l,
         Err(e) => return fail(&format!("bad arguments: {e}")),
@@ -336,8 +349,16 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
             // outlive its launcher.
             let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
             let mut seen = Seen { app_dir, scratch, tmpdir: None };
-            let code = finish_and_exec(launch, &mut seen, &mut fences, who, |f| {
-                let _ = std::fs::File::from(fences_out).write_all(&serde_json::to_vec(f).unwrap_or_default());
+            if launch.sandbox.mode != SandboxMode::Off {
+                fences.missing(
+                    fences::PORTS,
+                    "no init of the copy's own to answer bind and listen (no PID namespace); Landlock keeps TCP binds to the copy's port",
+                    None,
+                );
+            }
+            let code = finish_and_exec(launch, &mut seen, &mut fences, who, |f, refused| {
+                let handoff = init::Handoff { fences: f.clone(), refused: refused.map(str::to_string) };
+                let _ = std::fs::File::from(fences_out).write_all(&serde_json::to_vec(&handoff).unwrap_or_default());
             });
             std::process::exit(code)
         }
@@ -345,8 +366,9 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
             drop(fences_out);
             let mut bytes = Vec::new();
             let _ = std::io::Read::read_to_end(&mut std::fs::File::from(fences_in), &mut bytes);
-            if let (Some(report), Ok(got)) = (report, serde_json::from_slice::<Fences>(&bytes)) {
-                report.write(&isolation_of(&got, launch.sandbox.mode, host::user_name(who)), u32::try_from(child.as_raw()).ok());
+            if let (Some(report), Ok(told)) = (report, serde_json::from_slice::<init::Handoff>(&bytes)) {
+                let isolation = isolation_of(&told.fences, launch.sandbox.mode, host::user_name(who));
+                report.write(&isolation, u32::try_from(child.as_raw()).ok(), told.refused.as_deref());
             }
             host::mirror("", host::wait_as_subreaper(child))
         }
@@ -356,9 +378,15 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
 
 /// In the process about to exec R (the init's child, or the launcher
 /// itself without namespaces): the last fences, the strict check, the
-/// report of the fences (`send`), the log lines, and exec. Returns only on
-/// failure, with the exit status.
-fn finish_and_exec(launch: &Launch, seen: &mut Seen, fences: &mut Fences, who: Option<&Identity>, send: impl FnOnce(&Fences)) -> i32 {
+/// report of the fences and of a refusal (`send`), the log lines, and
+/// exec. Returns only on failure, with the exit status.
+fn finish_and_exec(
+    launch: &Launch,
+    seen: &mut Seen,
+    fences: &mut Fences,
+    who: Option<&Identity>,
+    send: impl FnOnce(&Fences, Option<&str>),
+) -> i32 {
     // The filters, in the process that execs R next, after its user is set
     // and every mount is made (the filter refuses mount and unshare).
     if launch.sandbox.mode != SandboxMode::Off {
@@ -375,19 +403,24 @@ fn finish_and_exec(launch: &Launch, seen: &mut Seen, fences: &mut Fences, who: O
                 note_filters(fences, &applied, launch.sandbox.syscalls);
                 log(&applied.log_line());
             }
+            Err(e @ ConfineError::Strict(_)) => {
+                let why = e.to_string();
+                send(fences, Some(&why));
+                return refuse(&why);
+            }
             Err(e) => {
-                send(fences);
+                send(fences, None);
                 return fail(&e.to_string());
             }
         }
     }
     if launch.sandbox.mode == SandboxMode::Strict {
         if let Some(why) = fences.strict_refusal() {
-            send(fences);
-            return fail(&why);
+            send(fences, Some(&why));
+            return refuse(&why);
         }
     }
-    send(fences);
+    send(fences, None);
     log(&isolation_line(&isolation_of(fences, launch.sandbox.mode, String::new()), seen));
     if launch.sandbox.mode != SandboxMode::Off {
         log(&format!("--- shinyctl: {} ---", fences.summary()));
@@ -461,6 +494,8 @@ fn exec_r(launch: &Launch, seen: &Seen, who: Option<&Identity>) -> i32 {
     if let Some(who) = who {
         r.env("HOME", &who.home).env("USER", &who.name).env("LOGNAME", &who.name);
     }
+    // Only 0, 1 and 2 reach R (the launcher's own pipes end here too).
+    fds::cloexec_above_stdio();
     let err = r.exec();
     log(&format!("--- shinyctl: cannot run {}: {err} ---", launch.r_path));
     EXIT_NO_R
@@ -478,6 +513,12 @@ pub const LAUNCH_FAILED_LINE: &str = "--- shinyctl: the copy could not be launch
 fn fail(why: &str) -> i32 {
     log(&format!("{LAUNCH_FAILED_LINE} {why} ---"));
     EXIT_LAUNCH_FAILED
+}
+
+/// Logs why `mode: strict` refuses the copy; returns [`EXIT_REFUSED`].
+fn refuse(why: &str) -> i32 {
+    log(&format!("{LAUNCH_FAILED_LINE} {why} ---"));
+    EXIT_REFUSED
 }
 
 #[cfg(test)]

@@ -1,9 +1,12 @@
 //! The copy's mount namespace (made by the clone in `host.rs`, built here
 //! by the init), the way bubblewrap builds a sandbox's root: a tmpfs
 //! becomes the new `/`; the host's top-level entries are bind-mounted into
-//! it recursively and read-only but for /dev, /proc and /sys (symlinks such
-//! as `/bin -> usr/bin` made anew); /tmp and /dev/shm are the copy's own
-//! folders on disk and /proc a proc of its PID namespace; SHINYCTL_HOME,
+//! it recursively and read-only, /sys too (symlinks such as `/bin ->
+//! usr/bin` made anew); /tmp and /dev/shm are the copy's own folders on
+//! disk, /proc a proc of its PID namespace with what reaches the host
+//! (`/proc/sys`, `sysrq-trigger`, …) bound read-only over itself, and /dev
+//! a read-only tmpfs of its own with only the devices R needs (see
+//! [`make_dev`]); SHINYCTL_HOME,
 //! the secrets and `hidden-paths` are covered; the writable paths, the
 //! scratch disk (also at [`SCRATCH_DIR`]) and the app folder (read-only,
 //! also at [`APP_DIR`]) are bound over that; then the root is pivoted and
@@ -27,10 +30,14 @@ use super::{APP_DIR, SCRATCH_DIR};
 /// reachable again under the old root.
 const BASE: &str = "/tmp";
 
-/// Top-level folders of the host that stay writable in the copy's root
-/// (what is below them is the kernel's to refuse): the others are bound
-/// read-only, and only the paths the copy may write are bound over them.
-const KEPT_WRITABLE: [&str; 3] = ["dev", "proc", "sys"];
+/// The host's devices a copy gets in its /dev, each bound alone (a user
+/// namespace may not mknod): what R and the tools it runs open.
+const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+
+/// What of a proc reaches beyond the copy (sysctls, the magic SysRq key,
+/// interrupts, buses, filesystems' settings): bound read-only over itself,
+/// as bubblewrap and runc do.
+const PROC_READ_ONLY: [&str; 5] = ["sys", "sysrq-trigger", "irq", "bus", "fs"];
 
 /// What the copy's root holds; every path is the host's, canonical, and
 /// exists (the launcher checked before entering the namespace).
@@ -62,6 +69,9 @@ pub struct Built {
     /// Why /proc is the host's (a proc of the copy's PID namespace could not
     /// be mounted), when it is.
     pub host_proc: Option<String>,
+    /// The copy's /dev (a tmpfs), made read-only once every mount point is
+    /// made.
+    pub dev: Option<PathBuf>,
 }
 
 /// Builds the copy's root in this process's (new) mount namespace and
@@ -96,7 +106,7 @@ fn build_root(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
     let built = fill_root(Path::new("/oldroot"), Path::new("/newroot"), plan, sources)?;
     let masks = hide(plan)?;
     expose(plan, sources)?;
-    for m in &masks {
+    for m in masks.iter().map(PathBuf::as_path).chain(built.dev.as_deref()) {
         remount_read_only(m)?;
     }
     // Detach the old root, then make the new root `/` (pivot onto itself
@@ -114,9 +124,10 @@ fn build_root(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
 }
 
 /// Fills the new root with the old root's top-level entries: folders (and
-/// files) bind-mounted recursively and read-only but for [`KEPT_WRITABLE`],
-/// symlinks made anew; `/tmp` is the copy's own folder, `/proc` a new proc
-/// of its PID namespace, `/dev/shm` the copy's own folder. An entry named
+/// files) bind-mounted recursively and read-only, symlinks made anew;
+/// `/tmp` is the copy's own folder, `/proc` a new proc of its PID namespace
+/// (the host's, read-only, where none can be mounted), `/dev` the copy's
+/// own ([`make_dev`]). An entry named
 /// like the fixed folder of shinyctl's own is left out (it is shadowed),
 /// and so is one that cannot be bound (a FUSE mount of another user, say),
 /// with a line in the log: the copy may not need it, and if it does, the
@@ -151,9 +162,17 @@ fn fill_root(old: &Path, new: &Path, plan: &Plan, sources: &Sources) -> anyhow::
                 continue;
             }
             Some("proc") => match mount_proc(&to) {
-                Ok(()) => continue,
+                Ok(()) => {
+                    cover_proc(&to)?;
+                    continue;
+                }
                 Err(e) => built.host_proc = Some(format!("{e:#}")),
             },
+            Some("dev") if kind.is_dir() => {
+                make_dev(&from, &to, sources.from("/oldroot", &plan.shm))?;
+                built.dev = Some(to);
+                continue;
+            }
             _ => {}
         }
         if let Err(e) = rbind(&from, &to) {
@@ -161,23 +180,57 @@ fn fill_root(old: &Path, new: &Path, plan: &Plan, sources: &Sources) -> anyhow::
             let _ = if kind.is_dir() { std::fs::remove_dir(&to) } else { std::fs::remove_file(&to) };
             continue;
         }
-        if !name.to_str().is_some_and(|n| KEPT_WRITABLE.contains(&n)) {
-            read_only_tree(&to)?;
+        read_only_tree(&to)?;
+    }
+    Ok(built)
+}
+
+/// Binds what of a new proc reaches the host ([`PROC_READ_ONLY`])
+/// read-only over itself; what this kernel lacks is skipped.
+fn cover_proc(proc: &Path) -> anyhow::Result<()> {
+    for name in PROC_READ_ONLY {
+        let p = proc.join(name);
+        if p.exists() {
+            bind(&p, &p, true)?;
         }
     }
-    let shm = new.join("dev/shm");
-    if shm.is_dir() {
-        bind(sources.from("/oldroot", &plan.shm), &shm, false)?;
+    Ok(())
+}
+
+/// Makes the copy's /dev at `to`, as bubblewrap's `--dev` does: a tmpfs
+/// (made read-only once the root is built) holding the host's [`DEVICES`]
+/// (from `host`, each bound alone), a devpts of its own (`pts`, `ptmx`),
+/// the copy's own `shm` folder, the IPC namespace's `mqueue`, and the
+/// links `fd`, `stdin`, `stdout`, `stderr` into /proc/self/fd. A device or
+/// devpts the machine lacks is left out with a line in the log.
+fn make_dev(host: &Path, to: &Path, shm: PathBuf) -> anyhow::Result<()> {
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
+    mount(Some("tmpfs"), to, Some("tmpfs"), flags, Some("mode=0755,size=64k")).context("a tmpfs for the copy's /dev cannot be mounted")?;
+    for dev in DEVICES {
+        let (from, at) = (host.join(dev), to.join(dev));
+        let res = std::fs::File::create(&at).with_context(|| format!("cannot make {}", at.display())).and_then(|_| bind(&from, &at, false));
+        if let Err(e) = res {
+            super::log(&format!("--- shinyctl: /dev/{dev} is left out of the copy's root: {e:#} ---"));
+            let _ = std::fs::remove_file(&at);
+        }
     }
+    for dir in ["pts", "shm", "mqueue"] {
+        std::fs::create_dir(to.join(dir)).with_context(|| format!("cannot make /dev/{dir}"))?;
+    }
+    let pts = mount(Some("devpts"), &to.join("pts"), Some("devpts"), flags, Some("newinstance,ptmxmode=0666,mode=620"));
+    match pts {
+        Ok(()) => std::os::unix::fs::symlink("pts/ptmx", to.join("ptmx")).context("cannot make /dev/ptmx")?,
+        Err(e) => super::log(&format!("--- shinyctl: the copy has no terminals of its own (/dev/pts): {e} ---")),
+    }
+    bind(&shm, to.join("shm"), false)?;
     // The IPC namespace's own message queues, where the kernel has them.
-    let _ = mount(
-        Some("mqueue"),
-        &new.join("dev/mqueue"),
-        Some("mqueue"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        None::<&str>,
-    );
-    Ok(built)
+    let _ = mount(Some("mqueue"), &to.join("mqueue"), Some("mqueue"), flags | MsFlags::MS_NODEV, None::<&str>);
+    for (link, target) in
+        [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")]
+    {
+        std::os::unix::fs::symlink(target, to.join(link)).with_context(|| format!("cannot make /dev/{link}"))?;
+    }
+    Ok(())
 }
 
 /// Mounts a proc of this process's PID namespace at `to`.

@@ -21,6 +21,10 @@ pub struct Report {
     /// namespace), the init's child otherwise.
     #[serde(default)]
     pub r_pid: Option<u32>,
+    /// Why the launcher refused to start R (`mode: strict` and a fence
+    /// missing); the launcher then ends with [`super::EXIT_REFUSED`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     /// What it got.
     #[serde(flatten)]
     pub isolation: Isolation,
@@ -57,10 +61,12 @@ impl Writer {
         Ok(Writer { file })
     }
 
-    /// Writes the report for this process, whose R is `r_pid`. A failure
-    /// only costs the daemon the field in status, so it is not an error.
-    pub fn write(mut self, isolation: &Isolation, r_pid: Option<u32>) {
-        let report = Report { pid: std::process::id(), r_pid, isolation: isolation.clone() };
+    /// Writes the report for this process, whose R is `r_pid`, or which
+    /// `refused` to start R. A failure only costs the daemon the field in
+    /// status (and a refusal is then taken for a crash), so it is not an
+    /// error.
+    pub fn write(mut self, isolation: &Isolation, r_pid: Option<u32>, refused: Option<&str>) {
+        let report = Report { pid: std::process::id(), r_pid, refused: refused.map(str::to_string), isolation: isolation.clone() };
         if let Ok(bytes) = serde_json::to_vec(&report) {
             let _ = self.file.write_all(&bytes);
         }
@@ -83,12 +89,15 @@ mod tests {
         let scratch = dir.join("1");
         std::fs::create_dir_all(&scratch).unwrap();
         let iso = Isolation { kind: IsolationKind::Landlock, reason: Some("no user namespaces".into()), fences: vec![], user: None };
-        Writer::open(&report_path(&scratch)).unwrap().write(&iso, Some(7));
+        Writer::open(&report_path(&scratch)).unwrap().write(&iso, Some(7), None);
         let got = read_report(&scratch, std::process::id()).expect("its own report");
-        assert_eq!((got.isolation, got.r_pid), (iso, Some(7)));
+        assert_eq!((got.isolation, got.r_pid, got.refused), (iso.clone(), Some(7), None));
         assert_eq!(read_report(&scratch, std::process::id() + 1), None, "another process of the same copy");
         let text = std::fs::read_to_string(report_path(&scratch)).unwrap();
         assert!(text.contains("\"kind\":\"landlock\""), "{text}");
+        Writer::open(&report_path(&scratch)).unwrap().write(&iso, None, Some("sandbox mode strict and fences are missing: user-ns"));
+        let got = read_report(&scratch, std::process::id()).expect("its own report");
+        assert_eq!(got.refused.as_deref(), Some("sandbox mode strict and fences are missing: user-ns"), "a refusal is reported");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

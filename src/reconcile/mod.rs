@@ -73,6 +73,9 @@ pub struct Observed {
     pub copies: BTreeMap<u32, Seen>,
     /// Unix ms of the app's last request through the load balancer, 0 if none.
     pub last_request_ms: u64,
+    /// Copies whose launcher refused to start R (`sandbox.mode: strict` and
+    /// a fence missing), with why: left down, not retried as a crash.
+    pub refused: BTreeMap<u32, String>,
 }
 
 /// What to do to a process.
@@ -137,7 +140,10 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
 
     // 1. Fold in what happened: exits, copies that stayed up.
     let asleep = st.asleep_since_ms.is_some();
-    st.copies.retain_mut(|rec| fold_observation(rec, observed.copies.get(&rec.copy), spec.restart_policy, asleep, now_ms));
+    st.copies.retain_mut(|rec| {
+        let seen = observed.copies.get(&rec.copy);
+        fold_observation(rec, seen, observed.refused.get(&rec.copy).map(String::as_str), spec.restart_policy, asleep, now_ms)
+    });
     for rec in st.copies.iter_mut().filter(|r| r.moving_from.is_none() && r.stop_started_ms.is_none()) {
         if matches!(observed.copies.get(&rec.copy).map(|s| s.process), Some(Process::PortTaken)) {
             rec.moving_from = Some(rec.port);
@@ -452,9 +458,17 @@ fn new_copy(st: &mut AppState, spec: &AppSpec) -> u32 {
     copy
 }
 
-/// Folds one observation into a copy's record. Returns false when the copy
-/// is to be forgotten (it was being stopped and its process is gone).
-fn fold_observation(rec: &mut CopyRecord, seen: Option<&Seen>, policy: RestartPolicy, asleep: bool, now_ms: u64) -> bool {
+/// Folds one observation into a copy's record (`refused`: why its launcher
+/// refused to start R). Returns false when the copy is to be forgotten (it
+/// was being stopped and its process is gone).
+fn fold_observation(
+    rec: &mut CopyRecord,
+    seen: Option<&Seen>,
+    refused: Option<&str>,
+    policy: RestartPolicy,
+    asleep: bool,
+    now_ms: u64,
+) -> bool {
     if rec.pid.is_none() {
         return rec.stop_started_ms.is_none();
     }
@@ -490,6 +504,12 @@ fn fold_observation(rec: &mut CopyRecord, seen: Option<&Seen>, policy: RestartPo
             if rec.moving_from.take().is_some() {
                 // Stopped to move: started again at once, on a port picked anew.
                 rec.port = 0;
+                return true;
+            }
+            if let Some(why) = refused {
+                // Not a crash: trying again refuses again, until the machine
+                // or the manifest changes (a deploy, or `restart`).
+                rec.left_down = Some(crate::model::refused(why));
                 return true;
             }
             rec.crashes += 1;

@@ -45,6 +45,9 @@ impl Daemon {
                 })
             });
             let process = if let Some(mut exit) = gone {
+                if let Some(why) = refusal(&self.home, &recorded.spec, rec.copy, pid, &exit) {
+                    observed.refused.insert(rec.copy, why);
+                }
                 let limit = limits::sandbox_of(&recorded.spec, &recorded.state, rec).memory;
                 exit.memory = limits::memory_stop_at_exit(cgroups, tracked, name, rec, pid, limit);
                 if exit.memory.is_some() {
@@ -296,14 +299,31 @@ fn act_on(
     changed
 }
 
+/// Why the launcher of `copy` (its recorded process `pid`, which ended
+/// with `exit`) refused to start R: its exit status says a refusal and its
+/// report, written by that same process, says why.
+fn refusal(home: &crate::home::Home, spec: &crate::manifest::AppSpec, copy: u32, pid: u32, exit: &Exit) -> Option<String> {
+    if exit.code != Some(crate::launcher::EXIT_REFUSED) || exit.signal.is_some() {
+        return None;
+    }
+    crate::launcher::read_report(&home.scratch_dir(&spec.group, &spec.name, copy), pid)?.refused
+}
+
 /// A copy whose launcher could not be readied or run: the reason in the
 /// daemon's log and the copy's, and counted like a crash, so it is tried
-/// again after a backoff.
+/// again after a backoff; one that `mode: strict` refuses (its cgroups
+/// missing) is left down instead.
 fn not_started(cx: &Cx, recorded: &mut Recorded, copy: u32, e: &anyhow::Error) {
     tracing::error!(app = cx.name, copy, "cannot start copy: {e:#}");
     // In the copy's log too, where status finds the error it quotes.
     note_in_log(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, copy), &format!("{e:#}"));
+    let refused = e.downcast_ref::<limits::Refused>();
     if let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) {
+        if let Some(why) = refused {
+            rec.left_down = Some(crate::model::refused(&why.0));
+            let _ = cx.events.send(Event::Changed { app: cx.name.to_string() });
+            return;
+        }
         rec.crashes += 1;
         rec.last_exit = Some(Exit { at_ms: cx.now, code: Some(127), signal: None, memory: None, start_timeout_ms: None });
     }

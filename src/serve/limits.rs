@@ -18,6 +18,19 @@ pub fn sandbox_of<'a>(spec: &'a AppSpec, state: &'a AppState, rec: &CopyRecord) 
     rec.release.as_ref().and_then(|id| crate::release::find(state, id)).map_or(&spec.sandbox, |r| &r.deployed.sandbox)
 }
 
+/// `sandbox.mode: strict` refuses the copy: a cgroup it needs cannot be
+/// had. Not a crash: the copy is left down, not retried.
+#[derive(Debug)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
 /// Makes the cgroups a copy starts in (`spec` is the one it starts with)
 /// and returns the folders its launcher joins. None with `mode: off`; a
 /// cgroup that cannot be made is logged and left out (the watch keeps the
@@ -34,11 +47,11 @@ pub fn cgroups_for(cgroups: &Cgroups, spec: &AppSpec, copy: u32) -> anyhow::Resu
     };
     if let (SandboxMode::Strict, Some(what)) = (sb.mode, lacking) {
         let why = cgroups.missing.as_deref().unwrap_or("unknown");
-        anyhow::bail!("sandbox mode strict and fences are missing: {what} ({why})");
+        return Err(Refused(format!("sandbox mode strict and fences are missing: {what} ({why})")).into());
     }
     match cgroups.prepare(&limits::leaf(&spec.name, copy), sb.memory, sb.tasks) {
         Ok(dirs) => Ok(dirs),
-        Err(e) if sb.mode == SandboxMode::Strict => anyhow::bail!("sandbox.mode is strict: {e}"),
+        Err(e) if sb.mode == SandboxMode::Strict => Err(Refused(format!("sandbox mode strict and fences are missing: {e}")).into()),
         Err(e) => {
             tracing::warn!(app = spec.name, copy, "{e}; the copy starts without its cgroup");
             Ok(Vec::new())

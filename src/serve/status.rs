@@ -76,6 +76,8 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                     let role = app.tracked.roles.iter().find(|(c, _)| *c == rec.copy).map(|(_, r)| *r).filter(|_| ready);
                     let status = if app.recorded.state.asleep_since_ms.is_some() && !alive {
                         "asleep"
+                    } else if rec.left_down.as_deref().is_some_and(|w| w.starts_with(crate::model::REFUSED)) {
+                        "refused"
                     } else if rec.left_down.is_some() {
                         "exited"
                     } else if rec.stop_started_ms.is_some() {

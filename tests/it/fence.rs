@@ -436,6 +436,26 @@ fn strict_mode_refuses_a_copy_without_the_whole_fence() {
     wait_until(Duration::from_secs(30), "the refusal under the status table", || {
         env.ok(&["status"]).contains("sandbox mode strict and fences are missing").then_some(())
     });
+    assert_refused_not_retried(&env, &app);
+}
+
+/// A copy `mode: strict` refused is not a crash: status shows it as
+/// `refused`, with what is missing under the table, no crash is counted,
+/// and it is not started again.
+fn assert_refused_not_retried(env: &Env, app: &str) {
+    let copy = wait_until(Duration::from_secs(30), "the copy shown as refused", || {
+        env.copies(app).into_iter().find(|c| c.copy == 1 && c.status == "refused")
+    });
+    assert_eq!((copy.crashes, copy.pid), (0, None), "{copy:?}");
+    let text = env.ok(&["status"]);
+    assert!(text.contains("copy 1 is left down: refused: sandbox mode strict and fences are missing: "), "{text}");
+    assert!(!text.contains("crash-looping"), "{text}");
+    let log = format!("default-{app}.log");
+    let starts = env.starts(&log).len();
+    // Past the first backoff (2 s), a crash would have been retried.
+    holds_for(Duration::from_secs(4), "the refused copy is not started again", || {
+        env.starts(&log).len() == starts && env.copies(app).iter().all(|c| c.status == "refused" && c.crashes == 0)
+    });
 }
 
 /// Starts `shinyctl serve` (as root, the suite's user) under a system-call
@@ -507,6 +527,7 @@ fn strict_mode_refuses_a_copy_when_the_launcher_cannot_make_a_user_namespace() {
     );
     assert!(!line.contains("cgroup"), "the daemon had its cgroups: {line}");
     assert!(!std::fs::read_to_string(&log).unwrap().contains("Listening on"), "R never started");
+    assert_refused_not_retried(&env, &strict);
 
     let relaxed = unique("onns");
     let port = free_port();
@@ -520,4 +541,5 @@ fn strict_mode_refuses_a_copy_when_the_launcher_cannot_make_a_user_namespace() {
     assert_eq!(state("user-ns").as_deref(), Some("missing"), "{fences:?}");
     assert_eq!(state("mount-ns").as_deref(), Some("in-force"), "{fences:?}");
     assert_eq!(state("pid-ns").as_deref(), Some("in-force"), "{fences:?}");
+    assert_eq!(state("ports").as_deref(), Some("in-force"), "the init answers bind and listen: {fences:?}");
 }

@@ -9,6 +9,7 @@ mod control_sockets;
 mod faults;
 mod fence;
 mod fence_filter;
+mod fence_inside;
 mod foundation;
 mod helpers;
 mod hostile;

@@ -218,6 +218,28 @@ fn crash_count_clears_once_the_copy_stayed_up_a_minute() {
 }
 
 #[test]
+fn a_copy_strict_mode_refused_is_left_down_not_retried_as_a_crash() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle();
+    sim.world.refused.insert(1, "sandbox mode strict and fences are missing: user-ns (x)".into());
+    sim.at(1).exits(1, Some(crate::launcher::EXIT_REFUSED), None).cycle();
+    sim.world.refused.clear();
+    sim.at(100).cycle();
+    assert!(!sim.actions().contains(&Action::Start(1)), "not started again: {:?}", sim.actions());
+    let rec = sim.record(1);
+    assert_eq!(rec.crashes, 0, "not a crash");
+    assert_eq!(rec.left_down.as_deref(), Some("refused: sandbox mode strict and fences are missing: user-ns (x)"));
+    let notes = sim.notes();
+    assert!(notes.iter().any(|n| n.contains("copy 1 is left down: refused: sandbox mode strict")), "{notes:?}");
+
+    // The same status without the launcher's report is R's own: a crash.
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle();
+    sim.at(1).exits(1, Some(crate::launcher::EXIT_REFUSED), None).cycle();
+    assert_eq!((sim.record(1).crashes, sim.record(1).left_down.clone()), (1, None));
+}
+
+#[test]
 fn restart_policy_decides_whether_a_copy_comes_back() {
     // (policy, exit code, signal, comes back)
     let table = [
