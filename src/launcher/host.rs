@@ -226,33 +226,24 @@ fn wait_for(child: Pid) -> WaitStatus {
     }
 }
 
-/// Waits, as a subreaper, for R (`child`, not in a PID namespace) to end,
-/// forwarding SIGTERM, SIGINT and SIGHUP to it and reaping every orphan
-/// given back. Once R has ended, what it left running is killed (as the end
-/// of a PID namespace's init kills all in it), so nothing of the copy
-/// outlives it or loses the launcher as its ancestor. Returns R's end.
-pub fn wait_as_subreaper(child: Pid) -> WaitStatus {
+/// Once R has ended (no PID namespace: the launcher is R's parent and a
+/// subreaper), kills what it left running and reaps it, as the end of a
+/// PID namespace's init would: nothing of the copy outlives it or loses
+/// the launcher as its ancestor.
+pub fn end_orphans() {
     use nix::sys::wait::WaitPidFlag;
-    let set = forwarded_signals();
-    let mut end = None;
     loop {
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => break,
-                Ok(s @ (WaitStatus::Exited(p, _) | WaitStatus::Signaled(p, ..))) if p == child => end = Some(s),
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => {}
-                Err(_) => return end.unwrap_or(WaitStatus::Exited(child, EXIT_LAUNCH_FAILED)),
-            }
+        let left = children();
+        if left.is_empty() {
+            return;
         }
-        if end.is_some() {
-            for orphan in children() {
-                let _ = kill(orphan, Signal::SIGKILL);
-            }
+        for orphan in &left {
+            let _ = kill(*orphan, Signal::SIGKILL);
         }
-        if let Ok(sig) = set.wait() {
-            if sig != Signal::SIGCHLD && end.is_none() {
-                let _ = kill(child, sig);
+        // Reaps them, and what they had (given back to us in turn).
+        while let Ok(status) = waitpid(None, Some(WaitPidFlag::__WALL)) {
+            if status == WaitStatus::StillAlive {
+                break;
             }
         }
     }

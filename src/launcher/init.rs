@@ -149,7 +149,7 @@ pub fn run(mut init: Init) -> ! {
 
 /// A socket pair (close-on-exec) between the init and the process that
 /// becomes R.
-fn supervision_pair() -> nix::Result<(OwnedFd, OwnedFd)> {
+pub fn supervision_pair() -> nix::Result<(OwnedFd, OwnedFd)> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
 }
@@ -157,7 +157,7 @@ fn supervision_pair() -> nix::Result<(OwnedFd, OwnedFd)> {
 /// Forwards signals to R, reaps every child until R ends and, with a
 /// `listener`, answers the copy's `bind` and `listen` (`ports`, for the
 /// copy on `port`); returns R's end as `exit N` or `signal N`.
-fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16) -> String {
+pub fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16) -> String {
     let set = super::host::forwarded_signals();
     // Signals through a descriptor, so one poll waits for both.
     let mut signals = nix::sys::signalfd::SignalFd::with_flags(&set, nix::sys::signalfd::SfdFlags::SFD_CLOEXEC).ok();
@@ -252,12 +252,7 @@ fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: Seen, mut fences:
             std::process::exit(EXIT_LAUNCH_FAILED);
         }
     }
-    match super::ports::install().and_then(|l| super::ports::send(&sup, &l)) {
-        Ok(()) => fences.in_force(fences::PORTS),
-        Err(e) => {
-            fences.missing(fences::PORTS, &format!("bind and listen cannot be handed to the copy's init ({e})"), Some("Linux 5.9 or later"))
-        }
-    }
+    hand_over_ports(&sup, &mut fences);
     drop(sup);
     let code = super::finish_and_exec(launch, &mut seen, &mut fences, who, |f, refused| {
         let handoff = Handoff { fences: f.clone(), refused: refused.map(str::to_string) };
@@ -266,6 +261,19 @@ fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: Seen, mut fences:
         }
     });
     std::process::exit(code)
+}
+
+/// In the process about to become R: installs the `bind`/`listen`
+/// notification filter and sends its listener over `sup` to the process
+/// that answers them (the init, or the launcher without namespaces); the
+/// fences say whether it is in force.
+pub fn hand_over_ports(sup: &OwnedFd, fences: &mut Fences) {
+    match super::ports::install().and_then(|l| super::ports::send(sup, &l)) {
+        Ok(()) => fences.in_force(fences::PORTS),
+        Err(e) => {
+            fences.missing(fences::PORTS, &format!("bind and listen cannot be handed to the copy's init ({e})"), Some("Linux 5.9 or later"))
+        }
+    }
 }
 
 /// The raw fd of an owned fd, for the init's arguments.

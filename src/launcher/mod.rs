@@ -334,6 +334,12 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
         Ok(p) => p,
         Err(e) => return fail(&format!("no pipe for the copy's fences: {e}")),
     };
+    // The way the listener of R's bind and listen comes back (`ports`): the
+    // launcher answers them, as a fenced copy's init does.
+    let (sup, sup_child) = match init::supervision_pair() {
+        Ok(p) => p,
+        Err(e) => return fail(&format!("no socket pair for the copy's launcher: {e}")),
+    };
     // SAFETY: the launcher is single-threaded, so the child may run
     // anything; it execs R or exits.
     match unsafe { fork() } {
@@ -349,13 +355,11 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
             // outlive its launcher.
             let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
             let mut seen = Seen { app_dir, scratch, tmpdir: None };
+            drop(sup);
             if launch.sandbox.mode != SandboxMode::Off {
-                fences.missing(
-                    fences::PORTS,
-                    "no init of the copy's own to answer bind and listen (no PID namespace); Landlock keeps TCP binds to the copy's port",
-                    None,
-                );
+                init::hand_over_ports(&sup_child, &mut fences);
             }
+            drop(sup_child);
             let code = finish_and_exec(launch, &mut seen, &mut fences, who, |f, refused| {
                 let handoff = init::Handoff { fences: f.clone(), refused: refused.map(str::to_string) };
                 let _ = std::fs::File::from(fences_out).write_all(&serde_json::to_vec(&handoff).unwrap_or_default());
@@ -363,14 +367,18 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
             std::process::exit(code)
         }
         Ok(ForkResult::Parent { child }) => {
-            drop(fences_out);
+            drop((fences_out, sup_child));
+            let listener = ports::receive(&sup);
+            drop(sup);
             let mut bytes = Vec::new();
             let _ = std::io::Read::read_to_end(&mut std::fs::File::from(fences_in), &mut bytes);
             if let (Some(report), Ok(told)) = (report, serde_json::from_slice::<init::Handoff>(&bytes)) {
                 let isolation = isolation_of(&told.fences, launch.sandbox.mode, host::user_name(who));
                 report.write(&isolation, u32::try_from(child.as_raw()).ok(), told.refused.as_deref());
             }
-            host::mirror("", host::wait_as_subreaper(child))
+            let told = init::wait_for(child, listener, launch.port);
+            host::end_orphans();
+            host::mirror(&told, nix::sys::wait::WaitStatus::Exited(child, EXIT_LAUNCH_FAILED))
         }
         Err(e) => fail(&format!("cannot start R's process: {e}")),
     }

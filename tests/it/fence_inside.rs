@@ -254,6 +254,11 @@ fn only_0_1_and_2_reach_r_fenced_under_landlock_and_with_mode_off() {
     let v = env.status();
     assert_eq!(v["apps"][0]["copies"][0]["isolation"]["kind"], "landlock", "the Landlock fallback: {v}");
     assert_only_stdio_inherited(&landlock, &leak, "the Landlock fallback");
+    // The launcher stays R's parent there and answers its bind and listen.
+    assert_listens_only_on_its_port(&landlock, "the Landlock fallback");
+    let fences = v["apps"][0]["copies"][0]["isolation"]["fences"].as_array().unwrap().clone();
+    let ports = fences.iter().find(|f| f["name"] == "ports").expect("the ports fence");
+    assert_eq!(ports["state"], "in-force", "{ports}");
 }
 
 /// The devices a fenced copy's `/dev` holds, and nothing else (but what
