@@ -279,6 +279,11 @@ pub struct AppState {
     /// its port answers that it is stopped, until `shinyctl start`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_since_ms: Option<u64>,
+    /// The app's own uid (and gid) on the machine, which its copies run as
+    /// under a root daemon without `run-as` (README, "Identities"); given at
+    /// its first copy's start, kept for good.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
 }
 
 /// A release: a snapshot of working-dir taken by a deploy, which its copies
@@ -637,6 +642,10 @@ pub struct AppStatus {
     /// under every status table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runs_as_root: Option<String>,
+    /// The app's own uid (and gid) its copies run as, under a root daemon
+    /// without `run-as` (README, "Identities").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
     /// Where the app stands: `running`, `asleep`, `stopped`, `rolled-back`
     /// (it runs a release `rollback` went back to) or `being-deleted`.
     #[serde(default)]

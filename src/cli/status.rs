@@ -166,6 +166,7 @@ mod tests {
                 ],
                 notes: vec!["hello: copy 1 is draining with 2 sessions; it stops when they end, or in 15m at the latest.".into()],
                 runs_as_root: None,
+                uid: None,
                 state: "running".into(),
                 replicas: 1,
                 manifest: String::new(),

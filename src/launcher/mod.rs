@@ -110,6 +110,10 @@ pub struct Launch {
     /// `run-as`: the user a root daemon runs the copy as.
     #[arg(long)]
     pub run_as: Option<String>,
+    /// The app's own uid (and gid), which a root daemon runs the copy as
+    /// without `run-as` (README, "Identities").
+    #[arg(long)]
+    pub uid: Option<u32>,
     /// The copy's cgroups (its memory and tasks limits), joined first
     /// thing, before any namespace: one per hierarchy (cgroup v1 has one
     /// for memory and one for pids), none where there is no cgroup.
@@ -141,6 +145,9 @@ impl Launch {
         pair("--sandbox", serde_json::to_string(&self.sandbox).unwrap_or_default().into());
         if let Some(u) = &self.run_as {
             pair("--run-as", u.into());
+        }
+        if let Some(uid) = self.uid {
+            pair("--uid", uid.to_string().into());
         }
         for dir in &self.cgroups {
             pair("--cgroup", dir.clone().into_os_string());
@@ -304,12 +311,26 @@ fn join_cgroups(dirs: &[PathBuf]) -> Result<(), String> {
 /// The run-as user, for a root launcher; a launcher that is not root runs
 /// the copy as itself (and says so).
 fn run_as(launch: &Launch) -> Result<Option<Identity>, String> {
-    let Some(name) = &launch.run_as else { return Ok(None) };
-    if !nix::unistd::geteuid().is_root() {
-        log(&format!("--- shinyctl: run-as {name} is for a daemon running as root; the copy runs as the daemon's user ---"));
-        return Ok(None);
+    let root = nix::unistd::geteuid().is_root();
+    match (&launch.run_as, launch.uid) {
+        (Some(name), _) if !root => {
+            log(&format!("--- shinyctl: run-as {name} is for a daemon running as root; the copy runs as the daemon's user ---"));
+            Ok(None)
+        }
+        (Some(name), _) => Identity::named(name).map(Some),
+        (None, Some(uid)) if root => {
+            let who = users::of_app(uid);
+            // Its disk, /tmp and /dev/shm are its own, also those from
+            // before it had a uid of its own (root's then).
+            for dir in [launch.scratch.clone(), landlock::tmp_path(&launch.scratch), plan::shm_path(&launch.scratch)] {
+                if dir.exists() {
+                    users::give_all_to(&dir, &who).map_err(|e| format!("cannot give {} to the app's uid {uid}: {e}", dir.display()))?;
+                }
+            }
+            Ok(Some(who))
+        }
+        (None, _) => Ok(None),
     }
-    Identity::named(name).map(Some)
 }
 
 /// Starts R without namespaces (none could be made, or `sandbox.mode:
@@ -545,6 +566,7 @@ mod tests {
             home: "/home/u/.shinyctl".into(),
             sandbox: Sandbox { writable_paths: vec!["/srv/data".into()], ..Sandbox::default() },
             run_as: Some("shiny".into()),
+            uid: None,
             cgroups: vec!["/sys/fs/cgroup/memory/shinyctl-1/hello-2".into(), "/sys/fs/cgroup/pids/shinyctl-1/hello-2".into()],
         }
     }

@@ -68,13 +68,44 @@ pub fn kept_env(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsStri
 /// Hands a copy's file or folder to the run-as user of a root daemon, so
 /// the copy can write its scratch disk and the log is theirs. Nothing to
 /// do without run-as or when not root.
-pub fn give_to(path: &Path, run_as: Option<&str>) -> std::io::Result<()> {
-    let Some(name) = run_as else { return Ok(()) };
+pub fn give_to(path: &Path, run_as: Option<&str>, app_uid: Option<u32>) -> std::io::Result<()> {
     if !Uid::effective().is_root() {
         return Ok(());
     }
-    let who = Identity::named(name).map_err(std::io::Error::other)?;
-    std::os::unix::fs::chown(path, Some(who.uid), Some(who.gid))
+    let (uid, gid) = match (run_as, app_uid) {
+        (Some(name), _) => {
+            let who = Identity::named(name).map_err(std::io::Error::other)?;
+            (who.uid, who.gid)
+        }
+        (None, Some(uid)) => (uid, uid),
+        (None, None) => return Ok(()),
+    };
+    std::os::unix::fs::chown(path, Some(uid), Some(gid))
+}
+
+/// The app's own identity (README, "Identities"): its uid, a gid of the
+/// same number, no other group, no home (`/nonexistent`, as Debian's
+/// system users have).
+pub fn of_app(uid: u32) -> Identity {
+    Identity { name: format!("app-{uid}"), uid, gid: uid, groups: vec![uid], home: PathBuf::from("/nonexistent") }
+}
+
+/// Gives a folder and everything below it to `who` (a disk from before the
+/// app had its own uid, on its first start under it). Symlinks are changed
+/// themselves, never followed.
+pub fn give_all_to(dir: &Path, who: &Identity) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.uid() == who.uid && meta.gid() == who.gid {
+        return Ok(());
+    }
+    std::os::unix::fs::lchown(dir, Some(who.uid), Some(who.gid))?;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(dir)? {
+            give_all_to(&entry?.path(), who)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -78,6 +78,7 @@ pub fn prepare_start(
     dir: &Path,
     taken_ports: &[u16],
     cgroups: Vec<std::path::PathBuf>,
+    uid: Option<u32>,
 ) -> anyhow::Result<Launching> {
     let seed = spec.name.bytes().fold(rec.copy as u64 * 7919, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
     // Other copies' ports are taken; this copy's own is what it wants back.
@@ -88,9 +89,12 @@ pub fn prepare_start(
     std::fs::create_dir_all(&scratch)?;
     let mut log = OpenOptions::new().create(true).append(true).open(&log_path)?;
     // A root daemon's run-as user writes its scratch disk and its log.
-    for p in [&scratch, &log_path] {
-        launcher::users::give_to(p, spec.run_as.as_deref())
-            .map_err(|e| anyhow::anyhow!("cannot give {} to run-as {}: {e}", p.display(), spec.run_as.as_deref().unwrap_or("")))?;
+    // The app's own uid takes its disk whole in the launcher (a disk from
+    // before it had one is handed over there, off the daemon's lock).
+    let owned: Vec<&std::path::PathBuf> = if uid.is_some() { vec![&log_path] } else { vec![&scratch, &log_path] };
+    for p in owned {
+        launcher::users::give_to(p, spec.run_as.as_deref(), uid)
+            .map_err(|e| anyhow::anyhow!("cannot give {} to the copy's user: {e}", p.display()))?;
     }
     {
         use std::io::Write;
@@ -114,6 +118,7 @@ pub fn prepare_start(
         home: home.root.clone(),
         sandbox: spec.sandbox.clone(),
         run_as: spec.run_as.clone(),
+        uid,
         cgroups,
     };
     let mut cmd = launch.command()?;

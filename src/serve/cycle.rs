@@ -271,13 +271,30 @@ fn act_on(
                 else {
                     continue;
                 };
+                let uid = recorded.state.uid;
                 let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
                 let prepared = run.map_err(anyhow::Error::msg).and_then(|(dir, spec)| {
                     let cgroups = limits::cgroups_for(cx.cgroups, &spec, copy)?;
-                    act::prepare_start(cx.home, &spec, rec, &dir, &taken, cgroups)
+                    let uid = match (uid, super::identity::wanted(&spec)) {
+                        (_, false) => None,
+                        (Some(uid), true) => Some(uid),
+                        (None, true) => {
+                            Some(super::identity::of_app(&super::identity::ids_file(), &cx.home.root, &spec.group, &spec.name)?)
+                        }
+                    };
+                    act::prepare_start(cx.home, &spec, rec, &dir, &taken, cgroups, uid).map(|l| (l, uid))
+                });
+                let prepared = prepared.map(|(launching, got)| {
+                    if got.is_some() && recorded.state.uid != got {
+                        tracing::info!(app = name, uid = got, "the app's own uid");
+                    }
+                    (launching, got)
                 });
                 match prepared {
-                    Ok(launching) => {
+                    Ok((launching, got)) => {
+                        if got.is_some() {
+                            recorded.state.uid = got;
+                        }
                         // Another copy started in this cycle looks elsewhere.
                         taken.push(rec.port);
                         launches.push(PendingLaunch { app: name.to_string(), copy, revision: rec.revision, launching });

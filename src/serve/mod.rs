@@ -22,6 +22,7 @@ mod cycle;
 mod deploy;
 mod detach;
 mod event_loop;
+mod identity;
 mod limits;
 mod logs;
 mod metrics;

@@ -128,6 +128,9 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 notes.push(format!("{name}: port {}: not listening: {why}", app.recorded.spec.port));
             }
             notes.extend(super::limits::notes(&d.cgroups, &app.recorded.spec));
+            if let Some(uid) = app.recorded.state.uid.filter(|_| super::identity::wanted(&app.recorded.spec)) {
+                notes.extend(super::identity::writable_notes(name, &app.recorded.spec.sandbox.writable_paths, uid));
+            }
             AppStatus {
                 name: name.clone(),
                 group: app.recorded.spec.group.clone(),
@@ -139,6 +142,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 copies,
                 notes,
                 runs_as_root: root_note(&app.recorded.spec, nix::unistd::geteuid().is_root()),
+                uid: app.recorded.state.uid.filter(|_| super::identity::wanted(&app.recorded.spec)),
                 state: app_state(&app.recorded).to_string(),
                 replicas: app.recorded.spec.replicas,
                 manifest: app.recorded.spec.manifest.display().to_string(),
@@ -237,14 +241,11 @@ mod tests {
 /// `run-as`): in a user namespace of their own, so with no capability on
 /// the host, unless the fence is off.
 fn root_note(spec: &crate::manifest::AppSpec, daemon_is_root: bool) -> Option<String> {
-    if !daemon_is_root || spec.run_as.is_some() {
+    // Fenced, they run as the app's own uid (`uid` in status --json).
+    if !daemon_is_root || spec.run_as.is_some() || spec.sandbox.mode != crate::manifest::SandboxMode::Off {
         return None;
     }
-    let how = match spec.sandbox.mode {
-        crate::manifest::SandboxMode::Off => "with no fence (sandbox mode off)",
-        _ => "inside a user namespace of their own",
-    };
-    Some(format!("its copies run as root, {how}; set run-as: USER to run them as a user of this machine"))
+    Some("its copies run as root, with no fence (sandbox mode off); set run-as: USER to run them as a user of this machine, or leave the fence on to run them as the app's own uid".to_string())
 }
 
 #[cfg(test)]
@@ -252,17 +253,19 @@ mod root_note_tests {
     use super::root_note;
 
     #[test]
-    fn a_root_daemon_without_run_as_says_so() {
+    fn a_root_daemon_without_run_as_and_with_the_fence_off_says_so() {
         let path = std::env::temp_dir().join(format!("shinyctl-rootnote-{}", std::process::id()));
         std::fs::create_dir_all(&path).unwrap();
         std::fs::write(path.join("app.R"), "").unwrap();
-        let spec = crate::manifest::parse(&path.join("app.yaml"), "app-name: web\nport: 8080\n").unwrap();
+        let spec = crate::manifest::parse(&path.join("app.yaml"), "app-name: web\nport: 8080\nsandbox:\n  mode: off\n").unwrap();
         assert!(root_note(&spec, false).is_none(), "not root: no line");
         let line = root_note(&spec, true).unwrap();
-        assert!(line.starts_with("its copies run as root, inside a user namespace") && line.contains("run-as"), "{line}");
-        let as_user = crate::manifest::AppSpec { run_as: Some("shiny".into()), ..spec };
+        assert!(line.starts_with("its copies run as root, with no fence") && line.contains("run-as"), "{line}");
+        let as_user = crate::manifest::AppSpec { run_as: Some("shiny".into()), ..spec.clone() };
         assert!(root_note(&as_user, true).is_none(), "run-as set: no line");
-        let _ = std::fs::remove_dir_all(&path);
+        let fenced = crate::manifest::AppSpec { sandbox: Default::default(), ..spec };
+        assert!(root_note(&fenced, true).is_none(), "fenced: the app's own uid");
+        std::fs::remove_dir_all(&path).unwrap();
     }
 }
 

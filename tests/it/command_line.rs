@@ -306,16 +306,17 @@ fn host_localhost_serves_on_127_0_0_1() {
 #[test]
 fn a_root_daemon_says_its_copies_run_as_root_in_status_json_not_under_every_table() {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs a root daemon (CI runs as root)");
-        return;
-    }
+    assert!(unsafe { libc::geteuid() } == 0, "this test needs a root daemon (CI runs as root)");
     let env = Env::new("cli-root-note");
-    env.started("rooted", "warm-replicas: 0\n", "1:active");
+    env.started("rooted", "warm-replicas: 0\nsandbox:\n  mode: off\n", "1:active");
+    env.started("fencedapp", "warm-replicas: 0\n", "1:active");
     let table = env.ok(&["status"]);
     assert!(!table.contains("as root") && !table.contains("run-as"), "not under the table:\n{table}");
-    let app = env.status()["apps"].as_array().unwrap().iter().find(|a| a["name"] == "rooted").cloned().unwrap();
-    let said = app["runs_as_root"].as_str().unwrap_or_default();
-    assert!(said.starts_with("its copies run as root, inside a user namespace") && said.contains("run-as: USER"), "{app}");
-    assert!(!app["notes"].to_string().contains("as root"), "{app}");
+    let app = |name: &str| env.status()["apps"].as_array().unwrap().iter().find(|a| a["name"] == name).cloned().unwrap();
+    let rooted = app("rooted");
+    let said = rooted["runs_as_root"].as_str().unwrap_or_default();
+    assert!(said.starts_with("its copies run as root, with no fence") && said.contains("run-as: USER"), "{rooted}");
+    assert!(!rooted["notes"].to_string().contains("as root"), "{rooted}");
+    let fenced = app("fencedapp");
+    assert!(fenced["runs_as_root"].is_null() && fenced["uid"].as_u64().is_some(), "a fenced app runs as its own uid: {fenced}");
 }

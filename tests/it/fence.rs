@@ -342,6 +342,8 @@ fn writable_and_hidden_paths_and_mode_off_turns_the_fence_off() {
     let f = Fenced::start("fenceoff");
     let writable = f.env.dir.join("data");
     std::fs::create_dir_all(&writable).unwrap();
+    // Writable by the app's own uid, as status would tell its operator.
+    std::fs::set_permissions(&writable, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     // Below /var/tmp, which a copy otherwise sees.
     let hidden = f.user_home.0.join("secrets");
     std::fs::create_dir_all(&hidden).unwrap();

@@ -13,6 +13,7 @@ mod fence_inside;
 mod foundation;
 mod helpers;
 mod hostile;
+mod identity;
 mod launcher;
 mod limits;
 mod listeners;
