@@ -422,7 +422,7 @@ fn decide_asleep(
         // The check: one new copy, started once and never again (left down
         // if it ends before it is ready).
         st.copies.retain(|r| !is_current(r) || r.checking);
-        if !st.copies.iter().any(|r| is_current(r)) {
+        if !st.copies.iter().any(is_current) {
             let copy = new_copy(&mut st, spec);
             st.copies.last_mut().expect("just pushed").checking = true;
             actions.push(Action::Start(copy));

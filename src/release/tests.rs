@@ -75,7 +75,7 @@ fn rollback_goes_to_the_last_release_that_served_before_the_current_one() {
     let mut fixed = rel("r4", &dir);
     fixed.served = Some(false);
     record(&mut st, fixed);
-    assert!(mark_served(&mut st, &[]) == false);
+    assert!(!mark_served(&mut st, &[]), "nothing ready: nothing marked");
     st.copies = vec![copy(7, Some("r4"), Some(70))];
     assert!(mark_served(&mut st, &[7]), "r4's copy is ready: it served");
     assert_eq!(find(&st, "r4").unwrap().served, Some(true));
