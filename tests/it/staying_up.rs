@@ -387,3 +387,54 @@ fn a_copy_that_ignores_sigterm_is_killed_ten_seconds_later() {
     let took = asked.elapsed();
     assert!(took >= Duration::from_secs(10), "not before 10 s: {took:?}");
 }
+
+/// A stop never cuts an answer that has begun: a download from the old
+/// copy is under way (its visitor reads slowly) when drain-timeout ends
+/// the drain; the copy leaves the table, and stops only once the download
+/// is whole.
+#[test]
+fn a_stop_waits_for_an_answer_that_has_begun() {
+    use std::io::{Read, Write};
+    const SIZE: usize = 48 << 20;
+    let env = Env::new("answer");
+    let port = free_port();
+    let manifest = env.app("ans", port, "warm-replicas: 0\ndrain-timeout: 2s\n");
+    let www = manifest.parent().unwrap().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    // Far more than the sockets between R and the visitor hold: R is
+    // still writing it while the visitor does not read.
+    std::fs::write(www.join("big.bin"), vec![b'x'; SIZE]).unwrap();
+    env.apply(&manifest);
+    env.wait_roles("ans", "1:active", START);
+    let old = env.pid_of("ans", 1);
+
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET /big.bin HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the download's head comes");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&got[..head_end]).to_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains(&format!("content-length: {SIZE}")), "{head}");
+
+    env.ok(&["restart", "ans"]);
+    env.wait_roles("ans", "2:active 1:draining", START);
+    wait_until(Duration::from_secs(30), "drain-timeout to tell copy 1 to stop", || env.record("ans", 1)?["stop_started_ms"].as_u64());
+    holds_for(Duration::from_secs(3), "copy 1 runs while its answer is under way", || pid_alive(old));
+    let mut body = got.len() - head_end;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => body += n,
+            Err(e) => panic!("the download was cut after {body} of {SIZE} bytes: {e}"),
+        }
+    }
+    assert_eq!(body, SIZE, "the download is whole");
+    wait_gone(old, Duration::from_secs(15), "copy 1 to stop once its answer is given");
+}
