@@ -191,7 +191,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         shared.lock().await.run_stops(pushed, after.as_ref());
         // The old load balancer goes once the new one listens on every socket.
         let listening = shared.lock().await.sockets.has_been_given(proxy.pid());
-        proxy.retire_old(listening).await;
+        proxy.retire_old(&home, listening).await;
         shared.lock().await.resolve_wakes();
     }
     tracing::info!("shinyctl serve stopping; the copies and the load balancer keep running");

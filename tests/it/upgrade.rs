@@ -77,3 +77,53 @@ fn the_documented_restart_line_pkill_then_serve_d_leaves_a_daemon_running() {
     env.wait_roles("pk", "1:active", Duration::from_secs(30));
     assert_eq!(env.pid_of("pk", 1), copy, "the copy was adopted");
 }
+
+/// A daemon that dies between starting the new build's load balancer and
+/// stopping the old one (SIGKILL, a crash) leaves the old one running,
+/// still serving the same sockets with an old table; the next daemon finds
+/// it by `proxy/lock` and stops it.
+#[test]
+fn a_load_balancer_left_by_a_daemon_killed_mid_upgrade_is_stopped_by_the_next() {
+    let env = Env::new("midupgrade");
+    let old = another_build(&env.dir);
+    let port = free_port();
+    let manifest = env.app("mu", port, "warm-replicas: 0\n");
+    let out = env.run_binary(&old, &["apply", "-f", manifest.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    env.wait_roles("mu", "1:active", Duration::from_secs(60));
+    let status = env.status();
+    let (old_daemon, old_proxy) = (status["daemon_pid"].as_u64().unwrap() as u32, status["proxy_pid"].as_u64().unwrap() as u32);
+    signal(old_daemon, 15);
+    wait_gone(old_daemon, Duration::from_secs(10), "the old daemon to exit");
+
+    // The new build's daemon is killed the moment its load balancer appears.
+    let home = env.home();
+    let killer = std::thread::spawn(move || {
+        let theirs = |what: &str| {
+            pids_with_home(&home)
+                .into_iter()
+                .filter(|&p| cmdline(p).ends_with(what) && !cmdline(p).contains("old-build"))
+                .collect::<Vec<_>>()
+        };
+        wait_until(Duration::from_secs(30), "the new build's load balancer to start", || {
+            let new_proxy = *theirs(" proxy").first()?;
+            let daemons = theirs(" serve");
+            for &d in &daemons {
+                signal(d, 9);
+            }
+            (!daemons.is_empty()).then_some((new_proxy, daemons))
+        })
+    });
+    let _ = env.run(&["serve", "-d"]);
+    let (new_proxy, killed) = killer.join().unwrap();
+    env.track(new_proxy);
+    for d in killed {
+        wait_gone(d, Duration::from_secs(10), "the killed daemon");
+    }
+    assert!(pid_alive(old_proxy), "the test's premise: the daemon died before it stopped the old load balancer");
+
+    env.ok(&["serve", "-d"]);
+    wait_gone(old_proxy, Duration::from_secs(20), "the next daemon to stop the load balancer the killed one left");
+    assert_eq!(env.status()["proxy_pid"].as_u64(), Some(new_proxy as u64), "the new build's load balancer serves on");
+    wait_until(Duration::from_secs(20), "the app to answer through it", || get(port, "/", &[]).ok().filter(|r| r.status == 200));
+}
