@@ -160,18 +160,42 @@ fn x_forwarded_for_is_the_visitors_address_and_an_incoming_one_is_not_trusted() 
     assert_eq!(between(&r.body, "xff=", ";"), Some("127.0.0.1"), "{}", r.body);
 }
 
+/// The test app plus `/slow`: it leaves a mark on the copy's own disk,
+/// then answers `copy=N;` 3 s later.
+const SLOW_R: &str = r#"
+library(shiny)
+shiny:::handlerManager$addHandler(function(req) {
+  if (!identical(req$PATH_INFO, "/slow")) return(NULL)
+  writeLines("begun", file.path(Sys.getenv("SHINYCTL_SCRATCH"), "slow-begun"))
+  Sys.sleep(3)
+  httpResponse(200, "text/plain", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";"))
+}, "slow-test")
+ui <- fluidPage(tags$p(id = "who", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")))
+server <- function(input, output, session) {}
+shinyApp(ui, server)
+"#;
+
 #[test]
 fn killing_the_active_copy_loses_no_request_and_the_visitor_ends_on_the_spare() {
     let env = Env::new("failover");
-    let port = env.started("fo", "", "1:active 2:warm");
-    let first = get(port, "/", &[]).unwrap();
+    let port = free_port();
+    env.apply(&env.app_running(SLOW_R, "fo", port, ""));
+    env.wait_roles("fo", "1:active 2:warm", START);
+    let first = wait_http_ok(port, Duration::from_secs(10));
     assert_eq!(first.copy(), Some(1));
     let cookie = first.cookie().unwrap();
 
     let client = Loop::sticky(port, cookie);
     wait_until(Duration::from_secs(30), "the client to be running", || (client.sent() > 20).then_some(()));
+    // A request surely in flight to copy 1 when it dies: copy 1 is in the
+    // middle of answering it.
+    let slow = std::thread::spawn(move || get(port, "/slow", &[]));
+    let mark = env.home().join("scratch").join("default-fo").join("1").join("slow-begun");
+    wait_until(Duration::from_secs(10), "copy 1 to be answering /slow", || mark.exists().then_some(()));
     signal(env.pid_of("fo", 1), 9);
     let at_kill = client.sent();
+    let answer = slow.join().unwrap().expect("an answer to the request in flight at the kill");
+    assert_eq!((answer.status, answer.copy()), (200, Some(2)), "sent again, to the spare: {answer:?}");
     wait_until(Duration::from_secs(60), "requests after the kill", || (client.sent() > at_kill + 100).then_some(()));
     let last_copy = client.last_copy();
     let (sent, errors) = client.finish();

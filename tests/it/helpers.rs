@@ -20,9 +20,27 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_shinyctl")
 }
 
+/// The variable that tells the suite the machine is loaded:
+/// `SHINYCTL_TEST_SLOW=3` makes every deadline a test waits on three times
+/// as long (`wait_until`, `wait_gone`, `wait_roles`, `wait_http_ok`, the
+/// test's own limit). What a test asserts stays as it is: a window that
+/// must hold, a bound the docs promise.
+pub const SLOW_VAR: &str = "SHINYCTL_TEST_SLOW";
+
+/// The factor [`SLOW_VAR`] sets (at least 1; 1 when unset or unreadable).
+pub fn slow_factor() -> f64 {
+    std::env::var(SLOW_VAR).ok().and_then(|v| v.parse::<f64>().ok()).filter(|f| f.is_finite() && *f >= 1.0).unwrap_or(1.0)
+}
+
+/// A deadline scaled for a loaded machine by [`SLOW_VAR`].
+pub fn slow(d: Duration) -> Duration {
+    d.mul_f64(slow_factor())
+}
+
 /// Waits until `cond` holds, polling every 50 ms, or panics with `what`
-/// after `timeout`.
+/// after `timeout` (scaled by [`SLOW_VAR`]).
 pub fn wait_until<T>(timeout: Duration, what: &str, mut cond: impl FnMut() -> Option<T>) -> T {
+    let timeout = slow(timeout);
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = cond() {
@@ -287,7 +305,7 @@ impl Env {
     /// Waits until the app's roles read exactly `want`.
     pub fn wait_roles(&self, app: &str, want: &str, timeout: Duration) {
         let what = format!("{app} roles to be '{want}'");
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + slow(timeout);
         loop {
             let last = self.roles(app);
             if last == want {
@@ -386,7 +404,7 @@ fn watchdog(home: PathBuf) -> std::sync::mpsc::Sender<()> {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let test = std::thread::current().name().unwrap_or("a test").to_string();
     std::thread::spawn(move || {
-        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(TEST_LIMIT) {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(slow(TEST_LIMIT)) {
             // Straight to stderr: eprintln! would be captured with the test's output and lost in the abort.
             let _ = writeln!(std::io::stderr(), "\n{test} ran past its limit of {TEST_LIMIT:?}: ending its processes and the test run");
             // The daemon first, so it starts nothing while the rest end.
