@@ -7,44 +7,6 @@ use crate::helpers::*;
 
 const START: Duration = Duration::from_secs(60);
 
-/// A Shiny session: a WebSocket through the load balancer, initialised,
-/// with the first value of the `live` output read.
-pub struct Session {
-    socket: tungstenite::WebSocket<std::net::TcpStream>,
-    /// The copy the `live` output came from.
-    pub copy: u32,
-}
-
-impl Session {
-    /// Opens a session with this cookie header (may be empty).
-    pub fn open(port: u16, cookie: &str) -> Session {
-        use tungstenite::client::IntoClientRequest;
-        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut req = format!("ws://127.0.0.1:{port}/websocket/").into_client_request().unwrap();
-        if !cookie.is_empty() {
-            req.headers_mut().insert("Cookie", cookie.parse().unwrap());
-        }
-        let (mut socket, resp) = tungstenite::client(req, stream).expect("WebSocket handshake through the load balancer");
-        assert_eq!(resp.status(), 101);
-        socket.send(tungstenite::Message::text(r#"{"method":"init","data":{".clientdata_output_live_hidden":false}}"#)).unwrap();
-        let copy = loop {
-            let msg = socket.read().expect("a message from Shiny");
-            let text = msg.into_text().unwrap_or_default();
-            if let Some(n) = between(&text, "live-from-copy-", "\"") {
-                break n.parse().unwrap();
-            }
-        };
-        Session { socket, copy }
-    }
-
-    /// Closes the session.
-    pub fn close(mut self) {
-        let _ = self.socket.close(None);
-        let _ = self.socket.flush();
-    }
-}
-
 #[test]
 fn the_cookie_holds_a_visitor_on_one_copy_and_a_forged_one_is_replaced() {
     let env = Env::new("sticky");

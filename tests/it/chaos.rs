@@ -17,20 +17,6 @@ use std::time::{Duration, Instant};
 
 use crate::helpers::*;
 
-/// The app: `live` says which copy and `echo` answers input `n`, each with
-/// the R process's start time in clock ticks since boot (field 22 of
-/// /proc/self/stat): the same inside the copy's PID namespace and on the
-/// host, where its PID is not (R is PID 2 in every fenced copy).
-const CHAOS_APP_R: &str = r#"library(shiny)
-ui <- fluidPage(textOutput("live"), textOutput("echo"))
-started <- strsplit(sub(".*\\) ", "", readLines("/proc/self/stat", warn = FALSE)), " ")[[1]][20]
-server <- function(input, output, session) {
-  output$live <- renderText(paste0("live-from-copy-", Sys.getenv("SHINYCTL_COPY"), "-pid-", started, "-end"))
-  output$echo <- renderText(paste0("echo-", input$n, "-pid-", started, "-end"))
-}
-shinyApp(ui, server)
-"#;
-
 /// The request clients and the session clients.
 const REQUEST_CLIENTS: u64 = 3;
 const SESSION_CLIENTS: usize = 4;
@@ -150,7 +136,8 @@ fn run(name: &str, secs: u64, max_secs: u64, seed: u64) -> Figures {
     let builds = [PathBuf::from(bin()), another_build(&env.dir)];
     let app = unique("chaos");
     let port = free_port();
-    let manifest = env.app_running(CHAOS_APP_R, &app, port, "replicas: 2\nwarm-replicas: 1\ndrain-timeout: 10s\nlb-policy: least-conn\n");
+    // The test app: its session outputs name their R by its start time.
+    let manifest = env.app(&app, port, "replicas: 2\nwarm-replicas: 1\ndrain-timeout: 10s\nlb-policy: least-conn\n");
     env.apply(&manifest);
     env.wait_roles(&app, "1:active 2:active 3:warm", Duration::from_secs(90));
     wait_http_ok(port, Duration::from_secs(10));
@@ -356,7 +343,7 @@ fn session_loop(client: usize, port: u16, tally: &Mutex<Tally>, stop: &AtomicBoo
     let mut n = 0u64;
     while !stop.load(Ordering::SeqCst) {
         let at = ms();
-        let (mut ws, r) = match open_session(port) {
+        let mut session = match Session::try_open(port, "") {
             Ok(opened) => opened,
             Err(why) => {
                 if !stop.load(Ordering::SeqCst) {
@@ -366,11 +353,12 @@ fn session_loop(client: usize, port: u16, tally: &Mutex<Tally>, stop: &AtomicBoo
                 continue;
             }
         };
+        let r = session.r_start;
         tally.lock().unwrap().sessions_opened += 1;
         while !stop.load(Ordering::SeqCst) {
             n += 1;
-            match echo(&mut ws, n) {
-                Ok(from) => {
+            match session.echo(n) {
+                Ok((_, from)) => {
                     let mut t = tally.lock().unwrap();
                     t.echoes[client] += 1;
                     if from != r {
@@ -399,26 +387,6 @@ fn session_loop(client: usize, port: u16, tally: &Mutex<Tally>, stop: &AtomicBoo
     }
 }
 
-type Ws = tungstenite::WebSocket<std::net::TcpStream>;
-
-/// A Shiny session through the load balancer, initialised: its first
-/// output has come. Returns it with the start time in ticks of its R.
-fn open_session(port: u16) -> Result<(Ws, u64), String> {
-    use tungstenite::client::IntoClientRequest;
-    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    let req = format!("ws://127.0.0.1:{port}/websocket/").into_client_request().map_err(|e| e.to_string())?;
-    let (mut ws, _) = tungstenite::client(req, stream).map_err(|e| format!("handshake: {e}"))?;
-    let init = r#"{"method":"init","data":{".clientdata_output_live_hidden":false,".clientdata_output_echo_hidden":false,"n":0}}"#;
-    ws.send(tungstenite::Message::text(init)).map_err(|e| format!("init: {e}"))?;
-    loop {
-        let text = ws.read().map_err(|e| format!("first output: {e}"))?.into_text().unwrap_or_default();
-        if let Some(r) = between(&text, "live-from-copy-", "-end").and_then(|s| s.split_once("-pid-")) {
-            return Ok((ws, r.1.parse().map_err(|_| format!("a bad first output: {text}"))?));
-        }
-    }
-}
-
 /// True while a live process on this machine started at `ticks` (an R
 /// of the app: start times are in clock ticks, so two processes may share
 /// one, which only makes an ended R look alive a little longer).
@@ -426,21 +394,6 @@ fn started_at(ticks: u64) -> bool {
     let Ok(dir) = std::fs::read_dir("/proc") else { return false };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .any(|pid| shinyctl::procfs::start_ticks(pid) == Some(ticks) && pid_alive(pid) && cmdline(pid).contains("runApp"))
-}
-
-/// Sends input `n` and waits for its echo; returns the start time in ticks
-/// of the R process that answered.
-fn echo(ws: &mut Ws, n: u64) -> Result<u64, String> {
-    let update = format!(r#"{{"method":"update","data":{{"n":{n}}}}}"#);
-    ws.send(tungstenite::Message::text(update)).map_err(|e| format!("send: {e}"))?;
-    let want = format!("echo-{n}-pid-");
-    loop {
-        let msg = ws.read().map_err(|e| format!("read: {e}"))?;
-        let text = msg.into_text().unwrap_or_default();
-        if let Some(pid) = between(&text, &want, "-end") {
-            return pid.parse().map_err(|_| format!("a bad echo: {text}"));
-        }
-    }
 }
 
 /// Explains the failures and cuts by what happened around them, and checks

@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::balancer::Session;
 use crate::helpers::*;
 
 /// The app: on each session it runs the probes, logs `FENCE name=outcome`

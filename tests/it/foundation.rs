@@ -236,7 +236,7 @@ fn delete_closes_the_port_at_once_refuses_a_reapply_and_now_ends_the_copy() {
     env.wait_roles("deldrain", "1:active", START);
     wait_http_ok(port, Duration::from_secs(10));
     let pid = env.pid_of("deldrain", 1);
-    let session = crate::balancer::Session::open(port, "");
+    let session = Session::open(port, "");
 
     let out = env.ok(&["delete", "deldrain"]);
     assert!(out.contains("its 1 copy stops once its sessions end"), "{out}");
@@ -285,13 +285,14 @@ fn delete_keeps_a_copy_with_an_open_session_past_the_settle() {
     let env = Env::new("delkeep");
     let port = env.started("delkeep", "warm-replicas: 0\n", "1:active");
     let pid = env.pid_of("delkeep", 1);
-    let session = crate::balancer::Session::open(port, "");
+    let mut session = Session::open(port, "");
     env.ok(&["delete", "delkeep"]);
     // Past the 10 s settle (how-it-works.txt) only the session keeps it.
     let drain =
         wait_until(Duration::from_secs(10), "the drain start in state.json", || env.record("delkeep", 1)?["drain_started_ms"].as_u64());
     wait_clock(drain + 12_000);
     assert!(pid_alive(pid), "the copy keeps its open session past the settle");
+    session.still_on_its_copy(1);
     session.close();
     wait_gone(pid, Duration::from_secs(30), "the copy to stop once its session ended");
 }

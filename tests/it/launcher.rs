@@ -79,10 +79,21 @@ fn deploy(env: &Env, name: &str, manifest: &Path, port: u16) -> String {
     wait_http_ok(port, Duration::from_secs(10)).body
 }
 
+/// The release folder copy 1 of the app runs from (what a write the fence
+/// let through would change; working-dir is only its source).
+fn run_folder(env: &Env, app: &str) -> PathBuf {
+    let v = env.status();
+    let a = v["apps"].as_array().unwrap().iter().find(|a| a["name"] == app).cloned().expect("the app in status");
+    let release = a["copies"][0]["release"].as_str().expect("the copy's release").to_string();
+    env.home().join("releases/default").join(app).join(release)
+}
+
 /// Checks what the probe app did: its write into its folder failed and the
-/// folder is as it was, and its scratch file is on the host's scratch disk.
+/// folder it runs from (its release) holds what working-dir held, and its
+/// scratch file is on the host's scratch disk.
 fn assert_folder_kept_scratch_written(env: &Env, name: &str, page: &str, folder: &Path, before: &[String]) {
     assert_eq!(between(page, "wrote=", ";"), Some("no"), "the write into its folder failed: {page}");
+    assert_eq!(listing(&run_folder(env, name)), before, "the folder the copy runs from is unchanged");
     assert_eq!(listing(folder), before, "the app folder is unchanged");
     let scratch = env.home().join(format!("scratch/default-{name}/1/from-app.txt"));
     assert_eq!(std::fs::read_to_string(&scratch).unwrap(), "from the app\n", "written to SHINYCTL_SCRATCH, seen on the host");
@@ -119,6 +130,7 @@ fn a_copy_runs_in_its_own_mount_namespace_with_its_folder_read_only() {
     let log = wait_log(&env, "default-writer.log", "Read-only file system");
     assert!(log.contains("cannot open file 'written-by-app.txt': Read-only file system"), "{log}");
     assert!(log.contains("is read-only: write to SHINYCTL_SCRATCH"), "the launcher said where to write first: {log}");
+    assert_eq!(listing(&run_folder(&env, "writer")), before, "the folder the copy runs from is unchanged");
     assert_eq!(listing(&folder), before, "the app folder is unchanged");
 }
 

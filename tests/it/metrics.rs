@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use hyper::Method;
 
-use crate::balancer::Session;
 use crate::helpers::*;
 
 const START: Duration = Duration::from_secs(60);

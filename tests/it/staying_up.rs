@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use crate::balancer::Session;
 use crate::helpers::*;
 
 const START: Duration = Duration::from_secs(60);
@@ -102,7 +101,7 @@ fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
     let first = get(port, "/", &[]).unwrap();
     assert_eq!(first.copy(), Some(1));
     let cookie = first.cookie().unwrap();
-    let session = Session::open(port, &cookie);
+    let mut session = Session::open(port, &cookie);
     assert_eq!(session.copy, 1);
 
     let requests = Loop::start(port);
@@ -111,6 +110,7 @@ fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
     env.wait_roles("rd", "3:active 4:warm 1:draining", START);
     wait_gone(old_spare, Duration::from_secs(10), "the old spare to stop right away");
     assert!(pid_alive(old), "the old copy keeps its visitor");
+    session.still_on_its_copy(1);
     assert_eq!(get(port, "/", &[]).unwrap().copy(), Some(3), "new visitors go to the new copy");
     // The open page's own requests stay on the old copy; reloading the page brings the new one.
     assert_eq!(get(port, "/", &[("Cookie", &cookie)]).unwrap().copy(), Some(1), "an old page keeps its copy");
@@ -124,6 +124,7 @@ fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
     // Past the 10 s settle, the open session still keeps it.
     wait_clock(drain_started(&env, "rd", 1) + SETTLE_AND_SOME);
     assert!(pid_alive(old), "the session keeps the old copy past the settle");
+    session.still_on_its_copy(2);
     assert!(status_text(&env, "rd").contains("rd: copy 1 is draining with 1 session"));
 
     // The session ends: the old copy stops within about 15 s (the settle).
@@ -241,7 +242,7 @@ fn scaling_down_keeps_the_copy_with_sessions() {
     env.apply(&manifest);
     env.wait_roles("sd", "1:active 2:active 3:active", START);
     // A session on copy 2.
-    let session = wait_until(Duration::from_secs(30), "a session placed on copy 2", || {
+    let mut session = wait_until(Duration::from_secs(30), "a session placed on copy 2", || {
         let s = Session::open(port, "");
         if s.copy == 2 {
             return Some(s);
@@ -259,6 +260,7 @@ fn scaling_down_keeps_the_copy_with_sessions() {
         (copies.len() == 1).then_some(copies)
     });
     assert_eq!(left[0].copy, 2, "the copy with the session stays");
+    session.still_on_its_copy(1);
     session.close();
 }
 
