@@ -369,8 +369,10 @@ fn session_loop(client: usize, port: u16, tally: &Mutex<Tally>, stop: &AtomicBoo
                     if !stop.load(Ordering::SeqCst) {
                         let at = ms();
                         // Whether its R process ended with it (one told to
-                        // stop closes its sockets a moment before it exits).
-                        let ended = (0..20).any(|_| {
+                        // stop closes its sockets a moment before it exits):
+                        // 2 s, scaled by SHINYCTL_TEST_SLOW.
+                        let looks = (20.0 * slow_factor()) as u32;
+                        let ended = (0..looks).any(|_| {
                             let gone = !started_at(r);
                             if !gone {
                                 std::thread::sleep(Duration::from_millis(100));

@@ -202,7 +202,10 @@ fn a_new_daemon_adopts_the_running_copies_and_load_balancer() {
     let noticed = wait_until(Duration::from_secs(30), "the exit to be recorded", || {
         env.record("kept", 1)?["last_exit"]["at_ms"].as_u64().filter(|&at| at >= killed)
     });
-    assert!(noticed - killed < 1000, "noticed {} ms after the kill", noticed - killed);
+    // At once: well before the next 5 s cycle (a loaded machine's delay
+    // scaled by SHINYCTL_TEST_SLOW, never to the cycle itself).
+    let at_once = slow(Duration::from_millis(1000)).min(Duration::from_millis(4000)).as_millis() as u64;
+    assert!(noticed - killed < at_once, "noticed {} ms after the kill", noticed - killed);
     env.wait_roles("kept", "2:active 1:warm", START);
 }
 

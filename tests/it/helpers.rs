@@ -115,9 +115,22 @@ pub fn unique(name: &str) -> String {
     format!("{name}{}", std::process::id())
 }
 
-/// A free TCP port outside the copies' range (the kernel's ephemeral range).
+/// A free TCP port for an app, between 10000 and 19999: below the copies'
+/// 20000–29999 and the kernel's ephemeral range (32768 and up), so no
+/// outgoing connection is given it between now and the daemon's bind (as
+/// one from `bind(0)` could be); bindable now on 0.0.0.0, and never handed
+/// out twice by this test process. Each process starts at its own place.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let start = (std::process::id() as usize * 7919 + now_ms() as usize) % 10_000;
+    (0..10_000)
+        .map(|i| 10_000 + ((start + i * 7) % 10_000) as u16)
+        .find(|&p| !given.contains(&p) && std::net::TcpListener::bind(("0.0.0.0", p)).is_ok())
+        .inspect(|&p| {
+            given.insert(p);
+        })
+        .expect("a free port between 10000 and 19999")
 }
 
 /// True while a process with this PID exists and is not a zombie.
