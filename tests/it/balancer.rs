@@ -249,3 +249,18 @@ fn hostile_input_gets_clear_errors_and_the_load_balancer_keeps_serving() {
     assert_eq!(env.status()["proxy_pid"].as_u64().unwrap() as u32, proxy, "and was not restarted");
     drop(slow);
 }
+
+/// A quiet Shiny session (nothing said for over a minute) is kept: the
+/// idle limits of HTTP connections (30 s) and of answers that stop moving
+/// (60 s) are not a tunnel's; TCP keepalive finds a dead peer instead.
+#[test]
+fn a_quiet_session_is_kept_past_the_idle_limits() {
+    let env = Env::new("quiet");
+    let port = env.started("quiet", "warm-replicas: 0\n", "1:active");
+    let mut session = Session::open(port, "");
+    session.still_on_its_copy(1);
+    // Quiet on purpose, past both limits: this is the case under test, not a wait.
+    std::thread::sleep(Duration::from_secs(75));
+    session.still_on_its_copy(2);
+    assert_eq!(env.copies("quiet")[0].sessions, 1, "still counted as the copy's session");
+}

@@ -43,6 +43,55 @@ pub fn slow(d: Duration) -> Duration {
 /// SKIPPED and passes.
 pub const NOT_ROOT_VAR: &str = "SHINYCTL_TEST_NOT_ROOT";
 
+/// A user of the machine for one test (the suite runs as root), removed
+/// with `userdel -f` when dropped (a process of theirs that has not quite
+/// ended must not leave the user behind). The suite's one test-user type.
+pub struct TestUser {
+    /// Its name, unique to this test process and call.
+    pub name: String,
+}
+
+impl TestUser {
+    /// Makes one with `useradd` (no home folder made); `home`: the home
+    /// folder it is given, if any.
+    pub fn create(home: Option<&Path>) -> TestUser {
+        // One per call: two tests of this binary may make one at once.
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!("shy{}x{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst));
+        let mut cmd = Command::new("useradd");
+        cmd.arg("--no-create-home").args(["--shell", "/bin/sh"]);
+        if let Some(home) = home {
+            cmd.arg("--home-dir").arg(home);
+        }
+        let out = cmd.arg(&name).output().expect("useradd (the suite runs as root)");
+        assert!(out.status.success(), "useradd: {}", String::from_utf8_lossy(&out.stderr));
+        TestUser { name }
+    }
+
+    /// Its uid (`-u`) or gid (`-g`).
+    pub fn id(&self, flag: &str) -> u32 {
+        let out = Command::new("id").args([flag, &self.name]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+
+    /// Runs the binary under test as this user, with `home` as SHINYCTL_HOME.
+    pub fn run(&self, home: &Path, args: &[&str]) -> Output {
+        Command::new("setpriv")
+            .args(["--reuid", &self.name, "--regid", &self.name, "--clear-groups", "--"])
+            .arg(bin())
+            .args(args)
+            .env("SHINYCTL_HOME", home)
+            .output()
+            .expect("setpriv")
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").args(["-f", &self.name]).output();
+    }
+}
+
 /// True when the tests run as root.
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
@@ -446,6 +495,24 @@ impl Env {
         }
     }
 
+    /// Waits until every copy of the app (at least one) is asleep, with no
+    /// process; returns the copies as status shows them. The suite's one
+    /// "wait until asleep".
+    pub fn wait_asleep(&self, app: &str, timeout: Duration) -> Vec<Copy> {
+        wait_until(timeout, &format!("{app} to sleep"), || {
+            let copies = self.copies(app);
+            (!copies.is_empty() && copies.iter().all(|c| c.status == "asleep" && c.pid.is_none())).then_some(copies)
+        })
+    }
+
+    /// `shinyctl status` as text: of one app, or of all.
+    pub fn status_text(&self, app: Option<&str>) -> String {
+        match app {
+            Some(app) => self.ok(&["status", app]),
+            None => self.ok(&["status"]),
+        }
+    }
+
     /// One copy's record in the app's state.json (beside its manifest),
     /// when there is one.
     pub fn record(&self, app: &str, copy: u32) -> Option<Value> {
@@ -651,6 +718,21 @@ impl Env {
             self.remember(p as u32);
         }
     }
+}
+
+/// A folder's entry names, sorted (none when it cannot be read), but for
+/// the state-file the daemon keeps in an app folder and its temporary file
+/// caught mid-write.
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "state.json" && !n.starts_with(".state.json.tmp."))
+        .collect();
+    names.sort();
+    names
 }
 
 /// The processes of this SHINYCTL_HOME: those whose environment names it

@@ -48,12 +48,7 @@ fn started(env: &Env, name: &str, extra: &str, roles: &str) -> (PathBuf, u16) {
 
 /// The app folder with [`HOSTILE_R`] and its manifest.
 fn write_app(env: &Env, name: &str, port: u16, extra: &str) -> PathBuf {
-    let folder = env.dir.join("apps").join(name);
-    std::fs::create_dir_all(&folder).unwrap();
-    std::fs::write(folder.join("app.R"), HOSTILE_R).unwrap();
-    let manifest = folder.join("app.yaml");
-    std::fs::write(&manifest, format!("app-name: {name}\nport: {port}\n{extra}")).unwrap();
-    manifest
+    env.app_running(HOSTILE_R, name, port, extra)
 }
 
 /// `GET path` as a new visitor, given up after `within` (the request goes
@@ -65,11 +60,6 @@ fn get_within(port: u16, path: &str, within: Duration) -> Option<Response> {
         let _ = tx.send(get(port, &path, &[]));
     });
     rx.recv_timeout(within).ok().and_then(Result::ok)
-}
-
-/// `shinyctl status` as text.
-fn status_text(env: &Env) -> String {
-    env.ok(&["status"])
 }
 
 /// Sends SIGCONT to a stopped copy when dropped, so a failing test leaves
@@ -102,14 +92,14 @@ fn a_stopped_copy_gets_no_new_visitors_status_says_so_and_it_is_used_again_once_
         assert_eq!((r.status, r.copy()), (200, Some(2)), "{r:?}");
     }
     let line = wait_until(Duration::from_secs(15), "the status line about copy 1", || {
-        status_text(&env).lines().find(|l| l.contains("copy 1 has not answered for")).map(str::to_string)
+        env.status_text(None).lines().find(|l| l.contains("copy 1 has not answered for")).map(str::to_string)
     });
     assert!(line.starts_with("stall: copy 1 has not answered for "), "{line}");
     drop(resume);
     wait_until(Duration::from_secs(30), "copy 1 to take new visitors again", || {
         get_within(port, "/", Duration::from_secs(5)).filter(|r| r.copy() == Some(1))
     });
-    wait_until(Duration::from_secs(15), "the status line to go", || (!status_text(&env).contains("has not answered")).then_some(()));
+    wait_until(Duration::from_secs(15), "the status line to go", || (!env.status_text(None).contains("has not answered")).then_some(()));
     assert!(env.copies("stall").iter().all(|c| c.crashes == 0), "a stopped copy is not a dead one");
 }
 
@@ -134,7 +124,7 @@ fn a_get_that_kills_its_copy_takes_at_most_two_copies_and_the_app_keeps_answerin
         assert_eq!(r.status, 200, "the app keeps answering: {r:?}");
     }
     let line = wait_until(Duration::from_secs(10), "the status line about the request", || {
-        status_text(&env).lines().find(|l| l.contains("GET /crash?x=1 was in flight when two copies died")).map(str::to_string)
+        env.status_text(None).lines().find(|l| l.contains("GET /crash?x=1 was in flight when two copies died")).map(str::to_string)
     });
     assert!(line.starts_with("death: "), "{line}");
     // The dead copies come back; the one left standing never went.

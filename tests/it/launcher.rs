@@ -38,23 +38,9 @@ shiny::shinyApp(shiny::fluidPage("never served"), function(input, output) {})
 
 /// Writes an app folder with this app.R; returns (manifest, folder).
 fn app_with(env: &Env, name: &str, port: u16, app_r: &str) -> (PathBuf, PathBuf) {
-    let manifest = env.app(name, port, "warm-replicas: 0\n");
+    let manifest = env.app_running(app_r, name, port, "warm-replicas: 0\n");
     let folder = manifest.parent().unwrap().to_path_buf();
-    std::fs::write(folder.join("app.R"), app_r).unwrap();
     (manifest, folder)
-}
-
-/// The folder's file names, sorted, but for the state-file the daemon
-/// keeps there.
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        // The daemon's state file, and its temporary file caught mid-write.
-        .filter(|n| n != "state.json" && !n.starts_with(".state.json.tmp."))
-        .collect();
-    names.sort();
-    names
 }
 
 /// The `isolation` of copy 1 of the app in `status --json`.

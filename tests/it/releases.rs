@@ -4,7 +4,7 @@
 //! never takes over; restart reads the manifest as it is now; rollback
 //! brings the previous version back; a crash restart runs its release.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::helpers::*;
@@ -36,9 +36,8 @@ shinyApp(ui, server)
 /// Writes `apps/<name>/` with app.R at `version` and app.yaml (`app-name`,
 /// `port`, then `extra`); returns (manifest, app.R).
 fn versioned_app(env: &Env, name: &str, port: u16, extra: &str, version: &str) -> (PathBuf, PathBuf) {
-    let manifest = env.app(name, port, extra);
+    let manifest = env.app_running(&app_r(version), name, port, extra);
     let app_r_path = manifest.with_file_name("app.R");
-    std::fs::write(&app_r_path, app_r(version)).unwrap();
     (manifest, app_r_path)
 }
 
@@ -89,13 +88,6 @@ fn releases(env: &Env, app: &str) -> Vec<(u32, Option<String>)> {
 
 fn app_releases_dir(env: &Env, app: &str) -> PathBuf {
     env.home().join("releases/default").join(app)
-}
-
-fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> =
-        std::fs::read_dir(dir).into_iter().flatten().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-    v.sort();
-    v
 }
 
 #[test]
@@ -368,9 +360,7 @@ fn a_wake_and_a_scale_up_run_the_recorded_release_not_the_edited_folder() {
     env.apply(&manifest);
     wait_version(port, "v1");
     std::fs::write(&app_r_path, app_r("v2")).unwrap();
-    wait_until(Duration::from_secs(30), "the app to sleep", || {
-        env.copies("wk").iter().all(|c| c.status == "asleep" && c.pid.is_none()).then_some(())
-    });
+    env.wait_asleep("wk", Duration::from_secs(30));
     assert_eq!(version(port, None).as_deref(), Some("v1"), "the wake runs the recorded release");
 
     // replicas changes how many copies run, not how they start: no deploy.

@@ -13,10 +13,6 @@ const START: Duration = Duration::from_secs(60);
 /// sessions), and some: past it, only sessions keep a copy.
 const SETTLE_AND_SOME: u64 = 12_000;
 
-fn status_text(env: &Env, app: &str) -> String {
-    env.ok(&["status", app])
-}
-
 /// When the copy began to drain (unix ms), from state.json.
 fn drain_started(env: &Env, app: &str, copy: u32) -> u64 {
     wait_until(Duration::from_secs(10), "the drain start in state.json", || env.record(app, copy)?["drain_started_ms"].as_u64())
@@ -56,7 +52,7 @@ fn a_crashing_copy_backs_off_two_four_eight_seconds_and_shows_crash_looping() {
     let c = &env.copies("crashy")[0];
     assert_eq!(c.status, "crash-looping");
     assert!(c.crashes >= 3, "crashes counted: {c:?}");
-    let text = status_text(&env, "crashy");
+    let text = env.status_text(Some("crashy"));
     assert!(text.contains("crashy: copy 1 is crash-looping: it exited with status 3"), "{text}");
     assert!(text.contains("default-crashy.log"), "says where to look: {text}");
 }
@@ -79,7 +75,7 @@ fn restart_policy_decides_whether_an_exited_copy_comes_back() {
                 env.copies(&name).into_iter().find(|c| c.status == "exited")
             });
             assert!(c.pid.is_none());
-            let text = status_text(&env, &name);
+            let text = env.status_text(Some(&name));
             assert!(
                 text.contains(&format!("{name}: copy 1 is left down: it exited with status {code} and restart-policy is {policy}")),
                 "a line says why: {text}"
@@ -121,7 +117,7 @@ fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
     let reload = get(port, "/", &[("Cookie", &cookie), ("Sec-Fetch-Mode", "navigate"), ("Sec-Fetch-Dest", "document")]).unwrap();
     assert_eq!(reload.copy(), Some(3), "reloading brings the new version");
     assert!(reload.cookie().is_some_and(|c| c != cookie), "with a cookie for the new copy");
-    let text = status_text(&env, "rd");
+    let text = env.status_text(Some("rd"));
     assert!(text.contains("rd: copy 1 is draining with 1 session; it stops when they end, or in "), "{text}");
     assert!(text.contains("(1 warm, 1 draining)"), "{text}");
 
@@ -129,7 +125,7 @@ fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
     wait_clock(drain_started(&env, "rd", 1) + SETTLE_AND_SOME);
     assert!(pid_alive(old), "the session keeps the old copy past the settle");
     session.still_on_its_copy(2);
-    assert!(status_text(&env, "rd").contains("rd: copy 1 is draining with 1 session"));
+    assert!(env.status_text(Some("rd")).contains("rd: copy 1 is draining with 1 session"));
 
     // The session ends: the old copy stops within about 15 s (the settle).
     session.close();
@@ -151,7 +147,7 @@ fn a_draining_copy_stops_at_drain_timeout_and_now_does_not_wait() {
     let session = Session::open(port, "");
     env.ok(&["restart", "dt"]);
     env.wait_roles("dt", "2:active 1:draining", START);
-    let text = status_text(&env, "dt");
+    let text = env.status_text(Some("dt"));
     assert!(text.contains("dt: copy 1 is draining with 1 session"), "{text}");
     let timeout_at = drain_started(&env, "dt", 1) + 15_000;
     wait_gone(old, Duration::from_millis(timeout_at.saturating_sub(now_ms()) + 10_000), "the drain-timeout to stop copy 1");
@@ -186,7 +182,7 @@ fn a_broken_version_never_takes_over() {
     std::fs::write(&manifest, format!("app-name: br\nport: {port}\nenv:\n  BROKEN: \"yes\"\n")).unwrap();
     env.apply(&manifest);
     let text = wait_until(Duration::from_secs(30), "status to say copy 3 doesn't start", || {
-        let t = status_text(&env, "br");
+        let t = env.status_text(Some("br"));
         t.contains("br: copy 3 doesn't start: it exited with status 1").then_some(t)
     });
     assert!(text.contains("the old copies keep serving") && text.contains("default-br@3.log"), "{text}");
