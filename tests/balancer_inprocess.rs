@@ -182,6 +182,18 @@ async fn flaky_backend(copy: u32, drop_first: usize) -> (u16, Arc<AtomicUsize>) 
     (port, seen)
 }
 
+/// Waits until `cond` holds, looking again each millisecond of the
+/// runtime's clock (which a paused clock advances) and failing after 10 s
+/// of the real one: what a test waits for on real sockets, instead of a
+/// sleep it hopes is long enough.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// A port nothing listens on: a copy there refuses every connection.
 fn dead_port() -> u16 {
     // Bound and never listening: a connection is refused, as by a dead
@@ -429,7 +441,7 @@ async fn requests_for_a_sleeping_app_share_one_wake() {
     let wake = rig.daemon.next().await;
     assert_eq!(wake.path, "/v1/apps/web/wake");
     // All four arrive and join the wake before it ends.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    until("the four visitors to be taken in", || rig.proxy.open_connections() == 4).await;
     assert!(held.iter().all(|h| !h.is_finished()), "held while the app wakes");
     let (one, seen) = backend(1).await;
     rig.proxy.push(table(rig.port, LbPolicy::LeastConn, false, 30_000, &[(1, one, Role::Active)])).await;
@@ -653,12 +665,12 @@ async fn past_max_connections_a_visitor_gets_a_plain_503_with_retry_after() {
     .await;
     let idle: Vec<_> = [0, 1].map(|_| std::net::TcpStream::connect(("127.0.0.1", rig.port)).unwrap()).into_iter().collect();
     // Accepted and counted in the load balancer's own time.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until("the two idle connections to be counted", || rig.proxy.open_connections() == 2).await;
     let over = get(rig.port, None).await;
     assert_eq!(over.status, 503, "{over:?}");
     assert_eq!(over.header("retry-after"), Some("5"), "{over:?}");
     drop(idle);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until("the two idle connections to be let go", || rig.proxy.open_connections() == 0).await;
     let a = get(rig.port, None).await;
     assert_eq!((a.status, a.copy()), (200, 1), "room again once they closed: {a:?}");
 }
@@ -743,7 +755,7 @@ async fn a_stalled_copy_keeps_its_visitors_gets_no_new_ones_and_is_used_again_on
         assert_eq!(h.await.unwrap().copy(), 1, "answered once it runs again");
     }
     // The probe (or those answers) clears it: new visitors come back.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    until("copy 1 to be heard again", || rig.proxy.traffic()[0].copies[0].silent_ms == 0).await;
     assert_eq!(get(rig.port, None).await.copy(), 1, "used again once it answers");
     assert_eq!(rig.proxy.traffic()[0].copies[0].silent_ms, 0);
 }
