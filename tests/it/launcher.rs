@@ -78,9 +78,9 @@ fn run_folder(env: &Env, app: &str) -> PathBuf {
 /// folder it runs from (its release) holds what working-dir held, and its
 /// scratch file is on the host's scratch disk.
 fn assert_folder_kept_scratch_written(env: &Env, name: &str, page: &str, folder: &Path, before: &[String]) {
-    assert_eq!(between(page, "wrote=", ";"), Some("no"), "the write into its folder failed: {page}");
     assert_eq!(listing(&run_folder(env, name)), before, "the folder the copy runs from is unchanged");
     assert_eq!(listing(folder), before, "the app folder is unchanged");
+    assert_eq!(between(page, "wrote=", ";"), Some("no"), "the write into its folder failed: {page}");
     let scratch = env.home().join(format!("scratch/default-{name}/1/from-app.txt"));
     assert_eq!(std::fs::read_to_string(&scratch).unwrap(), "from the app\n", "written to SHINYCTL_SCRATCH, seen on the host");
 }
