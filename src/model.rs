@@ -158,6 +158,22 @@ pub struct AppTraffic {
     /// two copies died within a minute.
     #[serde(default)]
     pub refusing: Vec<Refusing>,
+    /// Copies a push took out of the table while answers to them were
+    /// still under way: the daemon waits for those before it stops the
+    /// copy. Empty from a load balancer of a build without it.
+    #[serde(default)]
+    pub leaving: Vec<LeavingCopy>,
+}
+
+/// A copy no longer in the table with requests still in flight to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeavingCopy {
+    /// The copy number.
+    pub copy: u32,
+    /// Its process, as the table named it.
+    pub pid: u32,
+    /// Requests in flight to it (open WebSockets not counted).
+    pub requests: u64,
 }
 
 /// A request the load balancer answers 502 at once for a while.

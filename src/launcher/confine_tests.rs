@@ -82,9 +82,25 @@ fn in_child(checks: impl FnOnce() -> Vec<(&'static str, bool)>) -> (i32, Vec<&'s
         }
         nix::unistd::ForkResult::Parent { child } => {
             drop(write);
+            // The checks take moments; a child that hangs is killed and the
+            // test fails, instead of holding the suite.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let status = loop {
+                match nix::sys::wait::waitpid(child, Some(nix::sys::wait::WaitPidFlag::WNOHANG)).unwrap() {
+                    nix::sys::wait::WaitStatus::StillAlive if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(std::time::Duration::from_millis(10))
+                    }
+                    nix::sys::wait::WaitStatus::StillAlive => {
+                        let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
+                        let _ = nix::sys::wait::waitpid(child, None);
+                        panic!("the child running the checks did not end within 60 s");
+                    }
+                    ended => break ended,
+                }
+            };
+            // The names are a few lines: the pipe held them while the child ran.
             let mut text = String::new();
             std::io::Read::read_to_string(&mut std::fs::File::from(read), &mut text).unwrap();
-            let status = nix::sys::wait::waitpid(child, None).unwrap();
             let code = match status {
                 nix::sys::wait::WaitStatus::Exited(_, c) => c,
                 other => panic!("the child ended with {other:?}"),

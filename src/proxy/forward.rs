@@ -65,6 +65,12 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
     if req.uri().path() == pages::HEALTH_PATH {
         return pages::health(&app.name, !app.stopped && app.listening);
     }
+    if websocket::is_upgrade(req.headers()) {
+        let has_body = !req.body().is_end_stream();
+        if let Err(bad) = websocket::check_handshake(req.method(), req.headers(), has_body) {
+            return pages::bad_handshake(bad);
+        }
+    }
     app.counters.last_request_ms.store(now_ms(), Ordering::Relaxed);
     let client_upgrade = websocket::is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();

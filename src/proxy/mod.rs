@@ -214,6 +214,12 @@ impl Proxy {
         self.control.push(table).await;
     }
 
+    /// Visitors' connections admitted and open, as `GET /metrics` counts
+    /// them (WebSockets aside).
+    pub fn open_connections(&self) -> usize {
+        self.control.shared.open()
+    }
+
     /// Connections and sessions per app and copy, as `GET /stats` has them.
     pub fn traffic(&self) -> Vec<AppTraffic> {
         self.control.shared.table.load().traffic()

@@ -128,6 +128,25 @@ pub fn not_allowed() -> Response<DownBody> {
     page(StatusCode::METHOD_NOT_ALLOWED, "<!doctype html>\n<html><body><h1>Method not allowed</h1></body></html>\n".to_string())
 }
 
+/// 400 for a malformed WebSocket handshake, or 426 naming version 13 for
+/// one of another version (RFC 6455, 4.2.2).
+pub fn bad_handshake(bad: super::websocket::BadHandshake) -> Response<DownBody> {
+    match bad {
+        super::websocket::BadHandshake::Malformed(why) => page(
+            StatusCode::BAD_REQUEST,
+            format!("<!doctype html>\n<html><body><h1>Bad WebSocket handshake</h1><p>{}</p></body></html>\n", escape(why)),
+        ),
+        super::websocket::BadHandshake::Version => {
+            let mut resp = page(
+                StatusCode::UPGRADE_REQUIRED,
+                "<!doctype html>\n<html><body><h1>Only WebSocket version 13</h1></body></html>\n".to_string(),
+            );
+            resp.headers_mut().insert("sec-websocket-version", HeaderValue::from_static("13"));
+            resp
+        }
+    }
+}
+
 fn page(status: StatusCode, html: String) -> Response<DownBody> {
     let mut resp = Response::new(DownBody::Full(Some(Bytes::from(html))));
     *resp.status_mut() = status;

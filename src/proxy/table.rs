@@ -21,7 +21,7 @@ use super::pool::Pool;
 use super::retry::Deaths;
 use crate::clock::mono_ms;
 use crate::manifest::{Cidr, DEFAULT_MAX_CONNECTIONS};
-use crate::model::{AppTraffic, CopyTraffic, LbPolicy, ProxyApp, ProxyTable, Refusing, Role};
+use crate::model::{AppTraffic, CopyTraffic, LbPolicy, LeavingCopy, ProxyApp, ProxyTable, Refusing, Role};
 
 /// The longest a request is held while no copy can take it
 /// (staying-up.txt: "a request waits up to 15 seconds").
@@ -245,6 +245,42 @@ impl LiveApp {
     }
 }
 
+/// A copy out of the table is still reported this long after the push
+/// that took it out, even with nothing in flight yet: a request that read
+/// the table just before the swap counts itself against the copy a moment
+/// after.
+pub const LEAVING_LINGER_MS: u64 = 1_000;
+
+/// A copy a push took out of the table, kept while answers to it may still
+/// be under way, so `/stats` tells the daemon not to stop it yet.
+#[derive(Clone)]
+pub struct Leaving {
+    /// Its app.
+    pub app: String,
+    /// The copy number.
+    pub copy: u32,
+    /// Its process, as the table named it.
+    pub pid: u32,
+    /// Its port.
+    pub port: u16,
+    /// [`mono_ms`] when the push took it out.
+    pub left_ms: u64,
+    /// Its counters, shared with the requests still under way.
+    pub state: Arc<CopyState>,
+}
+
+impl Leaving {
+    /// Requests in flight to it (open WebSockets not counted).
+    pub fn requests(&self) -> u64 {
+        self.state.connections.load(Ordering::Relaxed).saturating_sub(self.state.sessions.load(Ordering::Relaxed))
+    }
+
+    /// Still worth keeping at `now` ([`mono_ms`]).
+    fn lingers(&self, now: u64) -> bool {
+        self.requests() > 0 || now < self.left_ms + LEAVING_LINGER_MS
+    }
+}
+
 /// One version of the whole table.
 #[derive(Default)]
 pub struct Table {
@@ -252,6 +288,9 @@ pub struct Table {
     pub source: ProxyTable,
     /// The apps, in the daemon's order.
     pub apps: Vec<Arc<LiveApp>>,
+    /// Copies earlier pushes took out, while requests to them may still be
+    /// in flight.
+    pub leaving: Vec<Leaving>,
 }
 
 impl Table {
@@ -302,7 +341,8 @@ impl Table {
                 counters: old.map(|a| a.counters.clone()).unwrap_or_default(),
             }));
         }
-        Table { source, apps }
+        let leaving = leaving_after(prev, &source);
+        Table { source, apps, leaving }
     }
 
     /// The app listening on `port`, else one being deleted whose
@@ -329,6 +369,13 @@ impl Table {
                         sessions: c.state.sessions.load(Ordering::Relaxed),
                         silent_ms: Some(c.state.silent_ms(now)).filter(|&s| s >= STALL_AFTER_MS).unwrap_or(0),
                     })
+                    .collect(),
+                leaving: self
+                    .leaving
+                    .iter()
+                    .filter(|l| l.app == a.name)
+                    .map(|l| LeavingCopy { copy: l.copy, pid: l.pid, requests: l.requests() })
+                    .filter(|l| l.requests > 0)
                     .collect(),
                 refusing: a
                     .counters
@@ -358,6 +405,23 @@ impl Table {
         }
         out
     }
+}
+
+/// The copies `prev` had (in its table or leaving) that `source` no longer
+/// names (the same copy, process and port), kept while they may still
+/// have requests in flight.
+fn leaving_after(prev: &Table, source: &ProxyTable) -> Vec<Leaving> {
+    let now = mono_ms();
+    let named = |app: &str, copy: u32, pid: u32, port: u16| {
+        source.apps.iter().any(|a| a.name == app && a.copies.iter().any(|c| c.copy == copy && c.pid == pid && c.port == port))
+    };
+    let mut out: Vec<Leaving> = prev.leaving.iter().filter(|l| !named(&l.app, l.copy, l.pid, l.port) && l.lingers(now)).cloned().collect();
+    for a in &prev.apps {
+        for c in a.copies.iter().filter(|c| !named(&a.name, c.copy, c.pid, c.port)) {
+            out.push(Leaving { app: a.name.clone(), copy: c.copy, pid: c.pid, port: c.port, left_ms: now, state: c.state.clone() });
+        }
+    }
+    out
 }
 
 /// The app's trusted proxies as ranges; the daemon checked them, so one
@@ -473,6 +537,25 @@ mod tests {
         assert_eq!(t2.apps[0].counters.last_request_ms.load(Ordering::Relaxed), 42);
         assert_eq!(t2.apps[0].hold, MAX_HOLD);
         assert_eq!(t2.apps[0].wake_hold, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_copy_taken_out_is_reported_while_a_request_to_it_is_under_way() {
+        let key = [1u8; 32];
+        let t1 = Table::build(table(&[(1, 20001, 100), (2, 20002, 200)]), &key, &Table::default());
+        // A request begun on copy 2 (its answer streams), and a session on it.
+        let lease = crate::proxy::body::Lease::new(t1.apps[0].copies[1].state.clone());
+        t1.apps[0].copies[1].state.sessions.fetch_add(1, Ordering::Relaxed);
+        t1.apps[0].copies[1].state.connections.fetch_add(1, Ordering::Relaxed);
+        let t2 = Table::build(table(&[(1, 20001, 100)]), &key, &t1);
+        let leaving = &t2.traffic()[0].leaving;
+        assert_eq!(leaving, &vec![LeavingCopy { copy: 2, pid: 200, requests: 1 }], "the session is not a request");
+        let t3 = Table::build(table(&[(1, 20001, 100)]), &key, &t2);
+        assert_eq!(t3.traffic()[0].leaving.len(), 1, "kept across pushes while the answer goes on");
+        drop(lease);
+        assert!(t3.traffic()[0].leaving.is_empty(), "reported only while a request is in flight");
+        let back = Table::build(table(&[(1, 20001, 100), (2, 20002, 200)]), &key, &t3);
+        assert!(back.leaving.is_empty(), "a copy named again is in the table, not leaving");
     }
 
     #[test]

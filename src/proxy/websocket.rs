@@ -25,6 +25,49 @@ pub fn is_upgrade(h: &HeaderMap) -> bool {
     has_token(h, header::UPGRADE, "websocket") && has_token(h, header::CONNECTION, "upgrade")
 }
 
+/// What is wrong with a WebSocket handshake (RFC 6455, 4.2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadHandshake {
+    /// 400: not a GET, a body, or no `Sec-WebSocket-Key` of 16 bytes in base64.
+    Malformed(&'static str),
+    /// 426, naming version 13: a `Sec-WebSocket-Version` other than 13.
+    Version,
+}
+
+/// Checks an upgrade request before it goes to a copy, so a malformed one
+/// gets its 400 (or 426) from us rather than a copy's refusal or a 101 to
+/// a handshake no browser sends. `has_body`: the request carries one.
+pub fn check_handshake(method: &hyper::Method, h: &HeaderMap, has_body: bool) -> Result<(), BadHandshake> {
+    if method != hyper::Method::GET {
+        return Err(BadHandshake::Malformed("a WebSocket handshake is a GET"));
+    }
+    if has_body {
+        return Err(BadHandshake::Malformed("a WebSocket handshake has no body"));
+    }
+    let one = |name: &str| {
+        let mut all = h.get_all(name).iter();
+        match (all.next(), all.next()) {
+            (Some(v), None) => v.to_str().ok().map(str::trim),
+            _ => None,
+        }
+    };
+    if !one("sec-websocket-key").is_some_and(is_key) {
+        return Err(BadHandshake::Malformed("Sec-WebSocket-Key must be 16 bytes in base64"));
+    }
+    if one("sec-websocket-version") != Some("13") {
+        return Err(BadHandshake::Version);
+    }
+    Ok(())
+}
+
+/// True for the base64 of 16 bytes: 22 characters of the alphabet, the last
+/// of them holding no bits past the 128th, then `==`.
+fn is_key(k: &str) -> bool {
+    let b = k.as_bytes();
+    let alphabet = |c: &u8| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/';
+    b.len() == 24 && b[..22].iter().all(alphabet) && b"AQgw".contains(&b[21]) && &b[22..] == b"=="
+}
+
 fn has_token(h: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
     h.get_all(name).iter().any(|v| v.to_str().unwrap_or("").split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
@@ -122,6 +165,31 @@ async fn carry_wrapped(client: Side, upstream: Side, app: &str, copy: u32) {
     };
     if let Err(e) = first.await {
         tracing::debug!(app, copy, "WebSocket closed: {e}");
+    }
+}
+
+#[cfg(test)]
+mod handshake_tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        pairs.iter().map(|(k, v)| (header::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap())).collect()
+    }
+
+    #[test]
+    fn a_malformed_handshake_is_refused_with_the_right_status() {
+        let get = hyper::Method::GET;
+        let good = [("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="), ("sec-websocket-version", "13")];
+        assert_eq!(check_handshake(&get, &headers(&good), false), Ok(()));
+        assert!(matches!(check_handshake(&get, &headers(&[]), false), Err(BadHandshake::Malformed(_))), "no key");
+        let bad_key = [("sec-websocket-key", "!!"), ("sec-websocket-version", "13")];
+        assert!(matches!(check_handshake(&get, &headers(&bad_key), false), Err(BadHandshake::Malformed(_))));
+        let long_key = [("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZR=="), ("sec-websocket-version", "13")];
+        assert!(matches!(check_handshake(&get, &headers(&long_key), false), Err(BadHandshake::Malformed(_))), "bits past 16 bytes");
+        let v99 = [("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="), ("sec-websocket-version", "99")];
+        assert_eq!(check_handshake(&get, &headers(&v99), false), Err(BadHandshake::Version));
+        assert!(matches!(check_handshake(&get, &headers(&good), true), Err(BadHandshake::Malformed(_))), "a body");
+        assert!(matches!(check_handshake(&hyper::Method::POST, &headers(&good), false), Err(BadHandshake::Malformed(_))));
     }
 }
 

@@ -17,7 +17,7 @@ use crate::release;
 
 use super::app::{AppRt, Recorded, Tracked, WakeOutcome};
 use super::probe::Facts;
-use super::{act, limits, log_path, now_ms, record, tallies, Daemon, Event, Launched, PendingLaunch, PendingStop, STOP_WAITS_FOR_PUSH_MS};
+use super::{act, limits, log_path, now_ms, record, stops, tallies, Daemon, Event, Launched, PendingLaunch, PendingStop};
 
 impl Daemon {
     /// Observe: what each recorded process is doing now, from what is
@@ -206,22 +206,37 @@ impl Daemon {
 
     /// After the push (`pushed`: the load balancer has the table), act on
     /// the stops the cycles decided: the load balancer no longer sends those
-    /// copies anything. One it cannot reach holds a stop up for
-    /// [`STOP_WAITS_FOR_PUSH_MS`] at most.
-    pub(super) fn run_stops(&mut self, pushed: bool) {
+    /// copies anything, and `after` (its figures, asked after the push)
+    /// shows no answer to them under way. One it cannot reach holds a stop
+    /// up for [`STOP_WAITS_FOR_PUSH_MS`] at most; answers under way, for
+    /// [`super::STOP_WAITS_FOR_ANSWERS_MS`] (a `--now`, its grace).
+    pub(super) fn run_stops(&mut self, pushed: bool, after: Option<&crate::model::ProxyStats>) {
         let now = now_ms();
-        self.stops.retain(|s| {
-            let go = pushed || now >= s.since_ms + STOP_WAITS_FOR_PUSH_MS;
+        self.stops.retain_mut(|s| {
+            let requests = after.map(|a| stops::leaving_requests(a, &s.app, s.pid));
+            let go = s.due(pushed, requests, now);
             if go {
                 act::stop_process(s.pid, s.pid_start);
+            } else if let Some(n) = requests.filter(|&n| n > 0) {
+                if !std::mem::replace(&mut s.waiting, true) {
+                    tracing::info!(
+                        app = s.app,
+                        copy = s.copy,
+                        pid = s.pid,
+                        "copy {} stops once the {n} answer(s) under way to it are given",
+                        s.copy
+                    );
+                }
             }
             !go
         });
     }
 
-    /// When the oldest stop held up by an unreachable load balancer is due.
+    /// When a stop is to be looked at again: one held up by an unreachable
+    /// load balancer, or waiting for answers under way.
     pub(super) fn stops_due_ms(&self) -> Option<u64> {
-        self.stops.iter().map(|s| s.since_ms + STOP_WAITS_FOR_PUSH_MS).min()
+        let now = now_ms();
+        self.stops.iter().map(|s| s.next_look_ms(now)).min()
     }
 }
 
@@ -308,7 +323,8 @@ fn act_on(
                 let Some(pid) = rec.pid else { continue };
                 if tracked.stopping.insert(pid) {
                     tracing::info!(app = name, copy, pid, "stopping copy");
-                    stops.push(PendingStop { pid, pid_start: rec.pid_start, since_ms: cx.now });
+                    let hurried_since = rec.drain_started_ms.filter(|_| rec.hurried);
+                    stops.push(PendingStop::new(name, copy, pid, rec.pid_start, cx.now, hurried_since));
                 }
             }
         }

@@ -225,10 +225,14 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         // a new one waits until the table names it.
         sync_sockets(&shared, &home, proxy.pid()).await;
         let pushed = proxy.push(&home, table).await;
-        shared.lock().await.run_stops(pushed);
+        // What the load balancer still answers for the copies it no longer
+        // has, asked after the push: a stop waits for those answers.
+        let waiting = pushed && !shared.lock().await.stops.is_empty();
+        let after = if waiting { proxy.stats(&home).await } else { None };
+        shared.lock().await.run_stops(pushed, after.as_ref());
         // The old load balancer goes once the new one listens on every socket.
         let listening = shared.lock().await.sockets.has_been_given(proxy.pid());
-        proxy.retire_old(listening).await;
+        proxy.retire_old(&home, listening).await;
         shared.lock().await.resolve_wakes();
     }
     if shared.lock().await.shutting_down == Some(true) {

@@ -331,6 +331,7 @@ mod tests {
                 name: "web".into(),
                 last_request_ms: 0,
                 refusing: Vec::new(),
+                leaving: Vec::new(),
                 copies: vec![CopyTraffic { copy: 3, connections: 2, sessions: 1, silent_ms: 0 }],
             }],
             requests: vec![

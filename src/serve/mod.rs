@@ -37,6 +37,7 @@ mod reload;
 mod reply;
 mod sockets;
 mod status;
+mod stops;
 mod tallies;
 
 use std::collections::{BTreeMap, HashMap};
@@ -49,6 +50,7 @@ use tokio::sync::{mpsc, Mutex};
 use crate::home::Home;
 use crate::manifest::AppSpec;
 use crate::model::{CopyTraffic, Exit, Refusing};
+pub use stops::{PendingStop, STOP_WAITS_FOR_ANSWERS_MS, STOP_WAITS_FOR_PUSH_MS};
 
 pub use act::now_ms;
 pub use app::{AppRt, Recorded, Tracked, Wake};
@@ -163,21 +165,6 @@ pub struct Launched {
     /// The launcher's PID.
     pub result: anyhow::Result<u32>,
 }
-
-/// A copy to stop once the load balancer no longer sends it requests.
-#[derive(Debug, Clone, Copy)]
-pub struct PendingStop {
-    /// Its process.
-    pub pid: u32,
-    /// Its process's start time, so a reused PID is never signalled.
-    pub pid_start: Option<u64>,
-    /// Unix ms when the cycle decided it.
-    pub since_ms: u64,
-}
-
-/// How long a stop waits for a load balancer that cannot be reached: drain,
-/// sleep and delete must still end.
-pub const STOP_WAITS_FOR_PUSH_MS: u64 = 3_000;
 
 /// The daemon as shared between the loop and the API.
 pub type Shared = Arc<Mutex<Daemon>>;

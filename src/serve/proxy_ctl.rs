@@ -28,13 +28,16 @@ pub struct ProxyCtl {
     pending: Option<ProxyTable>,
     /// A load balancer of another build, stopped once the new one serves.
     retiring: Option<u32>,
+    /// The load balancers told to stop (PID, start time), each told once;
+    /// kept while they finish.
+    retired: Vec<(u32, u64)>,
 }
 
 impl ProxyCtl {
     /// Makes sure the cookie key exists (see [`ensure_cookie_key`]).
     pub fn new(home: &Home) -> anyhow::Result<ProxyCtl> {
         ensure_cookie_key(home)?;
-        Ok(ProxyCtl { pid: None, pushed: None, pending: None, retiring: None })
+        Ok(ProxyCtl { pid: None, pushed: None, pending: None, retiring: None, retired: Vec::new() })
     }
 
     /// Forgets the load balancer (it exited).
@@ -131,15 +134,35 @@ impl ProxyCtl {
     /// Stops the load balancer of another build once the new one has its
     /// table and (`listening`) the listening sockets: 0.25 s later, so the
     /// new one serves beside it first. It answers what it is in the middle
-    /// of for up to 5 s, then exits.
-    pub async fn retire_old(&mut self, listening: bool) {
+    /// of for up to 5 s, then exits. Also whichever load balancer of this
+    /// home still holds `proxy/lock` beside the one that answers: a daemon
+    /// that ended between starting the new one and stopping the old one
+    /// left the old one running (it would serve the same sockets with an
+    /// old table for ever), and only the lock still names it.
+    pub async fn retire_old(&mut self, home: &Home, listening: bool) {
         if self.pushed.is_none() || !listening {
             return;
         }
-        let Some(old) = self.retiring.take() else { return };
+        let Some(current) = self.pid else { return };
+        let mut old: Vec<(u32, u64)> = Vec::new();
+        for pid in self.retiring.take().into_iter().chain(lock_holder(home)) {
+            let Some(start) = crate::procfs::start_ticks(pid) else { continue };
+            if pid != current && !old.contains(&(pid, start)) && !self.retired.contains(&(pid, start)) && is_balancer_of(home, pid) {
+                old.push((pid, start));
+            }
+        }
+        if old.is_empty() {
+            return;
+        }
         tokio::time::sleep(Duration::from_millis(250)).await;
-        tracing::info!(pid = old, "stopping the load balancer of the other build");
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(old as i32), nix::sys::signal::Signal::SIGTERM);
+        for (pid, start) in old {
+            if crate::procfs::is_alive(pid, start) {
+                tracing::info!(pid, "stopping the load balancer {pid}, which {current} replaced");
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+            }
+            self.retired.push((pid, start));
+        }
+        self.retired.retain(|&(pid, start)| crate::procfs::is_alive(pid, start));
     }
 
     /// Reads the load balancer's stats; `None` when it doesn't answer.
@@ -179,6 +202,22 @@ impl ProxyCtl {
             }
         }
     }
+}
+
+/// The PID `proxy/lock` names: the load balancer that holds it (or held
+/// it last).
+fn lock_holder(home: &Home) -> Option<u32> {
+    std::fs::read_to_string(home.proxy_lock()).ok()?.trim().parse().ok()
+}
+
+/// True when `pid` is a load balancer (`shinyctl proxy`) of this home.
+fn is_balancer_of(home: &Home, pid: u32) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    if cmdline.split(|b| *b == 0).nth(1) != Some(b"proxy".as_slice()) {
+        return false;
+    }
+    let want = format!("SHINYCTL_HOME={}", home.root.display());
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == want.as_bytes()))
 }
 
 /// How long `status` waits for the load balancer's figures: it answers

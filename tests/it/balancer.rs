@@ -7,44 +7,6 @@ use crate::helpers::*;
 
 const START: Duration = Duration::from_secs(60);
 
-/// A Shiny session: a WebSocket through the load balancer, initialised,
-/// with the first value of the `live` output read.
-pub struct Session {
-    socket: tungstenite::WebSocket<std::net::TcpStream>,
-    /// The copy the `live` output came from.
-    pub copy: u32,
-}
-
-impl Session {
-    /// Opens a session with this cookie header (may be empty).
-    pub fn open(port: u16, cookie: &str) -> Session {
-        use tungstenite::client::IntoClientRequest;
-        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut req = format!("ws://127.0.0.1:{port}/websocket/").into_client_request().unwrap();
-        if !cookie.is_empty() {
-            req.headers_mut().insert("Cookie", cookie.parse().unwrap());
-        }
-        let (mut socket, resp) = tungstenite::client(req, stream).expect("WebSocket handshake through the load balancer");
-        assert_eq!(resp.status(), 101);
-        socket.send(tungstenite::Message::text(r#"{"method":"init","data":{".clientdata_output_live_hidden":false}}"#)).unwrap();
-        let copy = loop {
-            let msg = socket.read().expect("a message from Shiny");
-            let text = msg.into_text().unwrap_or_default();
-            if let Some(n) = between(&text, "live-from-copy-", "\"") {
-                break n.parse().unwrap();
-            }
-        };
-        Session { socket, copy }
-    }
-
-    /// Closes the session.
-    pub fn close(mut self) {
-        let _ = self.socket.close(None);
-        let _ = self.socket.flush();
-    }
-}
-
 #[test]
 fn the_cookie_holds_a_visitor_on_one_copy_and_a_forged_one_is_replaced() {
     let env = Env::new("sticky");
@@ -160,18 +122,42 @@ fn x_forwarded_for_is_the_visitors_address_and_an_incoming_one_is_not_trusted() 
     assert_eq!(between(&r.body, "xff=", ";"), Some("127.0.0.1"), "{}", r.body);
 }
 
+/// The test app plus `/slow`: it leaves a mark on the copy's own disk,
+/// then answers `copy=N;` 3 s later.
+const SLOW_R: &str = r#"
+library(shiny)
+shiny:::handlerManager$addHandler(function(req) {
+  if (!identical(req$PATH_INFO, "/slow")) return(NULL)
+  writeLines("begun", file.path(Sys.getenv("SHINYCTL_SCRATCH"), "slow-begun"))
+  Sys.sleep(3)
+  httpResponse(200, "text/plain", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";"))
+}, "slow-test")
+ui <- fluidPage(tags$p(id = "who", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")))
+server <- function(input, output, session) {}
+shinyApp(ui, server)
+"#;
+
 #[test]
 fn killing_the_active_copy_loses_no_request_and_the_visitor_ends_on_the_spare() {
     let env = Env::new("failover");
-    let port = env.started("fo", "", "1:active 2:warm");
-    let first = get(port, "/", &[]).unwrap();
+    let port = free_port();
+    env.apply(&env.app_running(SLOW_R, "fo", port, ""));
+    env.wait_roles("fo", "1:active 2:warm", START);
+    let first = wait_http_ok(port, Duration::from_secs(10));
     assert_eq!(first.copy(), Some(1));
     let cookie = first.cookie().unwrap();
 
     let client = Loop::sticky(port, cookie);
     wait_until(Duration::from_secs(30), "the client to be running", || (client.sent() > 20).then_some(()));
+    // A request surely in flight to copy 1 when it dies: copy 1 is in the
+    // middle of answering it.
+    let slow = std::thread::spawn(move || get(port, "/slow", &[]));
+    let mark = env.home().join("scratch").join("default-fo").join("1").join("slow-begun");
+    wait_until(Duration::from_secs(10), "copy 1 to be answering /slow", || mark.exists().then_some(()));
     signal(env.pid_of("fo", 1), 9);
     let at_kill = client.sent();
+    let answer = slow.join().unwrap().expect("an answer to the request in flight at the kill");
+    assert_eq!((answer.status, answer.copy()), (200, Some(2)), "sent again, to the spare: {answer:?}");
     wait_until(Duration::from_secs(60), "requests after the kill", || (client.sent() > at_kill + 100).then_some(()));
     let last_copy = client.last_copy();
     let (sent, errors) = client.finish();
@@ -256,10 +242,25 @@ fn hostile_input_gets_clear_errors_and_the_load_balancer_keeps_serving() {
     let answer = raw(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n");
     assert!(answer.starts_with("HTTP/1.1 400 "), "a bad Content-Length gets a 400: {answer:.80}");
     let answer = raw(b"GET /websocket/ HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
-    assert!(answer.starts_with("HTTP/1.1 "), "a bad upgrade gets an answer: {answer:.80}");
+    assert!(answer.starts_with("HTTP/1.1 400 "), "an upgrade without Sec-WebSocket-Key gets a 400: {answer:.80}");
 
     assert_eq!(get(port, "/", &[]).unwrap().status, 200, "still serving");
     assert!(pid_alive(proxy), "the load balancer did not crash");
     assert_eq!(env.status()["proxy_pid"].as_u64().unwrap() as u32, proxy, "and was not restarted");
     drop(slow);
+}
+
+/// A quiet Shiny session (nothing said for over a minute) is kept: the
+/// idle limits of HTTP connections (30 s) and of answers that stop moving
+/// (60 s) are not a tunnel's; TCP keepalive finds a dead peer instead.
+#[test]
+fn a_quiet_session_is_kept_past_the_idle_limits() {
+    let env = Env::new("quiet");
+    let port = env.started("quiet", "warm-replicas: 0\n", "1:active");
+    let mut session = Session::open(port, "");
+    session.still_on_its_copy(1);
+    // Quiet on purpose, past both limits: this is the case under test, not a wait.
+    std::thread::sleep(Duration::from_secs(75));
+    session.still_on_its_copy(2);
+    assert_eq!(env.copies("quiet")[0].sessions, 1, "still counted as the copy's session");
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::fence::{TestUser, UserHome};
+use crate::fence::UserHome;
 use crate::helpers::*;
 
 /// The probe, run by the app as `python3 probe.py SOCKET HOW`. HOW is
@@ -264,7 +264,7 @@ fn wait_ready(other: &mut OtherHome, home: &Path, app: &str) {
 fn fenced_copies_get_nothing_from_their_users_own_shinyctl() {
     // Made first, so they go last: after the test's processes have ended.
     let user_home = UserHome::new("sockuser");
-    let user = TestUser::create(&user_home.0);
+    let user = TestUser::create(Some(&user_home.0));
     let mut other = OtherHome::new("sockuser");
     let (uid, gid) = (user.id("-u"), user.id("-g"));
     let chown = |p: &Path| assert!(Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(p).status().unwrap().success());

@@ -33,10 +33,7 @@ fn an_idle_app_with_a_crash_looping_copy_goes_to_sleep() {
 
     // No request: idle-timeout after the deploy, the app sleeps although
     // copy 2 keeps restarting.
-    wait_until(Duration::from_secs(90), "the app to fall asleep", || {
-        let copies = env.copies("loopnap");
-        (!copies.is_empty() && copies.iter().all(|c| c.status == "asleep" && c.pid.is_none())).then_some(())
-    });
+    env.wait_asleep("loopnap", Duration::from_secs(90));
     wait_gone(pid1, Duration::from_secs(15), "copy 1's R process to stop");
 
     // Asleep, the broken copy is not started again: its log gets no new
@@ -94,18 +91,13 @@ fn a_woken_app_with_an_idle_timeout_shorter_than_its_start_answers_what_it_held(
     let env = Env::new("faults-short-idle");
     let port = free_port();
     env.apply(&env.app("blink", port, "idle-timeout: 1s\nwarm-replicas: 0\n"));
-    wait_until(Duration::from_secs(60), "the app to sleep", || {
-        let copies = env.copies("blink");
-        (!copies.is_empty() && copies.iter().all(|c| c.status == "asleep" && c.pid.is_none())).then_some(())
-    });
+    env.wait_asleep("blink", Duration::from_secs(60));
     for round in 0..2 {
         let clients: Vec<_> = (0..3).map(|_| std::thread::spawn(move || get(port, "/", &[]).map(|r| r.status))).collect();
         for c in clients {
             assert_eq!(c.join().unwrap().unwrap(), 200, "round {round}: every held request is answered by the woken copy");
         }
-        wait_until(Duration::from_secs(60), "the app to sleep again", || {
-            env.copies("blink").iter().all(|c| c.status == "asleep").then_some(())
-        });
+        env.wait_asleep("blink", Duration::from_secs(60));
     }
 }
 

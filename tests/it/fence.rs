@@ -4,7 +4,7 @@
 //! and a clean environment; the daemon records the launcher and shows R's
 //! PID. The app reports what it got on its page.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -34,6 +34,12 @@ release <- yes(suppressWarnings(tryCatch(file.create("in-release.txt"), error = 
 writable <- Sys.getenv("WRITABLE")
 hidden <- Sys.getenv("HIDDEN")
 wrote_writable <- if (nzchar(writable)) yes(tryCatch(file.create(file.path(writable, paste0("from-copy-", me))), error = function(e) FALSE)) else "-"
+ipcns <- Sys.readlink("/proc/self/ns/ipc")
+status_of <- function(key) sub(".*:\\s*", "", grep(paste0("^", key, ":"), readLines("/proc/self/status"), value = TRUE))
+nofile <- local({
+  l <- grep("^Max open files", readLines("/proc/self/limits"), value = TRUE)
+  strsplit(trimws(sub("^Max open files", "", l)), "\\s+")[[1]][1]
+})
 pid1 <- local({
   r <- tryCatch(readBin("/proc/1/cmdline", "raw", 4096), error = function(e) raw())
   r[r == as.raw(0)] <- as.raw(32)
@@ -55,7 +61,8 @@ ui <- function(req) {
     paste0("hidden=", if (nzchar(hidden)) readable(file.path(hidden, "secret")) else "-"),
     paste0("env=", paste(sort(names(Sys.getenv())), collapse = ",")),
     paste0("pid=", Sys.getpid()), paste0("pid1=", pid1),
-    paste0("host=", Sys.info()[["nodename"]])
+    paste0("host=", Sys.info()[["nodename"]]),
+    paste0("ipcns=", ipcns), paste0("nnp=", status_of("NoNewPrivs")), paste0("nofile=", nofile)
   )
   tags$pre(paste0(lines, ";", collapse = "\n"))
 }
@@ -198,7 +205,14 @@ fn a_fenced_copy_reaches_nothing_of_shinyctl_nor_of_the_other_copy() {
             assert!(!names.contains(leak), "{leak} is not in the copy's environment: {who}");
         }
         assert!(names.contains(&"SHINYCTL_COPY") && names.contains(&"PROBE_HOME"), "the copy's own and the manifest's env: {who}");
+        // Seen from inside R, not from the launcher's report.
+        let host_ipc = std::fs::read_link("/proc/self/ns/ipc").unwrap().to_string_lossy().into_owned();
+        assert!(a["ipcns"].starts_with("ipc:[") && a["ipcns"] != host_ipc, "an IPC namespace of its own: {who}");
+        assert_eq!(a["nnp"], "1", "no_new_privs is set on R: {who}");
+        assert_eq!(a["nofile"], "4096", "open-files (its default) is R's limit: {who}");
     }
+    let both = from_both(port);
+    assert_ne!(both[0]["ipcns"], both[1]["ipcns"], "each copy has its own IPC namespace");
     assert!(pid_alive(f.daemon) && pid_alive(f.proxy), "the daemon and the load balancer are untouched");
     for copy in [1, 2] {
         let got = fences(&f.env, &app, copy);
@@ -256,49 +270,17 @@ fn a_fenced_copy_keeps_its_own_scratch_disk_through_a_sleep() {
     let port = f.deployed(&app, "warm-replicas: 0\nidle-timeout: 20s\n", "", "1:active");
     assert_eq!(answers(&wait_http_ok(port, Duration::from_secs(10)).body)["scratch"], "empty");
     let before = f.env.copies(&app)[0].pid.unwrap();
-    wait_until(Duration::from_secs(60), "the app to sleep", || {
-        f.env.copies(&app).iter().all(|c| c.status == "asleep" && c.pid.is_none()).then_some(())
-    });
+    f.env.wait_asleep(&app, Duration::from_secs(60));
     wait_gone(before, Duration::from_secs(20), "the copy to be stopped");
     let page = wait_http_ok(port, Duration::from_secs(30)).body;
     assert_eq!(answers(&page)["scratch"], "kept", "woken with its own disk: {page}");
-}
-
-/// Makes a user for the test (CI runs as root) and removes it at the end.
-pub(crate) struct TestUser {
-    pub name: String,
-}
-
-impl TestUser {
-    pub fn create(home: &Path) -> TestUser {
-        // One per test: two tests of this binary may make one at once.
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let name = format!("sfence{}x{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
-        let out = Command::new("useradd").args(["--no-create-home", "--home-dir"]).arg(home).args(["--shell", "/bin/sh", &name]).output();
-        let out = out.expect("useradd (CI runs as root)");
-        assert!(out.status.success(), "useradd: {}", String::from_utf8_lossy(&out.stderr));
-        TestUser { name }
-    }
-
-    pub fn id(&self, flag: &str) -> u32 {
-        let out = Command::new("id").args([flag, &self.name]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-    }
-}
-
-impl Drop for TestUser {
-    fn drop(&mut self) {
-        // -f: a process of the user's that has not quite ended yet must
-        // not leave the user behind.
-        let _ = Command::new("userdel").args(["-f", &self.name]).output();
-    }
 }
 
 #[test]
 fn an_unprivileged_daemon_serves_a_fenced_copy() {
     // Made first, so they go last: after the test's processes have ended.
     let home = UserHome::new("fenceuser");
-    let user = TestUser::create(&home.0);
+    let user = TestUser::create(Some(&home.0));
     let env = Env::new("fenceuser");
     let app = unique("fenceuser");
     let (uid, gid) = (user.id("-u"), user.id("-g"));
@@ -391,7 +373,7 @@ fn writable_and_hidden_paths_and_mode_off_turns_the_fence_off() {
 fn a_root_daemon_runs_a_copy_as_its_run_as_user() {
     // Made first, so they go last: after the test's processes have ended.
     let home = UserHome::new("fencerunas");
-    let user = TestUser::create(&home.0);
+    let user = TestUser::create(Some(&home.0));
     let f = Fenced::start("fencerunas");
     let app = unique("fencerunas");
     let port = f.deployed(&app, &format!("warm-replicas: 0\nrun-as: {}\n", user.name), "", "1:active");

@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::balancer::Session;
 use crate::helpers::*;
 
 /// The app: on each session it runs the probes, logs `FENCE name=outcome`
@@ -72,13 +71,14 @@ show("write-scratch", lambda: write(os.path.join(os.environ["SHINYCTL_SCRATCH"],
 show("write-tmp", lambda: write(os.path.join(tmpdir, "from-app")))
 "#;
 
-/// A folder outside every place a copy may write (and outside /tmp, which
-/// is a copy's own), removed when the test ends.
+/// A folder outside every place a copy may write (and outside /tmp and
+/// /var/tmp, which a copy without a mount namespace may write), removed
+/// when the test ends.
 struct Outside(PathBuf);
 
 impl Outside {
     fn new(name: &str) -> Outside {
-        let dir = PathBuf::from(format!("/var/tmp/shinyctl-it-{}-{}", std::process::id(), unique(name)));
+        let dir = PathBuf::from(format!("/var/lib/shinyctl-it-{}-{}", std::process::id(), unique(name)));
         std::fs::create_dir_all(&dir).unwrap();
         Outside(dir)
     }
@@ -180,6 +180,28 @@ fn syscalls_unconfined_lets_the_calls_through_and_keeps_landlock() {
     assert_eq!(got(&o, "bind-other"), "EACCES", "and binding: {o:?}");
     let log = std::fs::read_to_string(env.home().join("logs/default-unconfined.log")).unwrap();
     assert!(log.contains("missing: seccomp: syscalls: unconfined"), "{log}");
+}
+
+/// Where no namespace can be made, the copy shares the host's PID
+/// namespace: the daemon and the load balancer exist for it, so only
+/// Landlock's signal scope refuses the signal (EPERM; ESRCH would be the
+/// namespace), and its rules refuse the write outside (EACCES, not a
+/// read-only mount's EROFS) and the bind (EACCES).
+#[test]
+fn without_namespaces_landlock_is_what_refuses_signals_writes_and_binds() {
+    let env = Env::new("fence-landlock");
+    crate::launcher::serve_without_namespaces(&env);
+    let outside = Outside::new("landlock");
+    let o = probe(&env, "landlocked", "", &outside.0);
+    let iso = &env.status()["apps"][0]["copies"][0]["isolation"];
+    assert_eq!(iso["kind"], "landlock", "no namespace here: {iso}");
+    assert_eq!(got(&o, "kill-daemon"), "EPERM", "Landlock's signal scope: {o:?}");
+    assert_eq!(got(&o, "kill-proxy"), "EPERM", "{o:?}");
+    assert_eq!(got(&o, "write-outside"), "EACCES", "{o:?}");
+    assert!(std::fs::read_dir(&outside.0).unwrap().next().is_none(), "nothing was written outside");
+    assert_eq!(got(&o, "bind-other"), "EACCES", "{o:?}");
+    assert_eq!(got(&o, "write-scratch"), "ok", "{o:?}");
+    assert_eq!(got(&o, "thread"), "ok", "{o:?}");
 }
 
 /// An app that, on each session, asks for a vector far past its memory

@@ -327,7 +327,7 @@ fn a_root_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port()
 
     // Made first, so they go last: after the test's processes have ended.
     let home = crate::fence::UserHome::new("rofsrunas");
-    let user = crate::fence::TestUser::create(&home.0);
+    let user = TestUser::create(Some(&home.0));
     let a = page_of(&env, "rofsrunas", &format!("run-as: {}\n", user.name));
     assert_only_stdio_inherited(&a, &leak, "a run-as copy");
     assert_read_only_host(&a, "a run-as copy");

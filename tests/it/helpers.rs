@@ -20,9 +20,102 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_shinyctl")
 }
 
+/// The variable that tells the suite the machine is loaded:
+/// `SHINYCTL_TEST_SLOW=3` makes every deadline a test waits on three times
+/// as long (`wait_until`, `wait_gone`, `wait_roles`, `wait_http_ok`, the
+/// test's own limit). What a test asserts stays as it is: a window that
+/// must hold, a bound the docs promise.
+pub const SLOW_VAR: &str = "SHINYCTL_TEST_SLOW";
+
+/// The factor [`SLOW_VAR`] sets (at least 1; 1 when unset or unreadable).
+pub fn slow_factor() -> f64 {
+    std::env::var(SLOW_VAR).ok().and_then(|v| v.parse::<f64>().ok()).filter(|f| f.is_finite() && *f >= 1.0).unwrap_or(1.0)
+}
+
+/// A deadline scaled for a loaded machine by [`SLOW_VAR`].
+pub fn slow(d: Duration) -> Duration {
+    d.mul_f64(slow_factor())
+}
+
+/// The opt-out for tests that need root: CI runs the suite as root, so
+/// such a test fails when not root (`#[ignore]` would drop it from CI),
+/// unless `SHINYCTL_TEST_NOT_ROOT=1` says this run knows; then it prints
+/// SKIPPED and passes.
+pub const NOT_ROOT_VAR: &str = "SHINYCTL_TEST_NOT_ROOT";
+
+/// A user of the machine for one test (the suite runs as root), removed
+/// with `userdel -f` when dropped (a process of theirs that has not quite
+/// ended must not leave the user behind). The suite's one test-user type.
+pub struct TestUser {
+    /// Its name, unique to this test process and call.
+    pub name: String,
+}
+
+impl TestUser {
+    /// Makes one with `useradd` (no home folder made); `home`: the home
+    /// folder it is given, if any.
+    pub fn create(home: Option<&Path>) -> TestUser {
+        // One per call: two tests of this binary may make one at once.
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!("shy{}x{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst));
+        let mut cmd = Command::new("useradd");
+        cmd.arg("--no-create-home").args(["--shell", "/bin/sh"]);
+        if let Some(home) = home {
+            cmd.arg("--home-dir").arg(home);
+        }
+        let out = cmd.arg(&name).output().expect("useradd (the suite runs as root)");
+        assert!(out.status.success(), "useradd: {}", String::from_utf8_lossy(&out.stderr));
+        TestUser { name }
+    }
+
+    /// Its uid (`-u`) or gid (`-g`).
+    pub fn id(&self, flag: &str) -> u32 {
+        let out = Command::new("id").args([flag, &self.name]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+
+    /// Runs the binary under test as this user, with `home` as SHINYCTL_HOME.
+    pub fn run(&self, home: &Path, args: &[&str]) -> Output {
+        Command::new("setpriv")
+            .args(["--reuid", &self.name, "--regid", &self.name, "--clear-groups", "--"])
+            .arg(bin())
+            .args(args)
+            .env("SHINYCTL_HOME", home)
+            .output()
+            .expect("setpriv")
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").args(["-f", &self.name]).output();
+    }
+}
+
+/// True when the tests run as root.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// For a test that needs root (`why`): true when it runs as root; false,
+/// after printing SKIPPED, when not and [`NOT_ROOT_VAR`] is set; panics
+/// otherwise.
+pub fn needs_root(why: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    let opted_out = std::env::var(NOT_ROOT_VAR).is_ok_and(|v| v == "1");
+    assert!(opted_out, "this test needs root ({why}); CI runs the suite as root. Set {NOT_ROOT_VAR}=1 to skip it knowingly");
+    let test = std::thread::current().name().unwrap_or("a test").to_string();
+    // Straight to stderr, so it shows even when cargo captures the output.
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: not root ({why}) and {NOT_ROOT_VAR}=1");
+    false
+}
+
 /// Waits until `cond` holds, polling every 50 ms, or panics with `what`
-/// after `timeout`.
+/// after `timeout` (scaled by [`SLOW_VAR`]).
 pub fn wait_until<T>(timeout: Duration, what: &str, mut cond: impl FnMut() -> Option<T>) -> T {
+    let timeout = slow(timeout);
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = cond() {
@@ -71,9 +164,22 @@ pub fn unique(name: &str) -> String {
     format!("{name}{}", std::process::id())
 }
 
-/// A free TCP port outside the copies' range (the kernel's ephemeral range).
+/// A free TCP port for an app, between 10000 and 19999: below the copies'
+/// 20000–29999 and the kernel's ephemeral range (32768 and up), so no
+/// outgoing connection is given it between now and the daemon's bind (as
+/// one from `bind(0)` could be); bindable now on 0.0.0.0, and never handed
+/// out twice by this test process. Each process starts at its own place.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let start = (std::process::id() as usize * 7919 + now_ms() as usize) % 10_000;
+    (0..10_000)
+        .map(|i| 10_000 + ((start + i * 7) % 10_000) as u16)
+        .find(|&p| !given.contains(&p) && std::net::TcpListener::bind(("0.0.0.0", p)).is_ok())
+        .inspect(|&p| {
+            given.insert(p);
+        })
+        .expect("a free port between 10000 and 19999")
 }
 
 /// True while a process with this PID exists and is not a zombie.
@@ -111,7 +217,11 @@ pub fn signal_group(pgid: u32, sig: i32) {
 }
 
 /// The app every test runs: its page says which copy served it, the
-/// X-Forwarded-For it saw, and it has a reactive output over the WebSocket.
+/// X-Forwarded-For it saw, and it has two reactive outputs over the
+/// WebSocket: `live` (which copy, and its R's start time in clock ticks
+/// since boot, field 22 of /proc/self/stat: the same inside the copy's PID
+/// namespace and on the host, where its PID is not) and `echo` (input `n`
+/// answered with the same), which [`Session`] reads.
 pub const APP_R: &str = r#"
 library(shiny)
 if (Sys.getenv("BROKEN") == "yes") stop("this version is broken")
@@ -119,20 +229,105 @@ if (Sys.getenv("BROKEN") == "yes") stop("this version is broken")
 marker <- file.path(Sys.getenv("SHINYCTL_SCRATCH"), "marker")
 scratch <- if (file.exists(marker)) "kept" else "empty"
 writeLines("x", marker)
+started <- strsplit(sub(".*\\) ", "", readLines("/proc/self/stat", warn = FALSE)), " ")[[1]][20]
+me <- paste0(Sys.getenv("SHINYCTL_COPY"), "-r-", started, "-end")
 ui <- function(req) {
   fluidPage(
     tags$p(id = "scratch", paste0("scratch=", scratch, ";")),
     tags$p(id = "who", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")),
     tags$p(id = "xff", paste0("xff=", req$HTTP_X_FORWARDED_FOR, ";")),
     tags$p(id = "greeting", paste0("greeting=", Sys.getenv("GREETING"), ";")),
-    textOutput("live")
+    textOutput("live"),
+    textOutput("echo")
   )
 }
 server <- function(input, output, session) {
-  output$live <- renderText(paste0("live-from-copy-", Sys.getenv("SHINYCTL_COPY")))
+  output$live <- renderText(paste0("live-from-copy-", me))
+  output$echo <- renderText(paste0("echo-", input$n, "-copy-", me))
 }
 shinyApp(ui, server)
 "#;
+
+/// A Shiny session: a WebSocket through the load balancer, initialised,
+/// with the first value of the `live` output read. The one session opener
+/// of the suite.
+pub struct Session {
+    socket: tungstenite::WebSocket<std::net::TcpStream>,
+    /// The copy the `live` output came from.
+    pub copy: u32,
+    /// Its R's start time in clock ticks, for an app that says it
+    /// ([`APP_R`]: `live-from-copy-N-r-TICKS-end`); 0 otherwise.
+    pub r_start: u64,
+}
+
+/// `N` or `N-r-TICKS-end` after a marker: the copy and its R's start.
+fn copy_and_r(after: &str) -> Option<(u32, u64)> {
+    let digits: String = after.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let copy = digits.parse().ok()?;
+    let r = after[digits.len()..].strip_prefix("-r-").and_then(|t| t.split_once("-end")).and_then(|(t, _)| t.parse().ok());
+    Some((copy, r.unwrap_or(0)))
+}
+
+impl Session {
+    /// Opens a session with this cookie header (may be empty); panics when
+    /// it does not open.
+    pub fn open(port: u16, cookie: &str) -> Session {
+        Session::try_open(port, cookie).unwrap_or_else(|e| panic!("a Shiny session through the load balancer: {e}"))
+    }
+
+    /// Opens a session with this cookie header (may be empty): the
+    /// handshake (101), then the first `live` output, within 20 s.
+    pub fn try_open(port: u16, cookie: &str) -> Result<Session, String> {
+        use tungstenite::client::IntoClientRequest;
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+        stream.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
+        let mut req = format!("ws://127.0.0.1:{port}/websocket/").into_client_request().map_err(|e| e.to_string())?;
+        if !cookie.is_empty() {
+            req.headers_mut().insert("Cookie", cookie.parse().map_err(|_| format!("a bad cookie header {cookie:?}"))?);
+        }
+        let (mut socket, resp) = tungstenite::client(req, stream).map_err(|e| format!("handshake: {e}"))?;
+        if resp.status() != 101 {
+            return Err(format!("handshake answered {}", resp.status()));
+        }
+        let init = r#"{"method":"init","data":{".clientdata_output_live_hidden":false,".clientdata_output_echo_hidden":false}}"#;
+        socket.send(tungstenite::Message::text(init)).map_err(|e| format!("init: {e}"))?;
+        loop {
+            let text = socket.read().map_err(|e| format!("first output: {e}"))?.into_text().unwrap_or_default();
+            if let Some((copy, r_start)) = text.split_once("live-from-copy-").and_then(|(_, a)| copy_and_r(a)) {
+                return Ok(Session { socket, copy, r_start });
+            }
+        }
+    }
+
+    /// Sends input `n` and waits for its echo (20 s at most): the session
+    /// still works end to end. Returns the copy and R start that answered.
+    pub fn echo(&mut self, n: u64) -> Result<(u32, u64), String> {
+        let update = format!(r#"{{"method":"update","data":{{"n":{n}}}}}"#);
+        self.socket.send(tungstenite::Message::text(update)).map_err(|e| format!("send: {e}"))?;
+        let want = format!("echo-{n}-copy-");
+        loop {
+            let text = self.socket.read().map_err(|e| format!("read: {e}"))?.into_text().unwrap_or_default();
+            if let Some(found) = text.split_once(&want).and_then(|(_, a)| copy_and_r(a)) {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// Panics unless input `n` is echoed by the copy the session opened on.
+    pub fn still_on_its_copy(&mut self, n: u64) {
+        let answered = self.echo(n).unwrap_or_else(|e| panic!("the session on copy {} still works: {e}", self.copy));
+        assert_eq!(answered.0, self.copy, "the session is still answered by its own copy");
+        if self.r_start != 0 {
+            assert_eq!(answered.1, self.r_start, "by the same R process");
+        }
+    }
+
+    /// Closes the session.
+    pub fn close(mut self) {
+        let _ = self.socket.close(None);
+        let _ = self.socket.flush();
+    }
+}
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -287,7 +482,7 @@ impl Env {
     /// Waits until the app's roles read exactly `want`.
     pub fn wait_roles(&self, app: &str, want: &str, timeout: Duration) {
         let what = format!("{app} roles to be '{want}'");
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + slow(timeout);
         loop {
             let last = self.roles(app);
             if last == want {
@@ -297,6 +492,24 @@ impl Env {
                 panic!("timed out waiting for {what}; last: '{last}'\n{}", self.ok(&["status"]));
             }
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until every copy of the app (at least one) is asleep, with no
+    /// process; returns the copies as status shows them. The suite's one
+    /// "wait until asleep".
+    pub fn wait_asleep(&self, app: &str, timeout: Duration) -> Vec<Copy> {
+        wait_until(timeout, &format!("{app} to sleep"), || {
+            let copies = self.copies(app);
+            (!copies.is_empty() && copies.iter().all(|c| c.status == "asleep" && c.pid.is_none())).then_some(copies)
+        })
+    }
+
+    /// `shinyctl status` as text: of one app, or of all.
+    pub fn status_text(&self, app: Option<&str>) -> String {
+        match app {
+            Some(app) => self.ok(&["status", app]),
+            None => self.ok(&["status"]),
         }
     }
 
@@ -395,7 +608,7 @@ fn watchdog(home: PathBuf) -> std::sync::mpsc::Sender<()> {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let test = std::thread::current().name().unwrap_or("a test").to_string();
     std::thread::spawn(move || {
-        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(TEST_LIMIT) {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(slow(TEST_LIMIT)) {
             // Straight to stderr: eprintln! would be captured with the test's output and lost in the abort.
             let _ = writeln!(std::io::stderr(), "\n{test} ran past its limit of {TEST_LIMIT:?}: ending its processes and the test run");
             // The daemon first, so it starts nothing while the rest end.
@@ -514,6 +727,21 @@ impl Env {
             self.remember(p as u32);
         }
     }
+}
+
+/// A folder's entry names, sorted (none when it cannot be read), but for
+/// the state-file the daemon keeps in an app folder and its temporary file
+/// caught mid-write.
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "state.json" && !n.starts_with(".state.json.tmp."))
+        .collect();
+    names.sort();
+    names
 }
 
 /// The processes of this SHINYCTL_HOME: those whose environment names it

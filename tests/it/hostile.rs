@@ -48,12 +48,7 @@ fn started(env: &Env, name: &str, extra: &str, roles: &str) -> (PathBuf, u16) {
 
 /// The app folder with [`HOSTILE_R`] and its manifest.
 fn write_app(env: &Env, name: &str, port: u16, extra: &str) -> PathBuf {
-    let folder = env.dir.join("apps").join(name);
-    std::fs::create_dir_all(&folder).unwrap();
-    std::fs::write(folder.join("app.R"), HOSTILE_R).unwrap();
-    let manifest = folder.join("app.yaml");
-    std::fs::write(&manifest, format!("app-name: {name}\nport: {port}\n{extra}")).unwrap();
-    manifest
+    env.app_running(HOSTILE_R, name, port, extra)
 }
 
 /// `GET path` as a new visitor, given up after `within` (the request goes
@@ -65,11 +60,6 @@ fn get_within(port: u16, path: &str, within: Duration) -> Option<Response> {
         let _ = tx.send(get(port, &path, &[]));
     });
     rx.recv_timeout(within).ok().and_then(Result::ok)
-}
-
-/// `shinyctl status` as text.
-fn status_text(env: &Env) -> String {
-    env.ok(&["status"])
 }
 
 /// Sends SIGCONT to a stopped copy when dropped, so a failing test leaves
@@ -102,14 +92,14 @@ fn a_stopped_copy_gets_no_new_visitors_status_says_so_and_it_is_used_again_once_
         assert_eq!((r.status, r.copy()), (200, Some(2)), "{r:?}");
     }
     let line = wait_until(Duration::from_secs(15), "the status line about copy 1", || {
-        status_text(&env).lines().find(|l| l.contains("copy 1 has not answered for")).map(str::to_string)
+        env.status_text(None).lines().find(|l| l.contains("copy 1 has not answered for")).map(str::to_string)
     });
     assert!(line.starts_with("stall: copy 1 has not answered for "), "{line}");
     drop(resume);
     wait_until(Duration::from_secs(30), "copy 1 to take new visitors again", || {
         get_within(port, "/", Duration::from_secs(5)).filter(|r| r.copy() == Some(1))
     });
-    wait_until(Duration::from_secs(15), "the status line to go", || (!status_text(&env).contains("has not answered")).then_some(()));
+    wait_until(Duration::from_secs(15), "the status line to go", || (!env.status_text(None).contains("has not answered")).then_some(()));
     assert!(env.copies("stall").iter().all(|c| c.crashes == 0), "a stopped copy is not a dead one");
 }
 
@@ -120,6 +110,11 @@ fn a_get_that_kills_its_copy_takes_at_most_two_copies_and_the_app_keeps_answerin
     let before: Vec<(u32, u32)> = env.copies("death").iter().map(|c| (c.copy, c.pid.unwrap())).collect();
     let first = get(port, "/crash?x=1", &[]).unwrap();
     assert_eq!(first.status, 502, "{first:?}");
+    // The one request cost two copies: lost on the first, it was sent once
+    // more, to another, which it killed too.
+    let dead = || before.iter().filter(|(_, pid)| !pid_alive(*pid)).count();
+    wait_until(Duration::from_secs(5), "the second copy the GET was sent to to be dead", || (dead() >= 2).then_some(()));
+    assert_eq!(dead(), 2, "sent again once only: {before:?} → {:?}", env.copies("death"));
     let t = Instant::now();
     let again = get(port, "/crash?x=1", &[]).unwrap();
     assert_eq!(again.status, 502, "{again:?}");
@@ -129,7 +124,7 @@ fn a_get_that_kills_its_copy_takes_at_most_two_copies_and_the_app_keeps_answerin
         assert_eq!(r.status, 200, "the app keeps answering: {r:?}");
     }
     let line = wait_until(Duration::from_secs(10), "the status line about the request", || {
-        status_text(&env).lines().find(|l| l.contains("GET /crash?x=1 was in flight when two copies died")).map(str::to_string)
+        env.status_text(None).lines().find(|l| l.contains("GET /crash?x=1 was in flight when two copies died")).map(str::to_string)
     });
     assert!(line.starts_with("death: "), "{line}");
     // The dead copies come back; the one left standing never went.
@@ -139,7 +134,7 @@ fn a_get_that_kills_its_copy_takes_at_most_two_copies_and_the_app_keeps_answerin
     });
     let after = env.copies("death");
     let died = before.iter().filter(|(copy, pid)| after.iter().find(|c| c.copy == *copy).and_then(|c| c.pid) != Some(*pid)).count();
-    assert!((1..=2).contains(&died), "{died} copies died: {before:?} → {after:?}");
+    assert_eq!(died, 2, "the refused request killed none: {before:?} → {after:?}");
 }
 
 #[test]
@@ -239,14 +234,24 @@ fn hostile_clients_leave_other_visitors_answered_no_copy_down_and_no_panic() {
     let visitors = Loop::start(port);
     let huge = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Huge: {}\r\n\r\n", "a".repeat(70 * 1024));
     assert_eq!(answer_to(port, huge.as_bytes()), 431, "huge headers");
-    for upgrade in [
-        "GET /websocket/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
-        "GET /websocket/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: !!\r\nSec-WebSocket-Version: 99\r\n\r\n",
-        "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
-        "GET /websocket/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, Upgrade, Upgrade\r\nUpgrade: h2c, websocket\r\nContent-Length: 5\r\n\r\nhello",
+    // Malformed handshakes get exactly their status (RFC 6455, 4.2.1 and
+    // 4.2.2), from the load balancer; a good one switches.
+    let key = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    for (upgrade, want) in [
+        ("GET /websocket/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n".to_string(), 400),
+        (
+            "GET /websocket/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: !!\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                .to_string(),
+            400,
+        ),
+        (format!("GET /websocket/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n{key}Sec-WebSocket-Version: 99\r\n\r\n"), 426),
+        (
+            format!("GET /websocket/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, Upgrade, Upgrade\r\nUpgrade: h2c, websocket\r\n{key}Sec-WebSocket-Version: 13\r\nContent-Length: 5\r\n\r\nhello"),
+            400,
+        ),
+        (format!("GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n{key}\r\n"), 101),
     ] {
-        let code = answer_to(port, upgrade.as_bytes());
-        assert!(code == 0 || (400..600).contains(&code) || code == 101 || code == 200, "{code} for {upgrade:?}");
+        assert_eq!(answer_to(port, upgrade.as_bytes()), want, "for {upgrade:?}");
     }
     for _ in 0..5 {
         std::thread::sleep(Duration::from_secs(1));
@@ -320,4 +325,125 @@ fn raise_own_open_files() {
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
     }
+}
+
+/// Connects to `to:port` from `from`, in the network namespace of `pid`
+/// (entered by a thread of its own, so the test's other threads stay in
+/// the machine's); returns the connected sockets, `n` of them.
+fn connect_from_namespace(pid: u32, from: [u8; 4], to: [u8; 4], port: u16, n: usize) -> Vec<TcpStream> {
+    std::thread::spawn(move || {
+        let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).expect("the daemon's network namespace");
+        nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns into the test's own network namespace");
+        (0..n)
+            .map(|_| {
+                let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+                s.bind(&std::net::SocketAddr::from((from, 0)).into()).unwrap();
+                s.connect(&std::net::SocketAddr::from((to, port)).into()).unwrap();
+                TcpStream::from(s)
+            })
+            .collect()
+    })
+    .join()
+    .unwrap()
+}
+
+/// The status line and headers of the answer to a GET on `s`.
+fn head_of_answer(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got).into_owned();
+    text.split("\r\n\r\n").next().unwrap_or_default().to_string()
+}
+
+/// The per-address cap and its loopback exemption with traffic from an
+/// address that is not loopback: the whole of shinyctl runs in a user and
+/// network namespace the test makes (the machine's own interfaces are not
+/// touched), with 192.0.2.2/32 on that namespace's own `lo`. From
+/// 192.0.2.2, 256 connections are taken and the next is answered 503 with
+/// Retry-After; from 127.0.0.1, as many and more are served.
+#[test]
+fn the_per_address_cap_holds_for_a_visitor_and_loopback_is_exempt() {
+    let env = Env::new("peraddr");
+    let script = "ip link set lo up && ip addr add 192.0.2.2/32 dev lo && exec \"$@\"";
+    let daemon = crate::launcher::serve_through(&env, "unshare", &["--user", "--map-root-user", "--net", "sh", "-c", script, "sh"]);
+    let port = free_port();
+    env.apply(&write_app(&env, "peraddr", port, "warm-replicas: 0\nhost: 0.0.0.0\nmax-connections: 4000\n"));
+    env.wait_roles("peraddr", "1:active", Duration::from_secs(60));
+    let visitor = [192, 0, 2, 2];
+    let answered = wait_until(Duration::from_secs(20), "the app to answer in its namespace", || {
+        let mut one = connect_from_namespace(daemon, visitor, visitor, port, 1).pop()?;
+        Some(head_of_answer(&mut one)).filter(|h| h.starts_with("HTTP/1.1 200"))
+    });
+    assert!(answered.contains("200"), "{answered}");
+
+    let held = connect_from_namespace(daemon, visitor, visitor, port, 256);
+    // Taken in by the load balancer (its workers admit them), before the next.
+    let sock = env.home().join("proxy/proxy.sock");
+    wait_until(Duration::from_secs(20), "the load balancer to hold the 256 connections", || {
+        let (_, body) = shinyctl::uds::request_blocking(&sock, hyper::Method::GET, "/metrics", None, Duration::from_secs(5)).ok()?;
+        let m: serde_json::Value = serde_json::from_slice(&body).ok()?;
+        (m["open_connections"].as_u64()? >= 256).then_some(())
+    });
+    let mut over = connect_from_namespace(daemon, visitor, visitor, port, 1).pop().unwrap();
+    let head = head_of_answer(&mut over);
+    assert!(head.starts_with("HTTP/1.1 503"), "the 257th connection from 192.0.2.2 is past the cap: {head}");
+    assert!(head.to_lowercase().contains("retry-after: 5"), "{head}");
+
+    let lo = [127, 0, 0, 1];
+    let held_lo = connect_from_namespace(daemon, lo, visitor, port, 300);
+    wait_until(Duration::from_secs(20), "the load balancer to hold the 300 more", || {
+        let (_, body) = shinyctl::uds::request_blocking(&sock, hyper::Method::GET, "/metrics", None, Duration::from_secs(5)).ok()?;
+        let m: serde_json::Value = serde_json::from_slice(&body).ok()?;
+        (m["open_connections"].as_u64()? >= 556).then_some(())
+    });
+    let mut more = connect_from_namespace(daemon, lo, visitor, port, 1).pop().unwrap();
+    let head = head_of_answer(&mut more);
+    assert!(head.starts_with("HTTP/1.1 200"), "loopback is not capped per address, past 300 connections: {head}");
+    drop(held);
+    wait_until(Duration::from_secs(20), "192.0.2.2 to be served again once its connections closed", || {
+        let mut again = connect_from_namespace(daemon, visitor, visitor, port, 1).pop()?;
+        head_of_answer(&mut again).starts_with("HTTP/1.1 200").then_some(())
+    });
+    drop(held_lo);
+}
+
+/// The load balancer's open visitor connections (and sessions), from its
+/// own figures on `proxy.sock`.
+fn open_connections(env: &Env) -> Option<u64> {
+    let sock = env.home().join("proxy/proxy.sock");
+    let (_, body) = shinyctl::uds::request_blocking(&sock, hyper::Method::GET, "/metrics", None, Duration::from_secs(5)).ok()?;
+    serde_json::from_slice::<serde_json::Value>(&body).ok()?["open_connections"].as_u64()
+}
+
+/// A visitor that stops reading a long answer (its window stays shut) is
+/// ended after 60 s without progress, not before, and not never.
+#[test]
+fn a_visitor_that_stops_reading_is_ended_after_sixty_seconds() {
+    let env = Env::new("stopsreading");
+    let port = free_port();
+    let manifest = write_app(&env, "stops", port, "warm-replicas: 0\n");
+    let www = manifest.parent().unwrap().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("big.bin"), vec![b'x'; 48 << 20]).unwrap();
+    env.apply(&manifest);
+    env.wait_roles("stops", "1:active", Duration::from_secs(60));
+    wait_http_ok(port, Duration::from_secs(10));
+    wait_until(Duration::from_secs(10), "no visitor connection open", || (open_connections(&env)? == 0).then_some(()));
+
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut head = [0u8; 64];
+    s.read_exact(&mut head).unwrap();
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+    let stopped = Instant::now();
+    // From here on nothing is read.
+    wait_until(Duration::from_secs(10), "the load balancer to count the visitor", || (open_connections(&env)? == 1).then_some(()));
+    wait_until(Duration::from_secs(120), "the visitor that stopped reading to be ended", || (open_connections(&env)? == 0).then_some(()));
+    let after = stopped.elapsed();
+    assert!(after >= Duration::from_secs(55), "not before 60 s without progress: {after:?}");
+    assert!(after <= slow(Duration::from_secs(100)), "at 60 s without progress, not much later: {after:?}");
+    drop(s);
+    assert_eq!(get(port, "/", &[]).unwrap().status, 200, "the app serves on");
 }

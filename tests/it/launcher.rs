@@ -38,23 +38,9 @@ shiny::shinyApp(shiny::fluidPage("never served"), function(input, output) {})
 
 /// Writes an app folder with this app.R; returns (manifest, folder).
 fn app_with(env: &Env, name: &str, port: u16, app_r: &str) -> (PathBuf, PathBuf) {
-    let manifest = env.app(name, port, "warm-replicas: 0\n");
+    let manifest = env.app_running(app_r, name, port, "warm-replicas: 0\n");
     let folder = manifest.parent().unwrap().to_path_buf();
-    std::fs::write(folder.join("app.R"), app_r).unwrap();
     (manifest, folder)
-}
-
-/// The folder's file names, sorted, but for the state-file the daemon
-/// keeps there.
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        // The daemon's state file, and its temporary file caught mid-write.
-        .filter(|n| n != "state.json" && !n.starts_with(".state.json.tmp."))
-        .collect();
-    names.sort();
-    names
 }
 
 /// The `isolation` of copy 1 of the app in `status --json`.
@@ -79,11 +65,22 @@ fn deploy(env: &Env, name: &str, manifest: &Path, port: u16) -> String {
     wait_http_ok(port, Duration::from_secs(10)).body
 }
 
+/// The release folder copy 1 of the app runs from (what a write the fence
+/// let through would change; working-dir is only its source).
+fn run_folder(env: &Env, app: &str) -> PathBuf {
+    let v = env.status();
+    let a = v["apps"].as_array().unwrap().iter().find(|a| a["name"] == app).cloned().expect("the app in status");
+    let release = a["copies"][0]["release"].as_str().expect("the copy's release").to_string();
+    env.home().join("releases/default").join(app).join(release)
+}
+
 /// Checks what the probe app did: its write into its folder failed and the
-/// folder is as it was, and its scratch file is on the host's scratch disk.
+/// folder it runs from (its release) holds what working-dir held, and its
+/// scratch file is on the host's scratch disk.
 fn assert_folder_kept_scratch_written(env: &Env, name: &str, page: &str, folder: &Path, before: &[String]) {
-    assert_eq!(between(page, "wrote=", ";"), Some("no"), "the write into its folder failed: {page}");
+    assert_eq!(listing(&run_folder(env, name)), before, "the folder the copy runs from is unchanged");
     assert_eq!(listing(folder), before, "the app folder is unchanged");
+    assert_eq!(between(page, "wrote=", ";"), Some("no"), "the write into its folder failed: {page}");
     let scratch = env.home().join(format!("scratch/default-{name}/1/from-app.txt"));
     assert_eq!(std::fs::read_to_string(&scratch).unwrap(), "from the app\n", "written to SHINYCTL_SCRATCH, seen on the host");
 }
@@ -119,6 +116,7 @@ fn a_copy_runs_in_its_own_mount_namespace_with_its_folder_read_only() {
     let log = wait_log(&env, "default-writer.log", "Read-only file system");
     assert!(log.contains("cannot open file 'written-by-app.txt': Read-only file system"), "{log}");
     assert!(log.contains("is read-only: write to SHINYCTL_SCRATCH"), "the launcher said where to write first: {log}");
+    assert_eq!(listing(&run_folder(&env, "writer")), before, "the folder the copy runs from is unchanged");
     assert_eq!(listing(&folder), before, "the app folder is unchanged");
 }
 

@@ -50,6 +50,29 @@ fn kernel_memory_limit(pid: u32) -> Option<String> {
     std::fs::read_to_string(file).ok().map(|s| s.trim().to_string())
 }
 
+/// The cgroup folder of one controller (`memory`, `pids`) a process is in:
+/// v1's `/sys/fs/cgroup/<controller><path>`, or v2's one hierarchy.
+fn cgroup_dir(pid: u32, controller: &str) -> Option<std::path::PathBuf> {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    match own.lines().find_map(|l| l.split_once(&format!(":{controller}:")).map(|(_, p)| p.to_string())) {
+        Some(p) => Some(std::path::PathBuf::from(format!("/sys/fs/cgroup/{controller}{p}"))),
+        None => Some(std::path::PathBuf::from(format!("/sys/fs/cgroup{}", own.lines().find_map(|l| l.strip_prefix("0::"))?))),
+    }
+}
+
+/// True where the copies must get memory and pids cgroups: the suite runs
+/// as root (as CI does) on a machine with a cgroup v2 hierarchy that offers
+/// both controllers, or with cgroup v1's memory and pids hierarchies
+/// mounted. There a limit missing from the kernel fails the test instead
+/// of being skipped.
+fn cgroups_expected() -> bool {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let v2 = std::fs::read_to_string(root.join("cgroup.controllers"))
+        .is_ok_and(|c| c.split_whitespace().any(|x| x == "memory") && c.split_whitespace().any(|x| x == "pids"));
+    let v1 = ["memory", "pids"].iter().all(|c| root.join(c).join("cgroup.procs").exists());
+    is_root() && (v2 || v1)
+}
+
 /// The tasks limit the kernel keeps for a process (its pids cgroup).
 fn kernel_tasks_limit(pid: u32) -> Option<String> {
     let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
@@ -70,7 +93,8 @@ fn a_copy_over_its_memory_limit_is_stopped_counted_as_a_crash_and_comes_back() {
     let first = env.pid_of("hog", 1);
     let log = std::fs::read_to_string(env.home().join("api.log")).unwrap();
     let in_cgroup = !log.contains("copies' limits: no cgroup");
-    if in_cgroup {
+    assert_eq!(in_cgroup, cgroups_expected(), "the copies get cgroups exactly where they can: {log}");
+    if cgroups_expected() {
         assert_eq!(kernel_memory_limit(first).as_deref(), Some((200u64 << 20).to_string().as_str()), "{log}");
         assert_eq!(kernel_tasks_limit(first).as_deref(), Some("512"), "the default sandbox.tasks");
     }
@@ -145,17 +169,63 @@ fn bad_sandbox_values_are_refused_and_a_new_limit_redeploys() {
     env.wait_roles("fenced", "2:active", Duration::from_secs(60));
     wait_gone(first, Duration::from_secs(30), "the copy with the old limit to stop");
     let second = env.pid_of("fenced", 2);
-    if kernel_memory_limit(second).is_some() {
-        assert_eq!(kernel_memory_limit(second).as_deref(), Some((400u64 << 20).to_string().as_str()));
-        assert_eq!(kernel_tasks_limit(second).as_deref(), Some("200"));
+    if !cgroups_expected() {
+        return;
     }
-    // Its old copy's cgroup is gone with it.
-    let log = std::fs::read_to_string(env.home().join("api.log")).unwrap();
-    if let Some(dir) = log.split("memory in ").nth(1).and_then(|r| r.split([',', ')']).next()) {
-        let dir = std::path::Path::new(dir.trim());
-        wait_until(Duration::from_secs(10), "copy 1's cgroup to be removed", || (!dir.join("fenced-1").exists()).then_some(()));
-        assert!(dir.join("fenced-2").is_dir(), "copy 2's cgroup is there");
+    assert_eq!(kernel_memory_limit(second).as_deref(), Some((400u64 << 20).to_string().as_str()));
+    assert_eq!(kernel_tasks_limit(second).as_deref(), Some("200"));
+    // Its old copy's cgroups are gone with it: the copies' cgroups are
+    // siblings, `<app>-<copy>`.
+    for controller in ["memory", "pids"] {
+        let dir = cgroup_dir(second, controller).unwrap_or_else(|| panic!("copy 2's {controller} cgroup"));
+        assert!(dir.ends_with("fenced-2") && dir.is_dir(), "copy 2 is in its own {controller} cgroup: {}", dir.display());
+        let old = dir.with_file_name("fenced-1");
+        wait_until(Duration::from_secs(10), "copy 1's cgroup to be removed", || (!old.exists()).then_some(()));
     }
+}
+
+/// On each request for `/?fork`, R starts `sleep` processes until the
+/// system refuses one (or 300), and logs the count after each start and
+/// what the shell said.
+const FORKER_R: &str = r#"
+library(shiny)
+ui <- function(req) {
+  if (grepl("fork", req$QUERY_STRING)) {
+    out <- suppressWarnings(system2("/bin/sh", c("-c", shQuote("i=0; while [ $i -lt 300 ]; do sleep 20 & i=$((i+1)); echo n=$i; done")),
+      stdout = TRUE, stderr = TRUE))
+    message("FORKER ", paste(out, collapse = " | "))
+  }
+  fluidPage(tags$p(paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")))
+}
+shinyApp(ui, function(input, output) {})
+"#;
+
+/// `sandbox.tasks` is kept by the kernel: R forks past it and is refused.
+#[test]
+fn a_copy_cannot_fork_past_its_tasks_limit() {
+    if !cgroups_expected() {
+        // Not root (a failure, or SKIPPED), or root on a machine without a pids cgroup.
+        assert!(!needs_root("a pids cgroup keeps sandbox.tasks"), "root, and no pids cgroup: sandbox.tasks cannot be kept here");
+        return;
+    }
+    let env = Env::new("limits-tasks");
+    let port = free_port();
+    let manifest = env.app_running(FORKER_R, "forker", port, "warm-replicas: 0\nsandbox:\n  tasks: 48\n");
+    env.apply(&manifest);
+    env.wait_roles("forker", "1:active", Duration::from_secs(60));
+    wait_http_ok(port, Duration::from_secs(10));
+    let r = env.pid_of("forker", 1);
+    assert_eq!(kernel_tasks_limit(r).as_deref(), Some("48"), "the kernel keeps the limit");
+    let _ = get(port, "/?fork", &[]);
+    let log_path = env.home().join("logs/default-forker.log");
+    let line = wait_until(Duration::from_secs(60), "the forks' outcome in the copy's log", || {
+        std::fs::read_to_string(&log_path).ok()?.lines().find(|l| l.contains("FORKER ")).map(str::to_string)
+    });
+    // The last `n=` before the shell's refusal: how many started.
+    let started: u32 = line.rsplit("n=").next().and_then(|n| n.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(started > 0, "some started: {line}");
+    assert!(started < 48, "fewer processes started than the limit: {line}");
+    assert!(line.contains("Cannot fork"), "the shell was refused a fork: {line}");
 }
 
 /// `curl ARGS URL` run as `nobody` (CI runs as root) against a Unix

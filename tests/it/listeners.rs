@@ -4,8 +4,7 @@
 //! dies refuses no connection; a port already taken, or not permitted, is
 //! refused at apply with what to do.
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::helpers::*;
@@ -119,46 +118,16 @@ fn a_port_taken_while_the_daemon_was_down_is_a_line_under_the_table_until_it_is_
     wait_until(Duration::from_secs(10), "the line to go", || (!env.ok(&["status"]).contains("not listening")).then_some(()));
 }
 
-/// A user of its own for one test, removed when dropped.
-struct User {
-    /// Its name.
-    name: String,
-}
-
-impl User {
-    fn new() -> User {
-        let name = format!("shy{}", std::process::id());
-        let out = Command::new("useradd").args(["--no-create-home", "--shell", "/usr/sbin/nologin", &name]).output().expect("useradd");
-        assert!(out.status.success(), "useradd: {}", String::from_utf8_lossy(&out.stderr));
-        User { name }
-    }
-
-    /// Runs the binary as this user, with `home` as SHINYCTL_HOME.
-    fn run(&self, home: &Path, args: &[&str]) -> Output {
-        Command::new("setpriv")
-            .args(["--reuid", &self.name, "--regid", &self.name, "--clear-groups", "--"])
-            .arg(bin())
-            .args(args)
-            .env("SHINYCTL_HOME", home)
-            .output()
-            .expect("setpriv")
-    }
-}
-
-impl Drop for User {
-    fn drop(&mut self) {
-        let _ = Command::new("userdel").arg(&self.name).output();
-    }
-}
-
 #[test]
 fn a_port_below_the_unprivileged_start_is_refused_with_what_to_do() {
-    assert!(nix::unistd::geteuid().is_root(), "this test makes a user of its own, so it runs as root (as CI does)");
+    if !needs_root("it makes a user of its own") {
+        return;
+    }
     let start: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start").unwrap().trim().parse().unwrap();
     assert!(start > 80, "port 80 must be privileged on this machine (ip_unprivileged_port_start is {start})");
     // Declared first so it is removed last, once the test's processes (its
     // daemon runs as the user) have been ended.
-    let user = User::new();
+    let user = TestUser::create(None);
     let env = Env::new("listeners-port80");
     let manifest = env.app("low", 80, "warm-replicas: 0\n");
     // The user owns the test's folder: the home, the app and its state-file.

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use hyper::Method;
 
-use crate::balancer::Session;
 use crate::helpers::*;
 
 const START: Duration = Duration::from_secs(60);
@@ -175,7 +174,7 @@ fn time_asleep_a_wake_and_a_redeploy_are_in_the_metrics() {
     env.apply(&manifest);
     env.wait_roles("napper", "1:active", START);
     let first = env.pid_of("napper", 1);
-    wait_until(START, "the app to sleep", || env.copies("napper").iter().all(|c| c.status == "asleep" && c.pid.is_none()).then_some(()));
+    env.wait_asleep("napper", START);
     wait_gone(first, Duration::from_secs(30), "the copy put to sleep");
     let metric = |name: &str, labels: &[(&str, &str)]| sample(&api(&env, "/v1/metrics").1, name, labels);
     let app = [("app", "napper")];

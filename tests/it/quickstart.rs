@@ -48,8 +48,7 @@ fn the_readme_quick_start_works_verbatim_in_a_fresh_login_shell_of_a_normal_user
 /// normal user (uid `user`, added to a private copy of /etc/passwd inside
 /// the test's mount namespace, so the machine's user list is not touched).
 fn quick_start_as(user: Option<u32>) {
-    if !nix_is_root() {
-        eprintln!("skipped: needs root for its own network and mount namespaces (CI runs as root)");
+    if !needs_root("its own network and mount namespaces") {
         return;
     }
     let line = quick_start_line();
@@ -131,11 +130,6 @@ fn quick_start_as(user: Option<u32>) {
     assert!(stdout.contains("hello  1"), "a new login shell finds shinyctl on PATH and status lists the app:\n{stdout}");
     let man_dir = if user.is_some() { user_home.display().to_string() + "/.local/" } else { "/usr/local/".to_string() };
     assert!(stdout.lines().any(|l| l.starts_with(&man_dir) && l.ends_with("man1/shinyctl.1")), "man finds the page:\n{stdout}");
-}
-
-fn nix_is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 fn shell_quote(s: &str) -> String {

@@ -4,10 +4,9 @@
 //! never takes over; restart reads the manifest as it is now; rollback
 //! brings the previous version back; a crash restart runs its release.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::balancer::Session;
 use crate::helpers::*;
 
 const START: Duration = Duration::from_secs(60);
@@ -37,9 +36,8 @@ shinyApp(ui, server)
 /// Writes `apps/<name>/` with app.R at `version` and app.yaml (`app-name`,
 /// `port`, then `extra`); returns (manifest, app.R).
 fn versioned_app(env: &Env, name: &str, port: u16, extra: &str, version: &str) -> (PathBuf, PathBuf) {
-    let manifest = env.app(name, port, extra);
+    let manifest = env.app_running(&app_r(version), name, port, extra);
     let app_r_path = manifest.with_file_name("app.R");
-    std::fs::write(&app_r_path, app_r(version)).unwrap();
     (manifest, app_r_path)
 }
 
@@ -90,13 +88,6 @@ fn releases(env: &Env, app: &str) -> Vec<(u32, Option<String>)> {
 
 fn app_releases_dir(env: &Env, app: &str) -> PathBuf {
     env.home().join("releases/default").join(app)
-}
-
-fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> =
-        std::fs::read_dir(dir).into_iter().flatten().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-    v.sort();
-    v
 }
 
 #[test]
@@ -330,8 +321,7 @@ impl Drop for Xfs {
 
 #[test]
 fn a_release_on_xfs_shares_its_extents_with_working_dir() {
-    if !nix_root() {
-        eprintln!("skipped: a loop-mounted XFS needs root (CI runs the tests as root)");
+    if !needs_root("a loop-mounted XFS") {
         return;
     }
     let xfs = Xfs::new("extents");
@@ -362,12 +352,6 @@ fn a_release_on_xfs_shares_its_extents_with_working_dir() {
     assert!(grew < 2 << 20, "16 MiB taken as a release used {grew} bytes of disk, not another 16 MiB");
 }
 
-/// True when the tests run as root.
-fn nix_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 #[test]
 fn a_wake_and_a_scale_up_run_the_recorded_release_not_the_edited_folder() {
     let env = Env::new("rel-wake");
@@ -376,19 +360,23 @@ fn a_wake_and_a_scale_up_run_the_recorded_release_not_the_edited_folder() {
     env.apply(&manifest);
     wait_version(port, "v1");
     std::fs::write(&app_r_path, app_r("v2")).unwrap();
-    wait_until(Duration::from_secs(30), "the app to sleep", || {
-        env.copies("wk").iter().all(|c| c.status == "asleep" && c.pid.is_none()).then_some(())
-    });
+    env.wait_asleep("wk", Duration::from_secs(30));
     assert_eq!(version(port, None).as_deref(), Some("v1"), "the wake runs the recorded release");
 
     // replicas changes how many copies run, not how they start: no deploy.
-    std::fs::write(&manifest, format!("app-name: wk\nport: {port}\nwarm-replicas: 0\nreplicas: 2\nidle-timeout: 1h\n")).unwrap();
+    // round-robin: so a page surely comes from the new copy (least-conn's
+    // tie goes to copy 1).
+    std::fs::write(
+        &manifest,
+        format!("app-name: wk\nport: {port}\nwarm-replicas: 0\nreplicas: 2\nidle-timeout: 1h\nlb-policy: round-robin\n"),
+    )
+    .unwrap();
     let out = env.apply(&manifest);
     assert!(!out.contains("Release "), "no release taken: {out}");
     wait_http_ok(port, START); // wakes it, if it fell asleep again meanwhile
     env.wait_roles("wk", "1:active 2:active", START);
     let rel = releases(&env, "wk");
     assert!(rel.len() == 2 && rel[0].1.is_some() && rel[0].1 == rel[1].1, "the new copy runs the recorded release: {rel:?}");
-    let second = get(port, "/", &[("Cookie", &format!("lb_{port}=invalid"))]).unwrap();
-    assert!(second.body.contains("version=v1;"), "{}", second.body);
+    let second = wait_until(Duration::from_secs(10), "a page from copy 2", || get(port, "/", &[]).ok().filter(|r| r.copy() == Some(2)));
+    assert!(second.body.contains("version=v1;"), "the new copy serves the recorded release: {}", second.body);
 }

@@ -6,7 +6,6 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::balancer::Session;
 use crate::helpers::*;
 
 /// The README's HAProxy configuration, with this test's addresses (and

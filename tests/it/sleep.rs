@@ -18,10 +18,7 @@ const IDLE: &str = "idle-timeout: 20s\n";
 /// (at least one) are gone; returns the copies as status shows them asleep.
 fn wait_asleep(env: &Env, app: &str, pids: &[u32]) -> Vec<Copy> {
     assert!(!pids.is_empty(), "the app had processes to stop");
-    let asleep = wait_until(Duration::from_secs(60), "the app to sleep", || {
-        let copies = env.copies(app);
-        (!copies.is_empty() && copies.iter().all(|c| c.status == "asleep" && c.pid.is_none())).then_some(copies)
-    });
+    let asleep = env.wait_asleep(app, Duration::from_secs(60));
     wait_until(Duration::from_secs(30), "its processes to be gone", || pids.iter().all(|&p| !pid_alive(p)).then_some(()));
     asleep
 }

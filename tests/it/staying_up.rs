@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use crate::balancer::Session;
 use crate::helpers::*;
 
 const START: Duration = Duration::from_secs(60);
@@ -13,10 +12,6 @@ const START: Duration = Duration::from_secs(60);
 /// staying-up.txt's settle (the 10 s a draining copy is kept even with no
 /// sessions), and some: past it, only sessions keep a copy.
 const SETTLE_AND_SOME: u64 = 12_000;
-
-fn status_text(env: &Env, app: &str) -> String {
-    env.ok(&["status", app])
-}
 
 /// When the copy began to drain (unix ms), from state.json.
 fn drain_started(env: &Env, app: &str, copy: u32) -> u64 {
@@ -33,27 +28,32 @@ fn a_crashing_copy_backs_off_two_four_eight_seconds_and_shows_crash_looping() {
 
     // The backoff is from an exit to the next start, both in state.json in
     // ms: R's own start-up time is not in it, however slow the machine.
-    // Each start's pair shows until that copy exits again (R's whole run).
+    // Each start's pair shows until that copy exits again (R's whole run),
+    // with the crash count it follows: a pair the sampling misses leaves a
+    // gap, never a wait compared with another crash's backoff.
     let mut waits = std::collections::BTreeMap::new();
     wait_until(Duration::from_secs(90), "three restarts of copy 1", || {
         let rec = env.record("crashy", 1)?;
-        let (started, exited) = (rec["started_ms"].as_u64()?, rec["last_exit"]["at_ms"].as_u64()?);
+        let (started, exited, crashes) = (rec["started_ms"].as_u64()?, rec["last_exit"]["at_ms"].as_u64()?, rec["crashes"].as_u64()?);
         if started > exited {
-            waits.insert(started, started - exited);
+            waits.insert(crashes, started - exited);
         }
         (waits.len() >= 3).then_some(())
     });
-    let waits: Vec<u64> = waits.into_values().take(3).collect();
     // staying-up.txt: "restarts wait 2 seconds, doubling". Never less; more
-    // only by the daemon's own delay in acting on its timer.
-    for (waited, backoff) in waits.iter().zip([2000, 4000, 8000]) {
-        assert!(*waited >= backoff && *waited < backoff + 1500, "waits {waits:?} ms follow 2, 4, 8 s");
+    // only by the daemon's own delay in acting on its timer (1.5 s, scaled
+    // by SHINYCTL_TEST_SLOW on a loaded machine).
+    let late = slow(Duration::from_millis(1500)).as_millis() as u64;
+    for (&crashes, &waited) in &waits {
+        // The docs' figures, not the code's: 2 s, doubling, 60 s at most.
+        let backoff = (2000u64 << (crashes.max(1) - 1).min(5)).min(60_000);
+        assert!(waited >= backoff && waited < backoff + late, "after crash {crashes} it waited {waited} ms, not {backoff}: {waits:?}");
     }
     assert!(env.starts("default-crashy.log").len() >= 4, "the log shows each start");
     let c = &env.copies("crashy")[0];
     assert_eq!(c.status, "crash-looping");
     assert!(c.crashes >= 3, "crashes counted: {c:?}");
-    let text = status_text(&env, "crashy");
+    let text = env.status_text(Some("crashy"));
     assert!(text.contains("crashy: copy 1 is crash-looping: it exited with status 3"), "{text}");
     assert!(text.contains("default-crashy.log"), "says where to look: {text}");
 }
@@ -76,7 +76,7 @@ fn restart_policy_decides_whether_an_exited_copy_comes_back() {
                 env.copies(&name).into_iter().find(|c| c.status == "exited")
             });
             assert!(c.pid.is_none());
-            let text = status_text(&env, &name);
+            let text = env.status_text(Some(&name));
             assert!(
                 text.contains(&format!("{name}: copy 1 is left down: it exited with status {code} and restart-policy is {policy}")),
                 "a line says why: {text}"
@@ -102,7 +102,7 @@ fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
     let first = get(port, "/", &[]).unwrap();
     assert_eq!(first.copy(), Some(1));
     let cookie = first.cookie().unwrap();
-    let session = Session::open(port, &cookie);
+    let mut session = Session::open(port, &cookie);
     assert_eq!(session.copy, 1);
 
     let requests = Loop::start(port);
@@ -111,20 +111,22 @@ fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
     env.wait_roles("rd", "3:active 4:warm 1:draining", START);
     wait_gone(old_spare, Duration::from_secs(10), "the old spare to stop right away");
     assert!(pid_alive(old), "the old copy keeps its visitor");
+    session.still_on_its_copy(1);
     assert_eq!(get(port, "/", &[]).unwrap().copy(), Some(3), "new visitors go to the new copy");
     // The open page's own requests stay on the old copy; reloading the page brings the new one.
     assert_eq!(get(port, "/", &[("Cookie", &cookie)]).unwrap().copy(), Some(1), "an old page keeps its copy");
     let reload = get(port, "/", &[("Cookie", &cookie), ("Sec-Fetch-Mode", "navigate"), ("Sec-Fetch-Dest", "document")]).unwrap();
     assert_eq!(reload.copy(), Some(3), "reloading brings the new version");
     assert!(reload.cookie().is_some_and(|c| c != cookie), "with a cookie for the new copy");
-    let text = status_text(&env, "rd");
+    let text = env.status_text(Some("rd"));
     assert!(text.contains("rd: copy 1 is draining with 1 session; it stops when they end, or in "), "{text}");
     assert!(text.contains("(1 warm, 1 draining)"), "{text}");
 
     // Past the 10 s settle, the open session still keeps it.
     wait_clock(drain_started(&env, "rd", 1) + SETTLE_AND_SOME);
     assert!(pid_alive(old), "the session keeps the old copy past the settle");
-    assert!(status_text(&env, "rd").contains("rd: copy 1 is draining with 1 session"));
+    session.still_on_its_copy(2);
+    assert!(env.status_text(Some("rd")).contains("rd: copy 1 is draining with 1 session"));
 
     // The session ends: the old copy stops within about 15 s (the settle).
     session.close();
@@ -146,7 +148,7 @@ fn a_draining_copy_stops_at_drain_timeout_and_now_does_not_wait() {
     let session = Session::open(port, "");
     env.ok(&["restart", "dt"]);
     env.wait_roles("dt", "2:active 1:draining", START);
-    let text = status_text(&env, "dt");
+    let text = env.status_text(Some("dt"));
     assert!(text.contains("dt: copy 1 is draining with 1 session"), "{text}");
     let timeout_at = drain_started(&env, "dt", 1) + 15_000;
     wait_gone(old, Duration::from_millis(timeout_at.saturating_sub(now_ms()) + 10_000), "the drain-timeout to stop copy 1");
@@ -181,7 +183,7 @@ fn a_broken_version_never_takes_over() {
     std::fs::write(&manifest, format!("app-name: br\nport: {port}\nenv:\n  BROKEN: \"yes\"\n")).unwrap();
     env.apply(&manifest);
     let text = wait_until(Duration::from_secs(30), "status to say copy 3 doesn't start", || {
-        let t = status_text(&env, "br");
+        let t = env.status_text(Some("br"));
         t.contains("br: copy 3 doesn't start: it exited with status 1").then_some(t)
     });
     assert!(text.contains("the old copies keep serving") && text.contains("default-br@3.log"), "{text}");
@@ -241,7 +243,7 @@ fn scaling_down_keeps_the_copy_with_sessions() {
     env.apply(&manifest);
     env.wait_roles("sd", "1:active 2:active 3:active", START);
     // A session on copy 2.
-    let session = wait_until(Duration::from_secs(30), "a session placed on copy 2", || {
+    let mut session = wait_until(Duration::from_secs(30), "a session placed on copy 2", || {
         let s = Session::open(port, "");
         if s.copy == 2 {
             return Some(s);
@@ -259,6 +261,7 @@ fn scaling_down_keeps_the_copy_with_sessions() {
         (copies.len() == 1).then_some(copies)
     });
     assert_eq!(left[0].copy, 2, "the copy with the session stays");
+    session.still_on_its_copy(1);
     session.close();
 }
 
@@ -386,4 +389,55 @@ fn a_copy_that_ignores_sigterm_is_killed_ten_seconds_later() {
     wait_gone(pid, Duration::from_secs(30), "SIGKILL soon after the grace");
     let took = asked.elapsed();
     assert!(took >= Duration::from_secs(10), "not before 10 s: {took:?}");
+}
+
+/// A stop never cuts an answer that has begun: a download from the old
+/// copy is under way (its visitor reads slowly) when drain-timeout ends
+/// the drain; the copy leaves the table, and stops only once the download
+/// is whole.
+#[test]
+fn a_stop_waits_for_an_answer_that_has_begun() {
+    use std::io::{Read, Write};
+    const SIZE: usize = 48 << 20;
+    let env = Env::new("answer");
+    let port = free_port();
+    let manifest = env.app("ans", port, "warm-replicas: 0\ndrain-timeout: 2s\n");
+    let www = manifest.parent().unwrap().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    // Far more than the sockets between R and the visitor hold: R is
+    // still writing it while the visitor does not read.
+    std::fs::write(www.join("big.bin"), vec![b'x'; SIZE]).unwrap();
+    env.apply(&manifest);
+    env.wait_roles("ans", "1:active", START);
+    let old = env.pid_of("ans", 1);
+
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET /big.bin HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the download's head comes");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&got[..head_end]).to_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains(&format!("content-length: {SIZE}")), "{head}");
+
+    env.ok(&["restart", "ans"]);
+    env.wait_roles("ans", "2:active 1:draining", START);
+    wait_until(Duration::from_secs(30), "drain-timeout to tell copy 1 to stop", || env.record("ans", 1)?["stop_started_ms"].as_u64());
+    holds_for(Duration::from_secs(3), "copy 1 runs while its answer is under way", || pid_alive(old));
+    let mut body = got.len() - head_end;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => body += n,
+            Err(e) => panic!("the download was cut after {body} of {SIZE} bytes: {e}"),
+        }
+    }
+    assert_eq!(body, SIZE, "the download is whole");
+    wait_gone(old, Duration::from_secs(15), "copy 1 to stop once its answer is given");
 }
