@@ -53,6 +53,12 @@ for arg in "${bin_args[@]+"${bin_args[@]}"}"; do
     case "$arg" in --test-threads|--test-threads=*) threads=() ;; esac
 done
 
+# The tree as rustfmt.toml formats it, and no lint clippy finds: a
+# formatting slip or a new warning fails the run, as a test would.
+echo "==> cargo fmt --check; cargo clippy --all-targets -- -D warnings"
+cargo fmt --check
+cargo clippy --all-targets -- -D warnings
+
 echo "==> cargo build"
 cargo build
 
