@@ -546,7 +546,8 @@ impl Env {
     pub fn starts(&self, log: &str) -> Vec<i64> {
         let text = std::fs::read_to_string(self.home().join("logs").join(log)).unwrap_or_default();
         text.lines()
-            .filter(|l| l.starts_with("--- shinyctl: copy"))
+            // A start's line, not an end's (`--- shinyctl: copy 2 (R's PID …) ended at …`).
+            .filter(|l| l.starts_with("--- shinyctl: copy") && l.contains(" starting on "))
             .filter_map(|l| l.split(" at ").nth(1))
             .filter_map(|t| parse_rfc3339(t.trim_end_matches(" ---")))
             .collect()

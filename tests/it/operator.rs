@@ -11,14 +11,6 @@ fn versioned(version: &str) -> String {
     format!("library(shiny)\nshinyApp(fluidPage(tags$p(\"version={version};\")), function(input, output) {{}})\n")
 }
 
-/// Waits until every copy of the app is asleep with no process.
-fn wait_asleep(env: &Env, app: &str) {
-    wait_until(Duration::from_secs(90), "the app to sleep", || {
-        let copies = env.copies(app);
-        (!copies.is_empty() && copies.iter().all(|c| c.status == "asleep" && c.pid.is_none())).then_some(())
-    });
-}
-
 /// The version a page of the app says.
 fn version_served(port: u16) -> String {
     let page = wait_http_ok(port, Duration::from_secs(60)).body;
@@ -35,7 +27,7 @@ fn a_broken_edit_deployed_to_a_sleeping_app_never_reaches_a_visitor_and_wait_say
     // With a short idle-timeout it may be asleep again by the time it is seen.
     assert!(out.contains(" serves (1 active)") || out.contains("the app sleeps on it"), "apply --wait returns once the app serves: {out}");
     assert_eq!(version_served(port), "v1");
-    wait_asleep(&env, &app);
+    env.wait_asleep(&app, Duration::from_secs(90));
 
     // The broken edit, in place, then restart as the docs say.
     let app_r = manifest.with_file_name("app.R");
@@ -61,7 +53,7 @@ fn a_broken_edit_deployed_to_a_sleeping_app_never_reaches_a_visitor_and_wait_say
     assert_eq!(version_served(port), "v2");
 
     // Asleep again, a good edit is checked by one copy and the app sleeps on it.
-    wait_asleep(&env, &app);
+    env.wait_asleep(&app, Duration::from_secs(90));
     std::fs::write(&app_r, versioned("v3")).unwrap();
     let out = env.ok(&["restart", &app, "--wait=90s"]);
     assert!(out.contains("the app sleeps on it"), "{out}");
@@ -363,4 +355,43 @@ fn rollback_never_goes_to_a_release_that_never_served_and_releases_lists_them() 
 
     env.ok(&["rollback", &app, "--to", &id(lines[0]), "--wait=60s"]);
     assert_eq!(version_served(port), "v1", "--to: any kept release");
+}
+
+/// start-timeout applies to a wake too: an app that starts well the first
+/// time and hangs when woken gets its held request answered 503 once the
+/// wake's copy is stopped at start-timeout, not a 504 after request-timeout.
+#[test]
+fn a_wake_whose_copy_is_not_ready_within_start_timeout_answers_503() {
+    let env = Env::new("opwaketo");
+    let app = unique("wakehang");
+    let port = free_port();
+    // Its disk is kept through sleep: the second start finds the mark.
+    let app_r = "mark <- file.path(Sys.getenv('SHINYCTL_SCRATCH'), 'started-once')\n\
+                 if (file.exists(mark)) Sys.sleep(3600)\n\
+                 writeLines('x', mark)\n\
+                 shiny::shinyApp(shiny::fluidPage('up'), function(input, output) {})\n";
+    let manifest = env.app_running(app_r, &app, port, "warm-replicas: 0\nidle-timeout: 3s\nstart-timeout: 4s\nrequest-timeout: 30s\n");
+    env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait=60s"]);
+    env.wait_asleep(&app, Duration::from_secs(60));
+    let asked = std::time::Instant::now();
+    let r = get(port, "/", &[]).unwrap();
+    let took = asked.elapsed();
+    assert_eq!(r.status, 503, "the wake failed: {r:?}");
+    assert!(took < Duration::from_secs(25), "answered at start-timeout, not at request-timeout: {took:?}");
+    assert!(env.status_text(Some(&app)).contains("not ready within start-timeout 4s"), "status says why");
+}
+
+/// A prerendered document (`runtime: shinyrmd`), fenced: rendered into the
+/// copy's own disk at start, its page served as it is.
+#[test]
+fn a_prerendered_r_markdown_document_runs() {
+    let env = Env::new("layoutrmdpre");
+    let app = unique("rmdpre");
+    let port = free_port();
+    let doc = "---\ntitle: \"Pre\"\nruntime: shinyrmd\noutput: html_document\n---\n\nThe prerendered-marker paragraph.\n\n```{r, echo=FALSE}\nsliderInput('n', 'N', 1, 10, 5)\ntextOutput('t')\n```\n\n```{r, context=\"server\"}\noutput$t <- renderText(paste('n is', input$n))\n```\n";
+    let manifest = layout_app(&env, &app, port, &[("pre.Rmd", doc)]);
+    let out = env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait=120s"]);
+    assert!(out.contains("serves"), "{out}");
+    let page = wait_http_ok(port, Duration::from_secs(60)).body;
+    assert!(page.contains("The prerendered-marker paragraph."), "the document, prerendered: {page}");
 }

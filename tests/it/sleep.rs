@@ -73,24 +73,33 @@ fn requests_that_arrive_together_share_one_wake() {
     assert_eq!(env.starts(log).len(), 2, "one wake started the copy once");
 }
 
+/// An app that starts well the first time and, woken, fails (it finds a
+/// mark its first start left on its disk, which is kept through sleep) or
+/// hangs. (A version deployed while asleep that fails no longer reaches a
+/// wake: it is checked first; operator::a_broken_edit_deployed_to_a_…)
+fn wakes_badly(how: &str) -> String {
+    format!(
+        "mark <- file.path(Sys.getenv('SHINYCTL_SCRATCH'), 'started-once')\n\
+         if (file.exists(mark)) {how}\n\
+         writeLines('x', mark)\n\
+         shiny::shinyApp(shiny::fluidPage('up'), function(input, output) {{}})\n"
+    )
+}
+
 #[test]
 fn a_wake_that_fails_is_a_503_and_one_that_takes_too_long_a_504() {
     let env = Env::new("badwake");
-    let slow = env.script("slow-R", "exec sleep 600\n");
-    // (app, its request-timeout, what its redeploy while asleep adds, the
-    // answer to the waking request). The failing one has all the time R
-    // may take on a loaded machine to load shiny and fail.
-    let cases =
-        [("fails", "30s", "env:\n  BROKEN: \"yes\"\n".to_string(), 503), ("slow", "3s", format!("r-path: {}\n", slow.display()), 504)];
-    for (name, timeout, change, status) in cases {
-        let base = format!("{IDLE}warm-replicas: 0\nrequest-timeout: {timeout}\n");
-        let port = env.started(name, &base, "1:active");
-        wait_asleep(&env, name, &pids(&env, name));
-        let manifest = env.dir.join("apps").join(name).join("app.yaml");
-        std::fs::write(&manifest, format!("app-name: {name}\nport: {port}\n{base}{change}")).unwrap();
+    // (app, its request-timeout, what it does when woken, the answer to the
+    // waking request). The failing one has all the time R may take on a
+    // loaded machine to load shiny and fail.
+    let cases = [("fails", "30s", "stop('broken when woken')", 503), ("slow", "3s", "Sys.sleep(600)", 504)];
+    for (name, timeout, how, status) in cases {
+        let port = free_port();
+        let manifest = env.app_running(&wakes_badly(how), name, port, &format!("{IDLE}warm-replicas: 0\nrequest-timeout: {timeout}\n"));
         env.apply(&manifest);
-        let copies = env.copies(name);
-        assert!(!copies.is_empty() && copies.iter().all(|c| c.status == "asleep"), "a redeploy leaves it asleep: {copies:?}");
+        env.wait_roles(name, "1:active", START);
+        wait_http_ok(port, Duration::from_secs(10));
+        wait_asleep(&env, name, &pids(&env, name));
         let r = get(port, "/", &[]).unwrap();
         assert_eq!(r.status, status, "{name}: {r:?}");
     }
