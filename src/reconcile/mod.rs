@@ -291,15 +291,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
         }
     } else {
         for _ in current.len()..target {
-            let copy = st.next_copy;
-            st.next_copy += 1;
-            st.copies.push(CopyRecord {
-                copy,
-                revision: st.revision,
-                settings: settings.clone(),
-                release: st.release.clone(),
-                ..CopyRecord::default()
-            });
+            new_copy(&mut st, &settings);
         }
     }
 
@@ -423,7 +415,7 @@ fn decide_asleep(
         // if it ends before it is ready).
         st.copies.retain(|r| !is_current(r) || r.checking);
         if !st.copies.iter().any(is_current) {
-            let copy = new_copy(&mut st, spec);
+            let copy = new_copy(&mut st, &spec.settings_hash());
             st.copies.last_mut().expect("just pushed").checking = true;
             actions.push(Action::Start(copy));
         }
@@ -438,20 +430,21 @@ fn decide_asleep(
         count -= 1;
     }
     for _ in count..target {
-        new_copy(&mut st, spec);
+        new_copy(&mut st, &spec.settings_hash());
     }
     st.stop_now = false;
     Plan { state: st, roles: Vec::new(), actions, wake_at_ms: None }
 }
 
-/// Adds a record for a new copy of the current version; returns its number.
-fn new_copy(st: &mut AppState, spec: &AppSpec) -> u32 {
+/// Adds a record for a new copy of the current version (its revision and
+/// release, started with `settings`); returns its number.
+fn new_copy(st: &mut AppState, settings: &str) -> u32 {
     let copy = st.next_copy;
     st.next_copy += 1;
     st.copies.push(CopyRecord {
         copy,
         revision: st.revision,
-        settings: spec.settings_hash(),
+        settings: settings.to_string(),
         release: st.release.clone(),
         ..CopyRecord::default()
     });
