@@ -690,6 +690,22 @@ pub struct CopyStatus {
     /// started before the launcher existed.
     #[serde(default)]
     pub isolation: Option<Isolation>,
+    /// When its process started, in Unix ms (`started` as a number).
+    #[serde(default)]
+    pub started_ms: Option<u64>,
+    /// Seconds since its process started, while it runs.
+    #[serde(default)]
+    pub uptime_secs: Option<u64>,
+    /// CPU time its process tree has used, in seconds, while it runs.
+    #[serde(default)]
+    pub cpu_secs: Option<f64>,
+    /// The share of one core its process tree used over the last few
+    /// seconds, in percent (100 is one core); none until read twice.
+    #[serde(default)]
+    pub cpu_percent: Option<f64>,
+    /// The memory limit it runs under (`sandbox.memory`), in bytes.
+    #[serde(default)]
+    pub memory_limit_bytes: Option<u64>,
 }
 
 /// How a copy is isolated.
