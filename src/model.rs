@@ -219,6 +219,18 @@ pub struct AppRequests {
     pub latency_counts: Vec<u64>,
     /// The sum of those times, in seconds.
     pub latency_sum: f64,
+    /// Answers 502, 503 and 504, in that order (also in `classes`' 5xx).
+    #[serde(default)]
+    pub gateway: [u64; 3],
+    /// WebSocket sessions (Shiny sessions) opened.
+    #[serde(default)]
+    pub sessions_opened: u64,
+    /// Bytes read from visitors' connections to the app's port.
+    #[serde(default)]
+    pub bytes_in: u64,
+    /// Bytes written to visitors' connections to the app's port.
+    #[serde(default)]
+    pub bytes_out: u64,
 }
 
 /// The load balancer tells the daemon that a copy refused a connection and

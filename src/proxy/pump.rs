@@ -13,7 +13,7 @@
 use std::cell::RefCell;
 use std::io;
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use super::stats::AppCounters;
 use super::websocket::Session;
 
 /// Each worker thread's buffer: what one read moves at most.
@@ -106,7 +107,7 @@ impl Slot {
             if *take.borrow_and_update() {
                 break End::Taken;
             }
-            let (visitor, copy_side) = match live.step() {
+            let (visitor, copy_side) = match live.step(session.app.as_deref()) {
                 Err(e) => break End::Failed(e),
                 Ok(None) => break End::Closed,
                 Ok(Some(wants)) => wants,
@@ -229,11 +230,13 @@ enum Flow {
 impl Live {
     /// Moves what can be moved now, both ways. `None` once both ways are
     /// closed; else what to wait for on the visitor's and the copy's
-    /// socket (neither: out of budget, go on after a yield).
-    fn step(&mut self) -> io::Result<Option<(Option<Interest>, Option<Interest>)>> {
+    /// socket (neither: out of budget, go on after a yield). The bytes
+    /// read from either side are counted into `counters`: the visitor's as
+    /// bytes in, the copy's as bytes out.
+    fn step(&mut self, counters: Option<&AppCounters>) -> io::Result<Option<(Option<Interest>, Option<Interest>)>> {
         let (up, down) = BUFFER.with_borrow_mut(|buf| -> io::Result<(Flow, Flow)> {
-            let up = move_bytes(&self.visitor, &self.copy, &mut self.up, buf, false)?;
-            let down = move_bytes(&self.copy, &self.visitor, &mut self.down, buf, true)?;
+            let up = move_bytes(&self.visitor, &self.copy, &mut self.up, buf, false, counters.map(|c| &c.bytes_in))?;
+            let down = move_bytes(&self.copy, &self.visitor, &mut self.down, buf, true, counters.map(|c| &c.bytes_out))?;
             Ok((up, down))
         })?;
         if up == Flow::Done && down == Flow::Done {
@@ -267,7 +270,15 @@ fn join(read: bool, write: bool) -> Option<Interest> {
 /// Moves bytes from `src` to `dst` until one of them would block, the
 /// source is closed (and that is passed on), or the budget is spent.
 /// `quickack`: the source is a copy, whose reads are acknowledged at once.
-fn move_bytes(src: &TcpStream, dst: &TcpStream, way: &mut Way, buf: &mut [u8], quickack: bool) -> io::Result<Flow> {
+/// What is read is added to `read` (one add per read, not per byte).
+fn move_bytes(
+    src: &TcpStream,
+    dst: &TcpStream,
+    way: &mut Way,
+    buf: &mut [u8],
+    quickack: bool,
+    read: Option<&AtomicU64>,
+) -> io::Result<Flow> {
     for _ in 0..BUDGET {
         if !way.pending.is_empty() {
             match dst.try_write(&way.pending) {
@@ -294,6 +305,9 @@ fn move_bytes(src: &TcpStream, dst: &TcpStream, way: &mut Way, buf: &mut [u8], q
         match src.try_read(buf) {
             Ok(0) => way.eof = true,
             Ok(n) => {
+                if let Some(r) = read {
+                    r.fetch_add(n as u64, Ordering::Relaxed);
+                }
                 let written = match dst.try_write(&buf[..n]) {
                     Ok(w) => w,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,

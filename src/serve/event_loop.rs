@@ -360,6 +360,7 @@ impl Daemon {
             Event::Shutdown => {}
             Event::ProxyExit => {
                 tracing::warn!("the load balancer exited; starting it again");
+                self.tallies.load_balancer_restarts += 1;
                 // Started by the loop once it has checked it is not stopping.
                 *all = true;
             }

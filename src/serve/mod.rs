@@ -23,6 +23,7 @@ mod cycle;
 mod deploy;
 mod detach;
 mod event_loop;
+mod exposition;
 mod limits;
 mod logs;
 mod metrics;

@@ -50,6 +50,9 @@ pub struct WakeTally {
     pub buckets: [u64; WAKE_BOUNDS.len() + 1],
     /// The sum of their durations, in seconds.
     pub sum_secs: f64,
+    /// Wakes that failed: every copy of the wake exited (or the app was
+    /// deleted), and the requests held for it got a 503.
+    pub failed: u64,
 }
 
 /// The daemon's counts, by app name.
@@ -59,6 +62,8 @@ pub struct Tallies {
     pub restarts: BTreeMap<String, [u64; 4]>,
     /// Wakes per app.
     pub wakes: BTreeMap<String, WakeTally>,
+    /// Times the load balancer exited and the daemon started it again.
+    pub load_balancer_restarts: u64,
     /// Copies stopped for their memory whose exit is still to come back as
     /// a crash: that start is not counted again.
     memory_stops: BTreeSet<(String, u32)>,
@@ -95,6 +100,11 @@ impl Tallies {
     /// Counts a wake of `app` begun.
     pub fn wake_began(&mut self, app: &str) {
         self.wakes.entry(app.to_string()).or_default().count += 1;
+    }
+
+    /// A wake of `app` failed.
+    pub fn wake_failed(&mut self, app: &str) {
+        self.wakes.entry(app.to_string()).or_default().failed += 1;
     }
 
     /// A wake of `app` ended with a copy active, `took` after it was asked for.
@@ -166,5 +176,7 @@ mod tests {
         let w = &t.wakes["a"];
         assert_eq!((w.count, w.buckets[2], w.buckets[WAKE_BOUNDS.len()]), (1, 1, 1));
         assert!((w.sum_secs - 91.5).abs() < 1e-9);
+        t.wake_failed("a");
+        assert_eq!(t.wakes["a"].failed, 1);
     }
 }
