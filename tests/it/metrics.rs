@@ -367,28 +367,41 @@ fn cpu_uptime_and_an_operators_series_come_from_a_real_app() {
     wait_http_ok(port, Duration::from_secs(10));
 }
 
+/// An app that starts once: started again (a wake: its own disk is kept
+/// through a sleep), it stops with an error when `ON_WAKE` is `fail`, else
+/// never gets ready.
+const WAKES_BADLY_R: &str = r#"
+library(shiny)
+marker <- file.path(Sys.getenv("SHINYCTL_SCRATCH"), "started-before")
+if (file.exists(marker)) {
+  if (Sys.getenv("ON_WAKE") == "fail") stop("this copy fails on waking")
+  Sys.sleep(600)
+}
+writeLines("x", marker)
+shinyApp(fluidPage("awake"), function(input, output, session) {})
+"#;
+
 #[test]
 fn a_failed_wake_and_one_that_takes_too_long_are_counted_apart() {
     let env = Env::new("metrics-badwake");
-    let slow = env.script("slow-R", "exec sleep 600\n");
-    // As in sleep.rs: a redeploy while asleep that cannot start (R stops
-    // at once; a stand-in that never listens), then a request wakes it.
-    let cases =
-        [("fails", "30s", "env:\n  BROKEN: \"yes\"\n".to_string(), 503), ("slow", "3s", format!("r-path: {}\n", slow.display()), 504)];
-    for (name, timeout, change, status) in cases {
-        let base = format!("idle-timeout: 20s\nwarm-replicas: 0\nrequest-timeout: {timeout}\n");
-        let port = env.started(name, &base, "1:active");
+    // (app, its request-timeout, ON_WAKE, the answer to the waking
+    // request). The failing one has all the time R may take on a loaded
+    // machine to load shiny and fail.
+    for (name, timeout, on_wake, status) in [("fails", "30s", "fail", 503), ("slow", "3s", "hang", 504)] {
+        let port = free_port();
+        let extra = format!("idle-timeout: 20s\nwarm-replicas: 0\nrequest-timeout: {timeout}\nenv:\n  ON_WAKE: {on_wake}\n");
+        env.apply(&env.app_running(WAKES_BADLY_R, name, port, &extra));
+        env.wait_roles(name, "1:active", START);
+        wait_http_ok(port, Duration::from_secs(10));
         let pid = env.pid_of(name, 1);
         wait_until(START, "the app to sleep", || env.copies(name).iter().all(|c| c.status == "asleep" && c.pid.is_none()).then_some(()));
         wait_gone(pid, Duration::from_secs(30), "the copy put to sleep");
-        let manifest = env.dir.join("apps").join(name).join("app.yaml");
-        std::fs::write(&manifest, format!("app-name: {name}\nport: {port}\n{base}{change}")).unwrap();
-        env.apply(&manifest);
         assert_eq!(get(port, "/", &[]).unwrap().status, status, "{name}");
         let app = [("app", name)];
+        let code = status.to_string();
         let text = wait_until(Duration::from_secs(10), "the answer counted", || {
             let text = api(&env, "/v1/metrics").1;
-            (sample(&text, "shinyctl_gateway_errors_total", &[app[0], ("code", &status.to_string())]) == Some(1.0)).then_some(text)
+            (sample(&text, "shinyctl_gateway_errors_total", &[app[0], ("code", &code)]) == Some(1.0)).then_some(text)
         });
         assert_eq!(sample(&text, "shinyctl_wakes_total", &app), Some(1.0), "{text}");
         // Only the wake whose copies all ended failed; the slow one is
