@@ -1,4 +1,5 @@
-//! `GET /v1/metrics` (Prometheus text, OpenMetrics flavour) and
+//! `GET /v1/metrics` (Prometheus text: OpenMetrics, or the classic 0.0.4
+//! format for a scraper whose `Accept` header prefers it, `exposition.rs`) and
 //! `GET /v1/health`, on `api.sock` and, when the daemon's environment has
 //! `SHINYCTL_METRICS=ADDR:PORT`, on that TCP address too (those two routes
 //! only). The registry is built afresh for each scrape from the daemon's
@@ -272,18 +273,29 @@ fn add_copies(reg: &mut Registry, view: &View, proxy: Option<&ProxyMetrics>) {
     add(reg, "copy_open_connections", "Requests in flight plus open WebSockets to the copy", None, g, f.conns);
 }
 
-/// The series of the per-copy families of one scrape.
+/// The series of the per-copy families of one scrape, each named for its
+/// family in [`add_copies`].
 #[derive(Default)]
 struct CopyFamilies {
+    /// `copy_role`.
     role: Vec<(Labels, Value)>,
+    /// `copy_state`.
     state: Vec<(Labels, Value)>,
+    /// `copy_ready`.
     ready: Vec<(Labels, Value)>,
+    /// `copy_resident_memory_bytes`.
     mem: Vec<(Labels, Value)>,
+    /// `copy_memory_limit_bytes`.
     limit: Vec<(Labels, Value)>,
+    /// `copy_cpu_seconds_total`.
     cpu: Vec<(Labels, Value)>,
+    /// `copy_crashes`.
     crashes: Vec<(Labels, Value)>,
+    /// `copy_start_time_seconds`.
     start: Vec<(Labels, Value)>,
+    /// `copy_sessions`.
     sessions: Vec<(Labels, Value)>,
+    /// `copy_open_connections`.
     conns: Vec<(Labels, Value)>,
 }
 
