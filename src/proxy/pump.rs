@@ -323,3 +323,36 @@ fn move_bytes(
     }
     Ok(Flow::Budget)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Two ends of a loopback connection.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let far = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        (l.accept().await.unwrap().0, far)
+    }
+
+    #[tokio::test]
+    async fn the_bytes_a_tunnel_moves_are_counted_each_way() {
+        let ((visitor, mut browser), (copy, mut r)) = (pair().await, pair().await);
+        let mut live = Live { visitor, copy, up: Way::default(), down: Way::default() };
+        let counters = AppCounters::default();
+        browser.write_all(b"hello").await.unwrap();
+        r.write_all(b"world!").await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let counted = || (counters.bytes_in.load(Ordering::Relaxed), counters.bytes_out.load(Ordering::Relaxed));
+        while counted() != (5, 6) {
+            assert!(std::time::Instant::now() < deadline, "counted {:?}", counted());
+            live.step(Some(&counters)).unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let (mut up, mut down) = ([0u8; 5], [0u8; 6]);
+        r.read_exact(&mut up).await.unwrap();
+        browser.read_exact(&mut down).await.unwrap();
+        assert_eq!((&up, &down), (b"hello", b"world!"), "and moved");
+    }
+}
