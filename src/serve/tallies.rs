@@ -129,7 +129,9 @@ pub fn restart_reason(before: &AppState, after: &AppState, copy: u32, waking: bo
     if before.copies.iter().any(|r| r.revision != new.revision || r.settings != new.settings) {
         return Some(RestartReason::Redeploy);
     }
-    (!before.copies.is_empty()).then_some(RestartReason::Scaling)
+    // More copies beside ones that serve on; copies that were all draining
+    // or stopping (`stop`, then `start`) are no scaling.
+    before.copies.iter().any(|r| r.drain_started_ms.is_none() && r.stop_started_ms.is_none()).then_some(RestartReason::Scaling)
 }
 
 #[cfg(test)]
@@ -156,6 +158,8 @@ mod tests {
         assert_eq!(restart_reason(&first, &redeployed, 2, false), Some(RestartReason::Redeploy));
         let scaled = state(vec![rec(1, 1, 0), rec(2, 1, 0)]);
         assert_eq!(restart_reason(&first, &scaled, 2, false), Some(RestartReason::Scaling));
+        let stopping = state(vec![CopyRecord { stop_started_ms: Some(1), ..rec(1, 1, 0) }]);
+        assert_eq!(restart_reason(&stopping, &scaled, 2, false), None, "a start after a stop is no scaling");
     }
 
     #[test]

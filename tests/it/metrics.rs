@@ -341,6 +341,7 @@ fn cpu_uptime_and_an_operators_series_come_from_a_real_app() {
     });
     assert_eq!(sample(&text, "shinyctl_gateway_errors_total", &[app[0], ("code", "502")]), Some(1.0), "{text}");
     assert_eq!(sample(&text, "shinyctl_gateway_errors_total", &[app[0], ("code", "504")]), Some(0.0), "{text}");
+    assert_eq!(sample(&text, "shinyctl_restarts_total", &[app[0], ("reason", "scaling")]), Some(0.0), "stop, start: no scaling\n{text}");
     let crashes = env.copies("ops")[0].crashes as f64;
     assert_eq!(sample(&text, "shinyctl_copy_crashes", &copy), Some(crashes), "as status says:\n{text}");
     assert!(crashes >= 1.0, "{text}");
