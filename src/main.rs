@@ -38,6 +38,9 @@ enum Command {
         /// Redraw the table every second until interrupted, as `watch` would.
         #[arg(short = 'w', long)]
         watch: bool,
+        /// More columns: each copy's uptime, CPU percent, CPU time and memory limit.
+        #[arg(long, conflicts_with = "json")]
+        wide: bool,
     },
     /// Start new copies from the manifest as it is now; the old ones drain.
     Restart {
@@ -171,7 +174,7 @@ fn main() {
     let home = home::Home::from_env();
     let result = match cli.command {
         Command::Apply { file, now, wait } => wait_for(wait).and_then(|w| cli::apply::run(&home, &file, now, w)),
-        Command::Status { app, json, watch } => cli::status::run(&home, app.as_deref(), json, watch),
+        Command::Status { app, json, watch, wide } => cli::status::run(&home, app.as_deref(), json, watch, wide),
         Command::Restart { app: Some(app), now, wait, .. } => wait_for(wait).and_then(|w| cli::restart::run(&home, &app, now, w)),
         Command::Restart { app: None, now, wait, .. } => wait_for(wait).and_then(|w| cli::operate::restart_all(&home, now, w)),
         Command::Stop { app } => cli::operate::run(&home, &app, "stop"),

@@ -235,6 +235,18 @@ pub struct AppRequests {
     pub latency_counts: Vec<u64>,
     /// The sum of those times, in seconds.
     pub latency_sum: f64,
+    /// Answers 502, 503 and 504, in that order (also in `classes`' 5xx).
+    #[serde(default)]
+    pub gateway: [u64; 3],
+    /// WebSocket sessions (Shiny sessions) opened.
+    #[serde(default)]
+    pub sessions_opened: u64,
+    /// Bytes read from visitors' connections to the app's port.
+    #[serde(default)]
+    pub bytes_in: u64,
+    /// Bytes written to visitors' connections to the app's port.
+    #[serde(default)]
+    pub bytes_out: u64,
 }
 
 /// The load balancer tells the daemon that a copy refused a connection and
@@ -715,6 +727,22 @@ pub struct CopyStatus {
     /// started before the launcher existed.
     #[serde(default)]
     pub isolation: Option<Isolation>,
+    /// When its process started, in Unix ms (`started` as a number).
+    #[serde(default)]
+    pub started_ms: Option<u64>,
+    /// Seconds since its process started, while it runs.
+    #[serde(default)]
+    pub uptime_secs: Option<u64>,
+    /// CPU time its process tree has used, in seconds, while it runs.
+    #[serde(default)]
+    pub cpu_secs: Option<f64>,
+    /// The share of one core its process tree used over the last few
+    /// seconds, in percent (100 is one core); none until read twice.
+    #[serde(default)]
+    pub cpu_percent: Option<f64>,
+    /// The memory limit it runs under (`sandbox.memory`), in bytes.
+    #[serde(default)]
+    pub memory_limit_bytes: Option<u64>,
 }
 
 /// How a copy is isolated.

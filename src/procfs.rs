@@ -32,6 +32,30 @@ fn parse_stat(stat: &str) -> Option<(char, u32, u64)> {
     Some((state, ppid, start))
 }
 
+/// CPU time in clock ticks from the text of a `/proc/<pid>/stat` file:
+/// utime + stime (fields 14 and 15), plus cutime + cstime (16 and 17), the
+/// time of children it has waited for, so a tree's sum does not drop when
+/// a child ends.
+fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let f = stat_fields(stat)?;
+    (11..15).map(|i| f.get(i)?.parse::<u64>().ok()).sum()
+}
+
+/// The clock ticks per second that /proc counts CPU time in.
+fn ticks_per_sec() -> u64 {
+    static TICKS: OnceLock<u64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        use nix::unistd::{sysconf, SysconfVar};
+        sysconf(SysconfVar::CLK_TCK).ok().flatten().and_then(|n| u64::try_from(n).ok()).filter(|&n| n > 0).unwrap_or(100)
+    })
+}
+
+/// The CPU time one process has used (its own and that of the children
+/// it waited for), in clock ticks; `None` when there is no such process.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    parse_cpu_ticks(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
 fn read_stat(pid: u32) -> Option<(char, u32, u64)> {
     parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
@@ -161,6 +185,17 @@ impl Processes {
     pub fn tree_rss_bytes(&self, pid: u32) -> Option<u64> {
         let own = rss_bytes(pid)?;
         Some(own + descendants_in(pid, &self.0).iter().skip(1).filter_map(|&p| rss_bytes(p)).sum::<u64>())
+    }
+}
+
+impl Processes {
+    /// The CPU time, in seconds, of `pid` and all its descendants as this
+    /// snapshot saw them (what `status --wide` shows as a copy's CPU time).
+    /// `None` when `pid` is gone.
+    pub fn tree_cpu_secs(&self, pid: u32) -> Option<f64> {
+        let own = cpu_ticks(pid)?;
+        let ticks = own + descendants_in(pid, &self.0).iter().skip(1).filter_map(|&p| cpu_ticks(p)).sum::<u64>();
+        Some(ticks as f64 / ticks_per_sec() as f64)
     }
 }
 
@@ -469,6 +504,23 @@ mod tests {
         assert_eq!(parse_stat(stat), Some(('S', 1, 987654)));
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_stat("1 (x) Z 0"), None);
+    }
+
+    #[test]
+    fn cpu_time_is_the_four_cpu_fields_and_a_busy_process_has_some() {
+        let stat = "1234 (we ird) (name)) S 1 1234 1234 0 -1 4194560 100 0 0 0 7 2 30 4 20 0 1 0 987654 1000 10";
+        assert_eq!(parse_cpu_ticks(stat), Some(43));
+        assert_eq!(parse_cpu_ticks("1 (x) S 1"), None);
+        let me = std::process::id();
+        let before = Processes::read().tree_cpu_secs(me).expect("own stat");
+        let spin = std::time::Instant::now();
+        let mut x = 0u64;
+        while spin.elapsed() < std::time::Duration::from_millis(200) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let after = Processes::read().tree_cpu_secs(me).unwrap();
+        assert!(after > before, "200 ms of spinning shows: {before} then {after}");
+        assert_eq!(Processes::read().tree_cpu_secs(u32::MAX), None);
     }
 
     #[test]

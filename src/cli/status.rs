@@ -1,5 +1,6 @@
-//! `shinyctl status [APP] [--json]`: the table of staying-up.txt, the memory
-//! line under it, and a line for anything a person must know.
+//! `shinyctl status [APP] [--json | --wide]`: the documented table (with
+//! `--wide`, more columns after it), the memory line under it, and a line
+//! for anything a person must know.
 
 use crate::api_client::Client;
 use crate::home::Home;
@@ -8,22 +9,24 @@ use crate::procfs::format_mem;
 
 /// The columns, as documented.
 const COLUMNS: [&str; 11] = ["NAME", "COPY", "ROLE", "PORT", "PID", "STATUS", "READY", "MEM", "SESSIONS", "CRASHES", "STARTED"];
+/// The columns `--wide` adds after them, as `pm2 list` shows a process.
+const WIDE: [&str; 4] = ["UPTIME", "CPU", "CPU-TIME", "MEM-LIMIT"];
 
 /// Prints status, or its JSON; with `watch`, redraws it every second until
 /// interrupted (a daemon that stops answering is shown, not fatal).
-pub fn run(home: &Home, app: Option<&str>, json: bool, watch: bool) -> anyhow::Result<()> {
+pub fn run(home: &Home, app: Option<&str>, json: bool, watch: bool, wide: bool) -> anyhow::Result<()> {
     let client = Client::new(home);
     if json {
         println!("{}", String::from_utf8_lossy(&client.status_json(app)?));
         return Ok(());
     }
     if !watch {
-        print!("{}", render(&client.status(app)?));
+        print!("{}", render(&client.status(app)?, wide));
         return Ok(());
     }
     loop {
         let text = match client.status(app) {
-            Ok(report) => render(&report),
+            Ok(report) => render(&report, wide),
             Err(e) => format!("shinyctl: {e:#}\n"),
         };
         let now = crate::procfs::local_rfc3339(crate::clock::now_ms());
@@ -35,16 +38,17 @@ pub fn run(home: &Home, app: Option<&str>, json: bool, watch: bool) -> anyhow::R
     }
 }
 
-/// Renders the report as people read it.
-pub fn render(report: &StatusReport) -> String {
+/// Renders the report as people read it; `wide` adds [`WIDE`]'s columns.
+pub fn render(report: &StatusReport, wide: bool) -> String {
     if report.apps.is_empty() {
         return "No apps yet. Start one with: shinyctl apply -f app.yaml\n".to_string();
     }
     let dash = |s: Option<String>| s.unwrap_or_else(|| "-".to_string());
-    let mut rows: Vec<Vec<String>> = vec![COLUMNS.iter().map(|c| c.to_string()).collect()];
+    let header = COLUMNS.iter().chain(if wide { WIDE.as_slice() } else { &[] });
+    let mut rows: Vec<Vec<String>> = vec![header.map(|c| c.to_string()).collect()];
     for app in &report.apps {
         for c in &app.copies {
-            rows.push(vec![
+            let mut row = vec![
                 app.name.clone(),
                 c.copy.to_string(),
                 dash(c.role.map(|r| r.as_str().to_string())),
@@ -56,10 +60,19 @@ pub fn render(report: &StatusReport) -> String {
                 c.sessions.to_string(),
                 if c.crashes == 0 { "-".into() } else { c.crashes.to_string() },
                 dash(c.started.clone()),
-            ]);
+            ];
+            if wide {
+                row.extend([
+                    dash(c.uptime_secs.map(format_uptime)),
+                    dash(c.cpu_percent.map(|p| format!("{p:.1}%"))),
+                    dash(c.cpu_secs.map(format_cpu_time)),
+                    dash(c.memory_limit_bytes.map(format_mem)),
+                ]);
+            }
+            rows.push(row);
         }
     }
-    let widths: Vec<usize> = (0..COLUMNS.len()).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..rows[0].len()).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for row in &rows {
         let mut line = String::new();
@@ -85,6 +98,23 @@ pub fn render(report: &StatusReport) -> String {
         }
     }
     out
+}
+
+/// An uptime as `pm2 list` writes it, in its two largest units: `42s`,
+/// `5m12s`, `3h04m`, `2d07h`.
+fn format_uptime(secs: u64) -> String {
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s if s < 86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        s => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// CPU time as `ps` writes it, minutes and seconds: `0:03.41`, `72:10.00`.
+fn format_cpu_time(secs: f64) -> String {
+    let hundredths = (secs.max(0.0) * 100.0).round() as u64;
+    format!("{}:{:02}.{:02}", hundredths / 6000, hundredths / 100 % 60, hundredths % 100)
 }
 
 /// "Memory: 420M in 3 R processes (1 warm, 1 draining), plus 41M for the load balancer."
@@ -142,6 +172,7 @@ mod tests {
             release: None,
             isolation: None,
             launcher_pid: None,
+            ..Default::default()
         }
     }
 
@@ -183,7 +214,7 @@ Memory: 420M in 3 R processes (1 warm, 1 draining), plus 41M for the load balanc
 
 hello: copy 1 is draining with 2 sessions; it stops when they end, or in 15m at the latest.
 ";
-        assert_eq!(render(&report), expected);
+        assert_eq!(render(&report, false), expected);
     }
 
     #[test]
@@ -197,10 +228,36 @@ hello: copy 1 is draining with 2 sessions; it stops when they end, or in 15m at 
             apps: vec![AppStatus { name: "a".into(), port: 1, copies: vec![c], ..Default::default() }],
             ..Default::default()
         };
-        let text = render(&report);
+        let text = render(&report, false);
         let row = text.lines().nth(1).unwrap();
         let cells: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(cells, ["a", "1", "-", "1", "7", "crash-looping", "-", "50M", "0", "2", "x"]);
         assert!(text.contains("Memory: 50M in 1 R process; the load balancer is not running."));
+    }
+
+    #[test]
+    fn wide_adds_uptime_cpu_and_the_memory_limit_after_the_documented_columns() {
+        let mut c = copy(3, Role::Active, 61501, 140, 1, "2026-10-27T11:30:05+02:00");
+        (c.uptime_secs, c.cpu_percent, c.cpu_secs, c.memory_limit_bytes) = (Some(3725), Some(12.5), Some(73.456), Some(512 * M));
+        let mut asleep = copy(4, Role::Warm, 1, 0, 0, "");
+        (asleep.role, asleep.pid, asleep.mem_bytes, asleep.started, asleep.ready) = (None, None, None, None, false);
+        asleep.status = "asleep".into();
+        let report = StatusReport {
+            apps: vec![AppStatus { name: "hello".into(), port: 8765, copies: vec![c, asleep], ..Default::default() }],
+            ..Default::default()
+        };
+        let text = render(&report, true);
+        let cells = |n: usize| text.lines().nth(n).unwrap().split_whitespace().collect::<Vec<_>>();
+        let header = cells(0);
+        assert_eq!(header[..11], COLUMNS, "the documented columns first, unchanged:\n{text}");
+        assert_eq!(header[11..], WIDE, "{text}");
+        assert_eq!(cells(1)[11..], ["1h02m", "12.5%", "1:13.46", "512M"], "{text}");
+        assert_eq!(cells(2)[10..], ["-", "-", "-", "-", "-"], "a copy asleep has none:\n{text}");
+        assert!(!render(&report, false).contains("UPTIME"), "the default table keeps the documented columns");
+        assert_eq!(
+            (format_uptime(42), format_uptime(312), format_uptime(2 * 86_400 + 7 * 3600)),
+            ("42s".into(), "5m12s".into(), "2d07h".into())
+        );
+        assert_eq!(format_cpu_time(3.414), "0:03.41");
     }
 }

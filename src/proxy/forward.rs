@@ -237,7 +237,9 @@ fn respond(
     match (upstream_upgrade, client_upgrade) {
         (Some(upstream), Some(client)) => {
             parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-            websocket::tunnel(&shared.pump, client, upstream, websocket::Session::new(copy.state.clone()), app.name.clone(), copy.copy);
+            shared.requests.session_opened(&app.name);
+            let session = websocket::Session::new(copy.state.clone(), Some(shared.requests.of(&app.name)));
+            websocket::tunnel(&shared.pump, client, upstream, session, app.name.clone(), copy.copy);
             drop(lease);
             Response::from_parts(parts, DownBody::empty())
         }

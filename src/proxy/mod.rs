@@ -41,6 +41,7 @@ mod body;
 mod client;
 mod control;
 mod cookie;
+mod counted;
 mod daemon;
 mod forward;
 pub mod handover;

@@ -13,7 +13,7 @@
 use std::cell::RefCell;
 use std::io;
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use super::stats::AppCounters;
 use super::websocket::Session;
 
 /// Each worker thread's buffer: what one read moves at most.
@@ -106,7 +107,7 @@ impl Slot {
             if *take.borrow_and_update() {
                 break End::Taken;
             }
-            let (visitor, copy_side) = match live.step() {
+            let (visitor, copy_side) = match live.step(session.app.as_deref()) {
                 Err(e) => break End::Failed(e),
                 Ok(None) => break End::Closed,
                 Ok(Some(wants)) => wants,
@@ -229,11 +230,13 @@ enum Flow {
 impl Live {
     /// Moves what can be moved now, both ways. `None` once both ways are
     /// closed; else what to wait for on the visitor's and the copy's
-    /// socket (neither: out of budget, go on after a yield).
-    fn step(&mut self) -> io::Result<Option<(Option<Interest>, Option<Interest>)>> {
+    /// socket (neither: out of budget, go on after a yield). The bytes
+    /// read from either side are counted into `counters`: the visitor's as
+    /// bytes in, the copy's as bytes out.
+    fn step(&mut self, counters: Option<&AppCounters>) -> io::Result<Option<(Option<Interest>, Option<Interest>)>> {
         let (up, down) = BUFFER.with_borrow_mut(|buf| -> io::Result<(Flow, Flow)> {
-            let up = move_bytes(&self.visitor, &self.copy, &mut self.up, buf, false)?;
-            let down = move_bytes(&self.copy, &self.visitor, &mut self.down, buf, true)?;
+            let up = move_bytes(&self.visitor, &self.copy, &mut self.up, buf, false, counters.map(|c| &c.bytes_in))?;
+            let down = move_bytes(&self.copy, &self.visitor, &mut self.down, buf, true, counters.map(|c| &c.bytes_out))?;
             Ok((up, down))
         })?;
         if up == Flow::Done && down == Flow::Done {
@@ -267,7 +270,15 @@ fn join(read: bool, write: bool) -> Option<Interest> {
 /// Moves bytes from `src` to `dst` until one of them would block, the
 /// source is closed (and that is passed on), or the budget is spent.
 /// `quickack`: the source is a copy, whose reads are acknowledged at once.
-fn move_bytes(src: &TcpStream, dst: &TcpStream, way: &mut Way, buf: &mut [u8], quickack: bool) -> io::Result<Flow> {
+/// What is read is added to `read` (one add per read, not per byte).
+fn move_bytes(
+    src: &TcpStream,
+    dst: &TcpStream,
+    way: &mut Way,
+    buf: &mut [u8],
+    quickack: bool,
+    read: Option<&AtomicU64>,
+) -> io::Result<Flow> {
     for _ in 0..BUDGET {
         if !way.pending.is_empty() {
             match dst.try_write(&way.pending) {
@@ -294,6 +305,9 @@ fn move_bytes(src: &TcpStream, dst: &TcpStream, way: &mut Way, buf: &mut [u8], q
         match src.try_read(buf) {
             Ok(0) => way.eof = true,
             Ok(n) => {
+                if let Some(r) = read {
+                    r.fetch_add(n as u64, Ordering::Relaxed);
+                }
                 let written = match dst.try_write(&buf[..n]) {
                     Ok(w) => w,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
@@ -308,4 +322,37 @@ fn move_bytes(src: &TcpStream, dst: &TcpStream, way: &mut Way, buf: &mut [u8], q
         }
     }
     Ok(Flow::Budget)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Two ends of a loopback connection.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let far = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        (l.accept().await.unwrap().0, far)
+    }
+
+    #[tokio::test]
+    async fn the_bytes_a_tunnel_moves_are_counted_each_way() {
+        let ((visitor, mut browser), (copy, mut r)) = (pair().await, pair().await);
+        let mut live = Live { visitor, copy, up: Way::default(), down: Way::default() };
+        let counters = AppCounters::default();
+        browser.write_all(b"hello").await.unwrap();
+        r.write_all(b"world!").await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let counted = || (counters.bytes_in.load(Ordering::Relaxed), counters.bytes_out.load(Ordering::Relaxed));
+        while counted() != (5, 6) {
+            assert!(std::time::Instant::now() < deadline, "counted {:?}", counted());
+            live.step(Some(&counters)).unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let (mut up, mut down) = ([0u8; 5], [0u8; 6]);
+        r.read_exact(&mut up).await.unwrap();
+        browser.read_exact(&mut down).await.unwrap();
+        assert_eq!((&up, &down), (b"hello", b"world!"), "and moved");
+    }
 }

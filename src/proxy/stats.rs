@@ -1,5 +1,7 @@
 //! What the load balancer counts for metrics: answers per app by status
-//! class and a histogram of the time until an answer's head. The daemon
+//! class (and 502, 503, 504 apart), a histogram of the time until an
+//! answer's head, WebSocket sessions opened, and the bytes visitors sent
+//! and got (counted on their sockets, see `counted.rs`). The daemon
 //! reads them with `GET /metrics` on `proxy.sock` and turns them into
 //! Prometheus series; the counts start at zero with each load balancer.
 
@@ -15,9 +17,17 @@ use crate::model::{AppRequests, ProxyMetrics, LATENCY_BOUNDS};
 
 /// One app's counters; atomics, so a request counts without a lock.
 #[derive(Default)]
-struct AppCounters {
+pub struct AppCounters {
     /// Answers by status class (1xx … 5xx).
     classes: [AtomicU64; 5],
+    /// Answers 502, 503 and 504 (also counted in 5xx).
+    gateway: [AtomicU64; 3],
+    /// WebSocket sessions opened.
+    sessions_opened: AtomicU64,
+    /// Bytes read from visitors' connections.
+    pub bytes_in: AtomicU64,
+    /// Bytes written to visitors' connections.
+    pub bytes_out: AtomicU64,
     /// Answers per latency bucket ([`LATENCY_BOUNDS`], then the rest).
     buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
     /// The sum of the latencies, in microseconds.
@@ -33,15 +43,28 @@ pub struct Requests {
 }
 
 impl Requests {
-    /// Counts one answer of `app` with `status`, `took` after the request came.
-    pub fn count(&self, app: &str, status: StatusCode, took: Duration) {
+    /// The counters of `app`, made the first time it is asked for.
+    pub fn of(&self, app: &str) -> Arc<AppCounters> {
         let counters = self.apps.read().unwrap_or_else(|e| e.into_inner()).get(app).cloned();
-        let counters = match counters {
+        match counters {
             Some(c) => c,
             None => self.apps.write().unwrap_or_else(|e| e.into_inner()).entry(app.to_string()).or_default().clone(),
-        };
+        }
+    }
+
+    /// Counts a WebSocket session of `app` opened.
+    pub fn session_opened(&self, app: &str) {
+        self.of(app).sessions_opened.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one answer of `app` with `status`, `took` after the request came.
+    pub fn count(&self, app: &str, status: StatusCode, took: Duration) {
+        let counters = self.of(app);
         let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
         counters.classes[class].fetch_add(1, Ordering::Relaxed);
+        if let Some(i) = [502, 503, 504].iter().position(|c| *c == status.as_u16()) {
+            counters.gateway[i].fetch_add(1, Ordering::Relaxed);
+        }
         let secs = took.as_secs_f64();
         let bucket = LATENCY_BOUNDS.iter().position(|b| secs <= *b).unwrap_or(LATENCY_BOUNDS.len());
         counters.buckets[bucket].fetch_add(1, Ordering::Relaxed);
@@ -60,6 +83,10 @@ impl Requests {
                 classes: std::array::from_fn(|i| c.classes[i].load(Ordering::Relaxed)),
                 latency_counts: c.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect(),
                 latency_sum: c.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
+                gateway: std::array::from_fn(|i| c.gateway[i].load(Ordering::Relaxed)),
+                sessions_opened: c.sessions_opened.load(Ordering::Relaxed),
+                bytes_in: c.bytes_in.load(Ordering::Relaxed),
+                bytes_out: c.bytes_out.load(Ordering::Relaxed),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -102,13 +129,19 @@ mod tests {
         r.count("a", StatusCode::NOT_FOUND, Duration::from_millis(30));
         r.count("a", StatusCode::BAD_GATEWAY, Duration::from_secs(60));
         r.count("b", StatusCode::SWITCHING_PROTOCOLS, Duration::from_millis(7));
+        r.count("a", StatusCode::GATEWAY_TIMEOUT, Duration::from_millis(7));
+        r.count("a", StatusCode::INTERNAL_SERVER_ERROR, Duration::from_millis(7));
+        r.session_opened("b");
+        r.of("b").bytes_in.fetch_add(10, Ordering::Relaxed);
         let all = r.report(&["a".into(), "b".into()]);
         assert_eq!(all[0].name, "a");
-        assert_eq!(all[0].classes, [0, 1, 0, 1, 1]);
+        assert_eq!(all[0].classes, [0, 1, 0, 1, 3]);
+        assert_eq!(all[0].gateway, [1, 0, 1], "502 and 504 apart; a 500 is none of them");
+        assert_eq!((all[1].sessions_opened, all[1].bytes_in, all[1].bytes_out), (1, 10, 0));
         assert_eq!(all[0].latency_counts[0], 1, "3 ms is in the 5 ms bucket");
         assert_eq!(all[0].latency_counts[3], 1, "30 ms is in the 50 ms bucket");
         assert_eq!(all[0].latency_counts[LATENCY_BOUNDS.len()], 1, "60 s is above every bound");
-        assert!((all[0].latency_sum - 60.033).abs() < 1e-6);
+        assert!((all[0].latency_sum - 60.047).abs() < 1e-6);
         assert_eq!(all[1].classes, [1, 0, 0, 0, 0]);
         let kept = r.report(&["b".into()]);
         assert_eq!(kept.len(), 1, "an app no longer in the table leaves no series");

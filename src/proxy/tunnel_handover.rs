@@ -193,7 +193,8 @@ async fn adopt(shared: Arc<Shared>, tunnel: Tunnel, nth: usize) {
         }
     };
     let Some(worker) = shared.workers.get(nth % shared.workers.len().max(1)) else { return };
-    shared.pump.adopt(tunnel, Session::new(state), &worker.handle);
+    let counters = shared.requests.of(&tunnel.app);
+    shared.pump.adopt(tunnel, Session::new(state, Some(counters)), &worker.handle);
 }
 
 /// Sends `tunnels` on `stream`, `per_frame` in each frame, and closes them

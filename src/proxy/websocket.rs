@@ -11,11 +11,12 @@ use hyper::header::{self, HeaderMap};
 use hyper::upgrade::{OnUpgrade, Parts, Upgraded};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
+use super::counted::Counted;
 use super::pump::{Live, Pump, Way};
 use super::quickack::QuickAck;
 use super::shared::ErrorSource;
+use super::stats::AppCounters;
 use super::table::CopyState;
 
 /// True for a request that asks to switch to the WebSocket protocol
@@ -77,14 +78,16 @@ fn has_token(h: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
 pub struct Session {
     /// The copy's counters.
     state: Arc<CopyState>,
+    /// The app's counters, where the pump counts the session's bytes.
+    pub app: Option<Arc<AppCounters>>,
 }
 
 impl Session {
-    /// Counts a new session on the copy.
-    pub fn new(state: Arc<CopyState>) -> Session {
+    /// Counts a new session on the copy; its bytes go to `app`'s counters.
+    pub fn new(state: Arc<CopyState>, app: Option<Arc<AppCounters>>) -> Session {
         state.connections.fetch_add(1, Ordering::Relaxed);
         state.sessions.fetch_add(1, Ordering::Relaxed);
-        Session { state }
+        Session { state, app }
     }
 }
 
@@ -113,7 +116,7 @@ pub fn tunnel(pump: &Arc<Pump>, client: OnUpgrade, upstream: OnUpgrade, session:
                 return;
             }
         };
-        match (client.downcast::<TokioIo<TcpStream>>(), upstream.downcast::<TokioIo<QuickAck>>()) {
+        match (client.downcast::<TokioIo<Counted>>(), upstream.downcast::<TokioIo<QuickAck>>()) {
             (Ok(c), Ok(u)) => slot.run(into_live(c, u), app, copy, session).await,
             (c, u) => {
                 drop(slot);
@@ -128,15 +131,16 @@ pub fn tunnel(pump: &Arc<Pump>, client: OnUpgrade, upstream: OnUpgrade, session:
 /// The raw sockets of an upgrade, with the bytes hyper read past each head
 /// (copied: hyper's `read_buf` keeps its whole read buffer, 8 KiB or more,
 /// alive, and it is dropped here rather than held for the session's life).
-fn into_live(client: Parts<TokioIo<TcpStream>>, upstream: Parts<TokioIo<QuickAck>>) -> Live {
+fn into_live(client: Parts<TokioIo<Counted>>, upstream: Parts<TokioIo<QuickAck>>) -> Live {
     let Parts { io: visitor, read_buf: up, .. } = client;
     let Parts { io: copy, read_buf: down, .. } = upstream;
-    Live {
-        visitor: visitor.into_inner(),
-        copy: copy.into_inner().0,
-        up: Way::new(up.to_vec(), false),
-        down: Way::new(down.to_vec(), false),
+    let (visitor, counters) = visitor.into_inner().into_parts();
+    // What hyper read from the copy past its head goes to the visitor
+    // outside the pump's reads: counted here.
+    if let Some(c) = counters {
+        c.bytes_out.fetch_add(down.len() as u64, Ordering::Relaxed);
     }
+    Live { visitor, copy: copy.into_inner().0, up: Way::new(up.to_vec(), false), down: Way::new(down.to_vec(), false) }
 }
 
 /// Either side of a tunnel as something to read and write, with the bytes

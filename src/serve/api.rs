@@ -162,7 +162,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
         }
         (Method::POST, ["v1", "shutdown"]) => super::operate::shutdown(&shared, flag(&req, "all")).await,
         (Method::POST, ["v1", "reload"]) => super::reload::reload(&shared).await,
-        (Method::GET, ["v1", "metrics"]) => super::metrics::metrics(&shared).await,
+        (Method::GET, ["v1", "metrics"]) => super::metrics::metrics(&shared, super::metrics::accept(&req)).await,
         (Method::GET, ["v1", "health"]) => super::metrics::health(&shared).await,
         (Method::POST, ["v1", "apps", name, "wake"]) => wake(&shared, name).await,
         (Method::POST, ["v1", "apps", name, "stand-in"]) => {

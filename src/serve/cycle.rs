@@ -169,6 +169,9 @@ impl Daemon {
                 if let (Some(asked), true) = (app.wake.asked_ms.take(), outcome.is_ok()) {
                     self.tallies.wake_ended(name, std::time::Duration::from_millis(now_ms().saturating_sub(asked)));
                 }
+                if outcome.is_err() {
+                    self.tallies.wake_failed(name);
+                }
                 app.wake.answer(outcome);
             }
         }

@@ -102,6 +102,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         stops: Vec::new(),
         launches: Vec::new(),
         tallies: Tallies::default(),
+        cpu_percent: Default::default(),
         cgroups: cgroups.clone(),
         shutting_down: None,
     };
@@ -118,6 +119,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
     let shared: Shared = Arc::new(Mutex::new(daemon));
     tokio::spawn(api::serve(listener, shared.clone()));
     limits::spawn_watch(shared.clone(), cgroups);
+    super::cpu::spawn_sampler(shared.clone());
     tokio::spawn(metrics::serve_tcp_from_env(shared.clone()));
     if let Some(socket) = notify_socket.clone() {
         tokio::spawn(notify::ready_when_answering(socket, home.api_sock()));
@@ -362,6 +364,7 @@ impl Daemon {
             Event::Shutdown => {}
             Event::ProxyExit => {
                 tracing::warn!("the load balancer exited; starting it again");
+                self.tallies.load_balancer_restarts += 1;
                 // Started by the loop once it has checked it is not stopping.
                 *all = true;
             }

@@ -1,4 +1,5 @@
-//! `GET /v1/metrics` (Prometheus text, OpenMetrics flavour) and
+//! `GET /v1/metrics` (Prometheus text: OpenMetrics, or the classic 0.0.4
+//! format for a scraper whose `Accept` header prefers it, `exposition.rs`) and
 //! `GET /v1/health`, on `api.sock` and, when the daemon's environment has
 //! `SHINYCTL_METRICS=ADDR:PORT`, on that TCP address too (those two routes
 //! only). The registry is built afresh for each scrape from the daemon's
@@ -22,6 +23,7 @@ use crate::home::Home;
 use crate::model::{AppStatus, ProxyMetrics, LATENCY_BOUNDS};
 use crate::uds;
 
+use super::exposition::{self, Format};
 use super::reply::{error, Reply};
 use super::tallies::{RestartReason, Tallies, WAKE_BOUNDS};
 use super::{now_ms, Shared};
@@ -41,6 +43,8 @@ enum Value {
     Gauge(f64),
     /// A counter.
     Counter(u64),
+    /// A counter of a measure with a fraction (CPU seconds).
+    RealCounter(f64),
     /// A histogram: per-bucket counts (not cumulative) by bound, and the sum.
     Histogram { buckets: Vec<(f64, u64)>, sum: f64 },
 }
@@ -63,6 +67,7 @@ impl EncodeMetric for Rows {
                 Value::Gauge(v) if v.fract() == 0.0 && v.abs() < 9e15 => e.encode_gauge(&(*v as i64))?,
                 Value::Gauge(v) => e.encode_gauge(v)?,
                 Value::Counter(v) => e.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(v, None)?,
+                Value::RealCounter(v) => e.encode_counter::<prometheus_client::encoding::NoLabelSet, _, f64>(v, None)?,
                 Value::Histogram { buckets, sum } => {
                     let count = buckets.iter().map(|(_, n)| n).sum();
                     e.encode_histogram::<prometheus_client::encoding::NoLabelSet>(*sum, count, buckets, None)?
@@ -112,18 +117,26 @@ pub async fn proxy_metrics(home: &Home) -> Option<ProxyMetrics> {
     status.is_success().then(|| serde_json::from_slice(&body).ok()).flatten()
 }
 
-/// `GET /v1/metrics`.
-pub async fn metrics(shared: &Shared) -> Reply {
+/// `GET /v1/metrics`, in the format the request's `Accept` header asks for
+/// (see `exposition.rs`).
+pub async fn metrics(shared: &Shared, accept: Option<&str>) -> Reply {
     let view = view(shared).await;
     let proxy = proxy_metrics(&view.home).await;
-    match render(&view, proxy.as_ref()) {
+    let format = exposition::negotiate(accept);
+    let rendered = render(&view, proxy.as_ref()).map(|t| if format == Format::Classic { exposition::to_classic(&t) } else { t });
+    match rendered {
         Ok(text) => hyper::Response::builder()
             .status(StatusCode::OK)
-            .header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+            .header("content-type", format.content_type())
             .body(Full::new(Bytes::from(text)))
             .unwrap_or_else(|_| hyper::Response::new(Full::new(Bytes::new()))),
         Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "cannot write the metrics"),
     }
+}
+
+/// The `Accept` header of a request, when it is text.
+pub fn accept<B>(req: &Request<B>) -> Option<&str> {
+    req.headers().get(hyper::header::ACCEPT).and_then(|v| v.to_str().ok())
 }
 
 /// What `GET /v1/health` answers.
@@ -201,37 +214,89 @@ pub fn render(view: &View, proxy: Option<&ProxyMetrics>) -> Result<String, std::
         MetricType::Gauge,
         lb(|p| p.open_connections as f64),
     );
+    add(
+        &mut reg,
+        "load_balancer_restarts",
+        "Times the load balancer exited and the daemon started it again",
+        None,
+        MetricType::Counter,
+        vec![(Labels::new(), Value::Counter(view.tallies.load_balancer_restarts))],
+    );
+    add(
+        &mut reg,
+        "build_info",
+        "1, with this daemon's version and build as labels",
+        None,
+        MetricType::Gauge,
+        vec![(vec![("version", env!("CARGO_PKG_VERSION").to_string()), ("build", crate::model::BUILD.to_string())], Value::Gauge(1.0))],
+    );
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &reg)?;
     Ok(out)
 }
 
-/// The series per copy: role, ready, memory, sessions, open connections.
-/// Sessions and connections are the load balancer's figures of this moment
-/// when it answers, else the daemon's last ones.
+/// The series per copy: role, state, ready, memory and its limit, CPU
+/// time, crashes, start time, sessions, open connections. Sessions and
+/// connections are the load balancer's figures of this moment when it
+/// answers, else the daemon's last ones.
 fn add_copies(reg: &mut Registry, view: &View, proxy: Option<&ProxyMetrics>) {
-    let (mut role, mut ready, mut mem, mut sessions, mut conns) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut f = CopyFamilies::default();
     for a in &view.apps {
         let traffic = proxy.and_then(|p| p.traffic.iter().find(|t| t.name == a.name));
         for c in &a.copies {
             let labels = || -> Labels { vec![("app", a.name.clone()), ("copy", c.copy.to_string())] };
-            let mut with_role = labels();
-            with_role.push(("role", c.role.map_or("none", |r| r.as_str()).to_string()));
-            role.push((with_role, Value::Gauge(1.0)));
-            ready.push((labels(), Value::Gauge(if c.ready { 1.0 } else { 0.0 })));
-            if let Some(bytes) = c.mem_bytes {
-                mem.push((labels(), Value::Gauge(bytes as f64)));
-            }
+            let with = |k: &'static str, v: &str| -> Labels { labels().into_iter().chain([(k, v.to_string())]).collect() };
+            f.role.push((with("role", c.role.map_or("none", |r| r.as_str())), Value::Gauge(1.0)));
+            f.state.push((with("state", &c.status), Value::Gauge(1.0)));
+            f.ready.push((labels(), Value::Gauge(if c.ready { 1.0 } else { 0.0 })));
+            f.crashes.push((labels(), Value::Gauge(c.crashes as f64)));
             let t = traffic.and_then(|t| t.copies.iter().find(|t| t.copy == c.copy));
-            sessions.push((labels(), Value::Gauge(t.map_or(c.sessions, |t| t.sessions) as f64)));
-            conns.push((labels(), Value::Gauge(t.map_or(0, |t| t.connections) as f64)));
+            f.sessions.push((labels(), Value::Gauge(t.map_or(c.sessions, |t| t.sessions) as f64)));
+            f.conns.push((labels(), Value::Gauge(t.map_or(0, |t| t.connections) as f64)));
+            let some = |rows: &mut Vec<(Labels, Value)>, v: Option<Value>| rows.extend(v.map(|v| (labels(), v)));
+            some(&mut f.mem, c.mem_bytes.map(|b| Value::Gauge(b as f64)));
+            some(&mut f.limit, c.memory_limit_bytes.map(|b| Value::Gauge(b as f64)));
+            some(&mut f.cpu, c.cpu_secs.map(Value::RealCounter));
+            some(&mut f.start, c.started_ms.map(|ms| Value::Gauge(ms as f64 / 1000.0)));
         }
     }
-    add(reg, "copy_role", "1 for each copy, its role as a label (none while it starts or is down)", None, MetricType::Gauge, role);
-    add(reg, "copy_ready", "1 when the copy is ready to take visitors", None, MetricType::Gauge, ready);
-    add(reg, "copy_resident_memory", "Resident memory of the copy's process tree", Some(Unit::Bytes), MetricType::Gauge, mem);
-    add(reg, "copy_sessions", "Open WebSocket sessions (Shiny sessions) to the copy", None, MetricType::Gauge, sessions);
-    add(reg, "copy_open_connections", "Requests in flight plus open WebSockets to the copy", None, MetricType::Gauge, conns);
+    let (g, bytes, secs) = (MetricType::Gauge, Some(Unit::Bytes), Some(Unit::Seconds));
+    add(reg, "copy_role", "1 for each copy, its role as a label (none while it starts or is down)", None, g, f.role);
+    add(reg, "copy_state", "1 for each copy, its status column as a label (alive, starting, crash-looping, asleep, ...)", None, g, f.state);
+    add(reg, "copy_ready", "1 when the copy is ready to take visitors", None, g, f.ready);
+    add(reg, "copy_resident_memory", "Resident memory of the copy's process tree", bytes.clone(), g, f.mem);
+    add(reg, "copy_memory_limit", "The memory limit the copy runs under (sandbox.memory)", bytes, g, f.limit);
+    add(reg, "copy_cpu", "CPU time used by the copy's process tree", secs.clone(), MetricType::Counter, f.cpu);
+    add(reg, "copy_crashes", "Crashes of the copy since it last stayed up for a minute", None, g, f.crashes);
+    add(reg, "copy_start_time", "When the copy's process started, in Unix time", secs, g, f.start);
+    add(reg, "copy_sessions", "Open WebSocket sessions (Shiny sessions) to the copy", None, g, f.sessions);
+    add(reg, "copy_open_connections", "Requests in flight plus open WebSockets to the copy", None, g, f.conns);
+}
+
+/// The series of the per-copy families of one scrape, each named for its
+/// family in [`add_copies`].
+#[derive(Default)]
+struct CopyFamilies {
+    /// `copy_role`.
+    role: Vec<(Labels, Value)>,
+    /// `copy_state`.
+    state: Vec<(Labels, Value)>,
+    /// `copy_ready`.
+    ready: Vec<(Labels, Value)>,
+    /// `copy_resident_memory_bytes`.
+    mem: Vec<(Labels, Value)>,
+    /// `copy_memory_limit_bytes`.
+    limit: Vec<(Labels, Value)>,
+    /// `copy_cpu_seconds_total`.
+    cpu: Vec<(Labels, Value)>,
+    /// `copy_crashes`.
+    crashes: Vec<(Labels, Value)>,
+    /// `copy_start_time_seconds`.
+    start: Vec<(Labels, Value)>,
+    /// `copy_sessions`.
+    sessions: Vec<(Labels, Value)>,
+    /// `copy_open_connections`.
+    conns: Vec<(Labels, Value)>,
 }
 
 /// The series per app: requests, latency, restarts, wakes, time asleep.
@@ -252,8 +317,20 @@ fn add_apps(reg: &mut Registry, view: &View, proxy: Option<&ProxyMetrics>) {
         .map(|r| (app(&r.name), Value::Histogram { buckets: buckets(&LATENCY_BOUNDS, &r.latency_counts), sum: r.latency_sum }))
         .collect();
     add(reg, "request_duration", "Time until the answer's head, at the load balancer", Some(Unit::Seconds), MetricType::Histogram, latency);
+    add_balancer_counts(reg, &requests);
+    let mut wanted = Vec::new();
+    let mut state = Vec::new();
+    for a in &view.apps {
+        wanted.push((app(&a.name), Value::Gauge(a.replicas as f64)));
+        for s in APP_STATES {
+            state.push((vec![("app", a.name.clone()), ("state", s.to_string())], Value::Gauge(if a.state == s { 1.0 } else { 0.0 })));
+        }
+    }
+    add(reg, "app_desired_replicas", "Active copies the manifest asks for (replicas)", None, MetricType::Gauge, wanted);
+    add(reg, "app_state", "1 for the state the app is in, 0 for the others", None, MetricType::Gauge, state);
     let mut restarts = Vec::new();
     let mut wakes = Vec::new();
+    let mut wake_failures = Vec::new();
     let mut wake_secs = Vec::new();
     let mut asleep = Vec::new();
     for (a, secs) in view.apps.iter().zip(&view.asleep_secs) {
@@ -263,13 +340,43 @@ fn add_apps(reg: &mut Registry, view: &View, proxy: Option<&ProxyMetrics>) {
         }
         let w = view.tallies.wakes.get(&a.name).cloned().unwrap_or_default();
         wakes.push((app(&a.name), Value::Counter(w.count)));
+        wake_failures.push((app(&a.name), Value::Counter(w.failed)));
         wake_secs.push((app(&a.name), Value::Histogram { buckets: buckets(&WAKE_BOUNDS, &w.buckets), sum: w.sum_secs }));
         asleep.push((app(&a.name), Value::Gauge(*secs)));
     }
     add(reg, "restarts", "Copies started again, by reason", None, MetricType::Counter, restarts);
     add(reg, "wakes", "Wakes of a sleeping app begun", None, MetricType::Counter, wakes);
+    add(reg, "wake_failures", "Wakes that failed: the requests held for them got a 503", None, MetricType::Counter, wake_failures);
     add(reg, "wake_duration", "From a request asking for a wake to an active copy", Some(Unit::Seconds), MetricType::Histogram, wake_secs);
     add(reg, "asleep", "How long the app has been asleep now (0 when awake)", Some(Unit::Seconds), MetricType::Gauge, asleep);
+}
+
+/// The states of an app, as `status --json` names them.
+const APP_STATES: [&str; 5] = ["running", "asleep", "stopped", "rolled-back", "being-deleted"];
+
+/// The load balancer's counts per app beside its requests by class: 502,
+/// 503 and 504 apart, sessions opened, bytes in and out.
+fn add_balancer_counts(reg: &mut Registry, requests: &[&crate::model::AppRequests]) {
+    let app = |name: &str| -> Labels { vec![("app", name.to_string())] };
+    let mut gateway = Vec::new();
+    for r in requests {
+        for (code, n) in ["502", "503", "504"].iter().zip(r.gateway) {
+            gateway.push((vec![("app", r.name.clone()), ("code", code.to_string())], Value::Counter(n)));
+        }
+    }
+    let per_app = |f: fn(&crate::model::AppRequests) -> u64| requests.iter().map(|r| (app(&r.name), Value::Counter(f(r)))).collect();
+    let c = MetricType::Counter;
+    add(reg, "gateway_errors", "Answers 502, 503 and 504 apart (also in requests' 5xx)", None, c, gateway);
+    add(
+        reg,
+        "sessions_opened",
+        "WebSocket sessions (Shiny sessions) opened through the load balancer",
+        None,
+        c,
+        per_app(|r| r.sessions_opened),
+    );
+    add(reg, "received", "Bytes read from visitors' connections to the app's port", Some(Unit::Bytes), c, per_app(|r| r.bytes_in));
+    add(reg, "sent", "Bytes written to visitors' connections to the app's port", Some(Unit::Bytes), c, per_app(|r| r.bytes_out));
 }
 
 /// Serves `GET /metrics`, `GET /v1/metrics` and `GET /v1/health` on the
@@ -297,7 +404,7 @@ pub async fn serve_tcp_from_env(shared: Shared) {
         let shared = shared.clone();
         async move {
             match (req.method(), req.uri().path()) {
-                (&Method::GET, "/metrics" | "/v1/metrics") => metrics(&shared).await,
+                (&Method::GET, "/metrics" | "/v1/metrics") => metrics(&shared, accept(&req)).await,
                 (&Method::GET, "/v1/health") => health(&shared).await,
                 _ => error(StatusCode::NOT_FOUND, "only GET /metrics and GET /v1/health are served here"),
             }
@@ -313,11 +420,25 @@ mod tests {
 
     #[test]
     fn a_scrape_has_a_series_per_copy_and_app_and_none_for_what_is_gone() {
-        let copy = |n, role| CopyStatus { copy: n, role, ready: role.is_some(), mem_bytes: Some(1000 * n as u64), ..Default::default() };
-        let app = AppStatus { name: "web".into(), copies: vec![copy(3, Some(Role::Active)), copy(4, None)], ..Default::default() };
+        let copy = |n, role| CopyStatus {
+            copy: n,
+            role,
+            ready: role.is_some(),
+            mem_bytes: Some(1000 * n as u64),
+            status: "alive".into(),
+            crashes: n - 3,
+            cpu_secs: Some(1.25),
+            started_ms: Some(1_700_000_000_000),
+            memory_limit_bytes: Some(1 << 20),
+            ..Default::default()
+        };
+        let copies = vec![copy(3, Some(Role::Active)), copy(4, None)];
+        let app = AppStatus { name: "web".into(), copies, replicas: 2, state: "running".into(), ..Default::default() };
         let mut tallies = Tallies::default();
         tallies.restarted("web", RestartReason::Crash);
         tallies.restarted("gone", RestartReason::Crash);
+        tallies.wake_failed("web");
+        tallies.load_balancer_restarts = 2;
         let view = View { apps: vec![app], asleep_secs: vec![0.0], tallies, home: Home { root: "/nonexistent".into() } };
         let mut classes = [0; 5];
         classes[1] = 7;
@@ -335,8 +456,17 @@ mod tests {
                 copies: vec![CopyTraffic { copy: 3, connections: 2, sessions: 1, silent_ms: 0 }],
             }],
             requests: vec![
-                AppRequests { name: "web".into(), classes, latency_counts: latency_counts.clone(), latency_sum: 0.01 },
-                AppRequests { name: "old".into(), classes, latency_counts, latency_sum: 0.01 },
+                AppRequests {
+                    name: "web".into(),
+                    classes,
+                    latency_counts: latency_counts.clone(),
+                    latency_sum: 0.01,
+                    gateway: [1, 2, 3],
+                    sessions_opened: 4,
+                    bytes_in: 500,
+                    bytes_out: 600,
+                },
+                AppRequests { name: "old".into(), classes, latency_counts, latency_sum: 0.01, ..Default::default() },
             ],
         };
         let text = render(&view, Some(&proxy)).unwrap();
@@ -358,10 +488,29 @@ mod tests {
             "shinyctl_load_balancer_resident_memory_bytes 5",
             "shinyctl_load_balancer_open_connections 2",
             "shinyctl_load_balancer_up 1",
+            "shinyctl_load_balancer_restarts_total 2",
+            r#"shinyctl_copy_state{app="web",copy="4",state="alive"} 1"#,
+            r#"shinyctl_copy_crashes{app="web",copy="4"} 1"#,
+            r#"shinyctl_copy_cpu_seconds_total{app="web",copy="3"} 1.25"#,
+            r#"shinyctl_copy_memory_limit_bytes{app="web",copy="3"} 1048576"#,
+            r#"shinyctl_copy_start_time_seconds{app="web",copy="3"} 1700000000"#,
+            r#"shinyctl_app_desired_replicas{app="web"} 2"#,
+            r#"shinyctl_app_state{app="web",state="running"} 1"#,
+            r#"shinyctl_app_state{app="web",state="asleep"} 0"#,
+            r#"shinyctl_gateway_errors_total{app="web",code="502"} 1"#,
+            r#"shinyctl_gateway_errors_total{app="web",code="504"} 3"#,
+            r#"shinyctl_sessions_opened_total{app="web"} 4"#,
+            r#"shinyctl_received_bytes_total{app="web"} 500"#,
+            r#"shinyctl_sent_bytes_total{app="web"} 600"#,
+            r#"shinyctl_wake_failures_total{app="web"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
         }
         assert!(!text.contains("\"gone\"") && !text.contains("\"old\""), "apps that are gone have no series:\n{text}");
+        assert!(text.lines().any(|l| l.starts_with("shinyctl_build_info{version=\"") && l.ends_with("} 1")), "{text}");
+        let classic = exposition::to_classic(&text);
+        assert!(classic.contains("# TYPE shinyctl_copy_cpu_seconds_total counter\n"), "{classic}");
+        assert!(!classic.contains("# EOF") && !classic.contains("# UNIT"), "{classic}");
         let down = render(&view, None).unwrap();
         assert!(down.contains("shinyctl_load_balancer_up 0"), "{down}");
     }

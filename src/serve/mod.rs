@@ -18,10 +18,12 @@ mod act;
 mod api;
 mod app;
 mod copy_end;
+mod cpu;
 mod cycle;
 mod deploy;
 mod detach;
 mod event_loop;
+mod exposition;
 mod identity;
 mod limits;
 mod logs;
@@ -128,6 +130,8 @@ pub struct Daemon {
     pub cgroups: crate::limits::Cgroups,
     /// Restarts and wakes counted for metrics.
     pub tallies: Tallies,
+    /// Each running copy's CPU percent, as the sampler last read it.
+    pub cpu_percent: cpu::CpuPercent,
     /// `shinyctl shutdown` asked the daemon to stop; `Some(true)` with
     /// `--all`: the copies and the load balancer are stopped first.
     pub shutting_down: Option<bool>,

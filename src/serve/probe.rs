@@ -11,6 +11,7 @@
 //! do not cover (started, or moved to another port, in between) is looked
 //! up on the spot, as before.
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -96,6 +97,8 @@ pub struct Shown {
     pub report: Option<Report>,
     /// The resident memory of the copy's process tree, while alive.
     pub mem_bytes: Option<u64>,
+    /// The CPU time of the copy's process tree, in seconds, while alive.
+    pub cpu_secs: Option<f64>,
 }
 
 /// What `status` shows of each process, by (launcher PID, start time).
@@ -109,9 +112,8 @@ impl ShownCopies {
         if probes.is_empty() {
             return ShownCopies::default();
         }
-        let processes = Processes::read();
-        let memory = |pid| processes.tree_rss_bytes(pid);
-        ShownCopies(probes.into_iter().map(|p| ((p.pid, p.pid_start), shown(p.pid, p.pid_start, &p.scratch, memory))).collect())
+        let processes = OnceCell::from(Processes::read());
+        ShownCopies(probes.into_iter().map(|p| ((p.pid, p.pid_start), shown(p.pid, p.pid_start, &p.scratch, &processes))).collect())
     }
 
     /// What was found of the process `pid` (started at `start`); looked up
@@ -120,19 +122,25 @@ impl ShownCopies {
         match self.0.get(&(pid, start)) {
             Some(s) => s.clone(),
             // Rare (a copy started since): its own scan, only if it runs.
-            None => shown(pid, start, scratch, procfs::tree_rss_bytes),
+            None => shown(pid, start, scratch, &OnceCell::new()),
         }
     }
 }
 
-/// What `status` shows of the recorded process `pid`.
-fn shown(pid: u32, start: Option<u64>, scratch: &Path, memory: impl FnOnce(u32) -> Option<u64>) -> Shown {
+/// What `status` shows of the recorded process `pid`, its tree as
+/// `processes` saw it (read here, only if it runs, when not read before).
+fn shown(pid: u32, start: Option<u64>, scratch: &Path, processes: &OnceCell<Processes>) -> Shown {
     let launcher_alive = start.is_some_and(|s| procfs::is_alive(pid, s));
     // The launcher's report (keyed by the recorded PID) names R's PID.
     let report = if launcher_alive { launcher::read_report(scratch, pid) } else { None };
     let alive = launcher_alive && report.as_ref().and_then(|r| r.r_pid).is_none_or(procfs::running);
-    let mem_bytes = if alive { memory(pid) } else { None };
-    Shown { alive, report, mem_bytes }
+    let (mem_bytes, cpu_secs) = if alive {
+        let processes = processes.get_or_init(Processes::read);
+        (processes.tree_rss_bytes(pid), processes.tree_cpu_secs(pid))
+    } else {
+        (None, None)
+    };
+    Shown { alive, report, mem_bytes, cpu_secs }
 }
 
 impl Daemon {
@@ -180,6 +188,7 @@ mod tests {
         let probe = Probe { pid: me, pid_start: start, port: 1, check_port: false, scratch: scratch.clone() };
         let shown = ShownCopies::find(vec![probe]).get(me, start, &scratch);
         assert!(shown.alive && shown.mem_bytes.is_some_and(|b| b > 0) && shown.report.is_none(), "{shown:?}");
+        assert!(shown.cpu_secs.is_some_and(|s| s >= 0.0), "{shown:?}");
         let gone = ShownCopies::default().get(me, start.map(|s| s + 1), &scratch);
         assert!(!gone.alive && gone.mem_bytes.is_none(), "another start time is another process: {gone:?}");
     }

@@ -63,7 +63,8 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 .iter()
                 .map(|rec| {
                     let scratch = d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy);
-                    let Shown { alive, report, mem_bytes } = rec.pid.map(|p| shown.get(p, rec.pid_start, &scratch)).unwrap_or_default();
+                    let Shown { alive, report, mem_bytes, cpu_secs } =
+                        rec.pid.map(|p| shown.get(p, rec.pid_start, &scratch)).unwrap_or_default();
                     let ready = alive && rec.pid.is_some_and(|p| app.tracked.ready.contains(&p));
                     let t = traffic.and_then(|t| t.get(&rec.copy));
                     let sessions = t.map_or(0, |t| t.sessions);
@@ -105,6 +106,11 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                         log: super::log_path(&d.home, &app.recorded.spec, rec.copy),
                         release: rec.release.clone(),
                         isolation: report.map(|r| r.isolation),
+                        started_ms: rec.started_ms.filter(|_| alive),
+                        uptime_secs: rec.started_ms.filter(|_| alive).map(|s| now.saturating_sub(s) / 1000),
+                        cpu_secs,
+                        cpu_percent: rec.pid.filter(|_| alive).and_then(|p| d.cpu_percent.get(p, rec.pid_start)),
+                        memory_limit_bytes: memory_limit(&app.recorded, rec),
                     }
                 })
                 .collect();
@@ -157,6 +163,13 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
         apps,
         limits: Some(d.cgroups.report()),
     })
+}
+
+/// The memory limit a copy runs under: its release's `sandbox.memory`,
+/// unless the fence is off (then nothing enforces it).
+fn memory_limit(recorded: &super::app::Recorded, rec: &crate::model::CopyRecord) -> Option<u64> {
+    let sandbox = super::limits::sandbox_of(&recorded.spec, &recorded.state, rec);
+    sandbox.memory.filter(|_| sandbox.mode != crate::manifest::SandboxMode::Off)
 }
 
 /// The lines under the table from what the load balancer sees: copies

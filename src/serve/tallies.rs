@@ -50,6 +50,9 @@ pub struct WakeTally {
     pub buckets: [u64; WAKE_BOUNDS.len() + 1],
     /// The sum of their durations, in seconds.
     pub sum_secs: f64,
+    /// Wakes that failed: every copy of the wake exited (or the app was
+    /// deleted), and the requests held for it got a 503.
+    pub failed: u64,
 }
 
 /// The daemon's counts, by app name.
@@ -59,6 +62,8 @@ pub struct Tallies {
     pub restarts: BTreeMap<String, [u64; 4]>,
     /// Wakes per app.
     pub wakes: BTreeMap<String, WakeTally>,
+    /// Times the load balancer exited and the daemon started it again.
+    pub load_balancer_restarts: u64,
     /// Copies stopped for their memory whose exit is still to come back as
     /// a crash: that start is not counted again.
     memory_stops: BTreeSet<(String, u32)>,
@@ -97,6 +102,11 @@ impl Tallies {
         self.wakes.entry(app.to_string()).or_default().count += 1;
     }
 
+    /// A wake of `app` failed.
+    pub fn wake_failed(&mut self, app: &str) {
+        self.wakes.entry(app.to_string()).or_default().failed += 1;
+    }
+
     /// A wake of `app` ended with a copy active, `took` after it was asked for.
     pub fn wake_ended(&mut self, app: &str, took: Duration) {
         let tally = self.wakes.entry(app.to_string()).or_default();
@@ -119,7 +129,9 @@ pub fn restart_reason(before: &AppState, after: &AppState, copy: u32, waking: bo
     if before.copies.iter().any(|r| r.revision != new.revision || r.settings != new.settings) {
         return Some(RestartReason::Redeploy);
     }
-    (!before.copies.is_empty()).then_some(RestartReason::Scaling)
+    // More copies beside ones that serve on; copies that were all draining
+    // or stopping (`stop`, then `start`) are no scaling.
+    before.copies.iter().any(|r| r.drain_started_ms.is_none() && r.stop_started_ms.is_none()).then_some(RestartReason::Scaling)
 }
 
 #[cfg(test)]
@@ -146,6 +158,8 @@ mod tests {
         assert_eq!(restart_reason(&first, &redeployed, 2, false), Some(RestartReason::Redeploy));
         let scaled = state(vec![rec(1, 1, 0), rec(2, 1, 0)]);
         assert_eq!(restart_reason(&first, &scaled, 2, false), Some(RestartReason::Scaling));
+        let stopping = state(vec![CopyRecord { stop_started_ms: Some(1), ..rec(1, 1, 0) }]);
+        assert_eq!(restart_reason(&stopping, &scaled, 2, false), None, "a start after a stop is no scaling");
     }
 
     #[test]
@@ -166,5 +180,7 @@ mod tests {
         let w = &t.wakes["a"];
         assert_eq!((w.count, w.buckets[2], w.buckets[WAKE_BOUNDS.len()]), (1, 1, 1));
         assert!((w.sum_secs - 91.5).abs() < 1e-9);
+        t.wake_failed("a");
+        assert_eq!(t.wakes["a"].failed, 1);
     }
 }
