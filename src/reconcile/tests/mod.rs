@@ -36,6 +36,10 @@ pub(super) fn spec(replicas: u32, warm: u32) -> AppSpec {
         trusted_proxies: Vec::new(),
         sandbox: Default::default(),
         run_as: None,
+        max_sessions: None,
+        max_replicas: replicas,
+        scale_at: crate::manifest::DEFAULT_SCALE_AT,
+        scale_down_after_ms: crate::manifest::DEFAULT_SCALE_DOWN_AFTER_MS,
     }
 }
 
