@@ -225,10 +225,16 @@ pub struct AppRequests {
 /// a warm copy stood in (`POST /v1/apps/<app>/stand-in` on `api.sock`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StandIn {
-    /// The copy that refused.
-    pub down: u32,
+    /// The copy that refused; none when no copy is down but every active
+    /// one is full (`full`).
+    #[serde(default)]
+    pub down: Option<u32>,
     /// The warm copy that took the request, if there was one.
     pub stand_in: Option<u32>,
+    /// Every active copy was full (`max-sessions`), so a new visitor went to
+    /// the warm copy: the daemon makes it active and starts a new spare.
+    #[serde(default)]
+    pub full: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -279,6 +285,20 @@ pub struct AppState {
     /// its port answers that it is stopped, until `shinyctl start`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_since_ms: Option<u64>,
+    /// The active copies wanted now, between `replicas` and `max-replicas`
+    /// (README, "Capacity"); none: `replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_wanted: Option<u32>,
+    /// Unix ms when the app last grew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grew_at_ms: Option<u64>,
+    /// Unix ms when the app last shrank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shrank_at_ms: Option<u64>,
+    /// Unix ms since when the open sessions would stay below `scale-at`
+    /// with one active copy fewer; none while they would not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_since_ms: Option<u64>,
 }
 
 /// A release: a snapshot of working-dir taken by a deploy, which its copies

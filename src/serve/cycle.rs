@@ -33,7 +33,8 @@ impl Daemon {
         // woken app must not fall asleep again in the cycle its copy gets
         // ready, before the held requests reach it.
         let held = if wake.waiters.is_empty() { 0 } else { now_ms() };
-        let mut observed = Observed { last_request_ms: tracked.last_request_ms.max(held), ..Observed::default() };
+        let mut observed =
+            Observed { last_request_ms: tracked.last_request_ms.max(held), full: std::mem::take(&mut tracked.full), ..Observed::default() };
         for rec in &recorded.state.copies {
             let Some(pid) = rec.pid else { continue };
             let gone = tracked.exits.get(&pid).copied().or_else(|| {
@@ -110,6 +111,9 @@ impl Daemon {
             }
         }
         let plan = reconcile::decide(&spec, &recorded.state, &observed, now);
+        if let Some(why) = &plan.scaled {
+            tracing::info!(app = name, "{name} {why}");
+        }
         // Record: the plan's state replaces the recorded one.
         let before = std::mem::replace(&mut recorded.state, plan.state);
         for copy in plan.actions.iter().filter_map(|a| if let Action::Start(c) = a { Some(*c) } else { None }) {

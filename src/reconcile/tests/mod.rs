@@ -6,6 +6,7 @@ use super::*;
 use crate::manifest::{LbPolicy, RestartPolicy};
 use std::path::PathBuf;
 
+mod capacity;
 mod memory;
 mod sleep;
 
@@ -73,6 +74,8 @@ impl Sim {
     /// process, a stop ends it (seen on the next cycle).
     fn cycle(&mut self) -> &mut Self {
         let plan = decide(&self.spec, &self.state, &self.world, self.now);
+        // The load balancer's "every active copy was full" is taken by one cycle.
+        self.world.full = false;
         self.state = plan.state.clone();
         for action in &plan.actions {
             match *action {

@@ -1,0 +1,94 @@
+//! Capacity: how many active copies an app wants now, between `replicas`
+//! and `max-replicas`, from the open sessions and the time (README,
+//! "Capacity"). Pure, like the rest of `decide`.
+//!
+//! The app grows as soon as the open sessions reach `scale-at` of the active
+//! copies' capacity (`active × max-sessions`), or when the load balancer
+//! found every active copy full; it grows to the fewest copies that hold the
+//! load below `scale-at`. It shrinks one copy at a time, and only once the
+//! load would have stayed below `scale-at` with one copy fewer for
+//! `scale-down-after`, counted from the last change too: a load that goes up
+//! and down faster than that never makes it grow and shrink in turn.
+
+use crate::manifest::AppSpec;
+use crate::model::AppState;
+
+/// What capacity decided this cycle.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Step {
+    /// The active copies wanted.
+    pub active: u32,
+    /// Why it grew or shrank this cycle, for the daemon's log; none when it
+    /// did neither.
+    pub change: Option<String>,
+    /// When the load will have been low long enough to shrink, in unix ms.
+    pub wake_at_ms: Option<u64>,
+}
+
+/// The load that makes `active` copies count as full enough to grow:
+/// `scale-at × active × max-sessions` sessions.
+fn threshold(spec: &AppSpec, max_sessions: u32, active: u32) -> f64 {
+    spec.scale_at * f64::from(active) * f64::from(max_sessions)
+}
+
+/// Decides the active copies wanted from `load` (the open sessions on the
+/// copies that serve, draining ones aside) and `full` (the load balancer
+/// sent a visitor to the warm copy because every active copy was full),
+/// recording it, when it changed and since when the load is low in `st`.
+pub(super) fn step(spec: &AppSpec, st: &mut AppState, load: u64, full: bool, now_ms: u64) -> Step {
+    let (least, most) = (spec.replicas, spec.max_active());
+    let Some(max_sessions) = spec.max_sessions.filter(|_| most > least) else {
+        // No limit, or no room to grow: nothing here changes.
+        st.active_wanted = None;
+        st.low_since_ms = None;
+        return Step { active: least, ..Step::default() };
+    };
+    let at = |n: u32| threshold(spec, max_sessions, n);
+    let sessions = load as f64;
+    let mut n = st.active_wanted.unwrap_or(least).clamp(least, most);
+    let mut out = Step::default();
+    if n < most && (sessions >= at(n) || full) {
+        let from = n;
+        n += 1;
+        while n < most && sessions >= at(n) {
+            n += 1;
+        }
+        let why = if sessions >= at(from) {
+            format!(
+                "{load} open sessions reached scale-at {} of {} ({from} × max-sessions {max_sessions})",
+                spec.scale_at,
+                from * max_sessions
+            )
+        } else {
+            format!("every active copy was full when a visitor came ({load} open sessions, {from} × max-sessions {max_sessions})")
+        };
+        out.change = Some(format!("grows from {from} to {n} active copies: {why}"));
+        st.grew_at_ms = Some(now_ms);
+        st.low_since_ms = None;
+    } else if n > least && sessions < at(n - 1) {
+        let since = *st.low_since_ms.get_or_insert(now_ms);
+        let last_change = st.grew_at_ms.max(st.shrank_at_ms).unwrap_or(0);
+        let due = since.max(last_change).saturating_add(spec.scale_down_after_ms);
+        if now_ms >= due {
+            n -= 1;
+            out.change = Some(format!(
+                "shrinks from {} to {n} active copies: the open sessions stayed under scale-at {} of {} ({n} × max-sessions {max_sessions}) for {}",
+                n + 1,
+                spec.scale_at,
+                n * max_sessions,
+                super::human_duration(spec.scale_down_after_ms)
+            ));
+            st.shrank_at_ms = Some(now_ms);
+            // The next step counts its own scale-down-after from here (and
+            // only while the load stays low for it too).
+            st.low_since_ms = Some(now_ms);
+        } else {
+            out.wake_at_ms = Some(due);
+        }
+    } else {
+        st.low_since_ms = None;
+    }
+    st.active_wanted = (n > least).then_some(n);
+    out.active = n;
+    out
+}
