@@ -87,6 +87,15 @@ pub struct ProxyApp {
     /// (`trusted-proxies`).
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
+    /// `max-sessions`: the sessions that make a copy full; none: no limit
+    /// (README, "Capacity").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sessions: Option<u32>,
+    /// `max-replicas` (at least `replicas`): while fewer copies are active,
+    /// a visitor who finds every active copy full goes to the spare, or
+    /// over `max-sessions`, never held.
+    #[serde(default)]
+    pub max_replicas: u32,
     /// The copies that may receive traffic: ready ones, each with its role.
     pub copies: Vec<ProxyCopy>,
 }
@@ -227,13 +236,13 @@ pub struct AppRequests {
 pub struct StandIn {
     /// The copy that refused; none when no copy is down but every active
     /// one is full (`full`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub down: Option<u32>,
     /// The warm copy that took the request, if there was one.
     pub stand_in: Option<u32>,
     /// Every active copy was full (`max-sessions`), so a new visitor went to
     /// the warm copy: the daemon makes it active and starts a new spare.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub full: bool,
 }
 

@@ -39,6 +39,7 @@ pub struct Session {
 impl Session {
     /// Counts a new session on the copy.
     pub fn new(state: Arc<CopyState>) -> Session {
+        state.session_opened();
         state.connections.fetch_add(1, Ordering::Relaxed);
         state.sessions.fetch_add(1, Ordering::Relaxed);
         Session { state }

@@ -194,6 +194,8 @@ impl Daemon {
                 stopped: a.recorded.state.stopped_since_ms.is_some(),
                 max_connections: a.recorded.spec.max_connections,
                 trusted_proxies: a.recorded.spec.trusted_proxies.clone(),
+                max_sessions: a.recorded.spec.max_sessions,
+                max_replicas: a.recorded.spec.max_active(),
                 copies: a
                     .tracked
                     .roles
