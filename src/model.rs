@@ -308,6 +308,12 @@ pub struct AppState {
     /// with one active copy fewer; none while they would not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub low_since_ms: Option<u64>,
+    /// How many times the app grew (metrics).
+    #[serde(default)]
+    pub grows: u64,
+    /// How many times the app shrank, a sleep's included (metrics).
+    #[serde(default)]
+    pub shrinks: u64,
 }
 
 /// A release: a snapshot of working-dir taken by a deploy, which its copies
@@ -676,6 +682,40 @@ pub struct AppStatus {
     /// The manifest it was applied from (what `restart` reads).
     #[serde(default)]
     pub manifest: String,
+    /// Its capacity: the keys as applied and where it stands (README,
+    /// "Capacity"); none from a daemon before capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityStatus>,
+}
+
+/// An app's capacity in status: its keys as applied, and how many copies
+/// are active for how many sessions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapacityStatus {
+    /// `max-sessions`; none: no limit.
+    pub max_sessions: Option<u32>,
+    /// `max-replicas` (at least `replicas`).
+    pub max_replicas: u32,
+    /// `scale-at`.
+    pub scale_at: f64,
+    /// `scale-down-after`, in ms.
+    pub scale_down_after_ms: u64,
+    /// The active copies wanted now, `replicas` to `max-replicas`.
+    pub active_wanted: u32,
+    /// The copies active now (ready, in the table).
+    pub active: u32,
+    /// Open Shiny sessions on its copies that serve (draining ones aside).
+    pub sessions: u64,
+    /// `active_wanted × max-sessions`; none with no limit.
+    pub capacity: Option<u64>,
+    /// Unix ms of its last grow, if it grew.
+    pub grew_at_ms: Option<u64>,
+    /// Unix ms of its last shrink, if it shrank.
+    pub shrank_at_ms: Option<u64>,
+    /// How many times it grew, since it was deployed.
+    pub grows: u64,
+    /// How many times it shrank (a sleep included), since it was deployed.
+    pub shrinks: u64,
 }
 
 /// One copy in status: one row of the table.

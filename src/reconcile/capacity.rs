@@ -11,7 +11,7 @@
 //! and down faster than that never makes it grow and shrink in turn.
 
 use crate::manifest::AppSpec;
-use crate::model::AppState;
+use crate::model::{AppState, CapacityStatus, Role};
 
 /// What capacity decided this cycle.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -64,6 +64,7 @@ pub(super) fn step(spec: &AppSpec, st: &mut AppState, load: u64, full: bool, now
         };
         out.change = Some(format!("grows from {from} to {n} active copies: {why}"));
         st.grew_at_ms = Some(now_ms);
+        st.grows += 1;
         st.low_since_ms = None;
     } else if n > least && sessions < at(n - 1) {
         let since = *st.low_since_ms.get_or_insert(now_ms);
@@ -79,6 +80,7 @@ pub(super) fn step(spec: &AppSpec, st: &mut AppState, load: u64, full: bool, now
                 super::human_duration(spec.scale_down_after_ms)
             ));
             st.shrank_at_ms = Some(now_ms);
+            st.shrinks += 1;
             // The next step counts its own scale-down-after from here (and
             // only while the load stays low for it too).
             st.low_since_ms = Some(now_ms);
@@ -91,4 +93,43 @@ pub(super) fn step(spec: &AppSpec, st: &mut AppState, load: u64, full: bool, now
     st.active_wanted = (n > least).then_some(n);
     out.active = n;
     out
+}
+
+/// The app's capacity as status shows it: its keys, the active copies
+/// wanted and in `roles`, and the open sessions on the copies that serve
+/// (`sessions_of` a copy).
+pub fn status(spec: &AppSpec, state: &AppState, roles: &[(u32, Role)], sessions_of: impl Fn(u32) -> u64) -> CapacityStatus {
+    let active_wanted = state.active_wanted.unwrap_or(spec.replicas).clamp(spec.replicas, spec.max_active());
+    CapacityStatus {
+        max_sessions: spec.max_sessions,
+        max_replicas: spec.max_active(),
+        scale_at: spec.scale_at,
+        scale_down_after_ms: spec.scale_down_after_ms,
+        active_wanted,
+        active: roles.iter().filter(|(_, r)| *r == Role::Active).count() as u32,
+        sessions: roles.iter().filter(|(_, r)| *r != Role::Draining).map(|(c, _)| sessions_of(*c)).sum(),
+        capacity: spec.max_sessions.map(|n| u64::from(n) * u64::from(active_wanted)),
+        grew_at_ms: state.grew_at_ms,
+        shrank_at_ms: state.shrank_at_ms,
+        grows: state.grows,
+        shrinks: state.shrinks,
+    }
+}
+
+/// The line under status for an app that can grow (`max-sessions` set and
+/// `max-replicas` over `replicas`), with `at` showing a time of day: `hello:
+/// 4 active of at most 6 (sessions 71 of 80); grew at 10:02:11`.
+pub fn note(name: &str, replicas: u32, c: &CapacityStatus, at: impl Fn(u64) -> String) -> Option<String> {
+    let capacity = c.capacity.filter(|_| c.max_replicas > replicas)?;
+    let mut line = format!("{name}: {} active of at most {} (sessions {} of {capacity})", c.active_wanted, c.max_replicas, c.sessions);
+    let last = match (c.grew_at_ms, c.shrank_at_ms) {
+        (Some(g), Some(s)) if s > g => Some(("shrank", s)),
+        (Some(g), _) => Some(("grew", g)),
+        (None, Some(s)) => Some(("shrank", s)),
+        (None, None) => None,
+    };
+    if let Some((what, t)) = last {
+        line.push_str(&format!("; {what} at {}", at(t)));
+    }
+    Some(line)
 }

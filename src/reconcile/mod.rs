@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::manifest::{AppSpec, RestartPolicy};
 use crate::model::{AppState, CopyRecord, Exit, Role};
 
-mod capacity;
+pub mod capacity;
 mod rollout;
 #[cfg(test)]
 mod tests;
@@ -416,6 +416,10 @@ fn decide_asleep(
     // Asleep, the grown copies go (disks and all): it wakes at `replicas`
     // and grows from there.
     let shrunk = st.active_wanted.take().map(|n| format!("sleeps: back from {n} to {} active copies", spec.replicas));
+    if shrunk.is_some() {
+        st.shrinks += 1;
+        st.shrank_at_ms = st.asleep_since_ms;
+    }
     st.low_since_ms = None;
     let checked = st.copies.iter().any(|r| r.checking && is_current(r) && is_ready(r));
     // The sleeping copies of the version before, kept to wake with until

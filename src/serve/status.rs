@@ -128,6 +128,12 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 notes.push(format!("{name}: port {}: not listening: {why}", app.recorded.spec.port));
             }
             notes.extend(super::limits::notes(&d.cgroups, &app.recorded.spec));
+            let capacity = reconcile::capacity::status(&app.recorded.spec, &app.recorded.state, &app.tracked.roles, |c| {
+                traffic.and_then(|t| t.get(&c)).map_or(0, |t| t.sessions)
+            });
+            // The time of day of the last change, as the copies' start times show it.
+            let time_of_day = |ms: u64| procfs::local_rfc3339(ms).get(11..19).unwrap_or_default().to_string();
+            notes.extend(reconcile::capacity::note(name, app.recorded.spec.replicas, &capacity, time_of_day));
             AppStatus {
                 name: name.clone(),
                 group: app.recorded.spec.group.clone(),
@@ -142,6 +148,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 state: app_state(&app.recorded).to_string(),
                 replicas: app.recorded.spec.replicas,
                 manifest: app.recorded.spec.manifest.display().to_string(),
+                capacity: Some(capacity),
             }
         })
         .collect();

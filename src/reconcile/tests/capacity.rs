@@ -202,3 +202,20 @@ fn without_max_sessions_nothing_changes() {
     assert_eq!(sim.roles(), "1:active 2:warm");
     assert_eq!(sim.state.active_wanted, None);
 }
+
+#[test]
+fn status_says_how_many_copies_are_active_for_how_many_sessions_and_when_it_last_changed() {
+    let mut sim = Sim::growable(6);
+    sim.spec.max_sessions = Some(20);
+    sim.at(10).sessions(1, 20).cycle().ready(&[3]);
+    sim.at(11).sessions(2, 5).cycle();
+    let roles = sim.plan.as_ref().unwrap().roles.clone();
+    let c = crate::reconcile::capacity::status(&sim.spec, &sim.state, &roles, |copy| sim.world.copies.get(&copy).map_or(0, |s| s.sessions));
+    assert_eq!((c.active_wanted, c.active, c.sessions, c.capacity, c.max_replicas, c.grows), (2, 2, 25, Some(40), 6, 1));
+    let line = crate::reconcile::capacity::note("hello", 1, &c, |ms| format!("t{}", (ms - 1_000_000) / S)).unwrap();
+    assert_eq!(line, "hello: 2 active of at most 6 (sessions 25 of 40); grew at t10");
+    // An app that cannot grow has no such line.
+    sim.spec.max_replicas = 1;
+    let c = crate::reconcile::capacity::status(&sim.spec, &sim.state, &roles, |_| 0);
+    assert_eq!(crate::reconcile::capacity::note("hello", 1, &c, |_| String::new()), None);
+}
