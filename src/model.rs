@@ -308,6 +308,10 @@ pub struct AppState {
     /// with one active copy fewer; none while they would not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub low_since_ms: Option<u64>,
+    /// Why the app does not grow although its load asks for it: the memory
+    /// bound (a line under status); none otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by_memory: Option<String>,
     /// How many times the app grew (metrics).
     #[serde(default)]
     pub grows: u64,

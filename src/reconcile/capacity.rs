@@ -10,6 +10,7 @@
 //! `scale-down-after`, counted from the last change too: a load that goes up
 //! and down faster than that never makes it grow and shrink in turn.
 
+use super::MemoryRoom;
 use crate::manifest::AppSpec;
 use crate::model::{AppState, CapacityStatus, Role};
 
@@ -35,22 +36,39 @@ fn threshold(spec: &AppSpec, max_sessions: u32, active: u32) -> f64 {
 /// copies that serve, draining ones aside) and `full` (the load balancer
 /// sent a visitor to the warm copy because every active copy was full),
 /// recording it, when it changed and since when the load is low in `st`.
-pub(super) fn step(spec: &AppSpec, st: &mut AppState, load: u64, full: bool, now_ms: u64) -> Step {
+/// Growth stops short where one more copy would take the copies past the
+/// memory bound (`memory`), and `st` says so until the app needs no more.
+pub(super) fn step(spec: &AppSpec, st: &mut AppState, load: u64, full: bool, memory: Option<MemoryRoom>, now_ms: u64) -> Step {
     let (least, most) = (spec.replicas, spec.max_active());
     let Some(max_sessions) = spec.max_sessions.filter(|_| most > least) else {
         // No limit, or no room to grow: nothing here changes.
         st.active_wanted = None;
         st.low_since_ms = None;
+        st.held_by_memory = None;
         return Step { active: least, ..Step::default() };
     };
     let at = |n: u32| threshold(spec, max_sessions, n);
     let sessions = load as f64;
     let mut n = st.active_wanted.unwrap_or(least).clamp(least, most);
     let mut out = Step::default();
-    if n < most && (sessions >= at(n) || full) {
+    let wants_more = n < most && (sessions >= at(n) || full);
+    // The copies the memory bound leaves room for (each step up starts one).
+    let room = memory.map_or(u64::MAX, |m| m.bound.saturating_sub(m.used) / m.per_copy.max(1));
+    st.held_by_memory = None;
+    if wants_more && room == 0 {
+        let m = memory.unwrap_or(MemoryRoom { used: 0, bound: 0, per_copy: 0 });
+        let show = crate::manifest::show_size;
+        st.held_by_memory = Some(format!(
+            "does not grow past {n} active copies: the copies use {} of the {} SHINYCTL_MAX_MEMORY allows, and one more takes about {}",
+            show(m.used),
+            show(m.bound),
+            show(m.per_copy)
+        ));
+    } else if wants_more {
         let from = n;
+        let top = most.min(from.saturating_add(u32::try_from(room).unwrap_or(u32::MAX)));
         n += 1;
-        while n < most && sessions >= at(n) {
+        while n < top && sessions >= at(n) {
             n += 1;
         }
         let why = if sessions >= at(from) {

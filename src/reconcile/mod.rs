@@ -80,6 +80,23 @@ pub struct Observed {
     /// The load balancer sent a new visitor to the warm copy because every
     /// active copy was full (`max-sessions`), since the last cycle.
     pub full: bool,
+    /// How much memory the daemon's copies use against the bound growth
+    /// keeps under (`SHINYCTL_MAX_MEMORY`); none when not looked at (an app
+    /// that cannot grow).
+    pub memory: Option<MemoryRoom>,
+}
+
+/// The memory growth may use (README, "Capacity").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryRoom {
+    /// What every copy the daemon runs uses now, every app's, spares
+    /// included, in bytes.
+    pub used: u64,
+    /// The bound: `SHINYCTL_MAX_MEMORY`, or a share of the machine's memory.
+    pub bound: u64,
+    /// What one more copy of this app is taken to need: the most one of its
+    /// running copies uses now.
+    pub per_copy: u64,
 }
 
 /// What to do to a process.
@@ -233,7 +250,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
     // 1c. Capacity: how many active copies, from the sessions open on the
     // copies that serve (draining ones keep theirs and need no room).
     let load: u64 = st.copies.iter().filter(|r| serving(r) && phase(r) == Phase::Ready).map(|r| sessions(r.copy)).sum();
-    let grown = capacity::step(spec, &mut st, load, observed.full, now_ms);
+    let grown = capacity::step(spec, &mut st, load, observed.full, observed.memory, now_ms);
     if let Some(t) = grown.wake_at_ms {
         wake_at(t);
     }

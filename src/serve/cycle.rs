@@ -25,6 +25,7 @@ impl Daemon {
     /// tracking a running process the daemon does not watch yet (adopted).
     pub(super) fn observe(&mut self, name: &str, facts: &Facts) -> Observed {
         let events = self.events.clone();
+        let memory = self.memory_room(name);
         let traffic = self.traffic.get(name).cloned().unwrap_or_default();
         let cgroups = &self.cgroups;
         let counts = &mut self.tallies;
@@ -33,8 +34,12 @@ impl Daemon {
         // woken app must not fall asleep again in the cycle its copy gets
         // ready, before the held requests reach it.
         let held = if wake.waiters.is_empty() { 0 } else { now_ms() };
-        let mut observed =
-            Observed { last_request_ms: tracked.last_request_ms.max(held), full: std::mem::take(&mut tracked.full), ..Observed::default() };
+        let mut observed = Observed {
+            last_request_ms: tracked.last_request_ms.max(held),
+            full: std::mem::take(&mut tracked.full),
+            memory,
+            ..Observed::default()
+        };
         for rec in &recorded.state.copies {
             let Some(pid) = rec.pid else { continue };
             let gone = tracked.exits.get(&pid).copied().or_else(|| {

@@ -24,6 +24,7 @@ mod detach;
 mod event_loop;
 mod limits;
 mod logs;
+mod memory_bound;
 mod metrics;
 mod notify;
 mod operate;

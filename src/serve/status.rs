@@ -134,6 +134,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
             // The time of day of the last change, as the copies' start times show it.
             let time_of_day = |ms: u64| procfs::local_rfc3339(ms).get(11..19).unwrap_or_default().to_string();
             notes.extend(reconcile::capacity::note(name, app.recorded.spec.replicas, &capacity, time_of_day));
+            notes.extend(app.recorded.state.held_by_memory.as_ref().map(|why| format!("{name} {why}.")));
             AppStatus {
                 name: name.clone(),
                 group: app.recorded.spec.group.clone(),

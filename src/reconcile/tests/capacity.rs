@@ -219,3 +219,27 @@ fn status_says_how_many_copies_are_active_for_how_many_sessions_and_when_it_last
     let c = crate::reconcile::capacity::status(&sim.spec, &sim.state, &roles, |_| 0);
     assert_eq!(crate::reconcile::capacity::note("hello", 1, &c, |_| String::new()), None);
 }
+
+#[test]
+fn growth_stops_at_the_memory_bound_and_status_says_so() {
+    const G: u64 = 1 << 30;
+    let mut sim = Sim::growable(4);
+    // Room for one more copy: 3G of 4G used, a copy takes 600M.
+    sim.world.memory = Some(MemoryRoom { used: 3 * G, bound: 4 * G, per_copy: 600 << 20 });
+    sim.at(10).sessions(1, 30).cycle();
+    assert_eq!(sim.state.active_wanted, Some(2), "one step, not the three the load asks for");
+    assert_eq!(sim.actions(), vec![Action::Start(3)]);
+    // The new copy is counted from its start: no room left.
+    sim.world.memory = Some(MemoryRoom { used: 3 * G + (600 << 20), bound: 4 * G, per_copy: 600 << 20 });
+    sim.at(11).ready(&[3]).cycle();
+    sim.at(12).cycle();
+    assert_eq!(sim.state.active_wanted, Some(2));
+    assert!(sim.actions().is_empty());
+    let why = sim.state.held_by_memory.clone().expect("status says why it does not grow");
+    assert!(why.contains("does not grow past 2 active copies") && why.contains("of the 4G SHINYCTL_MAX_MEMORY allows"), "{why}");
+    // Memory freed elsewhere: it grows on.
+    sim.world.memory = Some(MemoryRoom { used: G, bound: 4 * G, per_copy: 600 << 20 });
+    sim.at(13).cycle();
+    assert_eq!(sim.state.active_wanted, Some(4), "as far as the load asks");
+    assert_eq!(sim.state.held_by_memory, None);
+}
