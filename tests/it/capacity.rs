@@ -52,3 +52,39 @@ fn sessions_past_max_sessions_go_to_the_stepped_in_spare_at_once_and_the_app_shr
     assert!(log.contains("grow shrinks from 2 to 1 active copies"), "the daemon's log says it shrank and why:\n{log}");
     wait_until(Duration::from_secs(30), "the drained copy to be gone", || (env.copies("grow").len() == 2).then_some(()));
 }
+
+#[test]
+fn at_max_replicas_with_every_copy_full_a_new_visitor_is_held_then_gets_the_busy_page() {
+    let env = Env::new("capacity-top");
+    let extra = "replicas: 1\nwarm-replicas: 1\nmax-replicas: 1\nmax-sessions: 1\nrequest-timeout: 3s\n";
+    let port = free_port();
+    env.apply(&env.app("top", port, extra));
+    env.wait_roles("top", "1:active 2:warm", Duration::from_secs(60));
+    // A visitor as a browser is: the page, then its WebSocket with the
+    // cookie the page set (the page load holds the place until then).
+    let page = get(port, "/", &[]).unwrap();
+    assert_eq!((page.status, page.copy()), (200, Some(1)));
+    let session = Session::open(port, &page.cookie().expect("placed"));
+    assert_eq!(session.copy, 1);
+
+    // Copy 1 is full and the app is at max-replicas: held, then the busy page.
+    let t = Instant::now();
+    let busy = get(port, "/", &[]).unwrap();
+    let held = t.elapsed();
+    assert_eq!(busy.status, 503, "{}", busy.body);
+    assert!(busy.header("retry-after").is_some(), "Retry-After");
+    assert!(busy.body.contains("top is busy") && busy.body.contains("http-equiv=\"refresh\""), "a page that reloads itself: {}", busy.body);
+    assert!(held >= Duration::from_secs(3) && held < Duration::from_secs(6), "held for request-timeout: {held:?}");
+    assert_eq!(env.roles("top"), "1:active 2:warm", "the spare stays a spare at the top");
+
+    // A visitor held while the session ends gets in.
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        session.close();
+    });
+    let t = Instant::now();
+    let served = get(port, "/", &[]).unwrap();
+    closer.join().unwrap();
+    assert_eq!((served.status, served.copy()), (200, Some(1)), "{}", served.body);
+    assert!(t.elapsed() < Duration::from_secs(3), "served once the place freed: {:?}", t.elapsed());
+}
