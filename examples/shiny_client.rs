@@ -10,7 +10,15 @@
 //! shiny_client ws PORT N       one Shiny session, N input→output round trips
 //! shiny_client hold PORT N     opens N Shiny sessions, prints "open", and
 //!                              holds them until its standard input closes
+//! shiny_client ramp PORT N     opens N Shiny sessions one by one over
+//!                              RAMP_SECS (default 30), holds them HOLD_SECS
+//!                              more (default 30); each sends an input every
+//!                              second (after its last answer) and times the
+//!                              output (bench/capacity.sh)
 //! ```
+//!
+//! `ramp` prints one line a 10-second window, `window FROM-TOs p50_ms p95_ms
+//! samples`, then `all p50_ms p95_ms samples`.
 //!
 //! Each measuring mode prints one line: `p50_ms p99_ms`. The app must have a
 //! numeric input `n` and a text output `out` showing `n * 2` (bench/shiny.sh
@@ -24,7 +32,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: shiny_client gets|page|ws|hold PORT N";
+    let usage = "usage: shiny_client gets|page|ws|hold|ramp PORT N";
     let (mode, port, n) = match &args[1..] {
         [m, p, n] => (m.as_str(), p.parse::<u16>()?, n.parse::<usize>()?),
         _ => return Err(usage.into()),
@@ -34,6 +42,7 @@ fn main() -> Result<()> {
         "page" => report((0..n).map(|_| timed(|| page_load(port))).collect()),
         "ws" => report(round_trips(port, n)?),
         "hold" => hold(port, n),
+        "ramp" => ramp(port, n),
         _ => Err(usage.into()),
     }
 }
@@ -201,5 +210,58 @@ fn hold(port: u16, n: usize) -> Result<()> {
     let mut sink = Vec::new();
     std::io::stdin().read_to_end(&mut sink)?;
     drop(sessions);
+    Ok(())
+}
+
+/// `ramp`: N sessions opened evenly over RAMP_SECS, all held HOLD_SECS more,
+/// each timing one input→output round trip a second.
+fn ramp(port: u16, n: usize) -> Result<()> {
+    let secs = |var: &str, default: u64| std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let (ramp, hold) = (Duration::from_secs(secs("RAMP_SECS", 30)), Duration::from_secs(secs("HOLD_SECS", 30)));
+    let start = Instant::now();
+    let end = start + ramp + hold;
+    let threads: Vec<_> = (0..n)
+        .map(|i| {
+            let opens = start + ramp.mul_f64(i as f64 / n.max(1) as f64);
+            std::thread::spawn(move || -> std::result::Result<Vec<(f64, f64)>, String> {
+                std::thread::sleep(opens.saturating_duration_since(Instant::now()));
+                let mut ws = session(port).map_err(|e| format!("session {i}: {e}"))?;
+                let mut samples = Vec::new();
+                let mut v = 2;
+                while Instant::now() < end {
+                    let sent = Instant::now();
+                    let ms = timed(|| {
+                        ws.send(tungstenite::Message::text(format!(r#"{{"method":"update","data":{{"n":{v}}}}}"#)))?;
+                        wait_for(&mut ws, &format!("\"out\":\"{}\"", v * 2))
+                    })
+                    .map_err(|e| format!("session {i}: {e}"))?;
+                    samples.push((sent.duration_since(start).as_secs_f64(), ms));
+                    v += 1;
+                    std::thread::sleep(Duration::from_secs(1).saturating_sub(sent.elapsed()));
+                }
+                Ok(samples)
+            })
+        })
+        .collect();
+    let mut all: Vec<(f64, f64)> = Vec::new();
+    for t in threads {
+        all.extend(t.join().map_err(|_| "a session's thread panicked")??);
+    }
+    let summary = |mut ms: Vec<f64>| -> String {
+        if ms.is_empty() {
+            return "- - 0".to_string();
+        }
+        ms.sort_by(f64::total_cmp);
+        let pick = |q: f64| ms[((ms.len() as f64 * q).ceil() as usize).clamp(1, ms.len()) - 1];
+        format!("{:.0} {:.0} {}", pick(0.50), pick(0.95), ms.len())
+    };
+    let total = (ramp + hold).as_secs_f64();
+    let mut from = 0.0;
+    while from < total {
+        let window = all.iter().filter(|(t, _)| *t >= from && *t < from + 10.0).map(|(_, ms)| *ms).collect();
+        println!("window {from:.0}-{:.0}s {}", (from + 10.0).min(total), summary(window));
+        from += 10.0;
+    }
+    println!("all {}", summary(all.into_iter().map(|(_, ms)| ms).collect()));
     Ok(())
 }

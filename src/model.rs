@@ -87,6 +87,15 @@ pub struct ProxyApp {
     /// (`trusted-proxies`).
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
+    /// `max-sessions`: the sessions that make a copy full; none: no limit
+    /// (README, "Capacity").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sessions: Option<u32>,
+    /// `max-replicas` (at least `replicas`): while fewer copies are active,
+    /// a visitor who finds every active copy full goes to the spare, or
+    /// over `max-sessions`, never held.
+    #[serde(default)]
+    pub max_replicas: u32,
     /// The copies that may receive traffic: ready ones, each with its role.
     pub copies: Vec<ProxyCopy>,
 }
@@ -253,10 +262,16 @@ pub struct AppRequests {
 /// a warm copy stood in (`POST /v1/apps/<app>/stand-in` on `api.sock`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StandIn {
-    /// The copy that refused.
-    pub down: u32,
+    /// The copy that refused; none when no copy is down but every active
+    /// one is full (`full`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<u32>,
     /// The warm copy that took the request, if there was one.
     pub stand_in: Option<u32>,
+    /// Every active copy was full (`max-sessions`), so a new visitor went to
+    /// the warm copy: the daemon makes it active and starts a new spare.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub full: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -312,6 +327,30 @@ pub struct AppState {
     /// its first copy's start, kept for good.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
+    /// The active copies wanted now, between `replicas` and `max-replicas`
+    /// (README, "Capacity"); none: `replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_wanted: Option<u32>,
+    /// Unix ms when the app last grew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grew_at_ms: Option<u64>,
+    /// Unix ms when the app last shrank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shrank_at_ms: Option<u64>,
+    /// Unix ms since when the open sessions would stay below `scale-at`
+    /// with one active copy fewer; none while they would not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_since_ms: Option<u64>,
+    /// Why the app does not grow although its load asks for it: the memory
+    /// bound (a line under status); none otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by_memory: Option<String>,
+    /// How many times the app grew (metrics).
+    #[serde(default)]
+    pub grows: u64,
+    /// How many times the app shrank, a sleep's included (metrics).
+    #[serde(default)]
+    pub shrinks: u64,
 }
 
 /// A release: a snapshot of working-dir taken by a deploy, which its copies
@@ -684,6 +723,40 @@ pub struct AppStatus {
     /// The manifest it was applied from (what `restart` reads).
     #[serde(default)]
     pub manifest: String,
+    /// Its capacity: the keys as applied and where it stands (README,
+    /// "Capacity"); none from a daemon before capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityStatus>,
+}
+
+/// An app's capacity in status: its keys as applied, and how many copies
+/// are active for how many sessions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapacityStatus {
+    /// `max-sessions`; none: no limit.
+    pub max_sessions: Option<u32>,
+    /// `max-replicas` (at least `replicas`).
+    pub max_replicas: u32,
+    /// `scale-at`.
+    pub scale_at: f64,
+    /// `scale-down-after`, in ms.
+    pub scale_down_after_ms: u64,
+    /// The active copies wanted now, `replicas` to `max-replicas`.
+    pub active_wanted: u32,
+    /// The copies active now (ready, in the table).
+    pub active: u32,
+    /// Open Shiny sessions on its copies that serve (draining ones aside).
+    pub sessions: u64,
+    /// `active_wanted × max-sessions`; none with no limit.
+    pub capacity: Option<u64>,
+    /// Unix ms of its last grow, if it grew.
+    pub grew_at_ms: Option<u64>,
+    /// Unix ms of its last shrink, if it shrank.
+    pub shrank_at_ms: Option<u64>,
+    /// How many times it grew, since it was deployed.
+    pub grows: u64,
+    /// How many times it shrank (a sleep included), since it was deployed.
+    pub shrinks: u64,
 }
 
 /// One copy in status: one row of the table.

@@ -86,6 +86,8 @@ fn table(port: u16, policy: LbPolicy, asleep: bool, request_timeout_ms: u64, cop
             stopped: false,
             listening: true,
             max_connections: 0,
+            max_sessions: None,
+            max_replicas: 0,
             trusted_proxies: Vec::new(),
             // The copies' "process" is this test's own: alive, so a copy
             // that drops a connection has not died (see `dying_backend`).
@@ -777,4 +779,70 @@ async fn when_every_copy_is_stalled_new_visitors_go_to_the_one_that_answered_las
     tokio::time::sleep(Duration::from_millis(100)).await;
     frozen_two.store(false, Ordering::SeqCst);
     assert_eq!(next.await.unwrap().copy(), 2, "both stalled: the one that answered most recently");
+}
+
+// ---------------------------------------------------------------------------
+// Capacity (README, "Capacity")
+// ---------------------------------------------------------------------------
+
+/// [`table`] with `max-sessions` and `max-replicas`.
+fn capacity_table(port: u16, max_sessions: u32, max_replicas: u32, request_timeout_ms: u64, copies: &[(u32, u16, Role)]) -> ProxyTable {
+    let mut t = table(port, LbPolicy::LeastConn, false, request_timeout_ms, copies);
+    t.apps[0].max_sessions = Some(max_sessions);
+    t.apps[0].max_replicas = max_replicas;
+    t
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_visitor_past_every_active_copys_max_sessions_goes_to_the_spare_at_once_and_the_daemon_is_told_once() {
+    let (one, _) = backend(1).await;
+    let (two, _) = backend(2).await;
+    let mut rig = start(|port| capacity_table(port, 2, 3, 30_000, &[(1, one, Role::Active), (2, two, Role::Warm)])).await;
+    // Two page loads fill copy 1: each counts until its WebSocket opens.
+    let first = get(rig.port, None).await;
+    let second = get(rig.port, None).await;
+    assert_eq!((first.copy(), second.copy()), (1, 1));
+    let a = get(rig.port, None).await;
+    assert_eq!((a.status, a.copy()), (200, 2), "the spare takes the third at once: {a:?}");
+    assert!(a.placed().unwrap().starts_with(&format!("lb_{}=2.", rig.port)), "and it is placed there");
+    let call = rig.daemon.next().await;
+    assert_eq!(call.path, "/v1/apps/web/stand-in");
+    assert_eq!(call.body, serde_json::json!({"stand_in": 2, "full": true}));
+    drop(call);
+    // A visitor with a cookie keeps its full copy.
+    let back = get(rig.port, first.placed().as_deref()).await;
+    assert_eq!(back.copy(), 1, "a sticky visitor keeps its copy, full or not");
+    let b = get(rig.port, None).await;
+    assert_eq!(b.copy(), 2);
+    rig.daemon.nothing_within(Duration::from_secs(2)).await;
+    // With the spare full too and none ready behind it, the least full
+    // active copy takes the visitor over max-sessions: never held while the
+    // app can grow.
+    let t = Instant::now();
+    let c = get(rig.port, None).await;
+    assert_eq!((c.status, c.copy()), (200, 1), "{c:?}");
+    assert!(t.elapsed() < Duration::from_millis(500), "not held: {:?}", t.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_max_replicas_with_every_copy_full_a_visitor_is_held_for_a_free_place_then_gets_the_busy_page() {
+    let (one, _) = backend(1).await;
+    let (two, _) = backend(2).await;
+    let rig = start(|port| capacity_table(port, 1, 1, 5_000, &[(1, one, Role::Active), (2, two, Role::Warm)])).await;
+    assert_eq!(get(rig.port, None).await.copy(), 1);
+    let t = Instant::now();
+    let busy = get(rig.port, None).await;
+    let held = t.elapsed();
+    assert_eq!(busy.status, 503, "{busy:?}");
+    assert!(busy.header("retry-after").is_some(), "{busy:?}");
+    assert!(busy.body.contains("web is busy") && busy.body.contains("http-equiv=\"refresh\""), "a page that reloads itself: {busy:?}");
+    assert!(held >= Duration::from_secs(5) && held < Duration::from_secs(6), "held for request-timeout: {held:?}");
+    // The first visitor's place counts 30 s at most without its WebSocket:
+    // a visitor held as it frees gets in then, not at its request-timeout.
+    tokio::time::sleep_until(t + Duration::from_secs(27)).await;
+    let t = Instant::now();
+    let late = get(rig.port, None).await;
+    assert_eq!((late.status, late.copy()), (200, 1), "{late:?}");
+    let waited = t.elapsed();
+    assert!(waited >= Duration::from_secs(2) && waited < Duration::from_secs(4), "held until the place freed: {waited:?}");
 }

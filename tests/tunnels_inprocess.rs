@@ -52,6 +52,8 @@ async fn start(copy_port: u16) -> Rig {
             stopped: false,
             listening: true,
             max_connections: 0,
+            max_sessions: None,
+            max_replicas: 0,
             trusted_proxies: Vec::new(),
             copies: vec![ProxyCopy { copy: 1, port: copy_port, role: Role::Active, pid: std::process::id() }],
         }],

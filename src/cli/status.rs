@@ -201,6 +201,7 @@ mod tests {
                 state: "running".into(),
                 replicas: 1,
                 manifest: String::new(),
+                capacity: None,
             }],
             limits: None,
         };

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use super::error::{first_content_line, Cx, Doc};
 use super::keys::{self, NAME_ALLOWED, PORT_ALLOWED};
 use super::{
-    env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, Sandbox, DEFAULT_KEEP_RELEASES, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_START_TIMEOUT_MS,
+    env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, Sandbox, DEFAULT_KEEP_RELEASES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SCALE_AT,
+    DEFAULT_SCALE_DOWN_AFTER_MS, DEFAULT_START_TIMEOUT_MS,
 };
 
 /// A manifest being read. One field per key, named as in [`AppSpec`]: the
@@ -39,6 +39,10 @@ pub(super) struct Draft {
     trusted_proxies: Option<Vec<String>>,
     sandbox: Option<Sandbox>,
     run_as: Option<String>,
+    max_sessions: Option<u32>,
+    max_replicas: Option<u32>,
+    scale_at: Option<f64>,
+    scale_down_after_ms: Option<u64>,
 }
 
 /// Runs a key's check and keeps its value in the draft.
@@ -47,7 +51,7 @@ type Take = fn(&mut Draft, &Cx, &Value) -> Result<(), ManifestError>;
 /// Every key a manifest may hold, in the order the documentation lists
 /// them, with what takes it in: a new key's check in `keys.rs` is wired
 /// in here, by one line.
-const TAKE: [(&str, Take); 22] = [
+const TAKE: [(&str, Take); 26] = [
     ("app-name", |d, cx, v| keys::app_name(cx, v).map(|x| d.name = Some(x))),
     ("app-group", |d, cx, v| keys::app_group(cx, v).map(|x| d.group = Some(x))),
     ("working-dir", |d, cx, v| keys::working_dir(cx, v).map(|x| d.working_dir = Some(x))),
@@ -56,6 +60,10 @@ const TAKE: [(&str, Take); 22] = [
     ("host", |d, cx, v| keys::host(cx, v).map(|x| d.host = Some(x))),
     ("replicas", |d, cx, v| keys::replicas(cx, v).map(|x| d.replicas = Some(x))),
     ("warm-replicas", |d, cx, v| keys::warm_replicas(cx, v).map(|x| d.warm_replicas = Some(x))),
+    ("max-replicas", |d, cx, v| keys::max_replicas(cx, v).map(|x| d.max_replicas = Some(x))),
+    ("max-sessions", |d, cx, v| keys::max_sessions(cx, v).map(|x| d.max_sessions = Some(x))),
+    ("scale-at", |d, cx, v| keys::scale_at(cx, v).map(|x| d.scale_at = Some(x))),
+    ("scale-down-after", |d, cx, v| keys::scale_down_after(cx, v).map(|x| d.scale_down_after_ms = Some(x))),
     ("lb-policy", |d, cx, v| keys::lb_policy(cx, v).map(|x| d.lb_policy = Some(x))),
     ("drain-timeout", |d, cx, v| keys::drain_timeout(cx, v).map(|x| d.drain_timeout_ms = Some(x))),
     ("restart-policy", |d, cx, v| keys::restart_policy(cx, v).map(|x| d.restart_policy = Some(x))),
@@ -119,6 +127,8 @@ impl Draft {
             }
         };
         let entrypoint = keys::entrypoint(&doc.key("entrypoint-file"), &working_dir, self.entrypoint)?;
+        let replicas = self.replicas.unwrap_or(1);
+        let max_replicas = keys::max_replicas_over_replicas(&doc.key("max-replicas"), self.max_replicas, replicas)?;
 
         Ok(AppSpec {
             name,
@@ -128,7 +138,7 @@ impl Draft {
             entrypoint,
             port,
             host: self.host.unwrap_or_else(|| "0.0.0.0".to_string()),
-            replicas: self.replicas.unwrap_or(1),
+            replicas,
             warm_replicas: self.warm_replicas.unwrap_or(1),
             lb_policy: self.lb_policy.unwrap_or_default(),
             drain_timeout_ms: self.drain_timeout_ms.unwrap_or(15 * 60 * 1000),
@@ -144,6 +154,10 @@ impl Draft {
             trusted_proxies: self.trusted_proxies.unwrap_or_default(),
             sandbox: self.sandbox.unwrap_or_default(),
             run_as: self.run_as,
+            max_sessions: self.max_sessions,
+            max_replicas,
+            scale_at: self.scale_at.unwrap_or(DEFAULT_SCALE_AT),
+            scale_down_after_ms: self.scale_down_after_ms.unwrap_or(DEFAULT_SCALE_DOWN_AFTER_MS),
         })
     }
 }

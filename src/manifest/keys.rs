@@ -11,6 +11,7 @@ use super::error::{shown_scalar, Cx};
 use super::net::Cidr;
 use super::{
     LbPolicy, ManifestError, RestartPolicy, MAX_CONNECTIONS, MAX_COPIES, MAX_LONG_DURATION_MS, MAX_NAME_LEN, MAX_REQUEST_TIMEOUT_MS,
+    MAX_SESSIONS,
 };
 
 /// What `app-name` and `app-group` allow.
@@ -104,6 +105,60 @@ pub(super) fn warm_replicas(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
         return Err(cx.err(format!("{n} is too many; allowed: {allowed}")));
     }
     Ok(n as u32)
+}
+
+/// `max-replicas`: 1 to [`MAX_COPIES`] (that it is at least `replicas` is
+/// checked once both are read, by [`max_replicas_over_replicas`]).
+pub(super) fn max_replicas(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+    let allowed = format!("a whole number, at least replicas (and at most {MAX_COPIES})");
+    let n = cx.uint(v, &allowed)?;
+    if n < 1 {
+        return Err(cx.err(format!("{n} copies would serve nobody; allowed: {allowed}")));
+    }
+    if n > MAX_COPIES {
+        return Err(cx.err(format!("{n} is too many; allowed: {allowed}")));
+    }
+    Ok(n as u32)
+}
+
+/// `max-sessions`: 1 to [`MAX_SESSIONS`].
+pub(super) fn max_sessions(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+    let allowed = format!("a whole number of Shiny sessions a copy takes before it is full, at least 1 (and at most {MAX_SESSIONS})");
+    let n = cx.uint(v, &allowed)?;
+    if n < 1 {
+        return Err(cx.err(format!("{n} sessions would let no visitor in; allowed: {allowed}")));
+    }
+    if n > MAX_SESSIONS {
+        return Err(cx.err(format!("{n} is too many; allowed: {allowed}")));
+    }
+    Ok(n as u32)
+}
+
+/// `scale-at`: a number more than 0 and at most 1 (`0.8`), or a percentage
+/// written as text (`80%`).
+pub(super) fn scale_at(cx: &Cx, v: &Value) -> Result<f64, ManifestError> {
+    let allowed = "a number more than 0 and at most 1, such as 0.8 (or a percentage such as 80%)";
+    let x = match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => {
+            let t = s.trim();
+            match t.strip_suffix('%') {
+                Some(p) => p.trim().parse::<f64>().ok().map(|p| p / 100.0),
+                None => t.parse::<f64>().ok(),
+            }
+        }
+        _ => None,
+    };
+    let Some(x) = x else { return Err(cx.wrong_type(v, allowed)) };
+    if !(x > 0.0 && x <= 1.0) {
+        return Err(cx.err(format!("{} is not allowed; allowed: {allowed}", shown_scalar(v))));
+    }
+    Ok(x)
+}
+
+/// `scale-down-after`: any duration up to a year.
+pub(super) fn scale_down_after(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+    long_duration(cx, v)
 }
 
 /// `lb-policy`.
@@ -284,6 +339,18 @@ pub(super) fn check_dir(cx: &Cx, p: &Path) -> Result<(), ManifestError> {
 // ---------------------------------------------------------------------------
 // Checks that need several keys
 // ---------------------------------------------------------------------------
+
+/// `max-replicas` as given, at least `replicas`; not given: `replicas` (the
+/// app does not grow). `cx` is for max-replicas.
+pub(super) fn max_replicas_over_replicas(cx: &Cx, given: Option<u32>, replicas: u32) -> Result<u32, ManifestError> {
+    match given {
+        None => Ok(replicas),
+        Some(n) if n >= replicas => Ok(n),
+        Some(n) => Err(cx.err(format!(
+            "{n} is fewer than replicas ({replicas}), the least number of active copies; allowed: a whole number, at least replicas ({replicas})"
+        ))),
+    }
+}
 
 /// The entrypoint file: `entrypoint-file` when given, which must be a file
 /// in working-dir; else the layout the folder has, as Shiny Server finds it:

@@ -112,9 +112,35 @@ pub struct AppSpec {
     /// daemon's own user.
     #[serde(default)]
     pub run_as: Option<String>,
+    /// `max-sessions`: the Shiny sessions (open WebSockets) a copy takes
+    /// before it counts as full; none: no limit, and the app never grows.
+    /// Like every capacity key, read by the cycle and the table: changing it
+    /// restarts no copy.
+    #[serde(default)]
+    pub max_sessions: Option<u32>,
+    /// `max-replicas`: the most active copies the app may grow to; as
+    /// written, the manifest's `replicas` when not given. 0 (an app recorded
+    /// before it existed) reads as `replicas`: see [`AppSpec::max_active`].
+    #[serde(default)]
+    pub max_replicas: u32,
+    /// `scale-at`, default [`DEFAULT_SCALE_AT`]: the share of the active
+    /// copies' capacity their open sessions reach when the app grows.
+    #[serde(default = "default_scale_at")]
+    pub scale_at: f64,
+    /// `scale-down-after` in ms, default [`DEFAULT_SCALE_DOWN_AFTER_MS`]:
+    /// how long the load must stay low before a grown copy leaves.
+    #[serde(default = "default_scale_down_after")]
+    pub scale_down_after_ms: u64,
 }
 
 impl AppSpec {
+    /// The most active copies: `max-replicas`, never fewer than `replicas`
+    /// (an app recorded before `max-replicas`, or scaled past it, does not
+    /// shrink below what it is told).
+    pub fn max_active(&self) -> u32 {
+        self.max_replicas.max(self.replicas)
+    }
+
     /// The hash of everything that decides how a copy starts: env,
     /// working-dir, app-group, app-name, entrypoint-file, r-path, and the
     /// fence (`sandbox`, `run-as`) when it is not the default. Copies
@@ -165,6 +191,25 @@ fn default_keep_releases() -> u32 {
 /// For an app recorded before `start-timeout` existed.
 fn default_start_timeout() -> u64 {
     DEFAULT_START_TIMEOUT_MS
+}
+
+/// `scale-at`'s default, as Posit Connect's load factor.
+pub const DEFAULT_SCALE_AT: f64 = 0.8;
+
+/// `scale-down-after`'s default: 5 minutes.
+pub const DEFAULT_SCALE_DOWN_AFTER_MS: u64 = 5 * 60 * 1000;
+
+/// The most `max-sessions` (a sanity limit).
+pub const MAX_SESSIONS: u64 = 100_000;
+
+/// For an app recorded before `scale-at` existed.
+fn default_scale_at() -> f64 {
+    DEFAULT_SCALE_AT
+}
+
+/// For an app recorded before `scale-down-after` existed.
+fn default_scale_down_after() -> u64 {
+    DEFAULT_SCALE_DOWN_AFTER_MS
 }
 
 /// The longest `app-name` / `app-group` (a DNS label's limit; both end up in

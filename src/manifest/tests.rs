@@ -433,3 +433,48 @@ fn shiny_documents_are_told_by_their_front_matter() {
     assert!(!is_shiny_document("---\ntitle: x\n---\nruntime: shiny\n"), "only the front matter counts");
     assert!(!is_shiny_document("# no front matter\nruntime: shiny\n"));
 }
+
+#[test]
+fn capacity_keys_and_their_defaults() {
+    let d = TestDir::new();
+    let plain = d.parse("app-name: hello\nport: 8080\nreplicas: 2\n").unwrap();
+    assert_eq!(plain.max_sessions, None, "no limit unless set");
+    assert_eq!(plain.max_replicas, 2, "default: replicas, no growth");
+    assert_eq!(plain.scale_at, 0.8);
+    assert_eq!(plain.scale_down_after_ms, 5 * 60 * 1000);
+    let s = d
+        .parse("app-name: hello\nport: 8080\nreplicas: 2\nmax-replicas: 6\nmax-sessions: 20\nscale-at: 0.5\nscale-down-after: 30s\n")
+        .unwrap();
+    assert_eq!((s.max_sessions, s.max_replicas, s.scale_at, s.scale_down_after_ms), (Some(20), 6, 0.5, 30_000));
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nscale-at: 75%\n").unwrap().scale_at, 0.75);
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nscale-at: 1\n").unwrap().scale_at, 1.0);
+    // None decides how a copy starts: a change restarts no copy.
+    assert_eq!(s.settings_hash(), plain.settings_hash());
+    // An app recorded before these keys existed loads with their defaults.
+    let mut old = serde_json::to_value(&plain).unwrap();
+    for key in ["max_sessions", "max_replicas", "scale_at", "scale_down_after_ms"] {
+        old.as_object_mut().unwrap().remove(key);
+    }
+    let loaded: AppSpec = serde_json::from_value(old).unwrap();
+    assert_eq!((loaded.max_sessions, loaded.max_active(), loaded.scale_at), (None, 2, 0.8));
+}
+
+#[test]
+fn bad_capacity_keys() {
+    let d = TestDir::new();
+    d.refused("app-name: hello\nport: 8080\nmax-sessions: 0\n", 3, "max-sessions", &["would let no visitor in", "at least 1"]);
+    d.refused("app-name: hello\nport: 8080\nmax-sessions: many\n", 3, "max-sessions", &["\"many\"", "whole number"]);
+    d.refused("app-name: hello\nport: 8080\nmax-replicas: 0\n", 3, "max-replicas", &["serve nobody", "at least replicas"]);
+    d.refused("app-name: hello\nport: 8080\nmax-replicas: 5000\n", 3, "max-replicas", &["too many"]);
+    d.refused(
+        "app-name: hello\nport: 8080\nmax-replicas: 2\nreplicas: 3\n",
+        3,
+        "max-replicas",
+        &["2 is fewer than replicas (3)", "at least replicas (3)"],
+    );
+    d.refused("app-name: hello\nport: 8080\nscale-at: 0\n", 3, "scale-at", &["more than 0 and at most 1"]);
+    d.refused("app-name: hello\nport: 8080\nscale-at: 1.5\n", 3, "scale-at", &["1.5 is not allowed", "at most 1"]);
+    d.refused("app-name: hello\nport: 8080\nscale-at: 120%\n", 3, "scale-at", &["at most 1"]);
+    d.refused("app-name: hello\nport: 8080\nscale-at: high\n", 3, "scale-at", &["\"high\"", "such as 0.8"]);
+    d.refused("app-name: hello\nport: 8080\nscale-down-after: soon\n", 3, "scale-down-after", &["\"soon\"", "a duration"]);
+}

@@ -14,6 +14,9 @@ pub struct Candidate {
     pub down: bool,
     /// Requests in flight plus open WebSockets.
     pub connections: u64,
+    /// Open Shiny sessions (WebSockets) plus visitors placed on it whose
+    /// WebSocket has not opened yet: what counts toward `max-sessions`.
+    pub sessions: u64,
     /// A request has waited too long for it with no answer since: it gets
     /// no new visitor while another copy can take one.
     pub stalled: bool,
@@ -53,6 +56,64 @@ pub fn pick_by(policy: LbPolicy, len: usize, copy: impl Fn(usize) -> Candidate, 
     pick_role(policy, len, &copy, first, rr, random)
         .or_else(|| pick_role(policy, len, &copy, second, rr, random))
         .or_else(|| most_recent(len, &copy, first, second))
+}
+
+/// How an app with `max-sessions` grows, as the balancer needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// The sessions that make a copy full.
+    pub max_sessions: u64,
+    /// The app has fewer active copies than `max-replicas`: it can grow.
+    pub may_grow: bool,
+}
+
+/// Where a new visitor of an app with `max-sessions` goes (README,
+/// "Capacity").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// To this copy: an active one with room (by the policy), or, every
+    /// active one being full and no spare ready, the least full active one.
+    Copy(usize),
+    /// Every active copy is full: to this spare at once, and the daemon is
+    /// told, so that it makes the spare active and starts another.
+    Spare(usize),
+    /// Every active copy is full and the app is at `max-replicas`: the
+    /// visitor waits for a session to end.
+    Hold,
+}
+
+/// Places a new visitor of an app with a `max-sessions` (`cap`): an active
+/// copy with room, by the policy; else the spare with room; else, while the
+/// app can grow, the least full active copy (over `max-sessions`: never held
+/// while it can grow); else hold. `None` when no active copy is up at all:
+/// then [`pick_by`] decides, as for any app (a spare stands in).
+pub fn place(policy: LbPolicy, len: usize, copy: impl Fn(usize) -> Candidate, cap: Capacity, rr: usize, random: u64) -> Option<Placement> {
+    let up = |c: &Candidate| !c.down && !c.stalled;
+    if !(0..len).map(&copy).any(|c| c.role == Role::Active && up(&c)) {
+        return None;
+    }
+    // A full copy is left out as if it were down.
+    let with_room = |i: usize| {
+        let mut c = copy(i);
+        c.down |= c.sessions >= cap.max_sessions;
+        c
+    };
+    if let Some(i) = pick_role(policy, len, &with_room, Role::Active, rr, random) {
+        return Some(Placement::Copy(i));
+    }
+    if !cap.may_grow {
+        return Some(Placement::Hold);
+    }
+    if let Some(i) = pick_role(LbPolicy::LeastConn, len, &with_room, Role::Warm, rr, random) {
+        return Some(Placement::Spare(i));
+    }
+    let mut least: Option<(usize, u64)> = None;
+    for (i, c) in (0..len).map(|i| (i, copy(i))) {
+        if c.role == Role::Active && up(&c) && least.is_none_or(|(_, n)| c.sessions < n) {
+            least = Some((i, c.sessions));
+        }
+    }
+    least.map(|(i, _)| Placement::Copy(i))
 }
 
 /// For an app being deleted, whose copies all drain: the draining copy
@@ -130,11 +191,55 @@ mod tests {
     }
 
     fn c(role: Role, down: bool, connections: u64) -> Candidate {
-        Candidate { role, down, connections, stalled: false, last_answer_ms: 0 }
+        Candidate { role, down, connections, sessions: connections, stalled: false, last_answer_ms: 0 }
     }
 
     fn stalled(role: Role, last_answer_ms: u64) -> Candidate {
-        Candidate { role, down: false, connections: 0, stalled: true, last_answer_ms }
+        Candidate { role, down: false, connections: 0, sessions: 0, stalled: true, last_answer_ms }
+    }
+
+    /// Copies of `max` sessions each, growing or not.
+    fn placed(copies: &[Candidate], max: u64, may_grow: bool, policy: LbPolicy) -> Option<Placement> {
+        place(policy, copies.len(), |i| copies[i], Capacity { max_sessions: max, may_grow }, 0, 0)
+    }
+
+    #[test]
+    fn a_new_visitor_goes_to_an_active_copy_with_room_by_the_policy() {
+        let copies = [c(A, false, 10), c(A, false, 4), c(A, false, 7), c(W, false, 0)];
+        assert_eq!(placed(&copies, 10, true, LbPolicy::LeastConn), Some(Placement::Copy(1)));
+        assert_eq!(placed(&copies, 10, true, LbPolicy::First), Some(Placement::Copy(1)), "the first with room, not the first");
+        let rr: Vec<_> =
+            (0..4).map(|n| place(LbPolicy::RoundRobin, 4, |i| copies[i], Capacity { max_sessions: 10, may_grow: true }, n, 0)).collect();
+        assert_eq!(rr, vec![Some(Placement::Copy(1)), Some(Placement::Copy(2)), Some(Placement::Copy(1)), Some(Placement::Copy(2))]);
+    }
+
+    #[test]
+    fn when_every_active_copy_is_full_the_spare_takes_the_visitor_at_once() {
+        let copies = [c(A, false, 10), c(A, false, 12), c(W, false, 0)];
+        assert_eq!(placed(&copies, 10, true, LbPolicy::LeastConn), Some(Placement::Spare(2)));
+        assert_eq!(placed(&copies, 10, true, LbPolicy::First), Some(Placement::Spare(2)));
+    }
+
+    #[test]
+    fn with_no_spare_ready_the_least_full_active_copy_goes_over_max_sessions() {
+        let copies = [c(A, false, 12), c(A, false, 10), c(W, true, 0), c(D, false, 0)];
+        assert_eq!(placed(&copies, 10, true, LbPolicy::First), Some(Placement::Copy(1)), "never held while it can grow");
+        let spare_full = [c(A, false, 11), c(A, false, 10), c(W, false, 10)];
+        assert_eq!(placed(&spare_full, 10, true, LbPolicy::LeastConn), Some(Placement::Copy(1)));
+    }
+
+    #[test]
+    fn at_max_replicas_with_every_active_copy_full_the_visitor_is_held() {
+        let copies = [c(A, false, 10), c(A, false, 10), c(W, false, 0)];
+        assert_eq!(placed(&copies, 10, false, LbPolicy::LeastConn), Some(Placement::Hold), "the spare stays a spare");
+        let one_left = [c(A, false, 10), c(A, false, 9)];
+        assert_eq!(placed(&one_left, 10, false, LbPolicy::LeastConn), Some(Placement::Copy(1)));
+    }
+
+    #[test]
+    fn with_no_active_copy_up_placing_leaves_it_to_the_stand_in() {
+        let copies = [c(A, true, 0), Candidate { stalled: true, ..c(A, false, 0) }, c(W, false, 0)];
+        assert_eq!(placed(&copies, 10, false, LbPolicy::LeastConn), None);
     }
 
     #[test]

@@ -47,9 +47,22 @@ impl DaemonLink {
     pub fn report_stand_in(&self, app: &str, down: Option<u32>, stand_in: Option<u32>) {
         let Some(down) = down else { return };
         tracing::info!(app, down, ?stand_in, "telling the daemon that copy {down} is down");
+        self.post_stand_in(app, StandIn { down: Some(down), stand_in, full: false });
+    }
+
+    /// Tells the daemon, without delaying anyone, that every active copy of
+    /// `app` was full and the warm copy `stand_in` took a new visitor: the
+    /// app grows (README, "Capacity").
+    pub fn report_full(&self, app: &str, stand_in: u32) {
+        tracing::info!(app, stand_in, "every active copy is full; telling the daemon that warm copy {stand_in} took a new visitor");
+        self.post_stand_in(app, StandIn { down: None, stand_in: Some(stand_in), full: true });
+    }
+
+    /// Sends a stand-in report in the background; errors are ignored.
+    fn post_stand_in(&self, app: &str, report: StandIn) {
         let sock = self.api_sock.clone();
         let path = crate::api_client::routes::stand_in(app);
-        let body = serde_json::to_vec(&StandIn { down, stand_in }).unwrap_or_default();
+        let body = serde_json::to_vec(&report).unwrap_or_default();
         tokio::spawn(async move {
             match crate::uds::request(&sock, Method::POST, &path, Some(body), Duration::from_secs(1)).await {
                 Ok((status, _)) if status.is_success() => {}

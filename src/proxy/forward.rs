@@ -17,7 +17,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
 use super::attempt::Attempt;
-use super::balance::{self, Need};
+use super::balance::{self, Capacity, Need, Placement};
 use super::body::DownBody;
 use super::daemon::{wake_outcome, Wake};
 use super::headers;
@@ -88,12 +88,19 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
     }
     let mut req = Request::from_parts(parts, UpBody::Client(body, Idle::default()));
     loop {
-        let i;
-        (app, i) = match wait_for_copy(shared, client.port, app, claimed, &mut attempt).await {
+        let (i, spare);
+        (app, i, spare) = match wait_for_copy(shared, client.port, app, claimed, &mut attempt).await {
             Ok(found) => found,
             Err(page) => return page,
         };
         let copy = &app.copies[i];
+        if spare && !copy.full_reported.swap(true, Ordering::Relaxed) {
+            shared.daemon.report_full(&app.name, copy.copy);
+        }
+        if app.capacity.is_some() && claimed != Some(copy.copy) && client_upgrade.is_none() && attempt.sends == 0 {
+            // Counts toward the copy's max-sessions until its WebSocket opens.
+            copy.state.place(mono_ms());
+        }
         // Told now rather than once the stand-in answers: a slow answer
         // must not delay the daemon making it active.
         shared.daemon.report_stand_in(&app.name, attempt.notice.take(), (copy.role == Role::Warm).then_some(copy.copy));
@@ -128,38 +135,54 @@ fn claimed_copy(app: &LiveApp, parts: &request::Parts) -> Option<u32> {
 /// copy's index in it), at once when one can; else the request is held:
 /// until a new table brings a copy, while a sleeping app wakes (the daemon
 /// is asked, once for the requests that arrive together), up to the app's
-/// hold (15 s) or, when it wakes, its request-timeout (at most 30 s). A
-/// hold that ends without a copy gives the page that answers the request.
+/// hold (15 s) or, when it wakes, its request-timeout (at most 30 s); while
+/// every copy is full at `max-replicas`, up to request-timeout for a session
+/// to end. A hold that ends without a copy gives the page that answers the
+/// request. The flag is true for a spare that took a new visitor because
+/// every active copy was full.
 async fn wait_for_copy(
     shared: &Shared,
     port: u16,
     mut app: Arc<LiveApp>,
     claimed: Option<u32>,
     attempt: &mut Attempt,
-) -> Result<(Arc<LiveApp>, usize), Response<DownBody>> {
+) -> Result<(Arc<LiveApp>, usize, bool), Response<DownBody>> {
     loop {
         if app.stopped {
             return Err(pages::stopped(&app.name));
         }
-        if let Some(i) = pick(&app, claimed, attempt) {
-            return Ok((app, i));
+        match pick(&app, claimed, attempt) {
+            Chosen::Copy(i) => return Ok((app, i, false)),
+            Chosen::Spare(i) => return Ok((app, i, true)),
+            Chosen::Busy | Chosen::None => {}
         }
         let mut changes = shared.table.subscribe();
         // A swap between the look above and subscribe() would be missed.
         app = shared.table.app(port).ok_or_else(|| pages::no_app(port))?;
-        if let Some(i) = pick(&app, claimed, attempt) {
-            return Ok((app, i));
-        }
+        let busy = match pick(&app, claimed, attempt) {
+            Chosen::Copy(i) => return Ok((app, i, false)),
+            Chosen::Spare(i) => return Ok((app, i, true)),
+            Chosen::Busy => true,
+            Chosen::None => false,
+        };
         shared.daemon.report_stand_in(&app.name, attempt.notice.take(), None);
         if app.asleep && attempt.wake.is_none() && !attempt.woken {
             attempt.wake = Some(shared.daemon.ask_wake(&app.counters.wake, &app.name, app.wake_hold));
         }
         let (until, waking) = *attempt.hold.get_or_insert_with(|| {
-            let limit = if app.asleep { app.wake_hold } else { app.hold };
+            let limit = if app.asleep {
+                app.wake_hold
+            } else if busy {
+                app.busy_hold
+            } else {
+                app.hold
+            };
             (Instant::now() + limit, app.asleep)
         });
         tokio::select! {
             _ = changes.changed() => {}
+            // A session that ends is not announced: looked at again shortly.
+            _ = tokio::time::sleep(BUSY_LOOK_AGAIN), if busy => {}
             outcome = wake_outcome(attempt.wake.as_mut()) => match outcome {
                 // The table with the woken copy is on its way, if not here.
                 Wake::Awake => {
@@ -174,6 +197,10 @@ async fn wait_for_copy(
                     tracing::warn!(app = %app.name, "{} was not awake within {:?}", app.name, app.wake_hold);
                     return Err(pages::wake_timed_out(&app.name));
                 }
+                if busy {
+                    tracing::warn!(app = %app.name, "every copy was full at max-replicas for {:?}; answered busy", app.busy_hold);
+                    return Err(pages::app_busy(&app.name));
+                }
                 tracing::warn!(app = %app.name, "no copy could take a request within {:?}", app.hold);
                 return Err(pages::restarting(&app.name));
             }
@@ -182,24 +209,44 @@ async fn wait_for_copy(
     }
 }
 
+/// How often a visitor held because every copy is full looks again.
+const BUSY_LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What [`choose`] found for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chosen {
+    /// This copy.
+    Copy(usize),
+    /// This spare, because every active copy is full: the daemon is told.
+    Spare(usize),
+    /// Every copy is full at `max-replicas`: wait for a session to end.
+    Busy,
+    /// No copy can take it now.
+    None,
+}
+
 /// The copy for this request ([`choose`]): another than the one that lost
 /// it when there is one, else that one again (it may only have dropped a
 /// connection, or it comes back).
-fn pick(app: &LiveApp, claimed: Option<u32>, attempt: &Attempt) -> Option<usize> {
+fn pick(app: &LiveApp, claimed: Option<u32>, attempt: &Attempt) -> Chosen {
     let now = now_ms();
-    choose(app, claimed, attempt.stand_in, attempt.avoid, now)
-        .or_else(|| attempt.avoid.and_then(|_| choose(app, claimed, attempt.stand_in, None, now)))
+    match choose(app, claimed, attempt.stand_in, attempt.avoid, now) {
+        Chosen::None if attempt.avoid.is_some() => choose(app, claimed, attempt.stand_in, None, now),
+        chosen => chosen,
+    }
 }
 
 /// The copy for this request: the one its cookie names while that copy is
-/// up (whatever its role), else one picked by the app's policy; never
-/// `avoid` (the copy process that lost it: a retry goes to another).
-fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, avoid: Option<(u32, u32)>, now: u64) -> Option<usize> {
+/// up (whatever its role), else, for an app with `max-sessions`, where
+/// [`balance::place`] puts a new visitor, else one picked by the app's
+/// policy; never `avoid` (the copy process that lost it: a retry goes to
+/// another).
+fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, avoid: Option<(u32, u32)>, now: u64) -> Chosen {
     let mut need = if failed { Need::StandIn } else { Need::NewVisitor };
     let avoided = |i: usize| avoid == Some((app.copies[i].copy, app.copies[i].pid));
     if let Some(i) = claimed.and_then(|n| app.index_of(n)) {
         if !app.copies[i].state.is_down(now) && !avoided(i) {
-            return Some(i);
+            return Chosen::Copy(i);
         }
         need = Need::StandIn;
     }
@@ -216,8 +263,19 @@ fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, avoid: Option<(u32,
         c.down |= avoided(i);
         c
     };
+    if let Some((max_sessions, most)) = app.capacity.filter(|_| need == Need::NewVisitor && app.listening) {
+        let active = app.copies.iter().filter(|c| c.role == Role::Active).count();
+        let cap = Capacity { max_sessions, may_grow: active < most as usize };
+        match balance::place(app.policy, app.copies.len(), candidate, cap, rr, random) {
+            Some(Placement::Copy(i)) => return Chosen::Copy(i),
+            Some(Placement::Spare(i)) => return Chosen::Spare(i),
+            Some(Placement::Hold) => return Chosen::Busy,
+            None => {}
+        }
+    }
     balance::pick_by(app.policy, app.copies.len(), candidate, need, rr, random)
         .or_else(|| (!app.listening).then(|| balance::pick_leaving(app.policy, app.copies.len(), candidate, rr, random)).flatten())
+        .map_or(Chosen::None, Chosen::Copy)
 }
 
 /// The answer as the visitor gets it.
@@ -304,6 +362,8 @@ mod tests {
                 stopped: false,
                 listening: true,
                 max_connections: 0,
+                max_sessions: None,
+                max_replicas: 0,
                 trusted_proxies: Vec::new(),
                 copies,
             }],
@@ -313,7 +373,10 @@ mod tests {
 
     /// The copy number `choose` picks.
     fn chosen(app: &LiveApp, claimed: Option<u32>, stand_in: bool) -> Option<u32> {
-        choose(app, claimed, stand_in, None, 1_000_000).map(|i| app.copies[i].copy)
+        match choose(app, claimed, stand_in, None, 1_000_000) {
+            Chosen::Copy(i) | Chosen::Spare(i) => Some(app.copies[i].copy),
+            Chosen::Busy | Chosen::None => None,
+        }
     }
 
     #[test]

@@ -20,6 +20,21 @@ pub fn restarting(app: &str) -> Response<DownBody> {
     resp
 }
 
+/// 503 for a new visitor while every copy of the app is full at
+/// `max-replicas` and no session ended within request-timeout: a page that
+/// says the app is busy and reloads itself (README, "Capacity").
+pub fn app_busy(app: &str) -> Response<DownBody> {
+    let app = escape(app);
+    let html = format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"10\">\
+         <title>{app} is busy</title></head>\n<body><h1>{app} is busy</h1>\
+         <p>Every place is taken just now. This page reloads by itself in a few seconds.</p></body></html>\n"
+    );
+    let mut resp = page(StatusCode::SERVICE_UNAVAILABLE, html);
+    resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("10"));
+    resp
+}
+
 /// The path on every app's port that the load balancer answers itself,
 /// for a front proxy's health check: 200 while the app serves or can be
 /// woken, 503 once it is stopped or being deleted. It wakes nothing.

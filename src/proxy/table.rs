@@ -70,6 +70,44 @@ pub struct CopyState {
     pub gone: AtomicBool,
     /// A watcher of its process runs.
     pub watched: AtomicBool,
+    /// When visitors were placed on it ([`crate::clock::mono_ms`]), oldest
+    /// first, whose WebSocket has not opened yet: each counts toward
+    /// `max-sessions` until then, or for [`PLACED_FOR_MS`].
+    pub placements: std::sync::Mutex<std::collections::VecDeque<u64>>,
+}
+
+/// A visitor placed on a copy counts toward its `max-sessions` this long at
+/// most, if its WebSocket never opens (a page that is not Shiny's, a visitor
+/// who left).
+pub const PLACED_FOR_MS: u64 = 30_000;
+
+impl CopyState {
+    /// A new visitor was placed on the copy at `now` (mono ms).
+    pub fn place(&self, now: u64) {
+        let mut p = self.placements.lock().unwrap_or_else(|e| e.into_inner());
+        expire(&mut p, now);
+        p.push_back(now);
+    }
+
+    /// The visitors placed on the copy that still count at `now`.
+    pub fn placed(&self, now: u64) -> u64 {
+        let mut p = self.placements.lock().unwrap_or_else(|e| e.into_inner());
+        expire(&mut p, now);
+        p.len() as u64
+    }
+
+    /// A WebSocket opened on the copy: the oldest placement is now a
+    /// session, counted as one.
+    pub fn session_opened(&self) {
+        self.placements.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+    }
+}
+
+/// Drops the placements older than [`PLACED_FOR_MS`] at `now`.
+fn expire(p: &mut std::collections::VecDeque<u64>, now: u64) {
+    while p.front().is_some_and(|&t| now.saturating_sub(t) >= PLACED_FOR_MS) {
+        p.pop_front();
+    }
 }
 
 impl CopyState {
@@ -152,6 +190,10 @@ pub struct LiveCopy {
     pub set_cookie: HeaderValue,
     /// Counters, known-down flag and idle connections.
     pub state: Arc<CopyState>,
+    /// The daemon was told that this spare took a visitor because every
+    /// active copy was full: told once per table, so a burst grows the app
+    /// once, not once a visitor.
+    pub full_reported: AtomicBool,
 }
 
 impl LiveCopy {
@@ -167,6 +209,7 @@ impl LiveCopy {
             role: self.role,
             down: self.state.is_down(now),
             connections: self.state.connections.load(Ordering::Relaxed),
+            sessions: self.state.sessions.load(Ordering::Relaxed) + self.state.placed(mono_ms()),
             stalled,
             last_answer_ms: self.state.last_answer_ms.load(Ordering::Relaxed),
         }
@@ -218,6 +261,12 @@ pub struct LiveApp {
     /// Proxies in front whose forwarded headers are believed and whose
     /// connections no per-address cap limits (`trusted-proxies`).
     pub trusted: Vec<Cidr>,
+    /// `max-sessions` and `max-replicas` when the app has a session limit
+    /// (README, "Capacity").
+    pub capacity: Option<(u64, u32)>,
+    /// How long a new visitor is held while every copy is full at
+    /// `max-replicas`: the app's request-timeout.
+    pub busy_hold: Duration,
     /// The copies, oldest first (the daemon's order).
     pub copies: Vec<LiveCopy>,
     /// Counters kept across pushes.
@@ -314,7 +363,16 @@ impl Table {
                 let value = cookie::sign(key, app.port, c.copy);
                 let set_cookie = HeaderValue::from_maybe_shared(bytes::Bytes::from(cookie::set_cookie(&cookie::name(app.port), &value)))
                     .unwrap_or_else(|_| HeaderValue::from_static(""));
-                copies.push(LiveCopy { copy: c.copy, port: c.port, role: c.role, pid: c.pid, cookie: value.into(), set_cookie, state });
+                copies.push(LiveCopy {
+                    copy: c.copy,
+                    port: c.port,
+                    role: c.role,
+                    pid: c.pid,
+                    cookie: value.into(),
+                    set_cookie,
+                    state,
+                    full_reported: AtomicBool::new(false),
+                });
             }
             let request_timeout = Duration::from_millis(app.request_timeout_ms);
             let (hold, wake_hold) = match app.request_timeout_ms {
@@ -337,6 +395,8 @@ impl Table {
                     n => n as usize,
                 },
                 trusted: trusted_ranges(app),
+                capacity: app.max_sessions.map(|n| (u64::from(n), app.max_replicas)),
+                busy_hold: if app.request_timeout_ms == 0 { MAX_WAKE_HOLD } else { MAX_WAKE_HOLD.min(request_timeout) },
                 copies,
                 counters: old.map(|a| a.counters.clone()).unwrap_or_default(),
             }));
@@ -517,6 +577,8 @@ mod tests {
                 stopped: false,
                 listening: true,
                 max_connections: 0,
+                max_sessions: None,
+                max_replicas: 0,
                 trusted_proxies: Vec::new(),
                 copies: copies.iter().map(|&(copy, port, pid)| ProxyCopy { copy, port, role: Role::Active, pid }).collect(),
             }],

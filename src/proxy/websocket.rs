@@ -85,6 +85,7 @@ pub struct Session {
 impl Session {
     /// Counts a new session on the copy; its bytes go to `app`'s counters.
     pub fn new(state: Arc<CopyState>, app: Option<Arc<AppCounters>>) -> Session {
+        state.session_opened();
         state.connections.fetch_add(1, Ordering::Relaxed);
         state.sessions.fetch_add(1, Ordering::Relaxed);
         Session { state, app }

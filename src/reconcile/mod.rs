@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use crate::manifest::{AppSpec, RestartPolicy};
 use crate::model::{AppState, CopyRecord, Exit, Role};
 
+pub mod capacity;
 mod rollout;
 #[cfg(test)]
 mod tests;
@@ -76,6 +77,26 @@ pub struct Observed {
     /// Copies whose launcher refused to start R (`sandbox.mode: strict` and
     /// a fence missing), with why: left down, not retried as a crash.
     pub refused: BTreeMap<u32, String>,
+    /// The load balancer sent a new visitor to the warm copy because every
+    /// active copy was full (`max-sessions`), since the last cycle.
+    pub full: bool,
+    /// How much memory the daemon's copies use against the bound growth
+    /// keeps under (`SHINYCTL_MAX_MEMORY`); none when not looked at (an app
+    /// that cannot grow).
+    pub memory: Option<MemoryRoom>,
+}
+
+/// The memory growth may use (README, "Capacity").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryRoom {
+    /// What every copy the daemon runs uses now, every app's, spares
+    /// included, in bytes.
+    pub used: u64,
+    /// The bound: `SHINYCTL_MAX_MEMORY`, or a share of the machine's memory.
+    pub bound: u64,
+    /// What one more copy of this app is taken to need: the most one of its
+    /// running copies uses now.
+    pub per_copy: u64,
 }
 
 /// What to do to a process.
@@ -101,6 +122,9 @@ pub struct Plan {
     /// When a timer runs out (a backoff, a settle, a drain-timeout) and the
     /// cycle should run again, in unix ms.
     pub wake_at_ms: Option<u64>,
+    /// Why the app grew or shrank this cycle (README, "Capacity"), for the
+    /// daemon's log; none when it did neither.
+    pub scaled: Option<String>,
 }
 
 /// How long a copy waits before its restart after `crashes` crashes.
@@ -223,10 +247,20 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
         rec.checking = phase(rec) != Phase::Ready;
     }
 
-    // 2. The switch: the new version serves once `replicas` of its copies are ready.
+    // 1c. Capacity: how many active copies, from the sessions open on the
+    // copies that serve (draining ones keep theirs and need no room).
+    let load: u64 = st.copies.iter().filter(|r| serving(r) && phase(r) == Phase::Ready).map(|r| sessions(r.copy)).sum();
+    let grown = capacity::step(spec, &mut st, load, observed.full, observed.memory, now_ms);
+    if let Some(t) = grown.wake_at_ms {
+        wake_at(t);
+    }
+    let active_n = grown.active;
+
+    // 2. The switch: the new version serves once as many of its copies as
+    // there are to be active are ready.
     let ready_current = st.copies.iter().filter(|r| is_current(r) && serving(r) && phase(r) == Phase::Ready).count();
     let outdated_left = st.copies.iter().any(|r| !is_current(r) && serving(r));
-    let switched = !outdated_left || ready_current >= spec.replicas as usize;
+    let switched = !outdated_left || ready_current >= active_n as usize;
 
     // 3. Outdated copies: before the switch they keep serving (and come back
     // if they crash, since the new version may be broken), except copies of a
@@ -244,7 +278,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
             }
         }
     } else {
-        let outdated_roles = roles_of(&st, spec.replicas, |r| !is_current(r) && serving(r) && phase(r) == Phase::Ready);
+        let outdated_roles = roles_of(&st, active_n, |r| !is_current(r) && serving(r) && phase(r) == Phase::Ready);
         for rec in st.copies.iter_mut().filter(|r| !is_current(r) && serving(r)) {
             match phase(rec) {
                 Phase::Down => rec.stop_started_ms = Some(now_ms),
@@ -263,10 +297,10 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
 
     // 4. Scaling: how many current copies there should be. Before the
     // switch only the ones that will serve start; the spares follow it.
-    let target = if switched { spec.replicas + spec.warm_replicas } else { spec.replicas } as usize;
+    let target = if switched { active_n + spec.warm_replicas } else { active_n } as usize;
     let mut current: Vec<usize> = (0..st.copies.len()).filter(|&i| is_current(&st.copies[i]) && serving(&st.copies[i])).collect();
     if current.len() > target {
-        let roles = roles_of(&st, spec.replicas, |r| is_current(r) && serving(r) && phase(r) == Phase::Ready);
+        let roles = roles_of(&st, active_n, |r| is_current(r) && serving(r) && phase(r) == Phase::Ready);
         // Removal order: no process, still starting, then ready ones with the
         // fewest open sessions, a warm copy before an active one when they tie.
         current.sort_by_key(|&i| {
@@ -351,14 +385,14 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
         st.stop_now = false;
     }
 
-    // 7. Roles, worked out anew: the oldest `replicas` ready copies of the
+    // 7. Roles, worked out anew: the oldest `active_n` ready copies of the
     // version that serves are active, the rest warm; draining ones drain.
     let serves = |r: &CopyRecord| if switched { is_current(r) } else { !is_current(r) };
     let mut roles: Vec<(u32, Role)> = Vec::new();
     let ready_serving = by_age(&st, |r| serving(r) && phase(r) == Phase::Ready && serves(r));
     let ready_other = by_age(&st, |r| serving(r) && phase(r) == Phase::Ready && !serves(r));
     for (n, copy) in ready_serving.iter().chain(ready_other.iter()).enumerate() {
-        roles.push((*copy, if n < spec.replicas as usize { Role::Active } else { Role::Warm }));
+        roles.push((*copy, if n < active_n as usize { Role::Active } else { Role::Warm }));
     }
     for copy in by_age(&st, |r| r.stop_started_ms.is_none() && r.drain_started_ms.is_some() && phase(r) == Phase::Ready) {
         roles.push((copy, Role::Draining));
@@ -366,7 +400,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
     // Keep the table's order: active oldest first, then warm, then draining.
     roles.sort_by_key(|(_, role)| *role as u8);
 
-    Plan { state: st, roles, actions, wake_at_ms: wake }
+    Plan { state: st, roles, actions, wake_at_ms: wake, scaled: grown.change }
 }
 
 /// An app asleep: its processes stop, its current copies keep their
@@ -388,6 +422,14 @@ fn decide_asleep(
     is_ready: &dyn Fn(&CopyRecord) -> bool,
 ) -> Plan {
     st.awake_since_ms = None;
+    // Asleep, the grown copies go (disks and all): it wakes at `replicas`
+    // and grows from there.
+    let shrunk = st.active_wanted.take().map(|n| format!("sleeps: back from {n} to {} active copies", spec.replicas));
+    if shrunk.is_some() {
+        st.shrinks += 1;
+        st.shrank_at_ms = st.asleep_since_ms;
+    }
+    st.low_since_ms = None;
     let checked = st.copies.iter().any(|r| r.checking && is_current(r) && is_ready(r));
     // The sleeping copies of the version before, kept to wake with until
     // the new one has been ready once (not a check of a version in
@@ -420,7 +462,7 @@ fn decide_asleep(
             actions.push(Action::Start(copy));
         }
         st.stop_now = false;
-        return Plan { state: st, roles: Vec::new(), actions, wake_at_ms: None };
+        return Plan { state: st, roles: Vec::new(), actions, wake_at_ms: None, scaled: shrunk };
     }
     let target = (spec.replicas + spec.warm_replicas) as usize;
     let mut count = st.copies.iter().filter(|r| is_current(r)).count();
@@ -433,7 +475,7 @@ fn decide_asleep(
         new_copy(&mut st, &spec.settings_hash());
     }
     st.stop_now = false;
-    Plan { state: st, roles: Vec::new(), actions, wake_at_ms: None }
+    Plan { state: st, roles: Vec::new(), actions, wake_at_ms: None, scaled: shrunk }
 }
 
 /// Adds a record for a new copy of the current version (its revision and

@@ -171,8 +171,13 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
                 return error(StatusCode::BAD_REQUEST, "the body is not a stand-in report");
             };
             let d = shared.lock().await;
-            tracing::warn!(app = name, down = ev.down, stand_in = ?ev.stand_in, "copy refused a connection; the load balancer used a stand-in");
-            let _ = d.events.send(Event::StandIn { app: name.to_string(), down: ev.down });
+            if let Some(down) = ev.down {
+                tracing::warn!(app = name, down, stand_in = ?ev.stand_in, "copy refused a connection; the load balancer used a stand-in");
+            }
+            if ev.full {
+                tracing::info!(app = name, stand_in = ?ev.stand_in, "every active copy is full; the load balancer sent a new visitor to the spare");
+            }
+            let _ = d.events.send(Event::StandIn { app: name.to_string(), down: ev.down, full: ev.full });
             ok("noted")
         }
         _ => error(StatusCode::NOT_FOUND, format!("no such API route: {} {path}", req.method())),

@@ -71,6 +71,9 @@ pub struct Tracked {
     /// Why the last write of state.json failed (the previous file stays
     /// whole; the copies keep running); none once a write succeeds.
     pub state_error: Option<String>,
+    /// The load balancer reported every active copy full since the last
+    /// cycle (README, "Capacity"); the next cycle takes it.
+    pub full: bool,
 }
 
 impl Tracked {

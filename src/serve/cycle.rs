@@ -25,6 +25,7 @@ impl Daemon {
     /// tracking a running process the daemon does not watch yet (adopted).
     pub(super) fn observe(&mut self, name: &str, facts: &Facts) -> Observed {
         let events = self.events.clone();
+        let memory = self.memory_room(name);
         let traffic = self.traffic.get(name).cloned().unwrap_or_default();
         let cgroups = &self.cgroups;
         let counts = &mut self.tallies;
@@ -33,7 +34,12 @@ impl Daemon {
         // woken app must not fall asleep again in the cycle its copy gets
         // ready, before the held requests reach it.
         let held = if wake.waiters.is_empty() { 0 } else { now_ms() };
-        let mut observed = Observed { last_request_ms: tracked.last_request_ms.max(held), ..Observed::default() };
+        let mut observed = Observed {
+            last_request_ms: tracked.last_request_ms.max(held),
+            full: std::mem::take(&mut tracked.full),
+            memory,
+            ..Observed::default()
+        };
         for rec in &recorded.state.copies {
             let Some(pid) = rec.pid else { continue };
             let gone = tracked.exits.get(&pid).copied().or_else(|| {
@@ -110,6 +116,9 @@ impl Daemon {
             }
         }
         let plan = reconcile::decide(&spec, &recorded.state, &observed, now);
+        if let Some(why) = &plan.scaled {
+            tracing::info!(app = name, "{name} {why}");
+        }
         // Record: the plan's state replaces the recorded one.
         let before = std::mem::replace(&mut recorded.state, plan.state);
         for copy in plan.actions.iter().filter_map(|a| if let Action::Start(c) = a { Some(*c) } else { None }) {
@@ -193,6 +202,8 @@ impl Daemon {
                 stopped: a.recorded.state.stopped_since_ms.is_some(),
                 max_connections: a.recorded.spec.max_connections,
                 trusted_proxies: a.recorded.spec.trusted_proxies.clone(),
+                max_sessions: a.recorded.spec.max_sessions,
+                max_replicas: a.recorded.spec.max_active(),
                 copies: a
                     .tracked
                     .roles

@@ -351,12 +351,14 @@ impl Daemon {
                 }
                 due.insert(app);
             }
-            Event::StandIn { app, down } => {
+            Event::StandIn { app, down, full } => {
                 if let Some(a) = self.apps.get_mut(&app) {
                     // Not ready until it answers again (if it is alive at all).
-                    if let Some(pid) = a.recorded.state.copies.iter().find(|r| r.copy == down).and_then(|r| r.pid) {
+                    if let Some(pid) = a.recorded.state.copies.iter().find(|r| Some(r.copy) == down).and_then(|r| r.pid) {
                         a.tracked.ready.remove(&pid);
                     }
+                    // Taken by the next cycle's decide: the app grows.
+                    a.tracked.full |= full;
                 }
                 due.insert(app);
             }

@@ -189,6 +189,7 @@ pub fn render(view: &View, proxy: Option<&ProxyMetrics>) -> Result<String, std::
     let mut reg = Registry::with_prefix("shinyctl");
     add_copies(&mut reg, view, proxy);
     add_apps(&mut reg, view, proxy);
+    add_capacity(&mut reg, view);
     let lb = |f: fn(&ProxyMetrics) -> f64| proxy.map(|p| vec![(Labels::new(), Value::Gauge(f(p)))]).unwrap_or_default();
     add(
         &mut reg,
@@ -379,6 +380,43 @@ fn add_balancer_counts(reg: &mut Registry, requests: &[&crate::model::AppRequest
     add(reg, "sent", "Bytes written to visitors' connections to the app's port", Some(Unit::Bytes), c, per_app(|r| r.bytes_out));
 }
 
+/// The series per app of its capacity (README, "Capacity"): the active
+/// copies wanted and active, the open sessions and the room for them, and
+/// how many times it grew and shrank.
+fn add_capacity(reg: &mut Registry, view: &View) {
+    let of = |f: fn(&crate::model::CapacityStatus) -> Option<Value>| -> Vec<(Labels, Value)> {
+        view.apps.iter().filter_map(|a| Some((vec![("app", a.name.clone())], f(a.capacity.as_ref()?)?))).collect()
+    };
+    let gauge = MetricType::Gauge;
+    add(
+        reg,
+        "active_copies_wanted",
+        "Active copies wanted now, replicas to max-replicas",
+        None,
+        gauge,
+        of(|c| Some(Value::Gauge(c.active_wanted.into()))),
+    );
+    add(reg, "active_copies", "Copies active now", None, gauge, of(|c| Some(Value::Gauge(c.active.into()))));
+    add(
+        reg,
+        "app_sessions",
+        "Open Shiny sessions on the app's copies that serve",
+        None,
+        gauge,
+        of(|c| Some(Value::Gauge(c.sessions as f64))),
+    );
+    add(
+        reg,
+        "app_session_capacity",
+        "Active copies wanted times max-sessions (apps with max-sessions)",
+        None,
+        gauge,
+        of(|c| c.capacity.map(|n| Value::Gauge(n as f64))),
+    );
+    add(reg, "grows", "Times the app grew by visitors' load", None, MetricType::Counter, of(|c| Some(Value::Counter(c.grows))));
+    add(reg, "shrinks", "Times the app shrank (a sleep's included)", None, MetricType::Counter, of(|c| Some(Value::Counter(c.shrinks))));
+}
+
 /// Serves `GET /metrics`, `GET /v1/metrics` and `GET /v1/health` on the
 /// address in `SHINYCTL_METRICS`, when it is set. A value that is not an
 /// address, or one that cannot be bound, is a line in api.log; the daemon
@@ -513,5 +551,34 @@ mod tests {
         assert!(!classic.contains("# EOF") && !classic.contains("# UNIT"), "{classic}");
         let down = render(&view, None).unwrap();
         assert!(down.contains("shinyctl_load_balancer_up 0"), "{down}");
+    }
+
+    #[test]
+    fn an_apps_capacity_has_its_series() {
+        let capacity = crate::model::CapacityStatus {
+            max_sessions: Some(20),
+            max_replicas: 6,
+            active_wanted: 4,
+            active: 3,
+            sessions: 71,
+            capacity: Some(80),
+            grows: 3,
+            shrinks: 1,
+            ..Default::default()
+        };
+        let app = AppStatus { name: "hello".into(), capacity: Some(capacity), ..Default::default() };
+        let view =
+            View { apps: vec![app], asleep_secs: vec![0.0], tallies: Tallies::default(), home: Home { root: "/nonexistent".into() } };
+        let text = render(&view, None).unwrap();
+        for line in [
+            r#"shinyctl_active_copies_wanted{app="hello"} 4"#,
+            r#"shinyctl_active_copies{app="hello"} 3"#,
+            r#"shinyctl_app_sessions{app="hello"} 71"#,
+            r#"shinyctl_app_session_capacity{app="hello"} 80"#,
+            r#"shinyctl_grows_total{app="hello"} 3"#,
+            r#"shinyctl_shrinks_total{app="hello"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in:\n{text}");
+        }
     }
 }

@@ -27,6 +27,7 @@ mod exposition;
 mod identity;
 mod limits;
 mod logs;
+mod memory_bound;
 mod metrics;
 mod notify;
 mod operate;
@@ -93,8 +94,10 @@ pub enum Event {
     StandIn {
         /// The app.
         app: String,
-        /// The copy that refused.
-        down: u32,
+        /// The copy that refused, if one did.
+        down: Option<u32>,
+        /// Every active copy was full: the app grows (README, "Capacity").
+        full: bool,
     },
     /// The load balancer's process ended.
     ProxyExit,

@@ -137,6 +137,13 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
             if let Some(uid) = app.recorded.state.uid.filter(|_| super::identity::wanted(&app.recorded.spec)) {
                 notes.extend(super::identity::writable_notes(name, &app.recorded.spec.sandbox.writable_paths, uid));
             }
+            let capacity = reconcile::capacity::status(&app.recorded.spec, &app.recorded.state, &app.tracked.roles, |c| {
+                traffic.and_then(|t| t.get(&c)).map_or(0, |t| t.sessions)
+            });
+            // The time of day of the last change, as the copies' start times show it.
+            let time_of_day = |ms: u64| procfs::local_rfc3339(ms).get(11..19).unwrap_or_default().to_string();
+            notes.extend(reconcile::capacity::note(name, app.recorded.spec.replicas, &capacity, time_of_day));
+            notes.extend(app.recorded.state.held_by_memory.as_ref().map(|why| format!("{name} {why}.")));
             AppStatus {
                 name: name.clone(),
                 group: app.recorded.spec.group.clone(),
@@ -152,6 +159,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 state: app_state(&app.recorded).to_string(),
                 replicas: app.recorded.spec.replicas,
                 manifest: app.recorded.spec.manifest.display().to_string(),
+                capacity: Some(capacity),
             }
         })
         .collect();

@@ -3,6 +3,7 @@
 
 mod balancer;
 mod browser;
+mod capacity;
 mod chaos;
 mod command_line;
 mod control_sockets;

@@ -6,6 +6,7 @@ use super::*;
 use crate::manifest::{LbPolicy, RestartPolicy};
 use std::path::PathBuf;
 
+mod capacity;
 mod memory;
 mod sleep;
 
@@ -36,6 +37,10 @@ pub(super) fn spec(replicas: u32, warm: u32) -> AppSpec {
         trusted_proxies: Vec::new(),
         sandbox: Default::default(),
         run_as: None,
+        max_sessions: None,
+        max_replicas: replicas,
+        scale_at: crate::manifest::DEFAULT_SCALE_AT,
+        scale_down_after_ms: crate::manifest::DEFAULT_SCALE_DOWN_AFTER_MS,
     }
 }
 
@@ -69,6 +74,8 @@ impl Sim {
     /// process, a stop ends it (seen on the next cycle).
     fn cycle(&mut self) -> &mut Self {
         let plan = decide(&self.spec, &self.state, &self.world, self.now);
+        // The load balancer's "every active copy was full" is taken by one cycle.
+        self.world.full = false;
         self.state = plan.state.clone();
         for action in &plan.actions {
             match *action {
