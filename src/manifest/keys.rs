@@ -87,11 +87,16 @@ pub(super) fn host(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
 /// `replicas`: 1 to [`MAX_COPIES`].
 pub(super) fn replicas(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
     let allowed = format!("a whole number, at least 1 (and at most {MAX_COPIES})");
-    let n = cx.uint(v, &allowed)?;
-    if n < 1 {
-        return Err(cx.err(format!("{n} copies would serve nobody; allowed: {allowed}")));
+    whole_in(cx, v, &allowed, 1..=MAX_COPIES, "copies would serve nobody")
+}
+
+/// A whole number in `range`; `few` says why one below it cannot be.
+fn whole_in(cx: &Cx, v: &Value, allowed: &str, range: std::ops::RangeInclusive<u64>, few: &str) -> Result<u32, ManifestError> {
+    let n = cx.uint(v, allowed)?;
+    if n < *range.start() {
+        return Err(cx.err(format!("{n} {few}; allowed: {allowed}")));
     }
-    if n > MAX_COPIES {
+    if n > *range.end() {
         return Err(cx.err(format!("{n} is too many; allowed: {allowed}")));
     }
     Ok(n as u32)
@@ -100,38 +105,20 @@ pub(super) fn replicas(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
 /// `warm-replicas`: 0 to [`MAX_COPIES`].
 pub(super) fn warm_replicas(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
     let allowed = format!("a whole number, 0 or more (and at most {MAX_COPIES})");
-    let n = cx.uint(v, &allowed)?;
-    if n > MAX_COPIES {
-        return Err(cx.err(format!("{n} is too many; allowed: {allowed}")));
-    }
-    Ok(n as u32)
+    whole_in(cx, v, &allowed, 0..=MAX_COPIES, "")
 }
 
 /// `max-replicas`: 1 to [`MAX_COPIES`] (that it is at least `replicas` is
 /// checked once both are read, by [`max_replicas_over_replicas`]).
 pub(super) fn max_replicas(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
     let allowed = format!("a whole number, at least replicas (and at most {MAX_COPIES})");
-    let n = cx.uint(v, &allowed)?;
-    if n < 1 {
-        return Err(cx.err(format!("{n} copies would serve nobody; allowed: {allowed}")));
-    }
-    if n > MAX_COPIES {
-        return Err(cx.err(format!("{n} is too many; allowed: {allowed}")));
-    }
-    Ok(n as u32)
+    whole_in(cx, v, &allowed, 1..=MAX_COPIES, "copies would serve nobody")
 }
 
 /// `max-sessions`: 1 to [`MAX_SESSIONS`].
 pub(super) fn max_sessions(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
     let allowed = format!("a whole number of Shiny sessions a copy takes before it is full, at least 1 (and at most {MAX_SESSIONS})");
-    let n = cx.uint(v, &allowed)?;
-    if n < 1 {
-        return Err(cx.err(format!("{n} sessions would let no visitor in; allowed: {allowed}")));
-    }
-    if n > MAX_SESSIONS {
-        return Err(cx.err(format!("{n} is too many; allowed: {allowed}")));
-    }
-    Ok(n as u32)
+    whole_in(cx, v, &allowed, 1..=MAX_SESSIONS, "sessions would let no visitor in")
 }
 
 /// `scale-at`: a number more than 0 and at most 1 (`0.8`), or a percentage
@@ -204,11 +191,7 @@ pub(super) fn idle_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
 /// `keep-releases`: 1 to 100.
 pub(super) fn keep_releases(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
     let allowed = "a whole number from 1 (the current release only: no rollback) to 100";
-    let n = cx.uint(v, allowed)?;
-    if !(1..=100).contains(&n) {
-        return Err(cx.err(format!("{n} is not allowed; allowed: {allowed}")));
-    }
-    Ok(n as u32)
+    whole_in(cx, v, allowed, 1..=100, "would keep not even the current release")
 }
 
 /// `start-timeout`: more than 0, at most a year.
