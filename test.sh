@@ -62,6 +62,20 @@ cargo clippy --all-targets -- -D warnings
 echo "==> cargo build"
 cargo build
 
+# The upgrade test starts from a build that really differs: the last
+# release before the current work (its source from git, built once into
+# target/previous), not this build with its id rewritten.
+previous=a36962d809d2678bb3fd3e2ec07b25b63cd7bd2d
+echo "==> the previous build ($previous) for the upgrade test"
+if [ ! -x target/previous/debug/shinyctl ] || [ "$(cat target/previous/commit 2>/dev/null)" != "$previous" ]; then
+    rm -rf target/previous-src
+    mkdir -p target/previous-src
+    git archive "$previous" | tar -x -C target/previous-src
+    cargo build --quiet --manifest-path target/previous-src/Cargo.toml --target-dir target/previous
+    echo "$previous" > target/previous/commit
+fi
+export SHINYCTL_PREVIOUS_BUILD="$PWD/target/previous/debug/shinyctl"
+
 test_cmd=(cargo test "${cargo_args[@]+"${cargo_args[@]}"}" -- "${threads[@]+"${threads[@]}"}" "${bin_args[@]+"${bin_args[@]}"}")
 echo "==> ${test_cmd[*]}"
 "${test_cmd[@]}"

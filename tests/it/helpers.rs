@@ -940,6 +940,19 @@ fn parse_rfc3339(s: &str) -> Option<i64> {
     Some(days * 86400 + h * 3600 + mi * 60 + se - off)
 }
 
+/// The build of the release before this one (`SHINYCTL_PREVIOUS_BUILD`,
+/// which `./test.sh` builds from git into `target/previous`): a build whose
+/// code really differs, for an upgrade.
+pub fn previous_build() -> PathBuf {
+    let path = std::env::var_os("SHINYCTL_PREVIOUS_BUILD").map(PathBuf::from).unwrap_or_else(|| {
+        panic!(
+            "SHINYCTL_PREVIOUS_BUILD is not set: run the tests through ./test.sh, which builds the previous release into target/previous"
+        )
+    });
+    assert!(path.is_file(), "the previous build {} is missing: ./test.sh builds it", path.display());
+    path
+}
+
 /// A copy of the binary under test that says it is another build: the
 /// build identity (`0.1.0+<16 hex digits>`) is rewritten in its bytes.
 pub fn another_build(dir: &Path) -> PathBuf {

@@ -150,7 +150,8 @@ shiny:::handlerManager$addHandler(function(req) {
 #[test]
 fn an_upgrade_answers_the_requests_under_way_and_keeps_the_sessions() {
     let env = Env::new("upgrade-held");
-    let old = another_build(&env.dir);
+    // The release before this one: its daemon, load balancer and launcher.
+    let old = previous_build();
     let port = free_port();
     let manifest = env.app_running(&hold_app_r(), "uh", port, "");
     let out = env.run_binary(&old, &["apply", "-f", manifest.to_str().unwrap()]);
@@ -182,7 +183,10 @@ fn an_upgrade_answers_the_requests_under_way_and_keeps_the_sessions() {
     }
     wait_gone(old_proxy, Duration::from_secs(10), "the old load balancer to end once its requests are answered");
     let new_proxy = env.status()["proxy_pid"].as_u64().unwrap() as u32;
-    assert!(new_proxy != old_proxy && !cmdline(new_proxy).contains("old-build"), "this build's load balancer serves");
+    assert!(new_proxy != old_proxy && !cmdline(new_proxy).contains("target/previous"), "this build's load balancer serves");
+    let versions =
+        |bin: &std::path::Path| String::from_utf8(std::process::Command::new(bin).arg("version").output().unwrap().stdout).unwrap();
+    assert_ne!(versions(&old), versions(std::path::Path::new(bin())), "two builds");
     for (n, s) in sessions.iter_mut().enumerate() {
         s.still_on_its_copy(n as u64 + 1);
     }
