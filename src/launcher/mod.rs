@@ -322,7 +322,14 @@ fn run_as(launch: &Launch) -> Result<Option<Identity>, String> {
             let who = users::of_app(uid);
             // Its disk, /tmp and /dev/shm are its own, also those from
             // before it had a uid of its own (root's then).
-            for dir in [launch.scratch.clone(), landlock::tmp_path(&launch.scratch), plan::shm_path(&launch.scratch)] {
+            // So is its release, which it reads whatever the files' modes
+            // were in working-dir (read-only to it all the same: mounted so,
+            // or under Landlock). Only a release: a copy from before
+            // releases runs working-dir, which stays its owner's.
+            let release = Some(launch.app_dir.clone()).filter(|d| d.starts_with(launch.home.join("releases")));
+            for dir in
+                [launch.scratch.clone(), landlock::tmp_path(&launch.scratch), plan::shm_path(&launch.scratch)].into_iter().chain(release)
+            {
                 if dir.exists() {
                     users::give_all_to(&dir, &who).map_err(|e| format!("cannot give {} to the app's uid {uid}: {e}", dir.display()))?;
                 }

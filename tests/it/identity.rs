@@ -22,7 +22,8 @@ ui <- function(req) {
   to <- Sys.getenv("WRITE_TO")
   wrote <- if (nzchar(to)) yes(tryCatch(file.create(file.path(to, "from-app")), warning = function(w) FALSE, error = function(e) FALSE)) else "-"
   uid <- system2("id", "-u", stdout = TRUE)
-  tags$pre(paste0(c(paste0("uid=", uid), paste0("shadow=", shadow), paste0("wrote=", wrote)), ";", collapse = "\n"))
+  private <- tryCatch(readLines("private.txt"), warning = function(w) "unreadable", error = function(e) "unreadable")
+  tags$pre(paste0(c(paste0("uid=", uid), paste0("shadow=", shadow), paste0("wrote=", wrote), paste0("private=", private)), ";", collapse = "\n"))
 }
 shinyApp(ui, function(input, output) {})
 "##;
@@ -38,7 +39,13 @@ fn a_root_daemons_copy_is_no_one_on_the_host() {
     let _ = std::fs::remove_dir_all(&data);
     std::fs::create_dir_all(&data).unwrap();
     let extra = format!("warm-replicas: 0\nsandbox:\n  writable-paths: [\"{0}\"]\nenv:\n  WRITE_TO: \"{0}\"\n", data.display());
-    env.apply(&env.app_running(PROBE_R, &app, port, &extra));
+    let manifest = env.app_running(PROBE_R, &app, port, &extra);
+    // A file of the app's that only its owner (root here) may read: the
+    // release is the app's, so its copies read it.
+    let private = manifest.with_file_name("private.txt");
+    std::fs::write(&private, "only-mine\n").unwrap();
+    std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    env.apply(&manifest);
     env.wait_roles(&app, "1:active", Duration::from_secs(60));
     let page = wait_http_ok(port, Duration::from_secs(10)).body;
 
@@ -50,6 +57,7 @@ fn a_root_daemons_copy_is_no_one_on_the_host() {
     let host_uid = std::fs::read_to_string(format!("/proc/{r}/status")).unwrap();
     assert!(host_uid.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some(&uid.to_string())), "and outside");
     assert_eq!(between(&page, "shadow=", ";"), Some("no"), "/etc/shadow is out of reach: {page}");
+    assert_eq!(between(&page, "private=", ";"), Some("only-mine"), "the app's own 0600 file, in its release: {page}");
     let setuid = std::fs::metadata(env.home().join(format!("scratch/default-{app}/1/setuid-me"))).unwrap();
     assert_eq!(setuid.uid(), uid, "a file the app makes is its uid's, never root's");
     assert_eq!(between(&page, "wrote=", ";"), Some("no"), "the folder is root's: {page}");
