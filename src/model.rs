@@ -465,6 +465,17 @@ pub struct CopyRecord {
     /// many ms): its end is a crash, said so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_timed_out: Option<u64>,
+    /// Its current process has been ready once. Only a process that never
+    /// was is held to `start-timeout`: one that lost its readiness later,
+    /// or one a restarted daemon adopts before its probe answers, is not.
+    /// A record from before this was kept reads as ready once.
+    #[serde(default = "ready_once_by_default")]
+    pub ever_ready: bool,
+}
+
+/// For a copy recorded before `CopyRecord::ever_ready` was kept.
+fn ready_once_by_default() -> bool {
+    true
 }
 
 /// How a process ended.

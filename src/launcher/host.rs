@@ -234,17 +234,22 @@ pub fn end_orphans() {
     use nix::sys::wait::WaitPidFlag;
     loop {
         let left = children();
-        if left.is_empty() {
-            return;
-        }
         for orphan in &left {
             let _ = kill(*orphan, Signal::SIGKILL);
         }
-        // Reaps them, and what they had (given back to us in turn).
-        while let Ok(status) = waitpid(None, Some(WaitPidFlag::__WALL)) {
-            if status == WaitStatus::StillAlive {
-                break;
+        // Reaps what has ended without waiting: a killed child's own
+        // children are given back to us alive, and are killed next round.
+        let mut reaped = false;
+        loop {
+            match waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(_) => reaped = true,
+                Err(_) if left.is_empty() => return,
+                Err(_) => break,
             }
+        }
+        if !reaped {
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 }

@@ -116,8 +116,12 @@ pub fn receive(from: &OwnedFd) -> Option<OwnedFd> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Call {
     /// `bind` to this address (for AF_INET and AF_INET6: the port, and the
-    /// IPv4 address when there is one).
+    /// IPv4 address when there is one; for AF_NETLINK, in `port`'s stead,
+    /// nothing: its multicast groups are `groups`).
     Bind { port: u16, ipv4: Option<Ipv4Addr> },
+    /// `bind` of a netlink socket that joins these multicast groups (the
+    /// supervisor would join them with its own rights, not the copy's).
+    NetlinkGroups(u32),
     /// `listen` on a socket bound to this address (IPv4 only; none
     /// otherwise or when unbound).
     Listen { bound: Option<SocketAddrV4> },
@@ -128,7 +132,12 @@ pub enum Call {
 pub fn verdict(call: Call, domain: i32, kind: i32, own: u16) -> Result<(), String> {
     let here = SocketAddrV4::new(Ipv4Addr::LOCALHOST, own);
     match (domain, call) {
+        (libc::AF_NETLINK, Call::NetlinkGroups(g)) if g != 0 => Err(format!(
+            "bind of a netlink socket to multicast groups {g:#x}: a copy joins none (they would be joined with its supervisor's rights)"
+        )),
         (libc::AF_UNIX | libc::AF_NETLINK, _) => Ok(()),
+        // Only a netlink socket's bind is read so (above).
+        (_, Call::NetlinkGroups(_)) => Ok(()),
         (libc::AF_INET | libc::AF_INET6, Call::Bind { port: 0, .. }) => Ok(()),
         (libc::AF_INET, Call::Bind { port, ipv4: Some(ip) }) if kind == libc::SOCK_STREAM && port == own && ip == *here.ip() => Ok(()),
         (libc::AF_INET, Call::Listen { bound: Some(b) }) if kind == libc::SOCK_STREAM && b == here => Ok(()),
@@ -208,6 +217,11 @@ fn check(v: Result<(), String>, pid: u32) -> Result<(), i32> {
 /// family (an AF_INET socket takes the address's port and IPv4 whatever
 /// its `sa_family` says).
 fn bind_call(domain: i32, addr: &[u8]) -> Call {
+    if domain == libc::AF_NETLINK {
+        // struct sockaddr_nl: family, pad, pid, groups (native endian).
+        let groups = addr.get(8..12).map_or(0, |g| u32::from_ne_bytes([g[0], g[1], g[2], g[3]]));
+        return Call::NetlinkGroups(groups);
+    }
     let port = addr.get(2..4).map_or(0, |p| u16::from_be_bytes([p[0], p[1]]));
     let ipv4 = match domain {
         libc::AF_INET => addr.get(4..8).map(|a| Ipv4Addr::new(a[0], a[1], a[2], a[3])),
@@ -219,16 +233,80 @@ fn bind_call(domain: i32, addr: &[u8]) -> Call {
 }
 
 /// Makes the `bind` on our duplicate of the socket. A Unix socket's path is
-/// made where R would make it: relative to R's working directory, with R's
-/// umask (the init is the same user in the same mount namespace).
+/// made where R would make it and as R would: relative to R's working
+/// directory, with R's umask, and, when R is another user than the
+/// supervisor (a root launcher's or init's copy runs as its own user), in a
+/// child that takes R's ids first, so the file is made with R's rights, not
+/// the supervisor's.
 fn do_bind(sock: &OwnedFd, domain: i32, addr: &[u8], pid: u32) -> libc::c_int {
+    if domain != libc::AF_UNIX {
+        // SAFETY: bind with a buffer and its length.
+        return unsafe { libc::bind(sock.as_raw_fd(), addr.as_ptr().cast(), addr.len() as libc::socklen_t) };
+    }
+    match ids_of(pid) {
+        Some(ids) if ids.0 != nix::unistd::geteuid().as_raw() => as_caller(ids, || unix_bind(sock, addr, pid)),
+        _ => unix_bind(sock, addr, pid),
+    }
+}
+
+/// The caller's filesystem uid, gid and groups (`/proc/PID/status`).
+fn ids_of(pid: u32) -> Option<(u32, u32, Vec<u32>)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+    };
+    let uid = field("Uid:")?.get(3)?.parse().ok()?;
+    let gid = field("Gid:")?.get(3)?.parse().ok()?;
+    let groups = field("Groups:").unwrap_or_default().iter().filter_map(|g| g.parse().ok()).collect();
+    Some((uid, gid, groups))
+}
+
+/// Runs `f` in a child with the caller's ids (`ids`), and returns its
+/// result as a system call does (-1 with errno set on failure). The
+/// supervisor is single-threaded, so the child may run anything.
+fn as_caller(ids: (u32, u32, Vec<u32>), f: impl FnOnce() -> libc::c_int) -> libc::c_int {
+    use nix::unistd::{fork, ForkResult, Gid, Uid};
+    // SAFETY: single-threaded (see above); the child exits at once.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            let groups: Vec<Gid> = ids.2.iter().map(|&g| Gid::from_raw(g)).collect();
+            let became = nix::unistd::setgroups(&groups)
+                .and_then(|()| nix::unistd::setgid(Gid::from_raw(ids.1)))
+                .and_then(|()| nix::unistd::setuid(Uid::from_raw(ids.0)));
+            let code = match became {
+                Err(e) => e as i32,
+                Ok(()) if f() == 0 => 0,
+                Ok(()) => io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL),
+            };
+            // SAFETY: ends the child without running the parent's exit code.
+            unsafe { libc::_exit(code) }
+        }
+        Ok(ForkResult::Parent { child }) => {
+            let code = match nix::sys::wait::waitpid(child, None) {
+                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => code,
+                _ => libc::EPERM,
+            };
+            if code != 0 {
+                // SAFETY: sets this thread's errno, read by the caller.
+                unsafe { *libc::__errno_location() = code };
+                return -1;
+            }
+            0
+        }
+        Err(e) => {
+            // SAFETY: as above.
+            unsafe { *libc::__errno_location() = e as i32 };
+            -1
+        }
+    }
+}
+
+/// A Unix socket's `bind` in R's working directory with R's umask.
+fn unix_bind(sock: &OwnedFd, addr: &[u8], pid: u32) -> libc::c_int {
     let call = || unsafe {
         // SAFETY: bind with a buffer and its length.
         libc::bind(sock.as_raw_fd(), addr.as_ptr().cast(), addr.len() as libc::socklen_t)
     };
-    if domain != libc::AF_UNIX {
-        return call();
-    }
     let Ok(cwd) = std::fs::File::open(format!("/proc/{pid}/cwd")) else { return call() };
     let mask = umask_of(pid).unwrap_or(0o022);
     // SAFETY: fchdir to a directory we hold, umask with a mode; both are
@@ -367,6 +445,13 @@ mod tests {
         assert!(verdict(Call::Listen { bound: None }, libc::AF_UNIX, tcp, OWN).is_ok(), "a Unix socket");
         let e = bind(inet, tcp, [0, 0, 0, 0], OWN).unwrap_err();
         assert_eq!(e, "bind to port 20001 on 0.0.0.0: a copy listens only on 127.0.0.1:20001");
+        // A netlink socket joins no multicast group (the audit log, uevents):
+        // the supervisor would join it with its own rights.
+        let mut nl = [0u8; 12];
+        nl[0..2].copy_from_slice(&(libc::AF_NETLINK as u16).to_ne_bytes());
+        assert!(verdict(bind_call(libc::AF_NETLINK, &nl), libc::AF_NETLINK, udp, OWN).is_ok(), "no group");
+        nl[8..12].copy_from_slice(&1u32.to_ne_bytes());
+        assert!(verdict(bind_call(libc::AF_NETLINK, &nl), libc::AF_NETLINK, udp, OWN).is_err(), "a group");
     }
 
     #[test]

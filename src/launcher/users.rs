@@ -99,13 +99,14 @@ pub fn give_all_to(dir: &Path, who: &Identity) -> std::io::Result<()> {
     if meta.uid() == who.uid && meta.gid() == who.gid {
         return Ok(());
     }
-    std::os::unix::fs::lchown(dir, Some(who.uid), Some(who.gid))?;
+    // What is below first, the folder itself last: a walk cut short is
+    // walked again at the next start, not taken as done.
     if meta.is_dir() {
         for entry in std::fs::read_dir(dir)? {
             give_all_to(&entry?.path(), who)?;
         }
     }
-    Ok(())
+    std::os::unix::fs::lchown(dir, Some(who.uid), Some(who.gid))
 }
 
 #[cfg(test)]

@@ -192,7 +192,16 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
     // 1a. A copy not ready within start-timeout is stopped; its end is a
     // crash (fold_observation), so it comes back after a backoff, or a wake
     // waiting on it fails.
-    for rec in st.copies.iter_mut().filter(|r| r.stop_started_ms.is_none() && r.drain_started_ms.is_none() && r.start_timed_out.is_none()) {
+    for rec in st.copies.iter_mut() {
+        if phase(rec) == Phase::Ready {
+            rec.ever_ready = true;
+        }
+    }
+    for rec in st
+        .copies
+        .iter_mut()
+        .filter(|r| !r.ever_ready && r.stop_started_ms.is_none() && r.drain_started_ms.is_none() && r.start_timed_out.is_none())
+    {
         let Some(started) = rec.started_ms.filter(|_| phase(rec) == Phase::Starting) else { continue };
         let due = started.saturating_add(spec.start_timeout_ms);
         if now_ms >= due {

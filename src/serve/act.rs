@@ -139,6 +139,8 @@ pub fn started(rec: &mut CopyRecord, pid: u32) {
     rec.pid_start = procfs::start_ticks(pid);
     rec.started_ms = Some(now_ms());
     rec.left_down = None;
+    // A new process: held to start-timeout until it is ready once.
+    rec.ever_ready = false;
 }
 
 /// Makes the command's process lead a session of its own (setsid): it does
@@ -208,6 +210,38 @@ pub fn stop_process(pid: u32, start: Option<u64>) {
         }
         signal_group(&handle, libc::SIGKILL);
     });
+}
+
+/// Stops a process and its group as [`stop_process`] does, and returns only
+/// once it is gone (SIGKILL after the grace period): for `shutdown --all`,
+/// whose daemon ends right after, taking any timer with it. Blocking.
+pub fn stop_and_wait(pid: u32, start: Option<u64>) {
+    let alive = move || start.map_or(procfs::start_ticks(pid).is_some(), |s| procfs::is_alive(pid, s));
+    if !alive() {
+        return;
+    }
+    let handle = Pidfd::open(pid, start).ok();
+    let signal_group = |sig: i32| match &handle {
+        Some(h) => h.signal_group(pid, sig),
+        // SAFETY: kill with a negative pid signals a process group.
+        None => unsafe {
+            libc::kill(-(pid as libc::pid_t), sig);
+        },
+    };
+    signal_group(libc::SIGTERM);
+    let deadline = std::time::Instant::now() + STOP_GRACE;
+    while alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // What is left of its group goes too (by number: the group outlives
+    // its leader's pidfd).
+    signal_group(libc::SIGKILL);
+    // SAFETY: as above.
+    unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+    let gone_by = std::time::Instant::now() + Duration::from_secs(2);
+    while alive() && std::time::Instant::now() < gone_by {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Reaps `pid` if it is our child and says how it ended; `None` for a

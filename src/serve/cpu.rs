@@ -53,9 +53,13 @@ pub fn spawn_sampler(shared: Shared) {
             let read = tokio::task::spawn_blocking(move || {
                 let processes = (!running.is_empty()).then(Processes::read);
                 let at = Instant::now();
-                running.into_iter().filter_map(|k| Some((k, processes.as_ref()?.tree_cpu_secs(k.0)?, at))).collect::<Vec<_>>()
+                // Each copy's memory too, from the same scan: the memory
+                // bound on growth reads it without a scan of its own.
+                let rss: HashMap<u32, u64> = running.iter().filter_map(|k| Some((k.0, processes.as_ref()?.tree_rss_bytes(k.0)?))).collect();
+                let cpu = running.into_iter().filter_map(|k| Some((k, processes.as_ref()?.tree_cpu_secs(k.0)?, at))).collect::<Vec<_>>();
+                (cpu, rss)
             });
-            let Ok(readings) = read.await else { continue };
+            let Ok((readings, rss)) = read.await else { continue };
             let mut figures = HashMap::new();
             for (key, secs, at) in &readings {
                 if let Some(p) = last.get(key).and_then(|(was, then)| percent(*was, *secs, at.duration_since(*then))) {
@@ -65,7 +69,9 @@ pub fn spawn_sampler(shared: Shared) {
             // Only processes still running are kept: a PID reused later is
             // another start time, another key.
             last = readings.into_iter().map(|(k, s, at)| (k, (s, at))).collect();
-            shared.lock().await.cpu_percent = CpuPercent(figures);
+            let mut d = shared.lock().await;
+            d.cpu_percent = CpuPercent(figures);
+            d.copy_rss = rss;
         }
     });
 }

@@ -67,7 +67,7 @@ async fn stop_everything(shared: &Shared, proxy_pid: Option<u32>) {
     }
     procs.extend(proxy_pid.map(|p| (p, crate::procfs::start_ticks(p))));
     let stops: Vec<_> =
-        procs.into_iter().map(|(pid, start)| tokio::task::spawn_blocking(move || super::act::stop_process(pid, start))).collect();
+        procs.into_iter().map(|(pid, start)| tokio::task::spawn_blocking(move || super::act::stop_and_wait(pid, start))).collect();
     for s in stops {
         let _ = s.await;
     }
@@ -103,6 +103,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         launches: Vec::new(),
         tallies: Tallies::default(),
         cpu_percent: Default::default(),
+        copy_rss: Default::default(),
         cgroups: cgroups.clone(),
         shutting_down: None,
     };

@@ -96,8 +96,12 @@ pub fn of_app(file: &Path, home: &Path, group: &str, name: &str) -> std::io::Res
     }
     let taken = taken_ids();
     let mut id = ids.next.max(FIRST);
-    while taken.iter().any(|(lo, hi)| (*lo..=*hi).contains(&id)) {
-        id += 1;
+    // Past each taken range at once, never beyond the reserved one.
+    while let Some(&(_, hi)) = taken.iter().find(|(lo, hi)| (*lo..=*hi).contains(&id)) {
+        id = hi.saturating_add(1);
+        if id > LAST {
+            break;
+        }
     }
     if id > LAST {
         return Err(std::io::Error::other(format!("every id of {FIRST}-{LAST} is handed out ({})", file.display())));

@@ -6,7 +6,6 @@
 use std::sync::OnceLock;
 
 use super::Daemon;
-use crate::procfs::Processes;
 use crate::reconcile::MemoryRoom;
 
 /// The environment variable that sets the bound: a size such as `8G`.
@@ -51,8 +50,8 @@ impl Daemon {
             return None;
         }
         let bound = bound()?;
-        let processes = Processes::read();
-        let size = |pid: Option<u32>| pid.and_then(|p| processes.tree_rss_bytes(p)).unwrap_or(0);
+        // Read by the sampler off the lock (`cpu.rs`), not here under it.
+        let size = |pid: Option<u32>| pid.and_then(|p| self.copy_rss.get(&p).copied()).unwrap_or(0);
         let used = self.apps.values().flat_map(|a| &a.recorded.state.copies).map(|r| size(r.pid)).sum();
         let per_copy = self.apps.get(name)?.recorded.state.copies.iter().map(|r| size(r.pid)).max().filter(|&n| n > 0)?;
         Some(MemoryRoom { used, bound, per_copy })

@@ -135,6 +135,10 @@ pub struct Daemon {
     pub tallies: Tallies,
     /// Each running copy's CPU percent, as the sampler last read it.
     pub cpu_percent: cpu::CpuPercent,
+    /// Each running copy's resident memory (its process tree), by PID, as
+    /// the sampler last read it (every 5 s, off the lock): what the memory
+    /// bound on growth counts.
+    pub copy_rss: HashMap<u32, u64>,
     /// `shinyctl shutdown` asked the daemon to stop; `Some(true)` with
     /// `--all`: the copies and the load balancer are stopped first.
     pub shutting_down: Option<bool>,

@@ -83,6 +83,7 @@ impl Sim {
                     let rec = self.state.copies.iter_mut().find(|r| r.copy == copy).expect("started copy has a record");
                     rec.pid = Some(1000 + copy);
                     rec.started_ms = Some(self.now);
+                    rec.ever_ready = false;
                     rec.left_down = None;
                     self.world.copies.insert(copy, Seen { process: Process::Running { ready: false }, connections: 0, sessions: 0 });
                 }
@@ -634,4 +635,21 @@ fn a_copy_not_ready_within_start_timeout_is_stopped_and_counted_as_a_crash() {
     assert!(sim.actions().is_empty(), "a backoff first");
     sim.at(62).cycle();
     assert_eq!(sim.actions(), vec![Action::Start(1)], "it comes back after the backoff");
+}
+
+#[test]
+fn a_copy_that_was_ready_is_never_stopped_for_start_timeout() {
+    // A restarted daemon adopts a copy that has run for an hour; its probe
+    // has not answered yet in the first cycle, so it reads as not ready.
+    let mut sim = Sim::new(1, 0);
+    sim.spec.idle_timeout_ms = 0;
+    sim.at(0).cycle().ready(&[1]).cycle();
+    assert!(sim.record(1).ever_ready);
+    sim.world.copies.get_mut(&1).unwrap().process = Process::Running { ready: false };
+    sim.at(3600).cycle();
+    assert!(sim.actions().is_empty(), "not stopped: it was ready before");
+    assert!(sim.record(1).start_timed_out.is_none());
+    // As a record from before `ever_ready` was kept reads.
+    let old: CopyRecord = serde_json::from_str(r#"{"copy":1,"pid":5,"pid_start":9,"port":20001,"revision":1,"settings":"s","started_ms":1,"crashes":0,"last_exit":null,"drain_started_ms":null,"stop_started_ms":null,"left_down":null}"#).unwrap();
+    assert!(old.ever_ready, "an adopted copy of the previous build counts as ready once");
 }
