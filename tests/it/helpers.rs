@@ -268,6 +268,20 @@ fn copy_and_r(after: &str) -> Option<(u32, u64)> {
     Some((copy, r.unwrap_or(0)))
 }
 
+/// The next message's text from a WebSocket. A read that a signal
+/// interrupted is tried again: a socket with a read timeout is never
+/// restarted by the kernel (EINTR, whatever the handler's flags), and it
+/// failed a session once so.
+pub fn next_text(socket: &mut tungstenite::WebSocket<std::net::TcpStream>) -> Result<String, String> {
+    loop {
+        match socket.read() {
+            Err(tungstenite::Error::Io(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.to_string()),
+            Ok(m) => return Ok(m.into_text().unwrap_or_default().to_string()),
+        }
+    }
+}
+
 impl Session {
     /// Opens a session with this cookie header (may be empty); panics when
     /// it does not open.
@@ -292,7 +306,7 @@ impl Session {
         let init = r#"{"method":"init","data":{".clientdata_output_live_hidden":false,".clientdata_output_echo_hidden":false}}"#;
         socket.send(tungstenite::Message::text(init)).map_err(|e| format!("init: {e}"))?;
         loop {
-            let text = socket.read().map_err(|e| format!("first output: {e}"))?.into_text().unwrap_or_default();
+            let text = next_text(&mut socket).map_err(|e| format!("first output: {e}"))?;
             if let Some((copy, r_start)) = text.split_once("live-from-copy-").and_then(|(_, a)| copy_and_r(a)) {
                 return Ok(Session { socket, copy, r_start });
             }
@@ -306,7 +320,7 @@ impl Session {
         self.socket.send(tungstenite::Message::text(update)).map_err(|e| format!("send: {e}"))?;
         let want = format!("echo-{n}-copy-");
         loop {
-            let text = self.socket.read().map_err(|e| format!("read: {e}"))?.into_text().unwrap_or_default();
+            let text = next_text(&mut self.socket).map_err(|e| format!("read: {e}"))?;
             if let Some(found) = text.split_once(&want).and_then(|(_, a)| copy_and_r(a)) {
                 return Ok(found);
             }

@@ -154,8 +154,8 @@ fn rendered_document(port: u16) -> String {
     let end = std::time::Instant::now() + Duration::from_secs(60);
     while !seen.contains("rendered-marker") {
         assert!(std::time::Instant::now() < end, "no document within 60 s; got: {seen}");
-        match socket.read() {
-            Ok(msg) => seen.push_str(&msg.into_text().unwrap_or_default()),
+        match next_text(&mut socket) {
+            Ok(text) => seen.push_str(&text),
             Err(e) => panic!("the session ended before the document came: {e}; got: {seen}"),
         }
     }
