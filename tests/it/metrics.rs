@@ -51,11 +51,10 @@ fn check_copies_against_status(env: &Env, app: &str, text: &str) {
     }
 }
 
-#[test]
-fn metrics_match_status_on_api_sock_and_on_the_tcp_address_and_health_says_what_is_up() {
-    let env = Env::new("metrics");
+/// Starts the test's daemon (`serve -d`) with `SHINYCTL_METRICS` on a free
+/// port of 127.0.0.1 (it comes from the daemon's environment); returns the port.
+fn serve_with_metrics(env: &Env) -> u16 {
     let metrics_port = free_port();
-    // SHINYCTL_METRICS comes from the daemon's environment.
     let out = Command::new(bin())
         .args(["serve", "-d"])
         .env("SHINYCTL_HOME", env.home())
@@ -63,6 +62,13 @@ fn metrics_match_status_on_api_sock_and_on_the_tcp_address_and_health_says_what_
         .output()
         .unwrap();
     assert!(out.status.success(), "serve -d: {}", String::from_utf8_lossy(&out.stderr));
+    metrics_port
+}
+
+#[test]
+fn metrics_match_status_on_api_sock_and_on_the_tcp_address_and_health_says_what_is_up() {
+    let env = Env::new("metrics");
+    let metrics_port = serve_with_metrics(&env);
     let port = free_port();
     let manifest = env.app("metered", port, "");
     env.apply(&manifest);
@@ -245,14 +251,7 @@ fn table_cells(text: &str, n: usize) -> Vec<String> {
 #[test]
 fn cpu_uptime_and_an_operators_series_come_from_a_real_app() {
     let env = Env::new("metrics-ops");
-    let metrics_port = free_port();
-    let out = Command::new(bin())
-        .args(["serve", "-d"])
-        .env("SHINYCTL_HOME", env.home())
-        .env("SHINYCTL_METRICS", format!("127.0.0.1:{metrics_port}"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "serve -d: {}", String::from_utf8_lossy(&out.stderr));
+    let metrics_port = serve_with_metrics(&env);
     let port = free_port();
     let applied_ms = now_ms();
     let extra = "warm-replicas: 0\nsandbox:\n  memory: 400M\n";
