@@ -308,16 +308,12 @@ fn act_on(
                         (_, false) => None,
                         (Some(uid), true) => Some(uid),
                         (None, true) => {
-                            Some(super::identity::of_app(&super::identity::ids_file(), &cx.home.root, &spec.group, &spec.name)?)
+                            let given = super::identity::of_app(&super::identity::ids_file(), &cx.home.root, &spec.group, &spec.name)?;
+                            tracing::info!(app = name, uid = given, "the app's own uid");
+                            Some(given)
                         }
                     };
                     act::prepare_start(cx.home, &spec, rec, &dir, &taken, cgroups, uid).map(|l| (l, uid))
-                });
-                let prepared = prepared.map(|(launching, got)| {
-                    if got.is_some() && recorded.state.uid != got {
-                        tracing::info!(app = name, uid = got, "the app's own uid");
-                    }
-                    (launching, got)
                 });
                 match prepared {
                     Ok((launching, got)) => {
