@@ -187,7 +187,19 @@ fn status_watch_redraws_the_table_every_second_until_interrupted() {
     let env = Env::new("cli-watch");
     env.started("watched", "warm-replicas: 0\n", "1:active");
     let out = std::fs::File::create(env.dir.join("watch.out")).unwrap();
-    let mut child = Command::new(bin()).args(["status", "--watch"]).env("SHINYCTL_HOME", env.home()).stdout(out).spawn().unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["status", "--watch"]).env("SHINYCTL_HOME", env.home()).stdout(out);
+    // As from a terminal: SIGINT at its default, whatever this test run
+    // inherited (a background job of a shell without job control starts
+    // with it ignored, and so would the command).
+    // SAFETY: signal(2) to SIG_DFL only, between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
     env.track(child.id());
     let frames = |text: &str| text.matches("Every 1s: shinyctl status").count();
     wait_until(Duration::from_secs(20), "three frames of the table", || {
