@@ -75,7 +75,11 @@ fn run(first: u32, count: u32, paths: &[PathBuf]) -> Result<(), String> {
         }
         ForkResult::Parent { child } => {
             drop((ready_w, go_r));
-            let mapped = std::fs::File::from(ready_r).read(&mut [0u8; 1]).ok().filter(|&n| n == 1).ok_or("the child made no namespace".to_string())
+            let mapped = std::fs::File::from(ready_r)
+                .read(&mut [0u8; 1])
+                .ok()
+                .filter(|&n| n == 1)
+                .ok_or("the child made no namespace".to_string())
                 .and_then(|_| map(child, first, count));
             if mapped.is_ok() {
                 let _ = std::fs::File::from(go_w).write_all(b"g");

@@ -362,7 +362,10 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
     // take on the app's own (subordinate) uid.
     let who = match who {
         Some(w) if !nix::unistd::geteuid().is_root() => {
-            log(&format!("--- shinyctl: the app's own uid {} needs a user namespace, which this copy has none of: it runs as the daemon's user ---", w.uid));
+            log(&format!(
+                "--- shinyctl: the app's own uid {} needs a user namespace, which this copy has none of: it runs as the daemon's user ---",
+                w.uid
+            ));
             None
         }
         w => w,

@@ -73,9 +73,8 @@ impl Scheme {
             "`sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {who}` (a range no other user has) and `sudo apt install uidmap`, then restart shinyctl serve"
         );
         let own = |u: &(String, u32, u32)| u.0 == uid.to_string() || Some(u.0.as_str()) == name;
-        let ranges = |text: &str| -> Vec<(u32, u32)> {
-            subordinate_entries(text).into_iter().filter(own).map(|(_, lo, hi)| (lo, hi)).collect()
-        };
+        let ranges =
+            |text: &str| -> Vec<(u32, u32)> { subordinate_entries(text).into_iter().filter(own).map(|(_, lo, hi)| (lo, hi)).collect() };
         let (uids, gids) = (ranges(subuid), ranges(subgid));
         // The first range of uids that has the same ids as gids: an app's gid
         // is its uid's number.
@@ -90,7 +89,9 @@ impl Scheme {
                 Scheme::Own(format!("{who} has no subordinate ids in /etc/subuid and /etc/subgid: {fix}"))
             }
             (None, _) => Scheme::Own(format!("{who}'s subordinate uids and gids have no ids in common: {fix}")),
-            (Some(_), false) => Scheme::Own(format!("newuidmap and newgidmap are not installed: `sudo apt install uidmap`, then restart shinyctl serve")),
+            (Some(_), false) => {
+                Scheme::Own("newuidmap and newgidmap are not installed: `sudo apt install uidmap`, then restart shinyctl serve".to_string())
+            }
             (Some((first, last)), true) => Scheme::Subordinate { first, last },
         }
     }
@@ -130,9 +131,9 @@ pub fn wanted(spec: &crate::manifest::AppSpec) -> bool {
 /// fix; none when no such app is there.
 pub fn own_user_note<'a>(mut specs: impl Iterator<Item = &'a crate::manifest::AppSpec>) -> Option<String> {
     let Scheme::Own(why) = Scheme::current() else { return None };
-    specs.any(|s| s.run_as.is_none() && s.sandbox.mode != crate::manifest::SandboxMode::Off).then(|| {
-        format!("The apps' copies run as the daemon's own user and can read that user's files, not as a uid of their own: {why}")
-    })
+    specs
+        .any(|s| s.run_as.is_none() && s.sandbox.mode != crate::manifest::SandboxMode::Off)
+        .then(|| format!("The apps' copies run as the daemon's own user and can read that user's files, not as a uid of their own: {why}"))
 }
 
 /// The lines under status for each `writable-paths` entry the app's uid
