@@ -97,6 +97,20 @@ impl TestUser {
         ranges()
     }
 
+    /// Takes away the subordinate ids useradd gave it, so its daemon's
+    /// copies run as itself (README, "Identities").
+    pub fn without_subordinate_ids(&self) {
+        for (file, flag) in [("/etc/subuid", "--del-subuids"), ("/etc/subgid", "--del-subgids")] {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            for l in text.lines().filter(|l| l.split(':').next() == Some(self.name.as_str())) {
+                let f: Vec<u64> = l.split(':').skip(1).filter_map(|n| n.parse().ok()).collect();
+                let range = format!("{}-{}", f[0], f[0] + f[1] - 1);
+                let out = Command::new("usermod").args([flag, &range, &self.name]).output().unwrap();
+                assert!(out.status.success(), "usermod: {}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+    }
+
     /// Runs the binary under test as this user, with `home` as SHINYCTL_HOME.
     pub fn run(&self, home: &Path, args: &[&str]) -> Output {
         Command::new("setpriv")
