@@ -25,6 +25,9 @@ bash scripts/deps.sh r-base-core r-cran-shiny xfsprogs
 bash scripts/deps.sh r-cran-rmarkdown
 # The fence's filter tests: an app runs strace -p and a Python probe.
 bash scripts/deps.sh strace python3
+# A daemon that is not root gives each app one of its user's subordinate
+# ids with newuidmap/newgidmap (and useradd gives test users such ids).
+bash scripts/deps.sh uidmap
 # The systemd units are checked with systemd-analyze verify (and the man
 # page their Documentation= names, with man).
 bash scripts/deps.sh systemd man-db

@@ -14,6 +14,7 @@ pub mod model;
 pub mod peer;
 pub mod procfs;
 pub mod proxy;
+pub mod reclaim;
 pub mod reconcile;
 pub mod release;
 pub mod serve;

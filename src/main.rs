@@ -144,6 +144,14 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
+    /// Remove what a copy wrote as one of the daemon's subordinate ids
+    /// (started by serve).
+    #[command(hide = true, disable_help_flag = true)]
+    Reclaim {
+        /// FIRST COUNT PATH…, parsed by the reclaim.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Print the version.
     Version,
     /// Print a shell completion script (install.sh installs it).
@@ -191,6 +199,7 @@ fn main() {
         Command::Serve { detach: false } => serve::run(home),
         Command::Proxy => proxy::run(home),
         Command::Launch { args } => std::process::exit(launcher::main(&args)),
+        Command::Reclaim { args } => std::process::exit(shinyctl::reclaim::main(&args)),
         Command::Version => {
             println!("shinyctl {}", model::BUILD);
             Ok(())

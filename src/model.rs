@@ -675,6 +675,11 @@ pub struct StatusReport {
     /// How the copies' memory and tasks limits are kept on this machine.
     #[serde(default)]
     pub limits: Option<LimitsReport>,
+    /// Why fenced copies run as the daemon's own user rather than their
+    /// app's own uid (a daemon that is not root, without subordinate ids),
+    /// with the fix; none when every such copy has an id of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_user: Option<String>,
 }
 
 /// How the copies' limits are kept: what `status --json` says, so that a

@@ -211,6 +211,8 @@ pub struct Listening {
     /// A connection to 127.0.0.1 on its port reaches it: it is bound to
     /// 127.0.0.1, 0.0.0.0 or `::` (or their IPv4-mapped forms).
     pub reaches_loopback: bool,
+    /// The uid that made it (the table's `uid` column).
+    pub uid: u32,
 }
 
 /// True when a local address of `/proc/net/tcp{,6}` (hex, as the kernel
@@ -241,7 +243,8 @@ fn parse_all_listening(table: &str) -> impl Iterator<Item = (u16, Listening)> + 
         let (hex_addr, hex_port) = f[1].rsplit_once(':')?;
         let port = u16::from_str_radix(hex_port, 16).ok()?;
         let inode = f[9].parse::<u64>().ok().filter(|&i| i != 0)?;
-        Some((port, Listening { inode, reaches_loopback: reaches_loopback(hex_addr) }))
+        let uid = f[7].parse::<u32>().ok()?;
+        Some((port, Listening { inode, reaches_loopback: reaches_loopback(hex_addr), uid }))
     })
 }
 
@@ -331,12 +334,27 @@ pub fn owner_among(on_port: &[Listening], pid: u32, hint: Option<u32>) -> PortOw
     if inodes.iter().all(|i| own.contains(i)) {
         return PortOwner::Ours;
     }
-    let ours: HashSet<u64> = descendants(pid).into_iter().flat_map(socket_inodes_of).collect();
-    if inodes.iter().all(|i| ours.contains(i)) {
+    let tree = descendants(pid);
+    let ours: HashSet<u64> = tree.iter().copied().flat_map(socket_inodes_of).collect();
+    // A process of the tree whose open files this user may not read runs as
+    // an id of the copy's own (the app's subordinate uid, under a daemon
+    // that is not root), which no process outside the app has: a socket it
+    // made is the copy's.
+    let hidden_uids: HashSet<u32> =
+        tree.iter().filter(|p| fs::read_dir(format!("/proc/{p}/fd")).is_err()).filter_map(|&p| uid_of(p)).collect();
+    let own_uid = nix::unistd::geteuid().as_raw();
+    let theirs = |l: &Listening| ours.contains(&l.inode) || (l.uid != own_uid && hidden_uids.contains(&l.uid));
+    if on_port.iter().filter(|l| l.reaches_loopback).all(theirs) {
         PortOwner::Ours
     } else {
         PortOwner::Other
     }
+}
+
+/// The real uid of a process (`/proc/<pid>/status`, readable by anyone).
+fn uid_of(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
 }
 
 /// True when `pid`'s parent, or its parent's parent, … (four levels at

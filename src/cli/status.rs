@@ -89,7 +89,7 @@ pub fn render(report: &StatusReport, wide: bool) -> String {
     out.push('\n');
     out.push_str(&memory_line(report));
     out.push('\n');
-    let notes: Vec<&String> = report.apps.iter().flat_map(|a| a.notes.iter()).collect();
+    let notes: Vec<&String> = report.apps.iter().flat_map(|a| a.notes.iter()).chain(&report.own_user).collect();
     if !notes.is_empty() {
         out.push('\n');
         for n in notes {
@@ -204,6 +204,7 @@ mod tests {
                 capacity: None,
             }],
             limits: None,
+            own_user: None,
         };
         let expected = "\
 NAME   COPY  ROLE      PORT  PID    STATUS  READY  MEM   SESSIONS  CRASHES  STARTED

@@ -127,6 +127,7 @@ fn clone_init(launch: &Launch, plan: &Plan, who: Option<&Identity>, pipes: &Pipe
             plan,
             fences: made,
             who,
+            hand_over: !root && who.is_some(),
             go: init::raw(&pipes.go.0),
             ready: init::raw(&pipes.ready.1),
             done: init::raw(&pipes.done.1),
@@ -187,6 +188,9 @@ fn map_ids(child: Pid, who: Option<&Identity>) -> anyhow::Result<()> {
     let (uids, gids) = match (uid, who) {
         (0, Some(w)) => (format!("{0} {0} 1\n", w.uid), w.groups.iter().map(|g| format!("{g} {g} 1\n")).collect()),
         (0, None) => ("0 0 1\n".to_string(), "0 0 1\n".to_string()),
+        // The app's own uid out of the daemon user's subordinate ids: only
+        // the setuid helpers may map it (as podman's rootless mode does).
+        (_, Some(w)) => return map_subordinate(child, (uid, gid), w),
         _ => {
             std::fs::write(format!("{proc}/setgroups"), "deny").context("cannot write the copy's setgroups")?;
             (format!("{uid} {uid} 1\n"), format!("{gid} {gid} 1\n"))
@@ -194,6 +198,25 @@ fn map_ids(child: Pid, who: Option<&Identity>) -> anyhow::Result<()> {
     };
     std::fs::write(format!("{proc}/uid_map"), uids).context("cannot map the copy's uid")?;
     std::fs::write(format!("{proc}/gid_map"), gids).context("cannot map the copy's gids")?;
+    Ok(())
+}
+
+/// Maps the launcher's own ids and the app's own subordinate uid and gid
+/// `w` into the init's user namespace with `newuidmap` and `newgidmap`
+/// (both ids mapped: the init works as the launcher's user first, then
+/// hands the app's folders to `w` and takes it).
+fn map_subordinate(child: Pid, (uid, gid): (u32, u32), w: &Identity) -> anyhow::Result<()> {
+    for (tool, own, app) in [(super::users::NEWUIDMAP, uid, w.uid), (super::users::NEWGIDMAP, gid, w.gid)] {
+        let out = std::process::Command::new(tool)
+            .arg(child.to_string())
+            .args([own, own, 1, app, app, 1].map(|n| n.to_string()))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run {tool}"))?;
+        if !out.status.success() {
+            anyhow::bail!("{tool} refused to map the app's own id {app}: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+    }
     Ok(())
 }
 

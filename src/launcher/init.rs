@@ -33,6 +33,9 @@ pub struct Init<'a> {
     pub fences: Fences,
     /// The run-as user of a root daemon.
     pub who: Option<&'a Identity>,
+    /// The app's folders are handed to `who` here (a launcher that is not
+    /// root could not: see `super::hand_over`).
+    pub hand_over: bool,
     /// The read end of the pipe the host side writes once the user
     /// namespace's ids are mapped.
     pub go: RawFd,
@@ -84,6 +87,14 @@ pub fn run(mut init: Init) -> ! {
     // A root launcher maps the run-as user, not root: the init takes that
     // user now, before the mounts, so what it makes is theirs (with root
     // unmapped here, the change costs no capability in the namespace).
+    if let (Some(who), true) = (init.who, init.hand_over) {
+        // As the launcher's user, with the capabilities this namespace
+        // gives over the ids mapped in it (that user's and the app's).
+        if let Err(e) = super::hand_over(init.launch, who) {
+            super::fail(&e);
+            std::process::exit(EXIT_LAUNCH_FAILED);
+        }
+    }
     if let (Some(who), true) = (init.who, init.fences.has(fences::USER_NS)) {
         if let Err(e) = super::users::set_user(who) {
             super::fail(&format!("cannot become {}: {e}", who.name));
@@ -112,7 +123,7 @@ pub fn run(mut init: Init) -> ! {
     }
     // The root is built; R must not hold the host's folders.
     drop(sources);
-    let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None };
+    let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: mount::r_libs_user(init.plan) };
     // The way the listener of R's bind and listen comes back (`ports`).
     let (sup, sup_child) = match supervision_pair() {
         Ok(p) => p,

@@ -246,6 +246,9 @@ pub struct Seen {
     pub scratch: PathBuf,
     /// R's TMPDIR, when /tmp is not the copy's to write to.
     pub tmpdir: Option<PathBuf>,
+    /// R_LIBS_USER, when the daemon user's own R libraries are bound into
+    /// the copy (see `mount::Plan::libraries`).
+    pub r_libs_user: Option<String>,
 }
 
 /// `shinyctl launch ARGS`: prepares the copy's world and starts R; returns
@@ -308,8 +311,11 @@ fn join_cgroups(dirs: &[PathBuf]) -> Result<(), String> {
     failed.map_or(Ok(()), Err)
 }
 
-/// The run-as user, for a root launcher; a launcher that is not root runs
-/// the copy as itself (and says so).
+/// Who the copy runs as: the run-as user, for a root launcher (one that is
+/// not root runs the copy as itself, and says so), or the app's own uid.
+/// A root launcher hands the app's folders to that uid here; one that is
+/// not root cannot, and its init does, inside the copy's user namespace
+/// where the uid is mapped ([`hand_over`]).
 fn run_as(launch: &Launch) -> Result<Option<Identity>, String> {
     let root = nix::unistd::geteuid().is_root();
     match (&launch.run_as, launch.uid) {
@@ -318,26 +324,31 @@ fn run_as(launch: &Launch) -> Result<Option<Identity>, String> {
             Ok(None)
         }
         (Some(name), _) => Identity::named(name).map(Some),
-        (None, Some(uid)) if root => {
+        (None, Some(uid)) => {
             let who = users::of_app(uid);
-            // Its disk, /tmp and /dev/shm are its own, also those from
-            // before it had a uid of its own (root's then).
-            // So is its release, which it reads whatever the files' modes
-            // were in working-dir (read-only to it all the same: mounted so,
-            // or under Landlock). Only a release: a copy from before
-            // releases runs working-dir, which stays its owner's.
-            let release = Some(launch.app_dir.clone()).filter(|d| d.starts_with(launch.home.join("releases")));
-            for dir in
-                [launch.scratch.clone(), landlock::tmp_path(&launch.scratch), plan::shm_path(&launch.scratch)].into_iter().chain(release)
-            {
-                if dir.exists() {
-                    users::give_all_to(&dir, &who).map_err(|e| format!("cannot give {} to the app's uid {uid}: {e}", dir.display()))?;
-                }
+            if root {
+                hand_over(launch, &who)?;
             }
             Ok(Some(who))
         }
         (None, _) => Ok(None),
     }
+}
+
+/// Gives the app's own uid its disk, /tmp and /dev/shm, also those from
+/// before it had a uid of its own (its daemon's user's then), and its
+/// release, which it reads whatever the files' modes were in working-dir
+/// (read-only to it all the same: mounted so, or under Landlock). Only a
+/// release: a copy from before releases runs working-dir, which stays its
+/// owner's.
+pub fn hand_over(launch: &Launch, who: &Identity) -> Result<(), String> {
+    let release = Some(launch.app_dir.clone()).filter(|d| d.starts_with(launch.home.join("releases")));
+    for dir in [launch.scratch.clone(), landlock::tmp_path(&launch.scratch), plan::shm_path(&launch.scratch)].into_iter().chain(release) {
+        if dir.exists() {
+            users::give_all_to(&dir, who).map_err(|e| format!("cannot give {} to the app's uid {}: {e}", dir.display(), who.uid))?;
+        }
+    }
+    Ok(())
 }
 
 /// Starts R without namespaces (none could be made, or `sandbox.mode:
@@ -347,6 +358,18 @@ fn run_as(launch: &Launch) -> Result<Option<Identity>, String> {
 /// (the mark by which the control sockets know a copy, `crate::peer`), and
 /// is ended with R. The fences say why there are no namespaces.
 fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, who: Option<&Identity>) -> i32 {
+    // Without a user namespace a launcher that is not root has no way to
+    // take on the app's own (subordinate) uid.
+    let who = match who {
+        Some(w) if !nix::unistd::geteuid().is_root() => {
+            log(&format!(
+                "--- shinyctl: the app's own uid {} needs a user namespace, which this copy has none of: it runs as the daemon's user ---",
+                w.uid
+            ));
+            None
+        }
+        w => w,
+    };
     use nix::unistd::{fork, ForkResult};
     let canonical =
         |p: &Path, what: &str| std::fs::canonicalize(p).map_err(|e| format!("the {what} {} cannot be opened: {e}", p.display()));
@@ -382,7 +405,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
             // After the user is set (a change of user clears it): R does not
             // outlive its launcher.
             let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-            let mut seen = Seen { app_dir, scratch, tmpdir: None };
+            let mut seen = Seen { app_dir, scratch, tmpdir: None, r_libs_user: None };
             drop(sup);
             if launch.sandbox.mode != SandboxMode::Off {
                 init::hand_over_ports(&sup_child, &mut fences);
@@ -530,6 +553,9 @@ fn exec_r(launch: &Launch, seen: &Seen, who: Option<&Identity>) -> i32 {
     if let Some(who) = who {
         r.env("HOME", &who.home).env("USER", &who.name).env("LOGNAME", &who.name);
     }
+    if let Some(libs) = &seen.r_libs_user {
+        r.env("R_LIBS_USER", libs);
+    }
     // Only 0, 1 and 2 reach R (the launcher's own pipes end here too).
     fds::cloexec_above_stdio();
     let err = r.exec();
@@ -637,7 +663,7 @@ mod tests {
 
     #[test]
     fn the_log_line_says_where_to_write() {
-        let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None };
+        let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: None };
         let line = isolation_line(&Isolation { kind: IsolationKind::MountNamespace, reason: None, fences: vec![], user: None }, &seen);
         assert!(line.contains("/shinyctl/app is read-only"), "{line}");
         assert!(line.contains("SHINYCTL_SCRATCH (/shinyctl/scratch)"), "{line}");

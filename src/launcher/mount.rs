@@ -61,6 +61,20 @@ pub struct Plan {
     /// Paths bound read-only at their own place because the copy needs them
     /// and they would be hidden (an r-path below /tmp or a hidden path).
     pub needed: Vec<PathBuf>,
+    /// The daemon's user's own R libraries, for a copy that runs as the
+    /// app's own uid: bound read-only at [`R_LIBS_DIR`]`/N` (that uid
+    /// cannot walk a home of mode 0700 to them), and named in R_LIBS_USER.
+    pub libraries: Vec<PathBuf>,
+}
+
+/// Where a copy running as the app's own uid finds its daemon user's own R
+/// libraries (see [`Plan::libraries`]).
+pub const R_LIBS_DIR: &str = "/shinyctl/rlib";
+
+/// R_LIBS_USER for the copy: the libraries at their places inside.
+pub fn r_libs_user(plan: &Plan) -> Option<String> {
+    let inside: Vec<String> = (0..plan.libraries.len()).map(|i| format!("{R_LIBS_DIR}/{i}")).collect();
+    (!inside.is_empty()).then(|| inside.join(":"))
 }
 
 /// What the copy's root turned out to have.
@@ -292,6 +306,9 @@ fn expose(plan: &Plan, sources: &Sources) -> anyhow::Result<()> {
     }
     binds.push((plan.scratch.clone(), SCRATCH_DIR.into(), false, true));
     binds.push((plan.app_dir.clone(), APP_DIR.into(), true, true));
+    for (i, lib) in plan.libraries.iter().enumerate() {
+        binds.push((lib.clone(), PathBuf::from(format!("{R_LIBS_DIR}/{i}")), true, false));
+    }
     binds.sort_by_key(|(_, at, _, _)| at.components().count());
     for (from, at, read_only, required) in binds {
         if at == Path::new("/") {

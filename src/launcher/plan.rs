@@ -49,7 +49,40 @@ pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<Plan> 
     // An r-path given as a path (not a name on PATH) is needed inside.
     let needed =
         Some(Path::new(&launch.r_path)).filter(|p| p.is_absolute()).and_then(|p| std::fs::canonicalize(p).ok()).into_iter().collect();
-    Ok(Plan { app_dir, scratch, tmp, shm, hidden, writable, needed })
+    // A copy that runs as the app's own uid reads its daemon user's R
+    // libraries where that uid can walk to them.
+    let libraries = match (launch.uid, &launch.run_as) {
+        (Some(_), None) => user_libraries(std::env::var("R_LIBS_USER").ok().as_deref(), std::env::var_os("HOME").map(PathBuf::from)),
+        _ => Vec::new(),
+    };
+    Ok(Plan { app_dir, scratch, tmp, shm, hidden, writable, needed, libraries })
+}
+
+/// The R libraries of the daemon's user that exist: `R_LIBS_USER`'s
+/// folders (a leading `~/` is the home), or, unset, R's default
+/// `~/R/<platform>-library/<version>` (every one found: the copy's R picks
+/// its own by version in its packages' builds).
+pub fn user_libraries(r_libs_user: Option<&str>, home: Option<PathBuf>) -> Vec<PathBuf> {
+    let expand = |p: &str| match (p.strip_prefix("~/"), &home) {
+        (Some(rest), Some(h)) => Some(h.join(rest)),
+        (None, _) if p.starts_with('/') && !p.contains('%') => Some(PathBuf::from(p)),
+        _ => None,
+    };
+    let listed: Vec<PathBuf> = match r_libs_user.filter(|v| !v.trim().is_empty()) {
+        Some(v) => v.split(':').filter_map(expand).collect(),
+        None => {
+            let mut found = Vec::new();
+            let platforms = home.iter().flat_map(|h| std::fs::read_dir(h.join("R")).into_iter().flatten().flatten());
+            for platform in platforms.filter(|e| e.file_name().to_string_lossy().ends_with("-library")) {
+                let mut versions: Vec<PathBuf> =
+                    std::fs::read_dir(platform.path()).into_iter().flatten().flatten().map(|e| e.path()).collect();
+                versions.sort();
+                found.extend(versions);
+            }
+            found
+        }
+    };
+    listed.into_iter().filter_map(|p| std::fs::canonicalize(p).ok()).filter(|p| p.is_dir()).collect()
 }
 
 /// Makes a folder of the copy's own (mode 0700, the run-as user's).
@@ -60,7 +93,9 @@ fn own_folder(dir: &Path, who: Option<&Identity>) -> anyhow::Result<PathBuf> {
         .mode(0o700)
         .create(dir)
         .map_err(|e| anyhow::anyhow!("cannot make the copy's folder {}: {e}", dir.display()))?;
-    if let Some(w) = who {
+    // A launcher that is not root cannot give it away here: the init does,
+    // inside the copy's user namespace (`super::hand_over`).
+    if let Some(w) = who.filter(|_| nix::unistd::geteuid().is_root()) {
         std::os::unix::fs::chown(dir, Some(w.uid), Some(w.gid))
             .map_err(|e| anyhow::anyhow!("cannot give {} to {}: {e}", dir.display(), w.name))?;
     }

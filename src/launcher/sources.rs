@@ -40,7 +40,7 @@ impl Sources {
             let fd = open_path(p).with_context(|| format!("cannot open {} for the copy's root", p.display()))?;
             opened.push((p.clone(), fd));
         }
-        for p in plan.writable.iter().chain(&plan.needed) {
+        for p in plan.writable.iter().chain(&plan.needed).chain(&plan.libraries) {
             if let Ok(fd) = open_path(p) {
                 opened.push((p.clone(), fd));
             }

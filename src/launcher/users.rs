@@ -6,6 +6,12 @@ use std::path::{Path, PathBuf};
 
 use nix::unistd::{Gid, Uid, User};
 
+/// The setuid helper (Debian's `uidmap`) that maps a daemon's subordinate
+/// uids into a copy's user namespace.
+pub const NEWUIDMAP: &str = "/usr/bin/newuidmap";
+/// Its twin for gids.
+pub const NEWGIDMAP: &str = "/usr/bin/newgidmap";
+
 /// A user a copy runs as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {

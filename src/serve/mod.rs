@@ -24,7 +24,7 @@ mod deploy;
 mod detach;
 mod event_loop;
 mod exposition;
-mod identity;
+pub mod identity;
 mod limits;
 mod logs;
 mod memory_bound;

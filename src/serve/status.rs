@@ -168,6 +168,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
         daemon_pid: std::process::id(),
         proxy_pid,
         proxy_rss_bytes: proxy_pid.and_then(procfs::rss_bytes),
+        own_user: super::identity::own_user_note(d.apps.values().map(|a| &a.recorded.spec)),
         apps,
         limits: Some(d.cgroups.report()),
     })

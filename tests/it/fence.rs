@@ -284,6 +284,7 @@ fn an_unprivileged_daemon_serves_a_fenced_copy() {
     let env = Env::new("fenceuser");
     let app = unique("fenceuser");
     let (uid, gid) = (user.id("-u"), user.id("-g"));
+    let ranges = user.subordinate_ids();
     let port = free_port();
     let manifest = env.app(&app, port, "warm-replicas: 0\n");
     for dir in [&env.dir, &home.0] {
@@ -311,7 +312,12 @@ fn an_unprivileged_daemon_serves_a_fenced_copy() {
     let r = env.pid_of(&app, 1);
     let status = std::fs::read_to_string(format!("/proc/{r}/status")).unwrap();
     let host_uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap().split_whitespace().nth(1).unwrap().to_string();
-    assert_eq!(host_uid, uid.to_string(), "R runs as the daemon's user on the host");
+    let own: u32 = host_uid.parse().unwrap();
+    assert!(
+        own != uid && ranges.iter().any(|r| (r.0..=r.1).contains(&own)),
+        "R runs as one of the daemon user's subordinate ids {ranges:?}, not as it: {own}"
+    );
+    assert_eq!(env.status()["apps"][0]["uid"].as_u64(), Some(own as u64), "the app's own uid, in status --json");
     let got = fences(&env, &app, 1);
     for ns in NAMESPACES {
         assert_eq!(got[ns], "in-force", "{ns} for an unprivileged daemon: {got:?}");

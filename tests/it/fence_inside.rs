@@ -350,6 +350,10 @@ fn an_unprivileged_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_i
     assert_only_stdio_inherited(&a, &leak, "an unprivileged daemon's copy");
     assert_read_only_host(&a, "an unprivileged daemon's copy");
     assert_listens_only_on_its_port(&a, "an unprivileged daemon's copy");
+    // nobody has no subordinate ids: status says its copies run as itself, with the fix.
+    let own = env.status()["own_user"].as_str().unwrap_or_default().to_string();
+    assert!(own.contains("nobody has no subordinate ids") && own.contains("usermod --add-subuids"), "{own}");
+    assert!(env.ok(&["status"]).contains(&own), "and under the table");
 }
 
 /// Checks from a fenced copy's page that it may listen only on its own

@@ -74,6 +74,43 @@ impl TestUser {
         String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
     }
 
+    /// Its subordinate uid ranges (`/etc/subuid`, the same in `/etc/subgid`):
+    /// those useradd gave it, or, where it gave none, one added with
+    /// usermod, far from others'.
+    pub fn subordinate_ids(&self) -> Vec<(u32, u32)> {
+        let ranges = || -> Vec<(u32, u32)> {
+            let text = std::fs::read_to_string("/etc/subuid").unwrap_or_default();
+            text.lines()
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split(':').collect();
+                    let (first, count): (u32, u32) = (f.get(1)?.parse().ok()?, f.get(2)?.parse().ok()?);
+                    (f[0] == self.name).then(|| (first, first + count - 1))
+                })
+                .collect()
+        };
+        if ranges().is_empty() {
+            let first = 1_500_000_000 + (std::process::id() % 1000) * 70_000;
+            let range = format!("{first}-{}", first + 65_535);
+            let out = Command::new("usermod").args(["--add-subuids", &range, "--add-subgids", &range, &self.name]).output().unwrap();
+            assert!(out.status.success(), "usermod: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        ranges()
+    }
+
+    /// Takes away the subordinate ids useradd gave it, so its daemon's
+    /// copies run as itself (README, "Identities").
+    pub fn without_subordinate_ids(&self) {
+        for (file, flag) in [("/etc/subuid", "--del-subuids"), ("/etc/subgid", "--del-subgids")] {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            for l in text.lines().filter(|l| l.split(':').next() == Some(self.name.as_str())) {
+                let f: Vec<u64> = l.split(':').skip(1).filter_map(|n| n.parse().ok()).collect();
+                let range = format!("{}-{}", f[0], f[0] + f[1] - 1);
+                let out = Command::new("usermod").args([flag, &range, &self.name]).output().unwrap();
+                assert!(out.status.success(), "usermod: {}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+    }
+
     /// Runs the binary under test as this user, with `home` as SHINYCTL_HOME.
     pub fn run(&self, home: &Path, args: &[&str]) -> Output {
         Command::new("setpriv")

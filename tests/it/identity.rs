@@ -76,3 +76,114 @@ fn a_root_daemons_copy_is_no_one_on_the_host() {
     assert_eq!(env.status()["apps"][0]["uid"].as_u64(), Some(uid as u64), "kept across redeploys");
     std::fs::remove_dir_all(&data).unwrap();
 }
+
+/// The app of a daemon that is not root: a package from its user's own R
+/// library (under a home of mode 0700), a file of that user's it must not
+/// read, its own 0600 file, and a 0700 folder of its own in its disk.
+const SUBORDINATE_R: &str = r##"
+library(shiny)
+library(shinyctlprobe)
+ui <- function(req) {
+  unread <- function(e) "unreadable"
+  secret <- tryCatch(readLines(Sys.getenv("SECRET")), warning = unread, error = unread)
+  private <- tryCatch(readLines("private.txt"), warning = unread, error = unread)
+  d <- file.path(Sys.getenv("SHINYCTL_SCRATCH"), "mine")
+  dir.create(d, mode = "0700", showWarnings = FALSE)
+  writeLines("x", file.path(d, "f"))
+  uid <- system2("id", "-u", stdout = TRUE)
+  tags$pre(paste0(c(paste0("uid=", uid), paste0("lib=", probe_hello()), paste0("secret=", secret), paste0("private=", private)), ";", collapse = "\n"))
+}
+shinyApp(ui, function(input, output) {})
+"##;
+
+/// Installs the package `shinyctlprobe` (`probe_hello()`) into R's default
+/// user library under `home`, as R computes it for that home.
+fn install_user_package(scratch: &std::path::Path, home: &std::path::Path) {
+    let pkg = scratch.join("shinyctlprobe");
+    std::fs::create_dir_all(pkg.join("R")).unwrap();
+    std::fs::write(
+        pkg.join("DESCRIPTION"),
+        "Package: shinyctlprobe\nVersion: 0.1\nTitle: A Probe\nDescription: A probe.\nLicense: MIT\nAuthor: t\nMaintainer: t <t@example.org>\n",
+    )
+    .unwrap();
+    std::fs::write(pkg.join("NAMESPACE"), "export(probe_hello)\n").unwrap();
+    std::fs::write(pkg.join("R/hello.R"), "probe_hello <- function() \"from-user-lib\"\n").unwrap();
+    let out = std::process::Command::new("Rscript")
+        .args(["-e", "cat(path.expand(Sys.getenv('R_LIBS_USER')))"])
+        .env("HOME", home)
+        .env_remove("R_LIBS_USER")
+        .output()
+        .unwrap();
+    let lib = std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap());
+    assert!(lib.starts_with(home), "R's user library is below the home: {lib:?}");
+    std::fs::create_dir_all(&lib).unwrap();
+    let out = std::process::Command::new("R").args(["CMD", "INSTALL", "-l"]).arg(&lib).arg(&pkg).output().unwrap();
+    assert!(out.status.success(), "R CMD INSTALL: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A daemon that is not root, whose user has subordinate ids: each app
+/// runs as one of them, reads its user's R library but not its user's
+/// files, and what it wrote is removed with the app.
+#[test]
+fn an_unprivileged_daemon_with_subordinate_ids_runs_each_app_as_one_of_them() {
+    if !needs_root("it makes a user with subordinate ids") {
+        return;
+    }
+    let env = Env::new("subids");
+    let home = crate::fence::UserHome::new("subids");
+    let user = TestUser::create(Some(&home.0));
+    // Its ranges (userdel -f takes them away).
+    let ranges = user.subordinate_ids();
+    install_user_package(&env.dir, &home.0);
+    let secret = home.0.join("secret.txt");
+    std::fs::write(&secret, "the user's own\n").unwrap();
+    let app = unique("subids");
+    let port = free_port();
+    let manifest = env.app_running(SUBORDINATE_R, &app, port, &format!("warm-replicas: 0\nenv:\n  SECRET: \"{}\"\n", secret.display()));
+    std::fs::write(manifest.with_file_name("private.txt"), "only-mine\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(manifest.with_file_name("private.txt"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for dir in [&home.0, &env.dir] {
+        assert!(std::process::Command::new("chown").arg("-R").arg(format!("{0}:{0}", user.name)).arg(dir).status().unwrap().success());
+    }
+    std::fs::set_permissions(&home.0, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid", &user.name, "--regid", &user.name, "--clear-groups", bin(), "serve"])
+        .env("HOME", &home.0)
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("SHINYCTL_IDS")
+        .env_remove("R_LIBS_USER");
+    env.start_daemon(cmd);
+    env.apply(&manifest);
+    env.wait_roles(&app, "1:active", Duration::from_secs(60));
+    let page = wait_http_ok(port, Duration::from_secs(10)).body;
+
+    let status = env.status();
+    assert!(status.get("own_user").is_none(), "the copies have ids of their own: {status}");
+    let uid = status["apps"][0]["uid"].as_u64().expect("the app's own uid in status --json") as u32;
+    assert!(ranges.iter().any(|r| (r.0..=r.1).contains(&uid)), "one of its user's subordinate ids {ranges:?}: {uid}");
+    assert_eq!(between(&page, "uid=", ";"), Some(uid.to_string().as_str()), "R runs as it: {page}");
+    let r = env.pid_of(&app, 1);
+    let host = std::fs::read_to_string(format!("/proc/{r}/status")).unwrap();
+    assert!(host.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some(&uid.to_string())), "on the host too");
+    assert_eq!(between(&page, "lib=", ";"), Some("from-user-lib"), "its user's R library, under a 0700 home: {page}");
+    assert_eq!(between(&page, "secret=", ";"), Some("unreadable"), "its user's own file is not its: {page}");
+    assert_eq!(between(&page, "private=", ";"), Some("only-mine"), "the app's own 0600 file, in its release: {page}");
+    let scratch = env.home().join(format!("scratch/default-{app}"));
+    let mine = std::fs::metadata(scratch.join("1/mine")).unwrap();
+    assert_eq!((mine.uid(), mine.mode() & 0o777), (uid, 0o700), "a folder the app makes is its uid's");
+
+    // Deleted: what it wrote goes too, though its user could not remove it
+    // (nor its folder set aside to be removed).
+    env.ok(&["delete", &app]);
+    let left = || -> Vec<String> {
+        std::fs::read_dir(env.home().join("scratch"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(&app))
+            .collect()
+    };
+    wait_until(Duration::from_secs(30), "the app's disks removed", || left().is_empty().then_some(()));
+}
