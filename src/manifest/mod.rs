@@ -29,6 +29,8 @@ mod value;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_corpus;
+#[cfg(test)]
 mod tests_fence;
 
 use serde::{Deserialize, Serialize};
