@@ -337,6 +337,14 @@ fn bad_documents() {
         assert!(shown.contains(want), "{text:?}: {shown}");
     }
     d.refused("app-name: hello\nport: 8080\nport: 8081\n", 3, "port", &["twice"]);
+    // Aliases that would expand past any manifest's size are refused.
+    let mut bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n".to_string();
+    for i in 1..6 {
+        bomb.push_str(&format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); 10].join(", ")));
+    }
+    let e = d.parse(&bomb).unwrap_err();
+    assert!(e.to_string().contains("aliases expand to too many values"), "{e}");
+    assert_eq!(e.line, Some(4), "{e}");
     // A tab after `:` separates as a space does.
     assert_eq!(d.parse("app-name:\thello\nport:\t\t8080\n").unwrap().port, 8080);
     assert_eq!(d.parse("app-name: hello\nport: 8080\nenv: {A: \"x:\ty\"}\n").unwrap().env["A"], "x:\ty");

@@ -5,7 +5,9 @@
 //! CRLF, …). `tests_corpus.txt` holds, for each manifest, the full message
 //! the user sees (or `ok`); a change of parser or of a message shows as a
 //! difference. `SHINYCTL_RECORD_CORPUS=1 cargo test --lib manifest::tests_corpus`
-//! writes the file anew from the code as it is (then review its diff).
+//! writes the file anew from the code as it is (then review its diff). The
+//! table was first recorded with serde_yaml; git's history of the file
+//! shows each message the move to saphyr changed.
 
 use super::tests::TestDir;
 use std::fmt::Write as _;

@@ -166,13 +166,19 @@ enum Frame {
 /// the same: one character for one).
 pub(super) fn load(text: &str) -> Result<Option<Node>, Fault> {
     let mut text = std::borrow::Cow::Borrowed(text);
+    // Each turn turns one tab into a space, so this ends.
     loop {
-        match load_once(&text) {
-            Err(Fault::Syntax { index: Some(at), .. }) if tab_after_colon(&text, at).is_some() => {
-                let tab = tab_after_colon(&text, at).unwrap_or_default();
-                text.to_mut().replace_range(tab..tab + 1, " ");
-            }
-            other => return other,
+        let fault = match load_once(&text) {
+            Ok(node) => return Ok(node),
+            Err(fault) => fault,
+        };
+        let tab = match &fault {
+            Fault::Syntax { index: Some(at), .. } => tab_after_colon(&text, *at),
+            _ => None,
+        };
+        match tab {
+            Some(tab) => text.to_mut().replace_range(tab..tab + 1, " "),
+            None => return Err(fault),
         }
     }
 }
