@@ -2,11 +2,11 @@
 //! its check (the table [`TAKE`]), and `finish` fills the defaults and runs
 //! the checks that need several keys.
 
-use serde_yaml::Value;
+use super::yaml::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::error::{first_content_line, Cx, Doc};
+use super::error::{Cx, Doc};
 use super::keys::{self, NAME_ALLOWED, PORT_ALLOWED};
 use super::{
     env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, Sandbox, DEFAULT_KEEP_RELEASES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SCALE_AT,
@@ -108,7 +108,7 @@ impl Draft {
     /// the defaults are filled in, then the checks that need several keys
     /// run (the entrypoint file inside working-dir).
     pub fn finish(self, doc: &Doc) -> Result<AppSpec, ManifestError> {
-        let first_line = first_content_line(doc.text);
+        let first_line = doc.start;
         let Some(name) = self.name else {
             return Err(doc.at(first_line, Some("app-name"), format!("missing; it is required: the app's name, {NAME_ALLOWED}")));
         };

@@ -1,10 +1,10 @@
 //! The `env` key: a mapping of variable names to text, each entry checked
 //! on its own and refused at its own line as `env.NAME`.
 
-use serde_yaml::Value;
 use std::collections::BTreeMap;
 
-use super::error::{describe, first_content_line, key_line, nested_key_line, raw_value_after_key, shown_scalar, Cx};
+use super::error::{describe, shown_scalar, Cx};
+use super::yaml::{Node, Value};
 use super::ManifestError;
 
 const ALLOWED: &str = "a mapping of variable names to text, such as `env: {DB_HOST: db.local}` \
@@ -19,27 +19,24 @@ pub(super) fn env(cx: &Cx, v: &Value) -> Result<BTreeMap<String, String>, Manife
         Value::Mapping(m) => m,
         other => return Err(cx.wrong_type(other, ALLOWED)),
     };
-    let text = cx.doc.text;
-    let env_line = key_line(text, cx.key).unwrap_or_else(|| first_content_line(text));
     let mut out = BTreeMap::new();
     for (k, val) in map {
-        let name = match k {
+        let name = match &k.value {
             Value::String(s) => s.clone(),
             Value::Number(n) => n.to_string(),
             Value::Bool(b) => b.to_string(),
             other => {
-                return Err(cx.doc.at(env_line, Some(cx.key), format!("{} is not a variable name; allowed: {ALLOWED}", describe(other))))
+                return Err(cx.doc.at(k.line, Some(cx.key), format!("{} is not a variable name; allowed: {ALLOWED}", describe(other))))
             }
         };
-        let line = nested_key_line(text, env_line, &name).unwrap_or(env_line);
-        let value = entry(cx, line, &name, val)?;
+        let value = entry(cx, k.line, &name, val)?;
         out.insert(name, value);
     }
     Ok(out)
 }
 
 /// One entry `name: val` of env, written at `line`: its value as text.
-fn entry(cx: &Cx, line: usize, name: &str, val: &Value) -> Result<String, ManifestError> {
+fn entry(cx: &Cx, line: usize, name: &str, val: &Node) -> Result<String, ManifestError> {
     let full = format!("{}.{name}", cx.key);
     let refuse = |message: String| cx.doc.at(line, Some(&full), message);
     if !valid_env_name(name) {
@@ -51,20 +48,10 @@ fn entry(cx: &Cx, line: usize, name: &str, val: &Value) -> Result<String, Manife
     if name == "SHINYCTL_COPY" || name == "SHINYCTL_SCRATCH" {
         return Err(refuse("is set by shinyctl for each copy; allowed: any other variable name".to_string()));
     }
-    let value = match val {
+    let value = match &val.value {
         Value::String(s) => s.clone(),
-        Value::Number(_) | Value::Bool(_) => {
-            // Keep the value as written (`1.10` stays "1.10"), when it can be
-            // found on its line; else as serde_yaml prints it.
-            let as_written = cx
-                .doc
-                .text
-                .lines()
-                .nth(line - 1)
-                .and_then(|l| raw_value_after_key(l, name))
-                .filter(|raw| serde_yaml::from_str::<Value>(raw).ok().as_ref() == Some(val));
-            as_written.unwrap_or_else(|| shown_scalar(val))
-        }
+        // Kept as written: `1.10` stays "1.10", `True` "True".
+        Value::Number(_) | Value::Bool(_) => val.raw.clone().unwrap_or_else(|| shown_scalar(&val.value)),
         Value::Null => return Err(refuse("has no value; allowed: text (write \"\" for an empty value)".to_string())),
         other => return Err(refuse(format!("{} is not accepted; allowed: text, a number or true/false", describe(other)))),
     };

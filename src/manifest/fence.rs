@@ -2,12 +2,12 @@
 //! checked one by one and refused at their own line as `sandbox.KEY`) and
 //! `run-as`.
 
-use serde_yaml::Value;
 use std::path::PathBuf;
 
-use super::error::{describe, first_content_line, key_line, nested_key_line, shown_scalar, Cx};
+use super::error::{describe, shown_scalar, Cx};
 use super::keys::resolve;
 use super::sandbox::{parse_size, show_size, MAX_OPEN_FILES, MAX_TASKS, MIN_MEMORY, MIN_OPEN_FILES, MIN_TASKS};
+use super::yaml::Value;
 use super::{ManifestError, Sandbox, SandboxMode, Syscalls};
 
 /// The sub-keys of `sandbox:`, in the order the documentation lists them.
@@ -28,16 +28,14 @@ pub(super) fn sandbox(cx: &Cx, v: &Value) -> Result<Sandbox, ManifestError> {
         Value::Mapping(m) => m,
         other => return Err(cx.wrong_type(other, SANDBOX_ALLOWED)),
     };
-    let text = cx.doc.text;
-    let parent = key_line(text, cx.key).unwrap_or_else(|| first_content_line(text));
     let mut out = Sandbox::default();
-    for (k, val) in map {
-        let Value::String(sub) = k else {
-            return Err(cx.doc.at(parent, Some(cx.key), format!("{} is not a key; allowed: {SANDBOX_ALLOWED}", describe(k))));
+    for (k, node) in map {
+        let Value::String(sub) = &k.value else {
+            return Err(cx.doc.at(k.line, Some(cx.key), format!("{} is not a key; allowed: {SANDBOX_ALLOWED}", describe(&k.value))));
         };
         let full = format!("{}.{sub}", cx.key);
-        let line = nested_key_line(text, parent, sub).unwrap_or(parent);
-        let sub_cx = cx.doc.nested(&full, line);
+        let sub_cx = cx.doc.nested(&full, k.line);
+        let val = &node.value;
         match sub.as_str() {
             "mode" => out.mode = mode(&sub_cx, val)?,
             "memory" => out.memory = Some(memory(&sub_cx, val)?),
@@ -132,36 +130,24 @@ fn paths(cx: &Cx, v: &Value, must_exist: bool) -> Result<Vec<PathBuf>, ManifestE
         Value::Sequence(items) => items,
         other => return Err(cx.wrong_type(other, &allowed)),
     };
-    let mut out = Vec::with_capacity(items.len());
-    for item in items {
-        // An item's own line when it can be found, else its key's.
-        let refuse = |s: &str, message: String| {
-            let e = cx.err(message);
-            ManifestError { line: item_line(cx.doc.text, cx.line.unwrap_or(1), s).or(e.line), ..e }
-        };
-        let s = match item {
+    let mut out = Vec::with_capacity(items.0.len());
+    for item in &items.0 {
+        // A path that cannot be is refused at its own line.
+        let refuse = |message: String| ManifestError { line: Some(item.line), ..cx.err(message) };
+        let s = match &item.value {
             Value::String(s) if !s.trim().is_empty() => s,
             other => return Err(cx.err(format!("{} is not a path; allowed: {allowed}", describe(other)))),
         };
         let p = resolve(cx.doc.dir, s);
         if p == std::path::Path::new("/") {
-            return Err(refuse(s, format!("{s:?} is the whole disk; allowed: {allowed}")));
+            return Err(refuse(format!("{s:?} is the whole disk; allowed: {allowed}")));
         }
         if must_exist && !p.exists() {
-            return Err(refuse(s, format!("{} does not exist; allowed: {allowed}", p.display())));
+            return Err(refuse(format!("{} does not exist; allowed: {allowed}", p.display())));
         }
         out.push(p);
     }
     Ok(out)
-}
-
-/// The line of the list item `- item` written below the key at `from`.
-fn item_line(text: &str, from: usize, item: &str) -> Option<usize> {
-    text.lines()
-        .enumerate()
-        .skip(from)
-        .find(|(_, l)| l.trim_start().strip_prefix('-').is_some_and(|r| r.contains(item)))
-        .map(|(i, _)| i + 1)
 }
 
 /// `run-as`: a user name of the usual form that exists on this machine.

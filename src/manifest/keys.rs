@@ -4,7 +4,7 @@
 //! entries, has a file of its own (`env.rs`); the checks that need several
 //! keys are at the end.
 
-use serde_yaml::Value;
+use super::yaml::Value;
 use std::path::{Component, Path, PathBuf};
 
 use super::error::{shown_scalar, Cx};

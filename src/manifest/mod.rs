@@ -7,9 +7,9 @@
 //! own check (`keys.rs`: one function per key, such as
 //! `fn port(cx: &Cx, v: &Value) -> Result<u16, ManifestError>`). Once every
 //! key is in, `Draft::finish` fills the defaults and runs the checks that need
-//! several keys. `error.rs` holds the error type and finds the line of a key;
-//! `value.rs` reads the kinds of value keys share (text, whole numbers,
-//! durations).
+//! several keys. `yaml.rs` reads the YAML (saphyr's parser) into values
+//! that know their line; `error.rs` holds the error type; `value.rs` reads
+//! the kinds of value keys share (text, whole numbers, durations).
 //!
 //! Adding a key: its check function in `keys.rs`, a field in `Draft` and its
 //! line in `draft::TAKE` (which also lists it in [`KEYS`] and in the "did you
@@ -25,21 +25,24 @@ mod net;
 mod policy;
 mod sandbox;
 mod value;
+mod yaml;
 
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_corpus;
+#[cfg(test)]
 mod tests_fence;
 
 use serde::{Deserialize, Serialize};
-use serde_yaml::{Mapping, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use error::{describe, first_content_line, Doc};
+use error::{describe, Doc};
+use yaml::{Node, Value};
 
 pub use draft::KEYS;
-pub use error::{line_of_key, ManifestError};
+pub use error::ManifestError;
 pub use fence::SANDBOX_KEYS;
 pub use net::Cidr;
 pub use policy::{LbPolicy, RestartPolicy};
@@ -248,34 +251,54 @@ pub const MAX_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// entrypoint file inside working-dir). Every error names the file, the
 /// 1-based line, the key (when there is one) and what is allowed.
 pub fn parse(path: &Path, text: &str) -> Result<AppSpec, ManifestError> {
+    parse_with_lines(path, text).map(|(spec, _)| spec)
+}
+
+/// [`parse`], with the lines of the manifest's top-level keys as the
+/// parser read them: for the errors found once the manifest is read, such
+/// as a port another app holds.
+pub fn parse_with_lines(path: &Path, text: &str) -> Result<(AppSpec, KeyLines), ManifestError> {
     let file = keys::absolute(path);
     let dir = file.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let doc = Doc { file: &file, dir: &dir, text };
+    let mut doc = Doc { file: &file, dir: &dir, start: 1, keys: KeyLines::default() };
 
+    let entries = mapping(&mut doc, text)?;
     let mut draft = draft::Draft::default();
-    for (k, v) in &mapping(&doc)? {
-        let key = key_text(&doc, k)?;
-        draft.take(&doc.key(key), v)?;
+    for (k, v) in &entries {
+        draft.take(&doc.key(key_text(&doc, k)?), &v.value)?;
     }
-    draft.finish(&doc)
+    draft.finish(&doc).map(|spec| (spec, doc.keys))
 }
 
-/// The document's top-level mapping; an empty document, another kind of
-/// value or YAML that does not parse is refused.
-fn mapping(doc: &Doc) -> Result<Mapping, ManifestError> {
-    let text = doc.text;
-    match serde_yaml::from_str(text) {
-        Ok(Value::Mapping(m)) => Ok(m),
-        Ok(Value::Null) => Err(doc.at(
-            first_content_line(text),
-            None,
-            "the manifest is empty; it needs at least app-name and port, \
-             such as `app-name: hello` and `port: 8080` on lines of their own"
-                .to_string(),
-        )),
-        Ok(other) => Err(doc.at(
-            first_content_line(text),
+/// The top-level keys of a manifest with the lines they are written on.
+#[derive(Debug, Default, Clone)]
+pub struct KeyLines(Vec<(String, usize)>);
+
+impl KeyLines {
+    /// The 1-based line of `key`, when it is written.
+    pub fn line(&self, key: &str) -> Option<usize> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, line)| *line)
+    }
+}
+
+/// The document's top-level mapping's entries; an empty document, another
+/// kind of value or YAML that does not parse is refused. Sets where the
+/// mapping starts and its keys' lines in `doc`.
+fn mapping(doc: &mut Doc, text: &str) -> Result<Vec<(Node, Node)>, ManifestError> {
+    let root = yaml::load(text).map_err(|f| doc.yaml_error(f))?;
+    let Some(root) = root else { return Err(empty(doc, 1)) };
+    // An empty document after `---` starts past the last line.
+    doc.start = root.line.min(text.lines().count().max(1));
+    match root.value {
+        Value::Mapping(m) => {
+            doc.keys.0 =
+                m.iter().filter_map(|(k, _)| if let Value::String(s) = &k.value { Some((s.clone(), k.line)) } else { None }).collect();
+            Ok(m)
+        }
+        Value::Null => Err(empty(doc, doc.start)),
+        other => Err(doc.at(
+            root.line,
             None,
             format!(
                 "the manifest must be a YAML mapping of keys (`app-name: hello`, `port: 8080`, ...), \
@@ -284,27 +307,25 @@ fn mapping(doc: &Doc) -> Result<Mapping, ManifestError> {
                 KEYS.join(", ")
             ),
         )),
-        Err(e) => Err(doc.yaml_error(&e)),
     }
 }
 
+/// The refusal of a manifest with no keys.
+fn empty(doc: &Doc, line: usize) -> ManifestError {
+    doc.at(
+        line,
+        None,
+        "the manifest is empty; it needs at least app-name and port, \
+         such as `app-name: hello` and `port: 8080` on lines of their own"
+            .to_string(),
+    )
+}
+
 /// A top-level key as text; a key that is a number, true/false, a list or a
-/// mapping is refused.
-fn key_text<'v>(doc: &Doc, k: &'v Value) -> Result<&'v str, ManifestError> {
-    match k {
+/// mapping is refused at its line.
+fn key_text<'v>(doc: &Doc, k: &'v Node) -> Result<&'v str, ManifestError> {
+    match &k.value {
         Value::String(s) => Ok(s.as_str()),
-        other => {
-            let shown = describe(other);
-            let line = match other {
-                Value::Number(n) => error::key_line(doc.text, &n.to_string()),
-                Value::Bool(b) => error::key_line(doc.text, &b.to_string()),
-                _ => None,
-            };
-            Err(doc.at(
-                line.unwrap_or_else(|| first_content_line(doc.text)),
-                Some(&shown),
-                format!("keys must be text; allowed keys: {}", KEYS.join(", ")),
-            ))
-        }
+        other => Err(doc.at(k.line, Some(&describe(other)), format!("keys must be text; allowed keys: {}", KEYS.join(", ")))),
     }
 }

@@ -1,7 +1,6 @@
 //! The manifest's unit tests: every key, every refusal with its file, line,
 //! key and what is allowed, and the line-finding.
 
-use super::error::{key_line, raw_value_after_key};
 use super::*;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -324,7 +323,12 @@ fn bad_documents() {
         ("hello\n", 1, "mapping"),
         ("app-name: hello\nport: 8080\n  bad: indent\n", 3, "not valid YAML"),
         ("app-name: hello\nport: [8080\n", 3, "not valid YAML"),
-        ("app-name: hello\n\tport: 8080\n", 2, "not valid YAML"),
+        // saphyr stops at the plain scalar the tab continues.
+        ("app-name: hello\n\tport: 8080\n", 1, "not tabs"),
+        ("app-name: hello\nport: 8080\nenv:\n\tA: 1\n", 4, "tabs"),
+        ("  app-name: hello\nport: 8080\n", 2, "not valid YAML"),
+        ("app-name: hello\nport: 8080\nenv:\n  A: 1\n  A: 2\n", 5, "env.A: is given twice"),
+        ("app-name: hello\nport: 8080\n\"port\": 1\n", 3, "port: is given twice"),
         ("app-name: a\nport: 1\n---\napp-name: b\nport: 2\n", 3, "one app a file"),
     ] {
         let e = d.parse(text).expect_err(text);
@@ -333,6 +337,17 @@ fn bad_documents() {
         assert!(shown.contains(want), "{text:?}: {shown}");
     }
     d.refused("app-name: hello\nport: 8080\nport: 8081\n", 3, "port", &["twice"]);
+    // Aliases that would expand past any manifest's size are refused.
+    let mut bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n".to_string();
+    for i in 1..6 {
+        bomb.push_str(&format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); 10].join(", ")));
+    }
+    let e = d.parse(&bomb).unwrap_err();
+    assert!(e.to_string().contains("aliases expand to too many values"), "{e}");
+    assert_eq!(e.line, Some(4), "{e}");
+    // A tab after `:` separates as a space does.
+    assert_eq!(d.parse("app-name:\thello\nport:\t\t8080\n").unwrap().port, 8080);
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nenv: {A: \"x:\ty\"}\n").unwrap().env["A"], "x:\ty");
     let e = d.parse("app-name: hello\nport: 8080\n1: x\n").unwrap_err();
     assert_eq!(e.line, Some(3), "{e}");
     assert!(e.to_string().contains("allowed keys"), "{e}");
@@ -364,14 +379,18 @@ fn durations() {
 }
 
 #[test]
-fn key_lines() {
-    let text = "# c\n\"port\": 1\nenv: {A: 1}\nx: {app-name: y}\n";
-    assert_eq!(key_line(text, "port"), Some(2));
-    assert_eq!(key_line(text, "env"), Some(3));
-    assert_eq!(key_line(text, "app-name"), Some(4));
-    assert_eq!(key_line(text, "host"), None);
-    assert_eq!(key_line("é: 1\n", "é"), Some(1));
-    assert_eq!(raw_value_after_key("  V: 1.10 # the version", "V").as_deref(), Some("1.10"));
+fn key_lines_come_from_the_parser() {
+    let d = TestDir::new();
+    let text = "# c\n\"app-name\": hello\nenv: {V: 1.10, T: True}\n\nport:\n  8080\n";
+    let (spec, lines) = parse_with_lines(&d.manifest(), text).unwrap();
+    assert_eq!(lines.line("app-name"), Some(2));
+    assert_eq!(lines.line("env"), Some(3));
+    assert_eq!(lines.line("port"), Some(5));
+    assert_eq!(lines.line("host"), None);
+    assert_eq!(lines.line("V"), None, "only top-level keys");
+    // A number or true/false in env is kept as written.
+    assert_eq!(spec.env["V"], "1.10");
+    assert_eq!(spec.env["T"], "True");
 }
 
 #[test]

@@ -77,7 +77,7 @@ fn unknown_sandbox_keys_get_a_suggestion() {
     );
     d.refused(&format!("{MIN}sandbox:\n  open_files: 100\n"), 4, "sandbox.open_files", &["did you mean open-files?"]);
     d.refused(&format!("{MIN}sandbox:\n  paths: [a]\n"), 4, "sandbox.paths", &["unknown key"]);
-    d.refused(&format!("{MIN}sandbox:\n  1: x\n"), 3, "sandbox", &["the number 1 is not a key"]);
+    d.refused(&format!("{MIN}sandbox:\n  1: x\n"), 4, "sandbox", &["the number 1 is not a key"]);
     d.refused(&format!("{MIN}sandbx:\n  memory: 2G\n"), 3, "sandbx", &["did you mean sandbox?"]);
     d.refused(&format!("{MIN}run_as: nobody\n"), 3, "run_as", &["did you mean run-as?"]);
 }

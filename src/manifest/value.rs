@@ -2,7 +2,7 @@
 //! durations, each read from a YAML value with its refusal worded for the
 //! key at hand.
 
-use serde_yaml::Value;
+use super::yaml::Value;
 
 use super::error::Cx;
 use super::ManifestError;

@@ -89,10 +89,9 @@ async fn take(home: &Home, spec: &AppSpec) -> Result<Taken, Box<Reply>> {
 /// Checks a spec against the other apps (name, port, state-file) and an
 /// app of the same name being deleted. Returns the name of the app this
 /// manifest already is (the same manifest file), if any.
-fn check(d: &Daemon, spec: &AppSpec, text: &str) -> Result<Option<String>, Box<Reply>> {
+fn check(d: &Daemon, spec: &AppSpec, lines: &manifest::KeyLines) -> Result<Option<String>, Box<Reply>> {
     let here = |key: &str, message: String| {
-        manifest::ManifestError { file: spec.manifest.clone(), line: manifest::line_of_key(text, key), key: Some(key.into()), message }
-            .to_string()
+        manifest::ManifestError { file: spec.manifest.clone(), line: lines.line(key), key: Some(key.into()), message }.to_string()
     };
     let existing = d
         .apps
@@ -159,7 +158,11 @@ fn check(d: &Daemon, spec: &AppSpec, text: &str) -> Result<Option<String>, Box<R
 /// machine). `None` when it is held already, or when this app's own socket
 /// on another host holds the port (a host change: rebound once the old one
 /// is closed).
-async fn claim(shared: &Shared, spec: &AppSpec, text: &str) -> Result<Option<(sockets::Addr, std::net::TcpListener)>, Box<Reply>> {
+async fn claim(
+    shared: &Shared,
+    spec: &AppSpec,
+    lines: &manifest::KeyLines,
+) -> Result<Option<(sockets::Addr, std::net::TcpListener)>, Box<Reply>> {
     let addr = (spec.host.clone(), spec.port);
     let own_port = {
         let d = shared.lock().await;
@@ -184,7 +187,7 @@ async fn claim(shared: &Shared, spec: &AppSpec, text: &str) -> Result<Option<(so
             let key = if matches!(code, Some(libc::EADDRINUSE) | Some(libc::EACCES) | Some(libc::EPERM)) { "port" } else { "host" };
             let message = manifest::ManifestError {
                 file: spec.manifest.clone(),
-                line: manifest::line_of_key(text, key),
+                line: lines.line(key),
                 key: Some(key.into()),
                 message: format!("{why}. Nothing was applied"),
             };
@@ -204,14 +207,14 @@ fn deploys(app: Option<&AppRt>, spec: &AppSpec) -> bool {
 /// against the other apps, take a release when it deploys, then record it.
 pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
     let path = PathBuf::from(&req.path);
-    let spec = match manifest::parse(&path, &req.text) {
+    let (spec, lines) = match manifest::parse_with_lines(&path, &req.text) {
         Ok(s) => s,
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     };
     if let Err(why) = record::check_state_file(&spec.state_file) {
         let at = manifest::ManifestError {
             file: spec.manifest.clone(),
-            line: manifest::line_of_key(&req.text, "state-file"),
+            line: lines.line("state-file"),
             key: Some("state-file".into()),
             message: why,
         };
@@ -219,13 +222,13 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
     }
     let (home, needs) = {
         let d = shared.lock().await;
-        let existing = match check(&d, &spec, &req.text) {
+        let existing = match check(&d, &spec, &lines) {
             Ok(e) => e,
             Err(reply) => return *reply,
         };
         (d.home.clone(), deploys(existing.and_then(|n| d.apps.get(&n)), &spec))
     };
-    let socket = match claim(shared, &spec, &req.text).await {
+    let socket = match claim(shared, &spec, &lines).await {
         Ok(s) => s,
         Err(reply) => return *reply,
     };
@@ -239,7 +242,7 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
     };
     let mut d = shared.lock().await;
     // The world may have changed while the release was copied.
-    let existing = match check(&d, &spec, &req.text) {
+    let existing = match check(&d, &spec, &lines) {
         Ok(e) => e,
         Err(reply) => return *reply,
     };
@@ -361,7 +364,7 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
         ))
         }
     };
-    let spec = match manifest::parse(&manifest_path, &text) {
+    let (spec, lines) = match manifest::parse_with_lines(&manifest_path, &text) {
         Ok(s) => s,
         Err(e) => return refused(format!("its manifest is not valid now:\n{e}")),
     };
@@ -372,10 +375,10 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
             spec.name
         ));
     }
-    if let Err(reply) = check(&*shared.lock().await, &spec, &text) {
+    if let Err(reply) = check(&*shared.lock().await, &spec, &lines) {
         return *reply;
     }
-    let socket = match claim(shared, &spec, &text).await {
+    let socket = match claim(shared, &spec, &lines).await {
         Ok(s) => s,
         Err(reply) => return *reply,
     };
@@ -384,7 +387,7 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
         Err(reply) => return *reply,
     };
     let mut d = shared.lock().await;
-    match check(&d, &spec, &text) {
+    match check(&d, &spec, &lines) {
         Ok(Some(existing)) if existing == name => {}
         Ok(_) => return not_found(name),
         Err(reply) => return *reply,
