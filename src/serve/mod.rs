@@ -42,6 +42,8 @@ mod sockets;
 mod status;
 mod stops;
 mod tallies;
+#[cfg(test)]
+mod upgrade_tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

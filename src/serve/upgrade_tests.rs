@@ -1,0 +1,63 @@
+//! Files written before the settings split (`tests/fixtures/before-split/`,
+//! written by the code of then: one app at the defaults, one with an older
+//! registry entry and release that lack the later keys) still load, and no
+//! copy they record counts as outdated: upgrading shinyctl redeploys nothing.
+
+use std::path::{Path, PathBuf};
+
+use super::record::{load_registry, load_state};
+use crate::home::Home;
+use crate::release;
+
+/// Each fixture app's settings hash as the code before the split computed it.
+const HASHES_BEFORE: [(&str, &str); 5] = [
+    ("plain", "d78cab8e9c11ca6c"),
+    ("with-env", "2795786f5c0692cc"),
+    ("fenced", "34135c2adaafb82c"),
+    ("as-user", "4abdef479159cdf3"),
+    ("ui", "415b2b9b7d67f1e7"),
+];
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/before-split")
+}
+
+/// A home whose registry.json is the fixture's.
+fn home_with_fixture_registry() -> (PathBuf, Home) {
+    let root = std::env::temp_dir().join(format!("shinyctl-upgrade-{}-{:?}", std::process::id(), std::thread::current().id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let home = Home { root: root.clone() };
+    std::fs::copy(fixtures().join("registry.json"), home.registry()).unwrap();
+    (root, home)
+}
+
+#[test]
+fn the_settings_hash_of_an_app_applied_before_is_unchanged() {
+    let (root, home) = home_with_fixture_registry();
+    let registry = load_registry(&home).expect("a registry.json of the form before the split loads");
+    std::fs::remove_dir_all(root).unwrap();
+    assert_eq!(registry.apps.len(), HASHES_BEFORE.len());
+    for (name, before) in HASHES_BEFORE {
+        let spec = &registry.apps[name];
+        assert_eq!(spec.settings_hash(), before, "{name}: the hash changed, so upgrading would restart its copies");
+    }
+}
+
+#[test]
+fn no_copy_recorded_before_counts_as_outdated() {
+    let (root, home) = home_with_fixture_registry();
+    let registry = load_registry(&home).unwrap();
+    std::fs::remove_dir_all(root).unwrap();
+    for (name, spec) in &registry.apps {
+        let state = load_state(&fixtures().join(format!("{name}.state.json"))).expect("a state.json of the form before the split loads");
+        let rel = release::find(&state, state.release.as_deref().unwrap()).unwrap();
+        // A rollback puts the release's start settings back in the spec: the
+        // same settings give the same hash.
+        assert_eq!(release::with_deployed(spec, &rel.deployed), *spec, "{name}: the release was deployed with the spec's settings");
+        assert!(!state.copies.is_empty());
+        for rec in &state.copies {
+            assert_eq!(rec.settings, spec.settings_hash(), "{name}: copy {} would count as outdated", rec.copy);
+            assert_eq!(rec.revision, state.revision);
+        }
+    }
+}
