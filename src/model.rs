@@ -369,8 +369,8 @@ pub struct Release {
     pub files: u64,
     /// How long taking it took, in ms.
     pub took_ms: u64,
-    /// The settings it was deployed with: what `rollback` redeploys it with.
-    pub deployed: Deployed,
+    /// The start spec it was deployed with: what `rollback` redeploys it with.
+    pub deployed: crate::manifest::StartSpec,
     /// Every copy that has run it: their logs go when it is deleted and
     /// they no longer exist.
     #[serde(default)]
@@ -380,26 +380,6 @@ pub struct Release {
     /// have served). One that never served is no rollback target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served: Option<bool>,
-}
-
-/// The settings that decide how a copy starts, as a release was deployed
-/// with them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Deployed {
-    /// `working-dir`, the folder the release was taken of.
-    pub working_dir: std::path::PathBuf,
-    /// `entrypoint-file`, relative to the release.
-    pub entrypoint: String,
-    /// `r-path`.
-    pub r_path: String,
-    /// `env`.
-    pub env: std::collections::BTreeMap<String, String>,
-    /// `sandbox` (the defaults for a release recorded before the fence).
-    #[serde(default)]
-    pub sandbox: crate::manifest::Sandbox,
-    /// `run-as`.
-    #[serde(default)]
-    pub run_as: Option<String>,
 }
 
 /// How a `left_down` reason begins when `sandbox.mode: strict` refused the

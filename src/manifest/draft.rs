@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use super::error::{first_content_line, Cx, Doc};
 use super::keys::{self, NAME_ALLOWED, PORT_ALLOWED};
 use super::{
-    env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, Sandbox, DEFAULT_KEEP_RELEASES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SCALE_AT,
-    DEFAULT_SCALE_DOWN_AFTER_MS, DEFAULT_START_TIMEOUT_MS,
+    env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, Sandbox, StartSpec, DEFAULT_KEEP_RELEASES, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_SCALE_AT, DEFAULT_SCALE_DOWN_AFTER_MS, DEFAULT_START_TIMEOUT_MS,
 };
 
 /// A manifest being read. One field per key, named as in [`AppSpec`]: the
@@ -134,8 +134,14 @@ impl Draft {
             name,
             group: self.group.unwrap_or_else(|| "default".to_string()),
             manifest: doc.file.to_path_buf(),
-            working_dir,
-            entrypoint,
+            start: StartSpec {
+                working_dir,
+                entrypoint,
+                r_path: self.r_path.unwrap_or_else(|| "R".to_string()),
+                env: self.env.unwrap_or_default(),
+                sandbox: self.sandbox.unwrap_or_default(),
+                run_as: self.run_as,
+            },
             port,
             host: self.host.unwrap_or_else(|| "0.0.0.0".to_string()),
             replicas,
@@ -143,17 +149,13 @@ impl Draft {
             lb_policy: self.lb_policy.unwrap_or_default(),
             drain_timeout_ms: self.drain_timeout_ms.unwrap_or(15 * 60 * 1000),
             restart_policy: self.restart_policy.unwrap_or_default(),
-            env: self.env.unwrap_or_default(),
             state_file: self.state_file.unwrap_or_else(|| doc.dir.join("state.json")),
             idle_timeout_ms: self.idle_timeout_ms.unwrap_or(300 * 1000),
             request_timeout_ms: self.request_timeout_ms.unwrap_or(30 * 1000),
             start_timeout_ms: self.start_timeout_ms.unwrap_or(DEFAULT_START_TIMEOUT_MS),
             keep_releases: self.keep_releases.unwrap_or(DEFAULT_KEEP_RELEASES),
-            r_path: self.r_path.unwrap_or_else(|| "R".to_string()),
             max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
             trusted_proxies: self.trusted_proxies.unwrap_or_default(),
-            sandbox: self.sandbox.unwrap_or_default(),
-            run_as: self.run_as,
             max_sessions: self.max_sessions,
             max_replicas,
             scale_at: self.scale_at.unwrap_or(DEFAULT_SCALE_AT),

@@ -11,10 +11,21 @@
 //! `value.rs` reads the kinds of value keys share (text, whole numbers,
 //! durations).
 //!
+//! An [`AppSpec`] is the app's identity and bookkeeping (name, group, the
+//! manifest, state-file, keep-releases) around the settings split by who
+//! uses them, each travelling as one value: [`StartSpec`] (how a copy
+//! starts: a release keeps it, the launcher gets it whole, its hash tells an
+//! outdated copy).
+//!
 //! Adding a key: its check function in `keys.rs`, a field in `Draft` and its
 //! line in `draft::TAKE` (which also lists it in [`KEYS`] and in the "did you
-//! mean" suggestions), its field in [`AppSpec`] with its default in
-//! `Draft::finish`.
+//! mean" suggestions), and its field, with its default from
+//! `Draft::finish`, in the part of the spec whose user reads it. A start key
+//! then needs nothing else but the one place that uses it (the launcher):
+//! the release keeps it, the hash covers it and the launcher receives it
+//! with the rest of the start spec. Give it `#[serde(default,
+//! skip_serializing_if = …)]` so that at its default it is left out of the
+//! files and the hash (no existing app is redeployed).
 
 mod draft;
 mod env;
@@ -24,6 +35,7 @@ mod keys;
 mod net;
 mod policy;
 mod sandbox;
+mod start;
 mod value;
 
 #[cfg(test)]
@@ -33,7 +45,6 @@ mod tests_fence;
 
 use serde::{Deserialize, Serialize};
 use serde_yaml::{Mapping, Value};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use error::{describe, first_content_line, Doc};
@@ -44,6 +55,7 @@ pub use fence::SANDBOX_KEYS;
 pub use net::Cidr;
 pub use policy::{LbPolicy, RestartPolicy};
 pub use sandbox::{parse_size, show_size, Sandbox, SandboxMode, Syscalls, DEFAULT_OPEN_FILES, DEFAULT_TASKS};
+pub use start::{settings_hash, StartSpec};
 pub use value::parse_duration;
 
 /// A validated app, as applied. Durations are in milliseconds, paths are
@@ -56,10 +68,9 @@ pub struct AppSpec {
     pub group: String,
     /// The manifest's absolute path.
     pub manifest: PathBuf,
-    /// `working-dir`, absolute; default the manifest's folder.
-    pub working_dir: PathBuf,
-    /// `entrypoint-file`, default `app.R`, relative to working-dir.
-    pub entrypoint: String,
+    /// How a copy starts: the settings a release is deployed with.
+    #[serde(flatten)]
+    pub start: StartSpec,
     /// `port`: the load balancer listens here.
     pub port: u16,
     /// `host`, default `0.0.0.0`: the load balancer's listen address.
@@ -74,8 +85,6 @@ pub struct AppSpec {
     pub drain_timeout_ms: u64,
     /// `restart-policy`, default always.
     pub restart_policy: RestartPolicy,
-    /// `env`: extra environment for the copies.
-    pub env: BTreeMap<String, String>,
     /// `state-file`, absolute; default `state.json` beside the manifest.
     pub state_file: PathBuf,
     /// `idle-timeout` in ms, default 300s; 0 never sleeps.
@@ -91,8 +100,6 @@ pub struct AppSpec {
     /// on disk, the current one included (and any a copy still runs).
     #[serde(default = "default_keep_releases")]
     pub keep_releases: u32,
-    /// `r-path`, default `R` (found on PATH).
-    pub r_path: String,
     /// `max-connections`, default [`DEFAULT_MAX_CONNECTIONS`]: the most
     /// visitors' connections the load balancer keeps open for the app at
     /// once; past it a visitor gets a 503 with Retry-After. The load
@@ -105,13 +112,6 @@ pub struct AppSpec {
     /// per-address cap limits. In the table too, like `max-connections`.
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
-    /// `sandbox`: how each copy is fenced (defaults when absent).
-    #[serde(default)]
-    pub sandbox: Sandbox,
-    /// `run-as`: the user copies run as when the daemon is root; none: the
-    /// daemon's own user.
-    #[serde(default)]
-    pub run_as: Option<String>,
     /// `max-sessions`: the Shiny sessions (open WebSockets) a copy takes
     /// before it counts as full; none: no limit, and the app never grows.
     /// Like every capacity key, read by the cycle and the table: changing it
@@ -141,39 +141,16 @@ impl AppSpec {
         self.max_replicas.max(self.replicas)
     }
 
-    /// The hash of everything that decides how a copy starts: env,
-    /// working-dir, app-group, app-name, entrypoint-file, r-path, and the
-    /// fence (`sandbox`, `run-as`) when it is not the default. Copies
-    /// started with another hash are outdated.
+    /// The hash of the app's name, group and start spec
+    /// ([`start::settings_hash`]). Copies started with another hash are
+    /// outdated.
     pub fn settings_hash(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let mut h = Sha256::new();
-        for part in
-            [self.name.as_str(), self.group.as_str(), &self.working_dir.to_string_lossy(), self.entrypoint.as_str(), self.r_path.as_str()]
-        {
-            h.update(part.as_bytes());
-            h.update([0]);
-        }
-        for (k, v) in &self.env {
-            h.update(k.as_bytes());
-            h.update([b'=']);
-            h.update(v.as_bytes());
-            h.update([0]);
-        }
-        // Only a fence that differs from the default counts, so the apps
-        // deployed before the fence keep their hash (and their copies).
-        if self.sandbox != Sandbox::default() {
-            h.update(b"sandbox=");
-            h.update(serde_json::to_vec(&self.sandbox).unwrap_or_default());
-            h.update([0]);
-        }
-        if let Some(user) = &self.run_as {
-            h.update(b"run-as=");
-            h.update(user.as_bytes());
-            h.update([0]);
-        }
-        let digest = h.finalize();
-        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+        start::settings_hash(&self.name, &self.group, &self.start)
+    }
+
+    /// This spec with `start` (a release's) in place of its own.
+    pub fn with_start(&self, start: &StartSpec) -> AppSpec {
+        AppSpec { start: start.clone(), ..self.clone() }
     }
 }
 

@@ -60,8 +60,8 @@ fn defaults_are_filled() {
     assert_eq!(s.name, "hello");
     assert_eq!(s.group, "default");
     assert_eq!(s.manifest, d.manifest());
-    assert_eq!(s.working_dir, d.0);
-    assert_eq!(s.entrypoint, "app.R");
+    assert_eq!(s.start.working_dir, d.0);
+    assert_eq!(s.start.entrypoint, "app.R");
     assert_eq!(s.port, 8080);
     assert_eq!(s.host, "0.0.0.0");
     assert_eq!(s.replicas, 1);
@@ -69,11 +69,11 @@ fn defaults_are_filled() {
     assert_eq!(s.lb_policy, LbPolicy::LeastConn);
     assert_eq!(s.drain_timeout_ms, 15 * 60 * 1000);
     assert_eq!(s.restart_policy, RestartPolicy::Always);
-    assert!(s.env.is_empty());
+    assert!(s.start.env.is_empty());
     assert_eq!(s.state_file, d.0.join("state.json"));
     assert_eq!(s.idle_timeout_ms, 300_000);
     assert_eq!(s.request_timeout_ms, 30_000);
-    assert_eq!(s.r_path, "R");
+    assert_eq!(s.start.r_path, "R");
     assert_eq!(s.max_connections, DEFAULT_MAX_CONNECTIONS);
     assert!(s.trusted_proxies.is_empty());
 }
@@ -113,8 +113,8 @@ r-path: bin/R
     let s = d.parse(text).unwrap();
     assert_eq!(s.name, "sales-2");
     assert_eq!(s.group, "team-a");
-    assert_eq!(s.working_dir, d.0.join("src"));
-    assert_eq!(s.entrypoint, "main.R");
+    assert_eq!(s.start.working_dir, d.0.join("src"));
+    assert_eq!(s.start.entrypoint, "main.R");
     assert_eq!(s.port, 8765);
     assert_eq!(s.host, "127.0.0.1");
     assert_eq!(s.replicas, 3);
@@ -122,12 +122,12 @@ r-path: bin/R
     assert_eq!(s.lb_policy, LbPolicy::RoundRobin);
     assert_eq!(s.drain_timeout_ms, 3_600_000);
     assert_eq!(s.restart_policy, RestartPolicy::OnFailure);
-    let env: Vec<(&str, &str)> = s.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let env: Vec<(&str, &str)> = s.start.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     assert_eq!(env, vec![("DB_HOST", "db.local"), ("DEBUG", "true"), ("EMPTY", ""), ("VERSION", "1.10"), ("WORKERS", "4")]);
     assert_eq!(s.state_file, d.0.join("var/sales.json"));
     assert_eq!(s.idle_timeout_ms, 0);
     assert_eq!(s.request_timeout_ms, 500);
-    assert_eq!(s.r_path, d.0.join("bin/R").to_string_lossy());
+    assert_eq!(s.start.r_path, d.0.join("bin/R").to_string_lossy());
 }
 
 #[test]
@@ -151,16 +151,16 @@ fn other_spellings_are_accepted() {
         ))
         .unwrap();
     assert_eq!(s.host, "::");
-    assert_eq!(s.env.get("A").map(String::as_str), Some("1"));
+    assert_eq!(s.start.env.get("A").map(String::as_str), Some("1"));
     assert_eq!(s.idle_timeout_ms, 90_000);
     assert_eq!(s.drain_timeout_ms, 30_000);
     assert_eq!(s.lb_policy, LbPolicy::First);
     assert_eq!(s.restart_policy, RestartPolicy::Never);
     assert_eq!(s.replicas, 2);
-    assert_eq!(s.working_dir, d.0);
+    assert_eq!(s.start.working_dir, d.0);
     assert_eq!(s.state_file, d.0.join("s.json"));
     // An empty env is no env.
-    assert!(d.parse("app-name: a\nport: 1\nenv:\n").unwrap().env.is_empty());
+    assert!(d.parse("app-name: a\nport: 1\nenv:\n").unwrap().start.env.is_empty());
 }
 
 #[test]
@@ -409,7 +409,7 @@ fn bad_connection_limits_and_trusted_proxies() {
 #[test]
 fn the_entrypoint_is_the_folders_layout_when_not_given() {
     let d = TestDir::new();
-    let spec = |d: &TestDir| d.parse("app-name: hello\nport: 8080\n").map(|s| s.entrypoint);
+    let spec = |d: &TestDir| d.parse("app-name: hello\nport: 8080\n").map(|s| s.start.entrypoint);
     assert_eq!(spec(&d).unwrap(), "app.R");
     fs::remove_file(d.0.join("app.R")).unwrap();
     fs::write(d.0.join("ui.R"), "fluidPage()\n").unwrap();

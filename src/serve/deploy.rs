@@ -11,7 +11,7 @@ use hyper::StatusCode;
 
 use crate::home::Home;
 use crate::manifest::{self, AppSpec};
-use crate::model::{AppState, ApplyRequest, Deployed, Release};
+use crate::model::{AppState, ApplyRequest, Release};
 use crate::release::{self, snapshot};
 
 use super::reply::{deployed, error, not_found, Reply};
@@ -24,7 +24,7 @@ struct Taken {
     /// Its id.
     id: String,
     /// The settings it is deployed with.
-    deployed: Deployed,
+    deployed: crate::manifest::StartSpec,
     /// Unix ms when it was taken.
     taken_ms: u64,
 }
@@ -80,7 +80,7 @@ async fn take(home: &Home, spec: &AppSpec) -> Result<Taken, Box<Reply>> {
         )
     };
     match copied {
-        Ok(Ok(pending)) => Ok(Taken { pending, id, deployed: release::deployed(spec), taken_ms }),
+        Ok(Ok(pending)) => Ok(Taken { pending, id, deployed: spec.start.clone(), taken_ms }),
         Ok(Err(why)) => Err(Box::new(refused(why))),
         Err(e) => Err(Box::new(refused(format!("the copy stopped: {e}")))),
     }
@@ -453,7 +453,7 @@ pub async fn rollback(shared: &Shared, name: &str, now: bool, to: Option<&str>) 
         Ok(rel) => rel,
         Err(why) => return error(StatusCode::CONFLICT, format!("{why}. Nothing changed.")),
     };
-    app.recorded.spec = release::with_deployed(&app.recorded.spec, &rel.deployed);
+    app.recorded.spec = app.recorded.spec.with_start(&rel.deployed);
     let (rev, how) = match redeploy(&mut d, name, now) {
         Ok(done) => done,
         Err(reply) => return *reply,

@@ -26,7 +26,7 @@ pub const LAST: u32 = FIRST + 0xFFFF;
 /// True when the app's copies run as its own uid: under a root daemon,
 /// fenced, without `run-as`.
 pub fn wanted(spec: &crate::manifest::AppSpec) -> bool {
-    spec.run_as.is_none() && spec.sandbox.mode != crate::manifest::SandboxMode::Off && host_root()
+    spec.start.run_as.is_none() && spec.start.sandbox.mode != crate::manifest::SandboxMode::Off && host_root()
 }
 
 /// True for root of the machine: uid 0 in the first user namespace, whose

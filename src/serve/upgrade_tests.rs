@@ -53,7 +53,7 @@ fn no_copy_recorded_before_counts_as_outdated() {
         let rel = release::find(&state, state.release.as_deref().unwrap()).unwrap();
         // A rollback puts the release's start settings back in the spec: the
         // same settings give the same hash.
-        assert_eq!(release::with_deployed(spec, &rel.deployed), *spec, "{name}: the release was deployed with the spec's settings");
+        assert_eq!(spec.with_start(&rel.deployed), *spec, "{name}: the release was deployed with the spec's settings");
         assert!(!state.copies.is_empty());
         for rec in &state.copies {
             assert_eq!(rec.settings, spec.settings_hash(), "{name}: copy {} would count as outdated", rec.copy);

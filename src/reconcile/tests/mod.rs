@@ -3,7 +3,7 @@
 //! stopped one exits, and the test says when a copy is ready or dies.
 
 use super::*;
-use crate::manifest::{LbPolicy, RestartPolicy};
+use crate::manifest::{LbPolicy, RestartPolicy, StartSpec};
 use std::path::PathBuf;
 
 mod capacity;
@@ -17,8 +17,7 @@ pub(super) fn spec(replicas: u32, warm: u32) -> AppSpec {
         name: "hello".into(),
         group: "default".into(),
         manifest: PathBuf::from("/srv/hello/app.yaml"),
-        working_dir: PathBuf::from("/srv/hello"),
-        entrypoint: "app.R".into(),
+        start: StartSpec { working_dir: PathBuf::from("/srv/hello"), entrypoint: "app.R".into(), r_path: "R".into(), ..Default::default() },
         port: 8765,
         host: "0.0.0.0".into(),
         replicas,
@@ -26,17 +25,13 @@ pub(super) fn spec(replicas: u32, warm: u32) -> AppSpec {
         lb_policy: LbPolicy::LeastConn,
         drain_timeout_ms: 15 * 60 * S,
         restart_policy: RestartPolicy::Always,
-        env: Default::default(),
         state_file: PathBuf::from("/srv/hello/state.json"),
         idle_timeout_ms: 300 * S,
         request_timeout_ms: 30 * S,
         start_timeout_ms: crate::manifest::DEFAULT_START_TIMEOUT_MS,
         keep_releases: crate::manifest::DEFAULT_KEEP_RELEASES,
-        r_path: "R".into(),
         max_connections: crate::manifest::DEFAULT_MAX_CONNECTIONS,
         trusted_proxies: Vec::new(),
-        sandbox: Default::default(),
-        run_as: None,
         max_sessions: None,
         max_replicas: replicas,
         scale_at: crate::manifest::DEFAULT_SCALE_AT,
@@ -426,7 +421,7 @@ fn a_redeploy_during_another_goes_straight_to_the_newest() {
 fn changed_settings_are_a_redeploy_like_restart() {
     let mut sim = Sim::new(1, 0);
     sim.at(0).cycle().ready(&[1]).cycle();
-    sim.spec.env.insert("GREETING".into(), "hi".into());
+    sim.spec.start.env.insert("GREETING".into(), "hi".into());
     sim.at(5).cycle();
     assert_eq!(sim.actions(), vec![Action::Start(2)]);
     sim.ready(&[2]).at(6).cycle();
