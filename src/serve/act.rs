@@ -108,18 +108,15 @@ pub fn prepare_start(
         );
     }
     let launch = Launch {
+        home: home.root.clone(),
+        app: spec.name.clone(),
+        copy: rec.copy,
+        port,
         app_dir: dir.to_path_buf(),
         scratch,
-        entrypoint: spec.start.entrypoint.clone(),
-        port,
-        r_path: spec.start.r_path.clone(),
-        copy: rec.copy,
-        app: spec.name.clone(),
-        home: home.root.clone(),
-        sandbox: spec.start.sandbox.clone(),
-        run_as: spec.start.run_as.clone(),
         uid,
         cgroups,
+        start: spec.start.clone(),
     };
     let mut cmd = launch.command()?;
     // A fenced copy gets a clean environment: only what R needs of the
