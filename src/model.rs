@@ -57,14 +57,11 @@ pub struct ProxyTable {
 pub struct ProxyApp {
     /// The app's name, used when telling the daemon about a stand-in.
     pub name: String,
-    /// The listen address (`host` in the manifest).
-    pub host: String,
-    /// The app's public port; the sticky cookie is `lb_<port>`.
-    pub port: u16,
-    /// How new visitors are spread over the active copies.
-    pub policy: LbPolicy,
-    /// How long a request may be held while no copy can take it, in ms.
-    pub request_timeout_ms: u64,
+    /// How visitors reach it: the app's route spec, its keys the table's
+    /// (`host`, `port`, `policy`, `request_timeout_ms`, `max_connections`,
+    /// `trusted_proxies`).
+    #[serde(flatten)]
+    pub route: crate::manifest::RouteSpec,
     /// The app sleeps: a request asks the daemon for a wake
     /// (`POST /v1/apps/<name>/wake` on api.sock, shared by the requests that
     /// arrive together) and is held until a copy is ready.
@@ -79,14 +76,6 @@ pub struct ProxyApp {
     /// so (503, Retry-After), at once; no wake.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
-    /// The most visitors' connections open at once (`max-connections`);
-    /// 0 from a daemon that did not send it: the manifest's default.
-    #[serde(default)]
-    pub max_connections: u32,
-    /// Addresses and CIDR ranges of trusted proxies in front
-    /// (`trusted-proxies`).
-    #[serde(default)]
-    pub trusted_proxies: Vec<String>,
     /// `max-sessions`: the sessions that make a copy full; none: no limit
     /// (README, "Capacity").
     #[serde(default, skip_serializing_if = "Option::is_none")]

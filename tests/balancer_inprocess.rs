@@ -78,17 +78,19 @@ fn table(port: u16, policy: LbPolicy, asleep: bool, request_timeout_ms: u64, cop
     ProxyTable {
         apps: vec![ProxyApp {
             name: "web".into(),
-            host: "127.0.0.1".into(),
-            port,
-            policy,
-            request_timeout_ms,
+            route: shinyctl::manifest::RouteSpec {
+                host: "127.0.0.1".parse().unwrap(),
+                port,
+                lb_policy: policy,
+                request_timeout_ms,
+                max_connections: 0,
+                trusted_proxies: Vec::new(),
+            },
             asleep,
             stopped: false,
             listening: true,
-            max_connections: 0,
             max_sessions: None,
             max_replicas: 0,
-            trusted_proxies: Vec::new(),
             // The copies' "process" is this test's own: alive, so a copy
             // that drops a connection has not died (see `dying_backend`).
             copies: copies.iter().map(|&(copy, port, role)| ProxyCopy { copy, port, role, pid: std::process::id() }).collect(),
@@ -649,7 +651,7 @@ async fn a_visitors_forwarded_headers_never_reach_the_copy_and_a_trusted_proxys_
         assert!(a.body.contains(line), "{line} in {}", a.body);
     }
     let mut trusting = table(rig.port, LbPolicy::First, false, 30_000, &[(1, one, Role::Active)]);
-    trusting.apps[0].trusted_proxies = vec!["127.0.0.0/8".into()];
+    trusting.apps[0].route.trusted_proxies = vec![shinyctl::manifest::Cidr::parse("127.0.0.0/8").unwrap()];
     rig.proxy.push(trusting).await;
     let b = get_path(rig.port, "/", "X-Forwarded-For: 203.0.113.9\r\nX-Forwarded-Proto: https\r\n").await;
     assert!(b.body.contains("x-forwarded-for: 203.0.113.9, 127.0.0.1"), "{}", b.body);
@@ -660,9 +662,9 @@ async fn a_visitors_forwarded_headers_never_reach_the_copy_and_a_trusted_proxys_
 async fn past_max_connections_a_visitor_gets_a_plain_503_with_retry_after() {
     let (one, _) = backend(1).await;
     let mut capped = table(0, LbPolicy::First, false, 30_000, &[(1, one, Role::Active)]);
-    capped.apps[0].max_connections = 2;
+    capped.apps[0].route.max_connections = 2;
     let rig = start(|p| {
-        capped.apps[0].port = p;
+        capped.apps[0].route.port = p;
         capped
     })
     .await;

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use super::error::{first_content_line, Cx, Doc};
 use super::keys::{self, NAME_ALLOWED, PORT_ALLOWED};
 use super::{
-    env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, Sandbox, StartSpec, DEFAULT_KEEP_RELEASES, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_SCALE_AT, DEFAULT_SCALE_DOWN_AFTER_MS, DEFAULT_START_TIMEOUT_MS,
+    env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, RouteSpec, Sandbox, StartSpec, DEFAULT_KEEP_RELEASES,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_SCALE_AT, DEFAULT_SCALE_DOWN_AFTER_MS, DEFAULT_START_TIMEOUT_MS,
 };
 
 /// A manifest being read. One field per key, named as in [`AppSpec`]: the
@@ -22,7 +22,7 @@ pub(super) struct Draft {
     working_dir: Option<PathBuf>,
     entrypoint: Option<String>,
     port: Option<u16>,
-    host: Option<String>,
+    host: Option<std::net::IpAddr>,
     replicas: Option<u32>,
     warm_replicas: Option<u32>,
     lb_policy: Option<LbPolicy>,
@@ -36,7 +36,7 @@ pub(super) struct Draft {
     keep_releases: Option<u32>,
     r_path: Option<String>,
     max_connections: Option<u32>,
-    trusted_proxies: Option<Vec<String>>,
+    trusted_proxies: Option<Vec<super::Cidr>>,
     sandbox: Option<Sandbox>,
     run_as: Option<String>,
     max_sessions: Option<u32>,
@@ -142,20 +142,22 @@ impl Draft {
                 sandbox: self.sandbox.unwrap_or_default(),
                 run_as: self.run_as,
             },
-            port,
-            host: self.host.unwrap_or_else(|| "0.0.0.0".to_string()),
+            route: RouteSpec {
+                host: self.host.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+                port,
+                lb_policy: self.lb_policy.unwrap_or_default(),
+                request_timeout_ms: self.request_timeout_ms.unwrap_or(30 * 1000),
+                max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+                trusted_proxies: self.trusted_proxies.unwrap_or_default(),
+            },
             replicas,
             warm_replicas: self.warm_replicas.unwrap_or(1),
-            lb_policy: self.lb_policy.unwrap_or_default(),
             drain_timeout_ms: self.drain_timeout_ms.unwrap_or(15 * 60 * 1000),
             restart_policy: self.restart_policy.unwrap_or_default(),
             state_file: self.state_file.unwrap_or_else(|| doc.dir.join("state.json")),
             idle_timeout_ms: self.idle_timeout_ms.unwrap_or(300 * 1000),
-            request_timeout_ms: self.request_timeout_ms.unwrap_or(30 * 1000),
             start_timeout_ms: self.start_timeout_ms.unwrap_or(DEFAULT_START_TIMEOUT_MS),
             keep_releases: self.keep_releases.unwrap_or(DEFAULT_KEEP_RELEASES),
-            max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
-            trusted_proxies: self.trusted_proxies.unwrap_or_default(),
             max_sessions: self.max_sessions,
             max_replicas,
             scale_at: self.scale_at.unwrap_or(DEFAULT_SCALE_AT),

@@ -15,7 +15,8 @@
 //! manifest, state-file, keep-releases) around the settings split by who
 //! uses them, each travelling as one value: [`StartSpec`] (how a copy
 //! starts: a release keeps it, the launcher gets it whole, its hash tells an
-//! outdated copy).
+//! outdated copy) and [`RouteSpec`] (how visitors reach the copies: the
+//! load balancer gets it in the copies table).
 //!
 //! Adding a key: its check function in `keys.rs`, a field in `Draft` and its
 //! line in `draft::TAKE` (which also lists it in [`KEYS`] and in the "did you
@@ -34,6 +35,7 @@ mod fence;
 mod keys;
 mod net;
 mod policy;
+mod route;
 mod sandbox;
 mod start;
 mod value;
@@ -54,6 +56,7 @@ pub use error::{line_of_key, ManifestError};
 pub use fence::SANDBOX_KEYS;
 pub use net::Cidr;
 pub use policy::{LbPolicy, RestartPolicy};
+pub use route::RouteSpec;
 pub use sandbox::{parse_size, show_size, Sandbox, SandboxMode, Syscalls, DEFAULT_OPEN_FILES, DEFAULT_TASKS};
 pub use start::{settings_hash, StartSpec};
 pub use value::parse_duration;
@@ -71,16 +74,13 @@ pub struct AppSpec {
     /// How a copy starts: the settings a release is deployed with.
     #[serde(flatten)]
     pub start: StartSpec,
-    /// `port`: the load balancer listens here.
-    pub port: u16,
-    /// `host`, default `0.0.0.0`: the load balancer's listen address.
-    pub host: String,
+    /// How visitors reach the copies: what the load balancer reads.
+    #[serde(flatten)]
+    pub route: RouteSpec,
     /// `replicas`, default 1, at least 1.
     pub replicas: u32,
     /// `warm-replicas`, default 1.
     pub warm_replicas: u32,
-    /// `lb-policy`, default least-conn.
-    pub lb_policy: LbPolicy,
     /// `drain-timeout` in ms, default 15m.
     pub drain_timeout_ms: u64,
     /// `restart-policy`, default always.
@@ -89,8 +89,6 @@ pub struct AppSpec {
     pub state_file: PathBuf,
     /// `idle-timeout` in ms, default 300s; 0 never sleeps.
     pub idle_timeout_ms: u64,
-    /// `request-timeout` in ms, default 30s, at most 30s.
-    pub request_timeout_ms: u64,
     /// `start-timeout` in ms, default [`DEFAULT_START_TIMEOUT_MS`]: a copy
     /// not ready by then is stopped and counted as a crash (Shiny Server's
     /// `app_init_timeout`). Changing it restarts no copy.
@@ -100,18 +98,6 @@ pub struct AppSpec {
     /// on disk, the current one included (and any a copy still runs).
     #[serde(default = "default_keep_releases")]
     pub keep_releases: u32,
-    /// `max-connections`, default [`DEFAULT_MAX_CONNECTIONS`]: the most
-    /// visitors' connections the load balancer keeps open for the app at
-    /// once; past it a visitor gets a 503 with Retry-After. The load
-    /// balancer reads it from the table: changing it restarts no copy.
-    #[serde(default = "default_max_connections")]
-    pub max_connections: u32,
-    /// `trusted-proxies`, default none: addresses and CIDR ranges (in the
-    /// form [`Cidr`] prints) of proxies in front, whose `X-Forwarded-For` is
-    /// appended to and `X-Forwarded-Proto` kept, and whose connections no
-    /// per-address cap limits. In the table too, like `max-connections`.
-    #[serde(default)]
-    pub trusted_proxies: Vec<String>,
     /// `max-sessions`: the Shiny sessions (open WebSockets) a copy takes
     /// before it counts as full; none: no limit, and the app never grows.
     /// Like every capacity key, read by the cycle and the table: changing it
@@ -207,11 +193,6 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
 /// The most `max-connections` (a sanity limit, far past what one machine
 /// can hold open).
 pub const MAX_CONNECTIONS: u64 = 1_000_000;
-
-/// A spec written before `max-connections` existed gets the default.
-fn default_max_connections() -> u32 {
-    DEFAULT_MAX_CONNECTIONS
-}
 
 /// The longest `request-timeout`: 30 s.
 pub const MAX_REQUEST_TIMEOUT_MS: u64 = 30_000;

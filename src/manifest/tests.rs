@@ -62,20 +62,20 @@ fn defaults_are_filled() {
     assert_eq!(s.manifest, d.manifest());
     assert_eq!(s.start.working_dir, d.0);
     assert_eq!(s.start.entrypoint, "app.R");
-    assert_eq!(s.port, 8080);
-    assert_eq!(s.host, "0.0.0.0");
+    assert_eq!(s.route.port, 8080);
+    assert_eq!(s.route.host.to_string(), "0.0.0.0");
     assert_eq!(s.replicas, 1);
     assert_eq!(s.warm_replicas, 1);
-    assert_eq!(s.lb_policy, LbPolicy::LeastConn);
+    assert_eq!(s.route.lb_policy, LbPolicy::LeastConn);
     assert_eq!(s.drain_timeout_ms, 15 * 60 * 1000);
     assert_eq!(s.restart_policy, RestartPolicy::Always);
     assert!(s.start.env.is_empty());
     assert_eq!(s.state_file, d.0.join("state.json"));
     assert_eq!(s.idle_timeout_ms, 300_000);
-    assert_eq!(s.request_timeout_ms, 30_000);
+    assert_eq!(s.route.request_timeout_ms, 30_000);
     assert_eq!(s.start.r_path, "R");
-    assert_eq!(s.max_connections, DEFAULT_MAX_CONNECTIONS);
-    assert!(s.trusted_proxies.is_empty());
+    assert_eq!(s.route.max_connections, DEFAULT_MAX_CONNECTIONS);
+    assert!(s.route.trusted_proxies.is_empty());
 }
 
 #[test]
@@ -115,18 +115,18 @@ r-path: bin/R
     assert_eq!(s.group, "team-a");
     assert_eq!(s.start.working_dir, d.0.join("src"));
     assert_eq!(s.start.entrypoint, "main.R");
-    assert_eq!(s.port, 8765);
-    assert_eq!(s.host, "127.0.0.1");
+    assert_eq!(s.route.port, 8765);
+    assert_eq!(s.route.host.to_string(), "127.0.0.1");
     assert_eq!(s.replicas, 3);
     assert_eq!(s.warm_replicas, 0);
-    assert_eq!(s.lb_policy, LbPolicy::RoundRobin);
+    assert_eq!(s.route.lb_policy, LbPolicy::RoundRobin);
     assert_eq!(s.drain_timeout_ms, 3_600_000);
     assert_eq!(s.restart_policy, RestartPolicy::OnFailure);
     let env: Vec<(&str, &str)> = s.start.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     assert_eq!(env, vec![("DB_HOST", "db.local"), ("DEBUG", "true"), ("EMPTY", ""), ("VERSION", "1.10"), ("WORKERS", "4")]);
     assert_eq!(s.state_file, d.0.join("var/sales.json"));
     assert_eq!(s.idle_timeout_ms, 0);
-    assert_eq!(s.request_timeout_ms, 500);
+    assert_eq!(s.route.request_timeout_ms, 500);
     assert_eq!(s.start.r_path, d.0.join("bin/R").to_string_lossy());
 }
 
@@ -150,11 +150,11 @@ fn other_spellings_are_accepted() {
              working-dir: {wd}\nstate-file: {wd}/s.json\n"
         ))
         .unwrap();
-    assert_eq!(s.host, "::");
+    assert_eq!(s.route.host.to_string(), "::");
     assert_eq!(s.start.env.get("A").map(String::as_str), Some("1"));
     assert_eq!(s.idle_timeout_ms, 90_000);
     assert_eq!(s.drain_timeout_ms, 30_000);
-    assert_eq!(s.lb_policy, LbPolicy::First);
+    assert_eq!(s.route.lb_policy, LbPolicy::First);
     assert_eq!(s.restart_policy, RestartPolicy::Never);
     assert_eq!(s.replicas, 2);
     assert_eq!(s.start.working_dir, d.0);
@@ -210,9 +210,9 @@ fn ports() {
     for (p, what) in [("20000", "20000-29999"), ("29999", "kept for the copies"), ("0", "not a port"), ("70000", "not a port")] {
         d.refused(&format!("app-name: hello\n\nport: {p}\n"), 3, "port", &[what, "1-65535", p]);
     }
-    assert_eq!(d.parse("app-name: hello\nport: 19999\n").unwrap().port, 19999);
-    assert_eq!(d.parse("app-name: hello\nport: 65535\n").unwrap().port, 65535);
-    assert_eq!(d.parse("app-name: hello\nport: 30000\n").unwrap().port, 30000);
+    assert_eq!(d.parse("app-name: hello\nport: 19999\n").unwrap().route.port, 19999);
+    assert_eq!(d.parse("app-name: hello\nport: 65535\n").unwrap().route.port, 65535);
+    assert_eq!(d.parse("app-name: hello\nport: 30000\n").unwrap().route.port, 30000);
 }
 
 #[test]
@@ -243,7 +243,7 @@ fn request_timeout_limits() {
     d.refused("app-name: hello\nport: 8080\nrequest-timeout: 45s\n", 3, "request-timeout", &["45s", "longer than 30s", "at most 30s"]);
     d.refused("app-name: hello\nport: 8080\nrequest-timeout: 31\n", 3, "request-timeout", &["at most 30s"]);
     d.refused("app-name: hello\nport: 8080\nrequest-timeout: 0\n", 3, "request-timeout", &["more than 0"]);
-    assert_eq!(d.parse("app-name: hello\nport: 8080\nrequest-timeout: 30\n").unwrap().request_timeout_ms, 30_000);
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nrequest-timeout: 30\n").unwrap().route.request_timeout_ms, 30_000);
 }
 
 #[test]
@@ -264,7 +264,7 @@ fn host_localhost_is_127_0_0_1() {
     let d = TestDir::new();
     for written in ["localhost", "LocalHost", " localhost "] {
         let s = d.parse(&format!("app-name: hello\nport: 8080\nhost: '{written}'\n")).unwrap();
-        assert_eq!(s.host, "127.0.0.1", "host: {written:?}");
+        assert_eq!(s.route.host.to_string(), "127.0.0.1", "host: {written:?}");
     }
 }
 
@@ -378,15 +378,19 @@ fn key_lines() {
 fn connection_limits_and_trusted_proxies() {
     let d = TestDir::new();
     let s = d.parse("app-name: hello\nport: 8080\nmax-connections: 500\ntrusted-proxies:\n  - 127.0.0.1\n  - 10.1.2.3/8\n  - \"[2001:db8::1]\"\n  - 10.0.0.0/8\n").unwrap();
-    assert_eq!(s.max_connections, 500);
-    assert_eq!(s.trusted_proxies, vec!["127.0.0.1", "10.0.0.0/8", "2001:db8::1"], "plain forms, each once");
+    assert_eq!(s.route.max_connections, 500);
+    assert_eq!(
+        s.route.trusted_proxies.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec!["127.0.0.1", "10.0.0.0/8", "2001:db8::1"],
+        "plain forms, each once"
+    );
     let one = d.parse("app-name: hello\nport: 8080\ntrusted-proxies: 192.0.2.0/24\n").unwrap();
-    assert_eq!(one.trusted_proxies, vec!["192.0.2.0/24"]);
-    assert!(d.parse("app-name: hello\nport: 8080\ntrusted-proxies: []\n").unwrap().trusted_proxies.is_empty());
+    assert_eq!(one.route.trusted_proxies.iter().map(ToString::to_string).collect::<Vec<_>>(), vec!["192.0.2.0/24"]);
+    assert!(d.parse("app-name: hello\nport: 8080\ntrusted-proxies: []\n").unwrap().route.trusted_proxies.is_empty());
     // Neither decides how a copy starts: a change restarts no copy.
     let mut changed = s.clone();
-    changed.max_connections = 7;
-    changed.trusted_proxies.clear();
+    changed.route.max_connections = 7;
+    changed.route.trusted_proxies.clear();
     assert_eq!(changed.settings_hash(), s.settings_hash());
 }
 

@@ -153,7 +153,7 @@ fn a_copy_runs_its_release_with_its_settings_and_one_from_before_releases_runs_w
     let (folder, run) = run_dir(&spec, &st, &copy(2, Some("r1"), None)).unwrap();
     assert_eq!(folder, dir.join("r1"));
     assert_eq!(run.start.env["V"], "r1", "the release's env, not the manifest's");
-    assert_eq!(run.port, spec.port);
+    assert_eq!(run.route.port, spec.route.port);
     assert_eq!(spec.with_start(&spec.start), spec);
     // The fence a release was deployed with comes back with it (rollback).
     let mut fenced = spec.clone();

@@ -198,7 +198,7 @@ async fn wake(shared: &Shared, name: &str) -> Reply {
         app.wake.requested = true;
         app.wake.asked_ms.get_or_insert(super::now_ms());
         app.wake.waiters.push(tx);
-        let timeout = Duration::from_millis(app.recorded.spec.request_timeout_ms);
+        let timeout = Duration::from_millis(app.recorded.spec.route.request_timeout_ms);
         let _ = d.events.send(Event::Changed { app: name.to_string() });
         timeout
     };

@@ -193,15 +193,10 @@ impl Daemon {
             .values()
             .map(|a| ProxyApp {
                 name: a.recorded.spec.name.clone(),
-                host: a.recorded.spec.host.clone(),
-                port: a.recorded.spec.port,
-                policy: a.recorded.spec.lb_policy,
-                request_timeout_ms: a.recorded.spec.request_timeout_ms,
+                route: a.recorded.spec.route.clone(),
                 asleep: a.recorded.state.asleep_since_ms.is_some(),
                 listening: !a.recorded.deleting,
                 stopped: a.recorded.state.stopped_since_ms.is_some(),
-                max_connections: a.recorded.spec.max_connections,
-                trusted_proxies: a.recorded.spec.trusted_proxies.clone(),
                 max_sessions: a.recorded.spec.max_sessions,
                 max_replicas: a.recorded.spec.max_active(),
                 copies: a

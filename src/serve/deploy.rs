@@ -118,12 +118,16 @@ fn check(d: &Daemon, spec: &AppSpec, text: &str) -> Result<Option<String>, Box<R
                 ),
             )));
         }
-        if other.recorded.spec.port == spec.port {
+        if other.recorded.spec.route.port == spec.route.port {
             return Err(Box::new(error(
                 StatusCode::CONFLICT,
                 here(
                     "port",
-                    format!("{} is already used by app {name} ({}); pick another port", spec.port, other.recorded.spec.manifest.display()),
+                    format!(
+                        "{} is already used by app {name} ({}); pick another port",
+                        spec.route.port,
+                        other.recorded.spec.manifest.display()
+                    ),
                 ),
             )));
         }
@@ -160,7 +164,7 @@ fn check(d: &Daemon, spec: &AppSpec, text: &str) -> Result<Option<String>, Box<R
 /// on another host holds the port (a host change: rebound once the old one
 /// is closed).
 async fn claim(shared: &Shared, spec: &AppSpec, text: &str) -> Result<Option<(sockets::Addr, std::net::TcpListener)>, Box<Reply>> {
-    let addr = (spec.host.clone(), spec.port);
+    let addr = (spec.route.host.to_string(), spec.route.port);
     let own_port = {
         let d = shared.lock().await;
         if d.sockets.holds(&addr) {
@@ -169,8 +173,8 @@ async fn claim(shared: &Shared, spec: &AppSpec, text: &str) -> Result<Option<(so
         // This app's own socket on another host, held now.
         d.apps
             .values()
-            .filter(|a| super::same_path(&a.recorded.spec.manifest, &spec.manifest) && a.recorded.spec.port == spec.port)
-            .any(|a| d.sockets.holds(&(a.recorded.spec.host.clone(), a.recorded.spec.port)))
+            .filter(|a| super::same_path(&a.recorded.spec.manifest, &spec.manifest) && a.recorded.spec.route.port == spec.route.port)
+            .any(|a| d.sockets.holds(&(a.recorded.spec.route.host.to_string(), a.recorded.spec.route.port)))
     };
     let (host, port) = addr.clone();
     let bound =
@@ -328,7 +332,7 @@ fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<Taken>) -> Res
         "{}: applied; starting {n} {} on port {}. Watch: shinyctl status {}",
         spec.name,
         if n == 1 { "copy" } else { "copies" },
-        spec.port,
+        spec.route.port,
         spec.name
     );
     Ok(with_release(line, rel.as_ref()))

@@ -21,7 +21,7 @@ pub async fn stop(shared: &Shared, name: &str) -> Reply {
     let copies = app.recorded.state.copies.iter().filter(|r| r.pid.is_some()).count();
     app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
     let _ = d.events.send(Event::Changed { app: name.to_string() });
-    let port = d.apps.get(name).map_or(0, |a| a.recorded.spec.port);
+    let port = d.apps.get(name).map_or(0, |a| a.recorded.spec.route.port);
     ok(format!(
         "{name}: stopping {copies} {}; port {port} stays held and answers that {name} is stopped. `shinyctl start {name}` starts it again.",
         if copies == 1 { "copy" } else { "copies" }

@@ -129,9 +129,9 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 ));
             }
             notes.extend(balancer_notes(name, traffic, d.refusing.get(name).map_or(&[], Vec::as_slice)));
-            let not_listening = d.sockets.failure(app.recorded.spec.port).map(str::to_string);
+            let not_listening = d.sockets.failure(app.recorded.spec.route.port).map(str::to_string);
             if let Some(why) = &not_listening {
-                notes.push(format!("{name}: port {}: not listening: {why}", app.recorded.spec.port));
+                notes.push(format!("{name}: port {}: not listening: {why}", app.recorded.spec.route.port));
             }
             notes.extend(super::limits::notes(&d.cgroups, &app.recorded.spec));
             if let Some(uid) = app.recorded.state.uid.filter(|_| super::identity::wanted(&app.recorded.spec)) {
@@ -147,7 +147,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
             AppStatus {
                 name: name.clone(),
                 group: app.recorded.spec.group.clone(),
-                port: app.recorded.spec.port,
+                port: app.recorded.spec.route.port,
                 revision: app.recorded.state.revision,
                 release: app.recorded.state.release.clone(),
                 previous_release: app.recorded.state.previous_release.clone(),

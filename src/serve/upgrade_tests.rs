@@ -61,3 +61,31 @@ fn no_copy_recorded_before_counts_as_outdated() {
         }
     }
 }
+
+#[test]
+fn the_copies_table_keeps_the_form_the_previous_load_balancer_reads() {
+    let (root, home) = home_with_fixture_registry();
+    let registry = load_registry(&home).unwrap();
+    std::fs::remove_dir_all(root).unwrap();
+    let spec = &registry.apps["ui"];
+    let app = crate::model::ProxyApp {
+        name: spec.name.clone(),
+        route: spec.route.clone(),
+        asleep: false,
+        listening: true,
+        stopped: false,
+        max_sessions: spec.max_sessions,
+        max_replicas: spec.max_active(),
+        copies: Vec::new(),
+    };
+    let json = serde_json::to_value(&app).unwrap();
+    // The keys and text forms the load balancer before the route spec reads.
+    assert_eq!(json["host"], "127.0.0.1");
+    assert_eq!(json["port"], 8800);
+    assert_eq!(json["policy"], "round-robin");
+    assert_eq!(json["request_timeout_ms"], 30000);
+    assert_eq!(json["max_connections"], 100);
+    assert_eq!(json["trusted_proxies"], serde_json::json!(["10.0.0.0/8", "192.168.1.7"]));
+    let back: crate::model::ProxyApp = serde_json::from_value(json).unwrap();
+    assert_eq!(back, app);
+}

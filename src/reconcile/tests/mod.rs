@@ -3,7 +3,7 @@
 //! stopped one exits, and the test says when a copy is ready or dies.
 
 use super::*;
-use crate::manifest::{LbPolicy, RestartPolicy, StartSpec};
+use crate::manifest::{LbPolicy, RestartPolicy, RouteSpec, StartSpec};
 use std::path::PathBuf;
 
 mod capacity;
@@ -18,20 +18,22 @@ pub(super) fn spec(replicas: u32, warm: u32) -> AppSpec {
         group: "default".into(),
         manifest: PathBuf::from("/srv/hello/app.yaml"),
         start: StartSpec { working_dir: PathBuf::from("/srv/hello"), entrypoint: "app.R".into(), r_path: "R".into(), ..Default::default() },
-        port: 8765,
-        host: "0.0.0.0".into(),
+        route: RouteSpec {
+            host: [0, 0, 0, 0].into(),
+            port: 8765,
+            lb_policy: LbPolicy::LeastConn,
+            request_timeout_ms: 30 * S,
+            max_connections: crate::manifest::DEFAULT_MAX_CONNECTIONS,
+            trusted_proxies: Vec::new(),
+        },
         replicas,
         warm_replicas: warm,
-        lb_policy: LbPolicy::LeastConn,
         drain_timeout_ms: 15 * 60 * S,
         restart_policy: RestartPolicy::Always,
         state_file: PathBuf::from("/srv/hello/state.json"),
         idle_timeout_ms: 300 * S,
-        request_timeout_ms: 30 * S,
         start_timeout_ms: crate::manifest::DEFAULT_START_TIMEOUT_MS,
         keep_releases: crate::manifest::DEFAULT_KEEP_RELEASES,
-        max_connections: crate::manifest::DEFAULT_MAX_CONNECTIONS,
-        trusted_proxies: Vec::new(),
         max_sessions: None,
         max_replicas: replicas,
         scale_at: crate::manifest::DEFAULT_SCALE_AT,
@@ -432,8 +434,8 @@ fn changed_settings_are_a_redeploy_like_restart() {
 fn settings_that_dont_change_how_a_copy_starts_restart_nothing() {
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle();
-    sim.spec.port = 9999;
-    sim.spec.lb_policy = LbPolicy::First;
+    sim.spec.route.port = 9999;
+    sim.spec.route.lb_policy = LbPolicy::First;
     sim.spec.drain_timeout_ms = 5 * S;
     sim.spec.restart_policy = RestartPolicy::Never;
     sim.at(5).cycle();
