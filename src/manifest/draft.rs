@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use super::error::{first_content_line, Cx, Doc};
 use super::keys::{self, NAME_ALLOWED, PORT_ALLOWED};
 use super::{
-    env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, RouteSpec, Sandbox, StartSpec, DEFAULT_KEEP_RELEASES,
+    env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, RouteSpec, Sandbox, ScaleSpec, StartSpec, DEFAULT_KEEP_RELEASES,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_SCALE_AT, DEFAULT_SCALE_DOWN_AFTER_MS, DEFAULT_START_TIMEOUT_MS,
 };
 
@@ -150,18 +150,20 @@ impl Draft {
                 max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
                 trusted_proxies: self.trusted_proxies.unwrap_or_default(),
             },
-            replicas,
-            warm_replicas: self.warm_replicas.unwrap_or(1),
-            drain_timeout_ms: self.drain_timeout_ms.unwrap_or(15 * 60 * 1000),
-            restart_policy: self.restart_policy.unwrap_or_default(),
+            scale: ScaleSpec {
+                replicas,
+                warm_replicas: self.warm_replicas.unwrap_or(1),
+                drain_timeout_ms: self.drain_timeout_ms.unwrap_or(15 * 60 * 1000),
+                restart_policy: self.restart_policy.unwrap_or_default(),
+                idle_timeout_ms: self.idle_timeout_ms.unwrap_or(300 * 1000),
+                start_timeout_ms: self.start_timeout_ms.unwrap_or(DEFAULT_START_TIMEOUT_MS),
+                max_sessions: self.max_sessions,
+                max_replicas,
+                scale_at: self.scale_at.unwrap_or(DEFAULT_SCALE_AT),
+                scale_down_after_ms: self.scale_down_after_ms.unwrap_or(DEFAULT_SCALE_DOWN_AFTER_MS),
+            },
             state_file: self.state_file.unwrap_or_else(|| doc.dir.join("state.json")),
-            idle_timeout_ms: self.idle_timeout_ms.unwrap_or(300 * 1000),
-            start_timeout_ms: self.start_timeout_ms.unwrap_or(DEFAULT_START_TIMEOUT_MS),
             keep_releases: self.keep_releases.unwrap_or(DEFAULT_KEEP_RELEASES),
-            max_sessions: self.max_sessions,
-            max_replicas,
-            scale_at: self.scale_at.unwrap_or(DEFAULT_SCALE_AT),
-            scale_down_after_ms: self.scale_down_after_ms.unwrap_or(DEFAULT_SCALE_DOWN_AFTER_MS),
         })
     }
 }

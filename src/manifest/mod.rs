@@ -16,7 +16,8 @@
 //! uses them, each travelling as one value: [`StartSpec`] (how a copy
 //! starts: a release keeps it, the launcher gets it whole, its hash tells an
 //! outdated copy) and [`RouteSpec`] (how visitors reach the copies: the
-//! load balancer gets it in the copies table).
+//! load balancer gets it in the copies table) and [`ScaleSpec`] (how many
+//! copies run and how they come and go: `reconcile::decide` reads it).
 //!
 //! Adding a key: its check function in `keys.rs`, a field in `Draft` and its
 //! line in `draft::TAKE` (which also lists it in [`KEYS`] and in the "did you
@@ -37,6 +38,7 @@ mod net;
 mod policy;
 mod route;
 mod sandbox;
+mod scale;
 mod start;
 mod value;
 
@@ -58,6 +60,7 @@ pub use net::Cidr;
 pub use policy::{LbPolicy, RestartPolicy};
 pub use route::RouteSpec;
 pub use sandbox::{parse_size, show_size, Sandbox, SandboxMode, Syscalls, DEFAULT_OPEN_FILES, DEFAULT_TASKS};
+pub use scale::ScaleSpec;
 pub use start::{settings_hash, StartSpec};
 pub use value::parse_duration;
 
@@ -77,56 +80,18 @@ pub struct AppSpec {
     /// How visitors reach the copies: what the load balancer reads.
     #[serde(flatten)]
     pub route: RouteSpec,
-    /// `replicas`, default 1, at least 1.
-    pub replicas: u32,
-    /// `warm-replicas`, default 1.
-    pub warm_replicas: u32,
-    /// `drain-timeout` in ms, default 15m.
-    pub drain_timeout_ms: u64,
-    /// `restart-policy`, default always.
-    pub restart_policy: RestartPolicy,
+    /// How many copies run and how they come and go: what the cycle reads.
+    #[serde(flatten)]
+    pub scale: ScaleSpec,
     /// `state-file`, absolute; default `state.json` beside the manifest.
     pub state_file: PathBuf,
-    /// `idle-timeout` in ms, default 300s; 0 never sleeps.
-    pub idle_timeout_ms: u64,
-    /// `start-timeout` in ms, default [`DEFAULT_START_TIMEOUT_MS`]: a copy
-    /// not ready by then is stopped and counted as a crash (Shiny Server's
-    /// `app_init_timeout`). Changing it restarts no copy.
-    #[serde(default = "default_start_timeout")]
-    pub start_timeout_ms: u64,
     /// `keep-releases`, default [`DEFAULT_KEEP_RELEASES`]: the releases kept
     /// on disk, the current one included (and any a copy still runs).
     #[serde(default = "default_keep_releases")]
     pub keep_releases: u32,
-    /// `max-sessions`: the Shiny sessions (open WebSockets) a copy takes
-    /// before it counts as full; none: no limit, and the app never grows.
-    /// Like every capacity key, read by the cycle and the table: changing it
-    /// restarts no copy.
-    #[serde(default)]
-    pub max_sessions: Option<u32>,
-    /// `max-replicas`: the most active copies the app may grow to; as
-    /// written, the manifest's `replicas` when not given. 0 (an app recorded
-    /// before it existed) reads as `replicas`: see [`AppSpec::max_active`].
-    #[serde(default)]
-    pub max_replicas: u32,
-    /// `scale-at`, default [`DEFAULT_SCALE_AT`]: the share of the active
-    /// copies' capacity their open sessions reach when the app grows.
-    #[serde(default = "default_scale_at")]
-    pub scale_at: f64,
-    /// `scale-down-after` in ms, default [`DEFAULT_SCALE_DOWN_AFTER_MS`]:
-    /// how long the load must stay low before a grown copy leaves.
-    #[serde(default = "default_scale_down_after")]
-    pub scale_down_after_ms: u64,
 }
 
 impl AppSpec {
-    /// The most active copies: `max-replicas`, never fewer than `replicas`
-    /// (an app recorded before `max-replicas`, or scaled past it, does not
-    /// shrink below what it is told).
-    pub fn max_active(&self) -> u32 {
-        self.max_replicas.max(self.replicas)
-    }
-
     /// The hash of the app's name, group and start spec
     /// ([`start::settings_hash`]). Copies started with another hash are
     /// outdated.
@@ -152,7 +117,7 @@ fn default_keep_releases() -> u32 {
 }
 
 /// For an app recorded before `start-timeout` existed.
-fn default_start_timeout() -> u64 {
+pub(crate) fn default_start_timeout() -> u64 {
     DEFAULT_START_TIMEOUT_MS
 }
 
@@ -166,12 +131,12 @@ pub const DEFAULT_SCALE_DOWN_AFTER_MS: u64 = 5 * 60 * 1000;
 pub const MAX_SESSIONS: u64 = 100_000;
 
 /// For an app recorded before `scale-at` existed.
-fn default_scale_at() -> f64 {
+pub(crate) fn default_scale_at() -> f64 {
     DEFAULT_SCALE_AT
 }
 
 /// For an app recorded before `scale-down-after` existed.
-fn default_scale_down_after() -> u64 {
+pub(crate) fn default_scale_down_after() -> u64 {
     DEFAULT_SCALE_DOWN_AFTER_MS
 }
 

@@ -64,14 +64,14 @@ fn defaults_are_filled() {
     assert_eq!(s.start.entrypoint, "app.R");
     assert_eq!(s.route.port, 8080);
     assert_eq!(s.route.host.to_string(), "0.0.0.0");
-    assert_eq!(s.replicas, 1);
-    assert_eq!(s.warm_replicas, 1);
+    assert_eq!(s.scale.replicas, 1);
+    assert_eq!(s.scale.warm_replicas, 1);
     assert_eq!(s.route.lb_policy, LbPolicy::LeastConn);
-    assert_eq!(s.drain_timeout_ms, 15 * 60 * 1000);
-    assert_eq!(s.restart_policy, RestartPolicy::Always);
+    assert_eq!(s.scale.drain_timeout_ms, 15 * 60 * 1000);
+    assert_eq!(s.scale.restart_policy, RestartPolicy::Always);
     assert!(s.start.env.is_empty());
     assert_eq!(s.state_file, d.0.join("state.json"));
-    assert_eq!(s.idle_timeout_ms, 300_000);
+    assert_eq!(s.scale.idle_timeout_ms, 300_000);
     assert_eq!(s.route.request_timeout_ms, 30_000);
     assert_eq!(s.start.r_path, "R");
     assert_eq!(s.route.max_connections, DEFAULT_MAX_CONNECTIONS);
@@ -117,15 +117,15 @@ r-path: bin/R
     assert_eq!(s.start.entrypoint, "main.R");
     assert_eq!(s.route.port, 8765);
     assert_eq!(s.route.host.to_string(), "127.0.0.1");
-    assert_eq!(s.replicas, 3);
-    assert_eq!(s.warm_replicas, 0);
+    assert_eq!(s.scale.replicas, 3);
+    assert_eq!(s.scale.warm_replicas, 0);
     assert_eq!(s.route.lb_policy, LbPolicy::RoundRobin);
-    assert_eq!(s.drain_timeout_ms, 3_600_000);
-    assert_eq!(s.restart_policy, RestartPolicy::OnFailure);
+    assert_eq!(s.scale.drain_timeout_ms, 3_600_000);
+    assert_eq!(s.scale.restart_policy, RestartPolicy::OnFailure);
     let env: Vec<(&str, &str)> = s.start.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     assert_eq!(env, vec![("DB_HOST", "db.local"), ("DEBUG", "true"), ("EMPTY", ""), ("VERSION", "1.10"), ("WORKERS", "4")]);
     assert_eq!(s.state_file, d.0.join("var/sales.json"));
-    assert_eq!(s.idle_timeout_ms, 0);
+    assert_eq!(s.scale.idle_timeout_ms, 0);
     assert_eq!(s.route.request_timeout_ms, 500);
     assert_eq!(s.start.r_path, d.0.join("bin/R").to_string_lossy());
 }
@@ -152,11 +152,11 @@ fn other_spellings_are_accepted() {
         .unwrap();
     assert_eq!(s.route.host.to_string(), "::");
     assert_eq!(s.start.env.get("A").map(String::as_str), Some("1"));
-    assert_eq!(s.idle_timeout_ms, 90_000);
-    assert_eq!(s.drain_timeout_ms, 30_000);
+    assert_eq!(s.scale.idle_timeout_ms, 90_000);
+    assert_eq!(s.scale.drain_timeout_ms, 30_000);
     assert_eq!(s.route.lb_policy, LbPolicy::First);
-    assert_eq!(s.restart_policy, RestartPolicy::Never);
-    assert_eq!(s.replicas, 2);
+    assert_eq!(s.scale.restart_policy, RestartPolicy::Never);
+    assert_eq!(s.scale.replicas, 2);
     assert_eq!(s.start.working_dir, d.0);
     assert_eq!(s.state_file, d.0.join("s.json"));
     // An empty env is no env.
@@ -220,7 +220,7 @@ fn replicas_zero() {
     let d = TestDir::new();
     d.refused("app-name: hello\nport: 8080\nreplicas: 0\n", 3, "replicas", &["0", "at least 1"]);
     d.refused("app-name: hello\nport: 8080\nreplicas: 5000\n", 3, "replicas", &["too many", "at most 1000"]);
-    assert_eq!(d.parse("app-name: hello\nport: 8080\nwarm-replicas: 0\n").unwrap().warm_replicas, 0);
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nwarm-replicas: 0\n").unwrap().scale.warm_replicas, 0);
 }
 
 #[test]
@@ -442,16 +442,16 @@ fn shiny_documents_are_told_by_their_front_matter() {
 fn capacity_keys_and_their_defaults() {
     let d = TestDir::new();
     let plain = d.parse("app-name: hello\nport: 8080\nreplicas: 2\n").unwrap();
-    assert_eq!(plain.max_sessions, None, "no limit unless set");
-    assert_eq!(plain.max_replicas, 2, "default: replicas, no growth");
-    assert_eq!(plain.scale_at, 0.8);
-    assert_eq!(plain.scale_down_after_ms, 5 * 60 * 1000);
+    assert_eq!(plain.scale.max_sessions, None, "no limit unless set");
+    assert_eq!(plain.scale.max_replicas, 2, "default: replicas, no growth");
+    assert_eq!(plain.scale.scale_at, 0.8);
+    assert_eq!(plain.scale.scale_down_after_ms, 5 * 60 * 1000);
     let s = d
         .parse("app-name: hello\nport: 8080\nreplicas: 2\nmax-replicas: 6\nmax-sessions: 20\nscale-at: 0.5\nscale-down-after: 30s\n")
         .unwrap();
-    assert_eq!((s.max_sessions, s.max_replicas, s.scale_at, s.scale_down_after_ms), (Some(20), 6, 0.5, 30_000));
-    assert_eq!(d.parse("app-name: hello\nport: 8080\nscale-at: 75%\n").unwrap().scale_at, 0.75);
-    assert_eq!(d.parse("app-name: hello\nport: 8080\nscale-at: 1\n").unwrap().scale_at, 1.0);
+    assert_eq!((s.scale.max_sessions, s.scale.max_replicas, s.scale.scale_at, s.scale.scale_down_after_ms), (Some(20), 6, 0.5, 30_000));
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nscale-at: 75%\n").unwrap().scale.scale_at, 0.75);
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nscale-at: 1\n").unwrap().scale.scale_at, 1.0);
     // None decides how a copy starts: a change restarts no copy.
     assert_eq!(s.settings_hash(), plain.settings_hash());
     // An app recorded before these keys existed loads with their defaults.
@@ -460,7 +460,7 @@ fn capacity_keys_and_their_defaults() {
         old.as_object_mut().unwrap().remove(key);
     }
     let loaded: AppSpec = serde_json::from_value(old).unwrap();
-    assert_eq!((loaded.max_sessions, loaded.max_active(), loaded.scale_at), (None, 2, 0.8));
+    assert_eq!((loaded.scale.max_sessions, loaded.scale.max_active(), loaded.scale.scale_at), (None, 2, 0.8));
 }
 
 #[test]

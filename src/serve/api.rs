@@ -149,7 +149,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             };
             let (spec, state) = (&app.recorded.spec, &app.recorded.state);
             let reply =
-                crate::reconcile::rollout(state, &spec.settings_hash(), spec.replicas, &app.tracked.roles, revision, super::now_ms());
+                crate::reconcile::rollout(state, &spec.settings_hash(), spec.scale.replicas, &app.tracked.roles, revision, super::now_ms());
             uds::json_response(StatusCode::OK, &reply)
         }
         (Method::POST, ["v1", "apps", name, "stop"]) => super::operate::stop(&shared, name).await,

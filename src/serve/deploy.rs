@@ -327,7 +327,7 @@ fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<Taken>) -> Res
         )));
     }
     d.apps.insert(spec.name.clone(), AppRt::new(spec.clone(), state));
-    let n = spec.replicas + spec.warm_replicas;
+    let n = spec.scale.replicas + spec.scale.warm_replicas;
     let line = format!(
         "{}: applied; starting {n} {} on port {}. Watch: shinyctl status {}",
         spec.name,

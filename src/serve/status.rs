@@ -142,7 +142,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
             });
             // The time of day of the last change, as the copies' start times show it.
             let time_of_day = |ms: u64| procfs::local_rfc3339(ms).get(11..19).unwrap_or_default().to_string();
-            notes.extend(reconcile::capacity::note(name, app.recorded.spec.replicas, &capacity, time_of_day));
+            notes.extend(reconcile::capacity::note(name, app.recorded.spec.scale.replicas, &capacity, time_of_day));
             notes.extend(app.recorded.state.held_by_memory.as_ref().map(|why| format!("{name} {why}.")));
             AppStatus {
                 name: name.clone(),
@@ -157,7 +157,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 runs_as_root: root_note(&app.recorded.spec, nix::unistd::geteuid().is_root()),
                 uid: app.recorded.state.uid.filter(|_| super::identity::wanted(&app.recorded.spec)),
                 state: app_state(&app.recorded).to_string(),
-                replicas: app.recorded.spec.replicas,
+                replicas: app.recorded.spec.scale.replicas,
                 manifest: app.recorded.spec.manifest.display().to_string(),
                 capacity: Some(capacity),
             }

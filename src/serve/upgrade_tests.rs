@@ -74,8 +74,8 @@ fn the_copies_table_keeps_the_form_the_previous_load_balancer_reads() {
         asleep: false,
         listening: true,
         stopped: false,
-        max_sessions: spec.max_sessions,
-        max_replicas: spec.max_active(),
+        max_sessions: spec.scale.max_sessions,
+        max_replicas: spec.scale.max_active(),
         copies: Vec::new(),
     };
     let json = serde_json::to_value(&app).unwrap();

@@ -46,7 +46,7 @@ fn a_copy_over_its_memory_limit_is_a_crash_restarted_after_the_backoff_and_statu
 #[test]
 fn a_copy_stopped_for_memory_is_a_failure_for_restart_policy_on_failure() {
     let mut sim = Sim::new(1, 0);
-    sim.spec.restart_policy = RestartPolicy::OnFailure;
+    sim.spec.scale.restart_policy = RestartPolicy::OnFailure;
     sim.at(0).cycle().ready(&[1]).cycle();
     let exit =
         Exit { at_ms: sim.now, code: Some(0), signal: None, memory: Some(MemoryStop { used: G, limit: G / 2 }), start_timeout_ms: None };

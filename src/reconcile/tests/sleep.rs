@@ -62,7 +62,7 @@ fn requests_and_open_sessions_keep_an_app_awake() {
 #[test]
 fn idle_timeout_zero_never_sleeps_and_a_busy_app_doesnt_either() {
     let mut sim = Sim::new(1, 0);
-    sim.spec.idle_timeout_ms = 0;
+    sim.spec.scale.idle_timeout_ms = 0;
     sim.at(0).cycle().ready(&[1]).cycle();
     sim.at(100_000).cycle();
     assert_eq!(sim.state.asleep_since_ms, None);
@@ -211,7 +211,7 @@ fn an_app_that_woke_gets_a_whole_idle_timeout_again() {
 fn a_copy_on_its_first_start_holds_the_sleep_off_until_it_is_ready() {
     // A short idle-timeout and a slow R: the app is seen whole before it sleeps.
     let mut sim = Sim::new(1, 1);
-    sim.spec.idle_timeout_ms = 2 * S;
+    sim.spec.scale.idle_timeout_ms = 2 * S;
     sim.at(0).cycle();
     sim.at(1).ready(&[1]).cycle();
     sim.at(4).cycle();
