@@ -420,7 +420,7 @@ async fn a_request_that_reaches_an_app_being_deleted_is_answered_by_its_draining
 
 #[tokio::test(start_paused = true)]
 async fn past_the_15_s_hold_a_request_gets_the_restarting_page() {
-    // staying-up.txt: "a request waits up to 15 seconds".
+    // README, "Staying up": "a request waits up to 15 seconds".
     let mut rig = start(|port| table(port, LbPolicy::LeastConn, false, 30_000, &[(1, dead_port(), Role::Active)])).await;
     let t = Instant::now();
     let held = tokio::spawn(get(rig.port, None));
@@ -461,8 +461,8 @@ async fn requests_for_a_sleeping_app_share_one_wake() {
 
 #[tokio::test(start_paused = true)]
 async fn a_wake_slower_than_the_request_timeout_is_a_504_and_the_wait_is_capped_at_30_s() {
-    // sleep-and-wake.txt: held up to the request-timeout, "never more than
-    // 30 seconds".
+    // README, "Sleep": held up to the request-timeout, 30 seconds at
+    // most.
     for (request_timeout_ms, waited) in [(5_000, Duration::from_secs(5)), (60_000, Duration::from_secs(30))] {
         let mut rig = start(|port| table(port, LbPolicy::LeastConn, true, request_timeout_ms, &[])).await;
         let t = Instant::now();

@@ -24,10 +24,10 @@ use crate::manifest::{Cidr, DEFAULT_MAX_CONNECTIONS};
 use crate::model::{AppTraffic, CopyTraffic, LbPolicy, LeavingCopy, ProxyTable, Refusing, Role};
 
 /// The longest a request is held while no copy can take it
-/// (staying-up.txt: "a request waits up to 15 seconds").
+/// (README, "Staying up": "a request waits up to 15 seconds").
 pub const MAX_HOLD: Duration = Duration::from_secs(15);
 /// The longest a request is held while its app wakes
-/// (sleep-and-wake.txt: "never more than 30 seconds").
+/// (README, "Sleep": a wake holds a request 30 seconds at most).
 pub const MAX_WAKE_HOLD: Duration = Duration::from_secs(30);
 
 /// A copy marked down is tried again after this long even if the table
@@ -658,9 +658,9 @@ mod tests {
 
     #[test]
     fn holds_follow_the_docs_fifteen_seconds_for_a_copy_thirty_for_a_wake() {
-        // staying-up.txt: "a request waits up to 15 seconds for the app to
-        // come back"; sleep-and-wake.txt: "for the app's request timeout,
-        // but never more than 30 seconds". A request-timeout above 30 s
+        // README, "Staying up": "a request waits up to 15 seconds for the
+        // app to come back"; README, "Sleep": a wake holds a request for the
+        // app's request-timeout, 30 seconds at most. A request-timeout above 30 s
         // (as a table could carry) is still capped.
         let key = [1u8; 32];
         for (request_timeout, hold, wake_hold) in [(45, 15, 30), (30, 15, 30), (20, 15, 20), (3, 3, 3)] {

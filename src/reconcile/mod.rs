@@ -1,7 +1,7 @@
 //! The pure heart of the cycle: [`decide`] takes the app's spec, what was
 //! recorded, what was observed and the time, and returns what to record, the
 //! roles, and what to start and stop. It does no I/O and reads no clock, so
-//! it is tested with tables that read like the timelines in staying-up.txt.
+//! it is tested with tables that read like the README's "Staying up".
 //!
 //! It is idempotent: called twice with the same inputs it plans the same, and
 //! it does not care why it was called (a tick, a command, an exit).
@@ -146,7 +146,7 @@ enum Phase {
 
 /// Decides one cycle for one app. Pure: no I/O, no clock.
 ///
-/// Long on purpose: its numbered steps are staying-up.txt's rules in the
+/// Long on purpose: its numbered steps are the README's "Staying up" rules in the
 /// order they apply to one state (fold what happened, sleep, the switch,
 /// outdated copies, scaling, drains, processes, roles), and they share the
 /// same few views of that state (`phase`, `is_current`, `serving`); read it

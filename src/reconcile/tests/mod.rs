@@ -1,4 +1,4 @@
-//! Timelines from staying-up.txt, played against [`decide`] with a fake
+//! Timelines from README, "Staying up", played against [`decide`] with a fake
 //! clock and a fake world: a started process becomes a record with a PID, a
 //! stopped one exits, and the test says when a copy is ready or dies.
 
@@ -200,7 +200,7 @@ fn oldest_replicas_copies_are_active() {
 
 #[test]
 fn a_copy_dies_and_the_spare_takes_over_roles_dont_swap_back() {
-    // staying-up.txt, "When a copy dies".
+    // README, "Staying up": a copy that dies.
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle();
     sim.at(60).kill(1).cycle();
@@ -303,7 +303,7 @@ fn restart_policy_decides_whether_a_copy_comes_back() {
 
 #[test]
 fn a_redeploy_that_drains() {
-    // staying-up.txt, "A redeploy that drains".
+    // README, "Staying up": a redeploy that drains.
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle().sessions(1, 2);
     sim.at(100).restart(false).cycle();
@@ -575,7 +575,7 @@ fn human_durations() {
 
 #[test]
 fn scaling_down_counts_sessions_not_connections() {
-    // staying-up.txt: "ready ones with the fewest open sessions". Copy 2 has
+    // README, "Capacity": ready ones with the fewest open sessions. Copy 2 has
     // many requests in flight but no session; copy 3 one session.
     let mut sim = Sim::new(3, 0);
     sim.at(0).cycle().ready(&[1, 2, 3]).cycle();

@@ -1,4 +1,4 @@
-//! Sleep timelines (sleep-and-wake.txt and the faults issue), played
+//! Sleep timelines (README, "Sleep", and the faults issue), played
 //! against [`decide`] with the same fake world as the staying-up ones.
 
 use super::*;
@@ -18,7 +18,7 @@ impl Sim {
 
 #[test]
 fn an_idle_app_sleeps_and_wakes_in_place() {
-    // sleep-and-wake.txt: asleep is really off; number, port and disk stay.
+    // README, "Sleep": asleep is really off; number, port and disk stay.
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle();
     let ports: Vec<u16> = sim.state.copies.iter().map(|r| r.port).collect();
