@@ -35,7 +35,7 @@ cp examples/hello/app.R "$tmp/app/"
 base=${BASE:+$(realpath "$BASE")}
 
 python3 - "$bin" "$tmp" "$RUNS" "$ALONE" "$base" <<'PY'
-import os, socket, statistics, subprocess, sys, time
+import json, os, socket, statistics, subprocess, sys, time
 bin, tmp, runs, alone, base = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 home, app = f"{tmp}/home", f"{tmp}/app"
 scratch = f"{home}/scratch/bench-app/1"
@@ -50,9 +50,10 @@ def answers():
         return False
 
 def launch(mode, r_path, binary=bin):
-    return [binary, "launch", "--app-dir", app, "--scratch", scratch, "--entrypoint", "app.R",
-            "--port", str(port), "--r-path", r_path, "--copy", "1", "--app", "bench-app",
-            "--home", home, "--sandbox", '{"mode":"%s"}' % mode]
+    spec = {"app": "bench-app", "copy": 1, "port": port, "app_dir": app, "scratch": scratch,
+            "start": {"working_dir": app, "entrypoint": "app.R", "r_path": r_path, "env": {},
+                      "sandbox": {"mode": mode}}}
+    return [binary, "launch", "--home", home, "--spec", json.dumps(spec)]
 
 expr = f"shiny::runApp(appDir = '{app}/app.R', port = {port}L, host = '127.0.0.1', launch.browser = FALSE)"
 commands = {

@@ -57,14 +57,11 @@ pub struct ProxyTable {
 pub struct ProxyApp {
     /// The app's name, used when telling the daemon about a stand-in.
     pub name: String,
-    /// The listen address (`host` in the manifest).
-    pub host: String,
-    /// The app's public port; the sticky cookie is `lb_<port>`.
-    pub port: u16,
-    /// How new visitors are spread over the active copies.
-    pub policy: LbPolicy,
-    /// How long a request may be held while no copy can take it, in ms.
-    pub request_timeout_ms: u64,
+    /// How visitors reach it: the app's route spec, its keys the table's
+    /// (`host`, `port`, `policy`, `request_timeout_ms`, `max_connections`,
+    /// `trusted_proxies`).
+    #[serde(flatten)]
+    pub route: crate::manifest::RouteSpec,
     /// The app sleeps: a request asks the daemon for a wake
     /// (`POST /v1/apps/<name>/wake` on api.sock, shared by the requests that
     /// arrive together) and is held until a copy is ready.
@@ -79,14 +76,6 @@ pub struct ProxyApp {
     /// so (503, Retry-After), at once; no wake.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
-    /// The most visitors' connections open at once (`max-connections`);
-    /// 0 from a daemon that did not send it: the manifest's default.
-    #[serde(default)]
-    pub max_connections: u32,
-    /// Addresses and CIDR ranges of trusted proxies in front
-    /// (`trusted-proxies`).
-    #[serde(default)]
-    pub trusted_proxies: Vec<String>,
     /// `max-sessions`: the sessions that make a copy full; none: no limit
     /// (README, "Capacity").
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -369,8 +358,8 @@ pub struct Release {
     pub files: u64,
     /// How long taking it took, in ms.
     pub took_ms: u64,
-    /// The settings it was deployed with: what `rollback` redeploys it with.
-    pub deployed: Deployed,
+    /// The start spec it was deployed with: what `rollback` redeploys it with.
+    pub deployed: crate::manifest::StartSpec,
     /// Every copy that has run it: their logs go when it is deleted and
     /// they no longer exist.
     #[serde(default)]
@@ -380,26 +369,6 @@ pub struct Release {
     /// have served). One that never served is no rollback target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served: Option<bool>,
-}
-
-/// The settings that decide how a copy starts, as a release was deployed
-/// with them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Deployed {
-    /// `working-dir`, the folder the release was taken of.
-    pub working_dir: std::path::PathBuf,
-    /// `entrypoint-file`, relative to the release.
-    pub entrypoint: String,
-    /// `r-path`.
-    pub r_path: String,
-    /// `env`.
-    pub env: std::collections::BTreeMap<String, String>,
-    /// `sandbox` (the defaults for a release recorded before the fence).
-    #[serde(default)]
-    pub sandbox: crate::manifest::Sandbox,
-    /// `run-as`.
-    #[serde(default)]
-    pub run_as: Option<String>,
 }
 
 /// How a `left_down` reason begins when `sandbox.mode: strict` refused the

@@ -78,17 +78,19 @@ fn table(port: u16, policy: LbPolicy, asleep: bool, request_timeout_ms: u64, cop
     ProxyTable {
         apps: vec![ProxyApp {
             name: "web".into(),
-            host: "127.0.0.1".into(),
-            port,
-            policy,
-            request_timeout_ms,
+            route: shinyctl::manifest::RouteSpec {
+                host: "127.0.0.1".parse().unwrap(),
+                port,
+                lb_policy: policy,
+                request_timeout_ms,
+                max_connections: 0,
+                trusted_proxies: Vec::new(),
+            },
             asleep,
             stopped: false,
             listening: true,
-            max_connections: 0,
             max_sessions: None,
             max_replicas: 0,
-            trusted_proxies: Vec::new(),
             // The copies' "process" is this test's own: alive, so a copy
             // that drops a connection has not died (see `dying_backend`).
             copies: copies.iter().map(|&(copy, port, role)| ProxyCopy { copy, port, role, pid: std::process::id() }).collect(),
@@ -418,7 +420,7 @@ async fn a_request_that_reaches_an_app_being_deleted_is_answered_by_its_draining
 
 #[tokio::test(start_paused = true)]
 async fn past_the_15_s_hold_a_request_gets_the_restarting_page() {
-    // staying-up.txt: "a request waits up to 15 seconds".
+    // README, "Staying up": "a request waits up to 15 seconds".
     let mut rig = start(|port| table(port, LbPolicy::LeastConn, false, 30_000, &[(1, dead_port(), Role::Active)])).await;
     let t = Instant::now();
     let held = tokio::spawn(get(rig.port, None));
@@ -459,8 +461,8 @@ async fn requests_for_a_sleeping_app_share_one_wake() {
 
 #[tokio::test(start_paused = true)]
 async fn a_wake_slower_than_the_request_timeout_is_a_504_and_the_wait_is_capped_at_30_s() {
-    // sleep-and-wake.txt: held up to the request-timeout, "never more than
-    // 30 seconds".
+    // README, "Sleep": held up to the request-timeout, 30 seconds at
+    // most.
     for (request_timeout_ms, waited) in [(5_000, Duration::from_secs(5)), (60_000, Duration::from_secs(30))] {
         let mut rig = start(|port| table(port, LbPolicy::LeastConn, true, request_timeout_ms, &[])).await;
         let t = Instant::now();
@@ -649,7 +651,7 @@ async fn a_visitors_forwarded_headers_never_reach_the_copy_and_a_trusted_proxys_
         assert!(a.body.contains(line), "{line} in {}", a.body);
     }
     let mut trusting = table(rig.port, LbPolicy::First, false, 30_000, &[(1, one, Role::Active)]);
-    trusting.apps[0].trusted_proxies = vec!["127.0.0.0/8".into()];
+    trusting.apps[0].route.trusted_proxies = vec![shinyctl::manifest::Cidr::parse("127.0.0.0/8").unwrap()];
     rig.proxy.push(trusting).await;
     let b = get_path(rig.port, "/", "X-Forwarded-For: 203.0.113.9\r\nX-Forwarded-Proto: https\r\n").await;
     assert!(b.body.contains("x-forwarded-for: 203.0.113.9, 127.0.0.1"), "{}", b.body);
@@ -660,9 +662,9 @@ async fn a_visitors_forwarded_headers_never_reach_the_copy_and_a_trusted_proxys_
 async fn past_max_connections_a_visitor_gets_a_plain_503_with_retry_after() {
     let (one, _) = backend(1).await;
     let mut capped = table(0, LbPolicy::First, false, 30_000, &[(1, one, Role::Active)]);
-    capped.apps[0].max_connections = 2;
+    capped.apps[0].route.max_connections = 2;
     let rig = start(|p| {
-        capped.apps[0].port = p;
+        capped.apps[0].route.port = p;
         capped
     })
     .await;

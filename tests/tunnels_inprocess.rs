@@ -44,17 +44,19 @@ async fn start(copy_port: u16) -> Rig {
     let table = ProxyTable {
         apps: vec![ProxyApp {
             name: "web".into(),
-            host: "127.0.0.1".into(),
-            port,
-            policy: LbPolicy::First,
-            request_timeout_ms: 30_000,
+            route: shinyctl::manifest::RouteSpec {
+                host: "127.0.0.1".parse().unwrap(),
+                port,
+                lb_policy: LbPolicy::First,
+                request_timeout_ms: 30_000,
+                max_connections: 0,
+                trusted_proxies: Vec::new(),
+            },
             asleep: false,
             stopped: false,
             listening: true,
-            max_connections: 0,
             max_sessions: None,
             max_replicas: 0,
-            trusted_proxies: Vec::new(),
             copies: vec![ProxyCopy { copy: 1, port: copy_port, role: Role::Active, pid: std::process::id() }],
         }],
     };

@@ -94,7 +94,7 @@ pub fn run(launch: &Launch, report: Option<Writer>, plan: Plan, who: Option<Iden
     let mut bytes = Vec::new();
     let _ = std::fs::File::from(ready.0).read_to_end(&mut bytes);
     if let (Some(report), Ok(told)) = (report, serde_json::from_slice::<init::Handoff>(&bytes)) {
-        let isolation = super::isolation_of(&told.fences, launch.sandbox.mode, user_name(who.as_ref()));
+        let isolation = super::isolation_of(&told.fences, launch.start.sandbox.mode, user_name(who.as_ref()));
         report.write(&isolation, only_child(child), told.refused.as_deref());
     }
     let end = wait_for(child);

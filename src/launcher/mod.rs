@@ -30,6 +30,7 @@ pub mod fences;
 mod host;
 mod init;
 mod landlock;
+mod legacy;
 mod mount;
 mod plan;
 mod ports;
@@ -45,7 +46,9 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::manifest::{Sandbox, SandboxMode};
+use serde::{Deserialize, Serialize};
+
+use crate::manifest::{SandboxMode, StartSpec};
 pub use crate::model::{Isolation, IsolationKind};
 pub use confine::{confine, Applied, ConfineError, Confinement, SeccompApplied};
 use fences::Fences;
@@ -72,87 +75,52 @@ pub const EXIT_REFUSED: i32 = 122;
 /// The launcher's exit status when R itself could not be run.
 pub const EXIT_NO_R: i32 = 127;
 
-/// Everything the launcher needs to start one copy: the daemon builds it,
-/// turns it into a command line ([`Launch::command`]), and the launcher
-/// parses it back ([`Launch::parse`]).
-#[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
-#[command(name = "shinyctl launch", no_binary_name = true, disable_help_flag = true)]
+/// Everything the launcher needs to start one copy: the app's start spec
+/// whole, and beside it what is this copy's own. The daemon builds it and
+/// turns it into a command line ([`Launch::command`]): `--home HOME` and
+/// `--spec JSON` (this value); the launcher reads it back ([`Launch::parse`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Launch {
-    /// The folder to run, as the host sees it (a release, or working-dir).
-    #[arg(long)]
-    pub app_dir: PathBuf,
-    /// The copy's own disk, as the host sees it.
-    #[arg(long)]
-    pub scratch: PathBuf,
-    /// The app's file in `app_dir` (`app.R`).
-    #[arg(long)]
-    pub entrypoint: String,
-    /// The copy's port on 127.0.0.1.
-    #[arg(long)]
-    pub port: u16,
-    /// The R executable.
-    #[arg(long)]
-    pub r_path: String,
-    /// The copy number (for the log line).
-    #[arg(long)]
-    pub copy: u32,
-    /// The app's name: the copy's hostname.
-    #[arg(long)]
-    pub app: String,
     /// SHINYCTL_HOME: hidden from the copy, and the mark by which a test
     /// (or a person) finds the processes of one home, since a copy's
-    /// environment no longer names it.
-    #[arg(long)]
+    /// environment no longer names it. In the argv of its own (`--home`),
+    /// not in the JSON.
+    #[serde(skip)]
     pub home: PathBuf,
-    /// The manifest's `sandbox:` section, as JSON.
-    #[arg(long, value_parser = parse_sandbox)]
-    pub sandbox: Sandbox,
-    /// `run-as`: the user a root daemon runs the copy as.
-    #[arg(long)]
-    pub run_as: Option<String>,
+    /// The app's name: the copy's hostname.
+    pub app: String,
+    /// The copy number (for the log line).
+    pub copy: u32,
+    /// The copy's port on 127.0.0.1.
+    pub port: u16,
+    /// The folder to run, as the host sees it (a release, or working-dir).
+    pub app_dir: PathBuf,
+    /// The copy's own disk, as the host sees it.
+    pub scratch: PathBuf,
     /// The app's own uid (and gid), which a root daemon runs the copy as
     /// without `run-as` (README, "Identities").
-    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
     /// The copy's cgroups (its memory and tasks limits), joined first
     /// thing, before any namespace: one per hierarchy (cgroup v1 has one
     /// for memory and one for pids), none where there is no cgroup.
-    #[arg(long = "cgroup")]
+    #[serde(default)]
     pub cgroups: Vec<PathBuf>,
-}
-
-/// Parses `--sandbox`.
-fn parse_sandbox(s: &str) -> Result<Sandbox, String> {
-    serde_json::from_str(s).map_err(|e| format!("not a sandbox section: {e}"))
+    /// How the copy starts: the release's start spec. Its `env` travels as
+    /// the launcher's environment, not on its command line (which every
+    /// user of the machine may read): it is empty here.
+    pub start: StartSpec,
 }
 
 impl Launch {
     /// The launcher's arguments after `launch`.
     pub fn args(&self) -> Vec<OsString> {
-        let mut a: Vec<OsString> = Vec::with_capacity(12);
-        let mut pair = |k: &str, v: OsString| {
-            a.push(k.into());
-            a.push(v);
-        };
-        pair("--app-dir", self.app_dir.clone().into_os_string());
-        pair("--scratch", self.scratch.clone().into_os_string());
-        pair("--entrypoint", self.entrypoint.clone().into());
-        pair("--port", self.port.to_string().into());
-        pair("--r-path", self.r_path.clone().into());
-        pair("--copy", self.copy.to_string().into());
-        pair("--app", self.app.clone().into());
-        pair("--home", self.home.clone().into_os_string());
-        pair("--sandbox", serde_json::to_string(&self.sandbox).unwrap_or_default().into());
-        if let Some(u) = &self.run_as {
-            pair("--run-as", u.into());
-        }
-        if let Some(uid) = self.uid {
-            pair("--uid", uid.to_string().into());
-        }
-        for dir in &self.cgroups {
-            pair("--cgroup", dir.clone().into_os_string());
-        }
-        a
+        let mut told = self.clone();
+        told.start.env.clear();
+        // A struct of text, numbers and paths from a manifest (UTF-8):
+        // serializing it cannot fail.
+        let spec = serde_json::to_string(&told).unwrap_or_default();
+        vec!["--home".into(), self.home.clone().into_os_string(), "--spec".into(), spec.into()]
     }
 
     /// The command that starts the copy through this binary's launcher.
@@ -169,10 +137,23 @@ impl Launch {
         Ok(cmd)
     }
 
-    /// Parses the launcher's arguments (those after `launch`).
+    /// Parses the launcher's arguments (those after `launch`): `--home HOME
+    /// --spec JSON`, or the per-setting arguments of a launcher the build
+    /// before the start spec started (a daemon adopts such a copy after an
+    /// upgrade: see [`legacy`]).
     pub fn parse(args: &[OsString]) -> Result<Launch, String> {
-        use clap::Parser;
-        Launch::try_parse_from(args).map_err(|e| e.to_string().trim_end().to_string())
+        let pairs = legacy::pairs(args)?;
+        let one = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+        let Some(spec) = one("--spec") else {
+            return if one("--app-dir").is_some() { legacy::parse(&pairs) } else { Err("--spec is missing".into()) };
+        };
+        let home = one("--home").ok_or("--home is missing")?;
+        if let Some((k, _)) = pairs.iter().find(|(k, _)| k != "--home" && k != "--spec") {
+            return Err(format!("unexpected argument {k}"));
+        }
+        let spec = spec.to_str().ok_or("--spec is not UTF-8")?;
+        let launch: Launch = serde_json::from_str(spec).map_err(|e| format!("--spec: {e}"))?;
+        Ok(Launch { home: PathBuf::from(home), ..launch })
     }
 }
 
@@ -267,10 +248,10 @@ pub fn main(args: &[OsString]) -> i32 {
     let report = report::Writer::open(&report_path(&launch.scratch))
         .map_err(|e| log(&format!("--- shinyctl: no isolation report beside {}: {e} ---", launch.scratch.display())))
         .ok();
-    let mut fences = Fences::wanted(launch.sandbox.mode);
+    let mut fences = Fences::wanted(launch.start.sandbox.mode);
     // The copy's cgroups (memory, tasks), joined before anything is started,
     // so the init, R and everything R starts are in them.
-    if launch.sandbox.mode != SandboxMode::Off {
+    if launch.start.sandbox.mode != SandboxMode::Off {
         match join_cgroups(&launch.cgroups) {
             Ok(()) => fences.in_force(fences::CGROUP),
             Err(why) => {
@@ -282,7 +263,7 @@ pub fn main(args: &[OsString]) -> i32 {
         Ok(w) => w,
         Err(e) => return fail(&e),
     };
-    if launch.sandbox.mode == SandboxMode::Off {
+    if launch.start.sandbox.mode == SandboxMode::Off {
         return direct(&launch, report, fences, who.as_ref());
     }
     let plan = match plan::resolve(&launch, who.as_ref()) {
@@ -318,7 +299,7 @@ fn join_cgroups(dirs: &[PathBuf]) -> Result<(), String> {
 /// where the uid is mapped ([`hand_over`]).
 fn run_as(launch: &Launch) -> Result<Option<Identity>, String> {
     let root = nix::unistd::geteuid().is_root();
-    match (&launch.run_as, launch.uid) {
+    match (&launch.start.run_as, launch.uid) {
         (Some(name), _) if !root => {
             log(&format!("--- shinyctl: run-as {name} is for a daemon running as root; the copy runs as the daemon's user ---"));
             Ok(None)
@@ -407,7 +388,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
             let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
             let mut seen = Seen { app_dir, scratch, tmpdir: None, r_libs_user: None };
             drop(sup);
-            if launch.sandbox.mode != SandboxMode::Off {
+            if launch.start.sandbox.mode != SandboxMode::Off {
                 init::hand_over_ports(&sup_child, &mut fences);
             }
             drop(sup_child);
@@ -424,7 +405,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
             let mut bytes = Vec::new();
             let _ = std::io::Read::read_to_end(&mut std::fs::File::from(fences_in), &mut bytes);
             if let (Some(report), Ok(told)) = (report, serde_json::from_slice::<init::Handoff>(&bytes)) {
-                let isolation = isolation_of(&told.fences, launch.sandbox.mode, host::user_name(who));
+                let isolation = isolation_of(&told.fences, launch.start.sandbox.mode, host::user_name(who));
                 report.write(&isolation, u32::try_from(child.as_raw()).ok(), told.refused.as_deref());
             }
             let told = init::wait_for(child, listener, launch.port);
@@ -448,7 +429,7 @@ fn finish_and_exec(
 ) -> i32 {
     // The filters, in the process that execs R next, after its user is set
     // and every mount is made (the filter refuses mount and unshare).
-    if launch.sandbox.mode != SandboxMode::Off {
+    if launch.start.sandbox.mode != SandboxMode::Off {
         // Without a mount namespace, Landlock also keeps the app folder
         // read-only and gives R a /tmp of its own.
         if !fences.has(fences::MOUNT_NS) {
@@ -457,9 +438,9 @@ fn finish_and_exec(
             }
         }
         let tmp = seen.tmpdir.clone().unwrap_or_else(|| PathBuf::from("/tmp"));
-        match confine(&Confinement::new(&seen.scratch, &tmp, launch.port, &launch.sandbox)) {
+        match confine(&Confinement::new(&seen.scratch, &tmp, launch.port, &launch.start.sandbox)) {
             Ok(applied) => {
-                note_filters(fences, &applied, launch.sandbox.syscalls);
+                note_filters(fences, &applied, launch.start.sandbox.syscalls);
                 log(&applied.log_line());
             }
             Err(e @ ConfineError::Strict(_)) => {
@@ -473,15 +454,15 @@ fn finish_and_exec(
             }
         }
     }
-    if launch.sandbox.mode == SandboxMode::Strict {
+    if launch.start.sandbox.mode == SandboxMode::Strict {
         if let Some(why) = fences.strict_refusal() {
             send(fences, Some(&why));
             return refuse(&why);
         }
     }
     send(fences, None);
-    log(&isolation_line(&isolation_of(fences, launch.sandbox.mode, String::new()), seen));
-    if launch.sandbox.mode != SandboxMode::Off {
+    log(&isolation_line(&isolation_of(fences, launch.start.sandbox.mode, String::new()), seen));
+    if launch.start.sandbox.mode != SandboxMode::Off {
         log(&format!("--- shinyctl: {} ---", fences.summary()));
     }
     exec_r(launch, seen, who)
@@ -543,8 +524,8 @@ fn exec_r(launch: &Launch, seen: &Seen, who: Option<&Identity>) -> i32 {
     if let Err(e) = std::env::set_current_dir(&seen.app_dir) {
         return fail(&format!("cannot enter the app folder {}: {e}", seen.app_dir.display()));
     }
-    let mut r = Command::new(&launch.r_path);
-    r.args(["--no-echo", "--no-restore", "-e", &run_app_expr(&seen.app_dir, &launch.entrypoint, launch.port)])
+    let mut r = Command::new(&launch.start.r_path);
+    r.args(["--no-echo", "--no-restore", "-e", &run_app_expr(&seen.app_dir, &launch.start.entrypoint, launch.port)])
         .env("SHINYCTL_SCRATCH", &seen.scratch)
         .stdin(Stdio::null());
     if let Some(tmp) = &seen.tmpdir {
@@ -559,7 +540,7 @@ fn exec_r(launch: &Launch, seen: &Seen, who: Option<&Identity>) -> i32 {
     // Only 0, 1 and 2 reach R (the launcher's own pipes end here too).
     fds::cloexec_above_stdio();
     let err = r.exec();
-    log(&format!("--- shinyctl: cannot run {}: {err} ---", launch.r_path));
+    log(&format!("--- shinyctl: cannot run {}: {err} ---", launch.start.r_path));
     EXIT_NO_R
 }
 
@@ -589,18 +570,22 @@ mod tests {
 
     fn sample() -> Launch {
         Launch {
+            home: "/home/u/.shinyctl".into(),
+            app: "hello".into(),
+            copy: 2,
+            port: 20001,
             app_dir: "/srv/apps/it's here".into(),
             scratch: "/home/u/.shinyctl/scratch/default-hello/2".into(),
-            entrypoint: "app.R".into(),
-            port: 20001,
-            r_path: "/opt/R/4.4/bin/R".into(),
-            copy: 2,
-            app: "hello".into(),
-            home: "/home/u/.shinyctl".into(),
-            sandbox: Sandbox { writable_paths: vec!["/srv/data".into()], ..Sandbox::default() },
-            run_as: Some("shiny".into()),
             uid: None,
             cgroups: vec!["/sys/fs/cgroup/memory/shinyctl-1/hello-2".into(), "/sys/fs/cgroup/pids/shinyctl-1/hello-2".into()],
+            start: StartSpec {
+                working_dir: "/srv/apps/it's here".into(),
+                entrypoint: "app.R".into(),
+                r_path: "/opt/R/4.4/bin/R".into(),
+                env: Default::default(),
+                sandbox: crate::manifest::Sandbox { writable_paths: vec!["/srv/data".into()], ..Default::default() },
+                run_as: Some("shiny".into()),
+            },
         }
     }
 
@@ -611,11 +596,21 @@ mod tests {
     }
 
     #[test]
+    fn the_env_stays_off_the_command_line() {
+        let mut l = sample();
+        l.start.env.insert("DB_PASSWORD".into(), "s3cret".into());
+        let args = l.args();
+        assert!(args.iter().all(|a| !a.to_string_lossy().contains("s3cret")), "{args:?}");
+        assert_eq!(Launch::parse(&args), Ok(sample()));
+    }
+
+    #[test]
     fn the_command_runs_this_binary_with_launch_first() {
         let cmd = sample().command().expect("current_exe");
         assert_eq!(cmd.get_program(), "/proc/self/exe");
         let args: Vec<_> = cmd.get_args().collect();
         assert_eq!(args[0], "launch");
+        assert_eq!(&args[1..3], ["--home", "/home/u/.shinyctl"], "--home stays in the argv: the mark of the home's processes");
         assert_eq!(cmd.get_current_dir(), Some(Path::new("/")));
         assert_eq!(Launch::parse(&args[1..].iter().map(|a| a.to_os_string()).collect::<Vec<_>>()), Ok(sample()));
     }
@@ -623,14 +618,37 @@ mod tests {
     #[test]
     fn bad_arguments_are_refused_with_the_reason() {
         let mut args = sample().args();
-        let i = args.iter().position(|a| a == "--port").unwrap();
-        args[i + 1] = "70000".into();
+        args[3] = args[3].to_string_lossy().replace("20001", "70000").into();
         let e = Launch::parse(&args).unwrap_err();
-        assert!(e.contains("--port"), "{e}");
-        let missing: Vec<OsString> = sample().args().into_iter().take(4).collect();
-        let e = Launch::parse(&missing).unwrap_err();
-        assert!(e.contains("--entrypoint"), "{e}");
+        assert!(e.contains("--spec") && e.contains("70000"), "{e}");
+        let e = Launch::parse(&args[2..]).unwrap_err();
+        assert!(e.contains("--home"), "{e}");
         assert!(Launch::parse(&["--bogus".into()]).is_err());
+        let mut extra = sample().args();
+        extra.extend(["--port".into(), "1".into()]);
+        assert!(Launch::parse(&extra).unwrap_err().contains("--port"));
+    }
+
+    #[test]
+    fn a_launcher_the_build_before_started_is_read_for_adoption() {
+        let args: Vec<OsString> = [
+            "--app-dir", "/srv/apps/it's here", "--scratch", "/home/u/.shinyctl/scratch/default-hello/2", "--entrypoint", "app.R",
+            "--port", "20001", "--r-path", "/opt/R/4.4/bin/R", "--copy", "2", "--app", "hello", "--home", "/home/u/.shinyctl",
+            "--sandbox", r#"{"mode":"on","memory":null,"tasks":512,"open-files":4096,"writable-paths":["/srv/data"],"hidden-paths":[],"syscalls":"default"}"#,
+            "--run-as", "shiny", "--cgroup", "/sys/fs/cgroup/memory/shinyctl-1/hello-2", "--cgroup", "/sys/fs/cgroup/pids/shinyctl-1/hello-2",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        let mut want = sample();
+        // The old command line did not name working-dir (app-dir is what runs).
+        want.start.working_dir = PathBuf::new();
+        assert_eq!(Launch::parse(&args), Ok(want));
+        let e = Launch::parse(&args[2..]).unwrap_err();
+        assert!(e.contains("--spec"), "{e}");
+        let at = args.iter().position(|a| a == "--home").unwrap();
+        let no_home: Vec<OsString> = args.iter().enumerate().filter(|(i, _)| *i != at && *i != at + 1).map(|(_, a)| a.clone()).collect();
+        assert_eq!(Launch::parse(&no_home), Err("--home is missing".into()));
     }
 
     #[test]

@@ -34,13 +34,13 @@ pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<Plan> 
     let secrets = homes.iter().flat_map(|h| SECRETS.iter().chain([&crate::home::DEFAULT_DIR]).map(move |s| h.join(s)));
     let mut hidden: Vec<PathBuf> = std::iter::once(launch.home.clone())
         .chain(secrets)
-        .chain(launch.sandbox.hidden_paths.iter().cloned())
+        .chain(launch.start.sandbox.hidden_paths.iter().cloned())
         .filter_map(|p| std::fs::canonicalize(p).ok())
         .collect();
     hidden.sort();
     hidden.dedup();
     let mut writable = Vec::new();
-    for w in &launch.sandbox.writable_paths {
+    for w in &launch.start.sandbox.writable_paths {
         match std::fs::canonicalize(w) {
             Ok(p) => writable.push(p),
             Err(e) => super::log(&format!("--- shinyctl: the writable path {} is left out: {e} ---", w.display())),
@@ -48,10 +48,10 @@ pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<Plan> 
     }
     // An r-path given as a path (not a name on PATH) is needed inside.
     let needed =
-        Some(Path::new(&launch.r_path)).filter(|p| p.is_absolute()).and_then(|p| std::fs::canonicalize(p).ok()).into_iter().collect();
+        Some(Path::new(&launch.start.r_path)).filter(|p| p.is_absolute()).and_then(|p| std::fs::canonicalize(p).ok()).into_iter().collect();
     // A copy that runs as the app's own uid reads its daemon user's R
     // libraries where that uid can walk to them.
-    let libraries = match (launch.uid, &launch.run_as) {
+    let libraries = match (launch.uid, &launch.start.run_as) {
         (Some(_), None) => user_libraries(std::env::var("R_LIBS_USER").ok().as_deref(), std::env::var_os("HOME").map(PathBuf::from)),
         _ => Vec::new(),
     };

@@ -71,15 +71,15 @@ pub(super) fn port(cx: &Cx, v: &Value) -> Result<u16, ManifestError> {
 
 /// `host`: an IP address, brackets around an IPv6 one allowed, or
 /// `localhost`, which is 127.0.0.1.
-pub(super) fn host(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+pub(super) fn host(cx: &Cx, v: &Value) -> Result<std::net::IpAddr, ManifestError> {
     let s = cx.nonempty_string(v, HOST_ALLOWED)?;
     let t = s.trim();
     if t.eq_ignore_ascii_case("localhost") {
-        return Ok(std::net::Ipv4Addr::LOCALHOST.to_string());
+        return Ok(std::net::Ipv4Addr::LOCALHOST.into());
     }
     let t = t.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(t);
     match t.parse::<std::net::IpAddr>() {
-        Ok(ip) => Ok(ip.to_string()),
+        Ok(ip) => Ok(ip),
         Err(_) => Err(cx.err(format!("{s:?} is not an IP address; allowed: {HOST_ALLOWED}"))),
     }
 }
@@ -233,7 +233,7 @@ pub(super) fn max_connections(cx: &Cx, v: &Value) -> Result<u32, ManifestError> 
 
 /// `trusted-proxies`: a list of addresses or CIDR ranges (one may be
 /// written alone), kept in their plain form (`10.0.0.0/8`, `192.0.2.7`).
-pub(super) fn trusted_proxies(cx: &Cx, v: &Value) -> Result<Vec<String>, ManifestError> {
+pub(super) fn trusted_proxies(cx: &Cx, v: &Value) -> Result<Vec<Cidr>, ManifestError> {
     let allowed = "a list of IP addresses or CIDR ranges of the proxies in front, \
                    such as [127.0.0.1, 10.0.0.0/8, \"2001:db8::/32\"]";
     let items: Vec<&Value> = match v {
@@ -241,15 +241,14 @@ pub(super) fn trusted_proxies(cx: &Cx, v: &Value) -> Result<Vec<String>, Manifes
         Value::String(_) => vec![v],
         other => return Err(cx.wrong_type(other, allowed)),
     };
-    let mut out: Vec<String> = Vec::with_capacity(items.len());
+    let mut out: Vec<Cidr> = Vec::with_capacity(items.len());
     for item in items {
         let s = cx.nonempty_string(item, allowed)?;
         let Some(range) = Cidr::parse(&s) else {
             return Err(cx.err(format!("{s:?} is not an IP address or CIDR range; allowed: {allowed}")));
         };
-        let text = range.to_string();
-        if !out.contains(&text) {
-            out.push(text);
+        if !out.contains(&range) {
+            out.push(range);
         }
     }
     Ok(out)

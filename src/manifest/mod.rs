@@ -11,10 +11,23 @@
 //! that know their line; `error.rs` holds the error type; `value.rs` reads
 //! the kinds of value keys share (text, whole numbers, durations).
 //!
+//! An [`AppSpec`] is the app's identity and bookkeeping (name, group, the
+//! manifest, state-file, keep-releases) around the settings split by who
+//! uses them, each travelling as one value: [`StartSpec`] (how a copy
+//! starts: a release keeps it, the launcher gets it whole, its hash tells an
+//! outdated copy) and [`RouteSpec`] (how visitors reach the copies: the
+//! load balancer gets it in the copies table) and [`ScaleSpec`] (how many
+//! copies run and how they come and go: `reconcile::decide` reads it).
+//!
 //! Adding a key: its check function in `keys.rs`, a field in `Draft` and its
 //! line in `draft::TAKE` (which also lists it in [`KEYS`] and in the "did you
-//! mean" suggestions), its field in [`AppSpec`] with its default in
-//! `Draft::finish`.
+//! mean" suggestions), and its field, with its default from
+//! `Draft::finish`, in the part of the spec whose user reads it. A start key
+//! then needs nothing else but the one place that uses it (the launcher):
+//! the release keeps it, the hash covers it and the launcher receives it
+//! with the rest of the start spec. Give it `#[serde(default,
+//! skip_serializing_if = …)]` so that at its default it is left out of the
+//! files and the hash (no existing app is redeployed).
 
 mod draft;
 mod env;
@@ -23,7 +36,10 @@ mod fence;
 mod keys;
 mod net;
 mod policy;
+mod route;
 mod sandbox;
+mod scale;
+mod start;
 mod value;
 mod yaml;
 
@@ -35,7 +51,6 @@ mod tests_corpus;
 mod tests_fence;
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use error::{describe, Doc};
@@ -46,7 +61,10 @@ pub use error::ManifestError;
 pub use fence::SANDBOX_KEYS;
 pub use net::Cidr;
 pub use policy::{LbPolicy, RestartPolicy};
+pub use route::RouteSpec;
 pub use sandbox::{parse_size, show_size, Sandbox, SandboxMode, Syscalls, DEFAULT_OPEN_FILES, DEFAULT_TASKS};
+pub use scale::ScaleSpec;
+pub use start::{settings_hash, StartSpec};
 pub use value::parse_duration;
 
 /// A validated app, as applied. Durations are in milliseconds, paths are
@@ -59,124 +77,34 @@ pub struct AppSpec {
     pub group: String,
     /// The manifest's absolute path.
     pub manifest: PathBuf,
-    /// `working-dir`, absolute; default the manifest's folder.
-    pub working_dir: PathBuf,
-    /// `entrypoint-file`, default `app.R`, relative to working-dir.
-    pub entrypoint: String,
-    /// `port`: the load balancer listens here.
-    pub port: u16,
-    /// `host`, default `0.0.0.0`: the load balancer's listen address.
-    pub host: String,
-    /// `replicas`, default 1, at least 1.
-    pub replicas: u32,
-    /// `warm-replicas`, default 1.
-    pub warm_replicas: u32,
-    /// `lb-policy`, default least-conn.
-    pub lb_policy: LbPolicy,
-    /// `drain-timeout` in ms, default 15m.
-    pub drain_timeout_ms: u64,
-    /// `restart-policy`, default always.
-    pub restart_policy: RestartPolicy,
-    /// `env`: extra environment for the copies.
-    pub env: BTreeMap<String, String>,
+    /// How a copy starts: the settings a release is deployed with.
+    #[serde(flatten)]
+    pub start: StartSpec,
+    /// How visitors reach the copies: what the load balancer reads.
+    #[serde(flatten)]
+    pub route: RouteSpec,
+    /// How many copies run and how they come and go: what the cycle reads.
+    #[serde(flatten)]
+    pub scale: ScaleSpec,
     /// `state-file`, absolute; default `state.json` beside the manifest.
     pub state_file: PathBuf,
-    /// `idle-timeout` in ms, default 300s; 0 never sleeps.
-    pub idle_timeout_ms: u64,
-    /// `request-timeout` in ms, default 30s, at most 30s.
-    pub request_timeout_ms: u64,
-    /// `start-timeout` in ms, default [`DEFAULT_START_TIMEOUT_MS`]: a copy
-    /// not ready by then is stopped and counted as a crash (Shiny Server's
-    /// `app_init_timeout`). Changing it restarts no copy.
-    #[serde(default = "default_start_timeout")]
-    pub start_timeout_ms: u64,
     /// `keep-releases`, default [`DEFAULT_KEEP_RELEASES`]: the releases kept
     /// on disk, the current one included (and any a copy still runs).
     #[serde(default = "default_keep_releases")]
     pub keep_releases: u32,
-    /// `r-path`, default `R` (found on PATH).
-    pub r_path: String,
-    /// `max-connections`, default [`DEFAULT_MAX_CONNECTIONS`]: the most
-    /// visitors' connections the load balancer keeps open for the app at
-    /// once; past it a visitor gets a 503 with Retry-After. The load
-    /// balancer reads it from the table: changing it restarts no copy.
-    #[serde(default = "default_max_connections")]
-    pub max_connections: u32,
-    /// `trusted-proxies`, default none: addresses and CIDR ranges (in the
-    /// form [`Cidr`] prints) of proxies in front, whose `X-Forwarded-For` is
-    /// appended to and `X-Forwarded-Proto` kept, and whose connections no
-    /// per-address cap limits. In the table too, like `max-connections`.
-    #[serde(default)]
-    pub trusted_proxies: Vec<String>,
-    /// `sandbox`: how each copy is fenced (defaults when absent).
-    #[serde(default)]
-    pub sandbox: Sandbox,
-    /// `run-as`: the user copies run as when the daemon is root; none: the
-    /// daemon's own user.
-    #[serde(default)]
-    pub run_as: Option<String>,
-    /// `max-sessions`: the Shiny sessions (open WebSockets) a copy takes
-    /// before it counts as full; none: no limit, and the app never grows.
-    /// Like every capacity key, read by the cycle and the table: changing it
-    /// restarts no copy.
-    #[serde(default)]
-    pub max_sessions: Option<u32>,
-    /// `max-replicas`: the most active copies the app may grow to; as
-    /// written, the manifest's `replicas` when not given. 0 (an app recorded
-    /// before it existed) reads as `replicas`: see [`AppSpec::max_active`].
-    #[serde(default)]
-    pub max_replicas: u32,
-    /// `scale-at`, default [`DEFAULT_SCALE_AT`]: the share of the active
-    /// copies' capacity their open sessions reach when the app grows.
-    #[serde(default = "default_scale_at")]
-    pub scale_at: f64,
-    /// `scale-down-after` in ms, default [`DEFAULT_SCALE_DOWN_AFTER_MS`]:
-    /// how long the load must stay low before a grown copy leaves.
-    #[serde(default = "default_scale_down_after")]
-    pub scale_down_after_ms: u64,
 }
 
 impl AppSpec {
-    /// The most active copies: `max-replicas`, never fewer than `replicas`
-    /// (an app recorded before `max-replicas`, or scaled past it, does not
-    /// shrink below what it is told).
-    pub fn max_active(&self) -> u32 {
-        self.max_replicas.max(self.replicas)
+    /// The hash of the app's name, group and start spec
+    /// ([`start::settings_hash`]). Copies started with another hash are
+    /// outdated.
+    pub fn settings_hash(&self) -> String {
+        start::settings_hash(&self.name, &self.group, &self.start)
     }
 
-    /// The hash of everything that decides how a copy starts: env,
-    /// working-dir, app-group, app-name, entrypoint-file, r-path, and the
-    /// fence (`sandbox`, `run-as`) when it is not the default. Copies
-    /// started with another hash are outdated.
-    pub fn settings_hash(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let mut h = Sha256::new();
-        for part in
-            [self.name.as_str(), self.group.as_str(), &self.working_dir.to_string_lossy(), self.entrypoint.as_str(), self.r_path.as_str()]
-        {
-            h.update(part.as_bytes());
-            h.update([0]);
-        }
-        for (k, v) in &self.env {
-            h.update(k.as_bytes());
-            h.update([b'=']);
-            h.update(v.as_bytes());
-            h.update([0]);
-        }
-        // Only a fence that differs from the default counts, so the apps
-        // deployed before the fence keep their hash (and their copies).
-        if self.sandbox != Sandbox::default() {
-            h.update(b"sandbox=");
-            h.update(serde_json::to_vec(&self.sandbox).unwrap_or_default());
-            h.update([0]);
-        }
-        if let Some(user) = &self.run_as {
-            h.update(b"run-as=");
-            h.update(user.as_bytes());
-            h.update([0]);
-        }
-        let digest = h.finalize();
-        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    /// This spec with `start` (a release's) in place of its own.
+    pub fn with_start(&self, start: &StartSpec) -> AppSpec {
+        AppSpec { start: start.clone(), ..self.clone() }
     }
 }
 
@@ -192,7 +120,7 @@ fn default_keep_releases() -> u32 {
 }
 
 /// For an app recorded before `start-timeout` existed.
-fn default_start_timeout() -> u64 {
+pub(crate) fn default_start_timeout() -> u64 {
     DEFAULT_START_TIMEOUT_MS
 }
 
@@ -206,12 +134,12 @@ pub const DEFAULT_SCALE_DOWN_AFTER_MS: u64 = 5 * 60 * 1000;
 pub const MAX_SESSIONS: u64 = 100_000;
 
 /// For an app recorded before `scale-at` existed.
-fn default_scale_at() -> f64 {
+pub(crate) fn default_scale_at() -> f64 {
     DEFAULT_SCALE_AT
 }
 
 /// For an app recorded before `scale-down-after` existed.
-fn default_scale_down_after() -> u64 {
+pub(crate) fn default_scale_down_after() -> u64 {
     DEFAULT_SCALE_DOWN_AFTER_MS
 }
 
@@ -233,11 +161,6 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
 /// The most `max-connections` (a sanity limit, far past what one machine
 /// can hold open).
 pub const MAX_CONNECTIONS: u64 = 1_000_000;
-
-/// A spec written before `max-connections` existed gets the default.
-fn default_max_connections() -> u32 {
-    DEFAULT_MAX_CONNECTIONS
-}
 
 /// The longest `request-timeout`: 30 s.
 pub const MAX_REQUEST_TIMEOUT_MS: u64 = 30_000;

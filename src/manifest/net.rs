@@ -52,6 +52,21 @@ impl fmt::Display for Cidr {
     }
 }
 
+/// Written as it prints (`10.0.0.0/8`, one address without a prefix), the
+/// form registry.json and the copies table have always held.
+impl serde::Serialize for Cidr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Cidr, D::Error> {
+        let s = String::deserialize(d)?;
+        Cidr::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("{s:?} is not an IP address or CIDR range")))
+    }
+}
+
 /// `ip` with every bit past the first `prefix` cleared.
 fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
     match ip {

@@ -1,5 +1,5 @@
 //! The `sandbox:` section of a manifest, as the rest of shinyctl sees it:
-//! how each copy of the app is fenced (issue #9; DESIGN.md, "The fence").
+//! how each copy of the app is fenced (README, "The fence").
 //! The launcher (`src/launcher/`) builds the fence from it; the daemon
 //! watches the limits it cannot leave to the kernel.
 

@@ -59,22 +59,22 @@ fn defaults_are_filled() {
     assert_eq!(s.name, "hello");
     assert_eq!(s.group, "default");
     assert_eq!(s.manifest, d.manifest());
-    assert_eq!(s.working_dir, d.0);
-    assert_eq!(s.entrypoint, "app.R");
-    assert_eq!(s.port, 8080);
-    assert_eq!(s.host, "0.0.0.0");
-    assert_eq!(s.replicas, 1);
-    assert_eq!(s.warm_replicas, 1);
-    assert_eq!(s.lb_policy, LbPolicy::LeastConn);
-    assert_eq!(s.drain_timeout_ms, 15 * 60 * 1000);
-    assert_eq!(s.restart_policy, RestartPolicy::Always);
-    assert!(s.env.is_empty());
+    assert_eq!(s.start.working_dir, d.0);
+    assert_eq!(s.start.entrypoint, "app.R");
+    assert_eq!(s.route.port, 8080);
+    assert_eq!(s.route.host.to_string(), "0.0.0.0");
+    assert_eq!(s.scale.replicas, 1);
+    assert_eq!(s.scale.warm_replicas, 1);
+    assert_eq!(s.route.lb_policy, LbPolicy::LeastConn);
+    assert_eq!(s.scale.drain_timeout_ms, 15 * 60 * 1000);
+    assert_eq!(s.scale.restart_policy, RestartPolicy::Always);
+    assert!(s.start.env.is_empty());
     assert_eq!(s.state_file, d.0.join("state.json"));
-    assert_eq!(s.idle_timeout_ms, 300_000);
-    assert_eq!(s.request_timeout_ms, 30_000);
-    assert_eq!(s.r_path, "R");
-    assert_eq!(s.max_connections, DEFAULT_MAX_CONNECTIONS);
-    assert!(s.trusted_proxies.is_empty());
+    assert_eq!(s.scale.idle_timeout_ms, 300_000);
+    assert_eq!(s.route.request_timeout_ms, 30_000);
+    assert_eq!(s.start.r_path, "R");
+    assert_eq!(s.route.max_connections, DEFAULT_MAX_CONNECTIONS);
+    assert!(s.route.trusted_proxies.is_empty());
 }
 
 #[test]
@@ -112,21 +112,21 @@ r-path: bin/R
     let s = d.parse(text).unwrap();
     assert_eq!(s.name, "sales-2");
     assert_eq!(s.group, "team-a");
-    assert_eq!(s.working_dir, d.0.join("src"));
-    assert_eq!(s.entrypoint, "main.R");
-    assert_eq!(s.port, 8765);
-    assert_eq!(s.host, "127.0.0.1");
-    assert_eq!(s.replicas, 3);
-    assert_eq!(s.warm_replicas, 0);
-    assert_eq!(s.lb_policy, LbPolicy::RoundRobin);
-    assert_eq!(s.drain_timeout_ms, 3_600_000);
-    assert_eq!(s.restart_policy, RestartPolicy::OnFailure);
-    let env: Vec<(&str, &str)> = s.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(s.start.working_dir, d.0.join("src"));
+    assert_eq!(s.start.entrypoint, "main.R");
+    assert_eq!(s.route.port, 8765);
+    assert_eq!(s.route.host.to_string(), "127.0.0.1");
+    assert_eq!(s.scale.replicas, 3);
+    assert_eq!(s.scale.warm_replicas, 0);
+    assert_eq!(s.route.lb_policy, LbPolicy::RoundRobin);
+    assert_eq!(s.scale.drain_timeout_ms, 3_600_000);
+    assert_eq!(s.scale.restart_policy, RestartPolicy::OnFailure);
+    let env: Vec<(&str, &str)> = s.start.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     assert_eq!(env, vec![("DB_HOST", "db.local"), ("DEBUG", "true"), ("EMPTY", ""), ("VERSION", "1.10"), ("WORKERS", "4")]);
     assert_eq!(s.state_file, d.0.join("var/sales.json"));
-    assert_eq!(s.idle_timeout_ms, 0);
-    assert_eq!(s.request_timeout_ms, 500);
-    assert_eq!(s.r_path, d.0.join("bin/R").to_string_lossy());
+    assert_eq!(s.scale.idle_timeout_ms, 0);
+    assert_eq!(s.route.request_timeout_ms, 500);
+    assert_eq!(s.start.r_path, d.0.join("bin/R").to_string_lossy());
 }
 
 #[test]
@@ -149,17 +149,17 @@ fn other_spellings_are_accepted() {
              working-dir: {wd}\nstate-file: {wd}/s.json\n"
         ))
         .unwrap();
-    assert_eq!(s.host, "::");
-    assert_eq!(s.env.get("A").map(String::as_str), Some("1"));
-    assert_eq!(s.idle_timeout_ms, 90_000);
-    assert_eq!(s.drain_timeout_ms, 30_000);
-    assert_eq!(s.lb_policy, LbPolicy::First);
-    assert_eq!(s.restart_policy, RestartPolicy::Never);
-    assert_eq!(s.replicas, 2);
-    assert_eq!(s.working_dir, d.0);
+    assert_eq!(s.route.host.to_string(), "::");
+    assert_eq!(s.start.env.get("A").map(String::as_str), Some("1"));
+    assert_eq!(s.scale.idle_timeout_ms, 90_000);
+    assert_eq!(s.scale.drain_timeout_ms, 30_000);
+    assert_eq!(s.route.lb_policy, LbPolicy::First);
+    assert_eq!(s.scale.restart_policy, RestartPolicy::Never);
+    assert_eq!(s.scale.replicas, 2);
+    assert_eq!(s.start.working_dir, d.0);
     assert_eq!(s.state_file, d.0.join("s.json"));
     // An empty env is no env.
-    assert!(d.parse("app-name: a\nport: 1\nenv:\n").unwrap().env.is_empty());
+    assert!(d.parse("app-name: a\nport: 1\nenv:\n").unwrap().start.env.is_empty());
 }
 
 #[test]
@@ -209,9 +209,9 @@ fn ports() {
     for (p, what) in [("20000", "20000-29999"), ("29999", "kept for the copies"), ("0", "not a port"), ("70000", "not a port")] {
         d.refused(&format!("app-name: hello\n\nport: {p}\n"), 3, "port", &[what, "1-65535", p]);
     }
-    assert_eq!(d.parse("app-name: hello\nport: 19999\n").unwrap().port, 19999);
-    assert_eq!(d.parse("app-name: hello\nport: 65535\n").unwrap().port, 65535);
-    assert_eq!(d.parse("app-name: hello\nport: 30000\n").unwrap().port, 30000);
+    assert_eq!(d.parse("app-name: hello\nport: 19999\n").unwrap().route.port, 19999);
+    assert_eq!(d.parse("app-name: hello\nport: 65535\n").unwrap().route.port, 65535);
+    assert_eq!(d.parse("app-name: hello\nport: 30000\n").unwrap().route.port, 30000);
 }
 
 #[test]
@@ -219,7 +219,7 @@ fn replicas_zero() {
     let d = TestDir::new();
     d.refused("app-name: hello\nport: 8080\nreplicas: 0\n", 3, "replicas", &["0", "at least 1"]);
     d.refused("app-name: hello\nport: 8080\nreplicas: 5000\n", 3, "replicas", &["too many", "at most 1000"]);
-    assert_eq!(d.parse("app-name: hello\nport: 8080\nwarm-replicas: 0\n").unwrap().warm_replicas, 0);
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nwarm-replicas: 0\n").unwrap().scale.warm_replicas, 0);
 }
 
 #[test]
@@ -242,7 +242,7 @@ fn request_timeout_limits() {
     d.refused("app-name: hello\nport: 8080\nrequest-timeout: 45s\n", 3, "request-timeout", &["45s", "longer than 30s", "at most 30s"]);
     d.refused("app-name: hello\nport: 8080\nrequest-timeout: 31\n", 3, "request-timeout", &["at most 30s"]);
     d.refused("app-name: hello\nport: 8080\nrequest-timeout: 0\n", 3, "request-timeout", &["more than 0"]);
-    assert_eq!(d.parse("app-name: hello\nport: 8080\nrequest-timeout: 30\n").unwrap().request_timeout_ms, 30_000);
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nrequest-timeout: 30\n").unwrap().route.request_timeout_ms, 30_000);
 }
 
 #[test]
@@ -263,7 +263,7 @@ fn host_localhost_is_127_0_0_1() {
     let d = TestDir::new();
     for written in ["localhost", "LocalHost", " localhost "] {
         let s = d.parse(&format!("app-name: hello\nport: 8080\nhost: '{written}'\n")).unwrap();
-        assert_eq!(s.host, "127.0.0.1", "host: {written:?}");
+        assert_eq!(s.route.host.to_string(), "127.0.0.1", "host: {written:?}");
     }
 }
 
@@ -346,8 +346,8 @@ fn bad_documents() {
     assert!(e.to_string().contains("aliases expand to too many values"), "{e}");
     assert_eq!(e.line, Some(4), "{e}");
     // A tab after `:` separates as a space does.
-    assert_eq!(d.parse("app-name:\thello\nport:\t\t8080\n").unwrap().port, 8080);
-    assert_eq!(d.parse("app-name: hello\nport: 8080\nenv: {A: \"x:\ty\"}\n").unwrap().env["A"], "x:\ty");
+    assert_eq!(d.parse("app-name:\thello\nport:\t\t8080\n").unwrap().route.port, 8080);
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nenv: {A: \"x:\ty\"}\n").unwrap().start.env["A"], "x:\ty");
     let e = d.parse("app-name: hello\nport: 8080\n1: x\n").unwrap_err();
     assert_eq!(e.line, Some(3), "{e}");
     assert!(e.to_string().contains("allowed keys"), "{e}");
@@ -389,23 +389,27 @@ fn key_lines_come_from_the_parser() {
     assert_eq!(lines.line("host"), None);
     assert_eq!(lines.line("V"), None, "only top-level keys");
     // A number or true/false in env is kept as written.
-    assert_eq!(spec.env["V"], "1.10");
-    assert_eq!(spec.env["T"], "True");
+    assert_eq!(spec.start.env["V"], "1.10");
+    assert_eq!(spec.start.env["T"], "True");
 }
 
 #[test]
 fn connection_limits_and_trusted_proxies() {
     let d = TestDir::new();
     let s = d.parse("app-name: hello\nport: 8080\nmax-connections: 500\ntrusted-proxies:\n  - 127.0.0.1\n  - 10.1.2.3/8\n  - \"[2001:db8::1]\"\n  - 10.0.0.0/8\n").unwrap();
-    assert_eq!(s.max_connections, 500);
-    assert_eq!(s.trusted_proxies, vec!["127.0.0.1", "10.0.0.0/8", "2001:db8::1"], "plain forms, each once");
+    assert_eq!(s.route.max_connections, 500);
+    assert_eq!(
+        s.route.trusted_proxies.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec!["127.0.0.1", "10.0.0.0/8", "2001:db8::1"],
+        "plain forms, each once"
+    );
     let one = d.parse("app-name: hello\nport: 8080\ntrusted-proxies: 192.0.2.0/24\n").unwrap();
-    assert_eq!(one.trusted_proxies, vec!["192.0.2.0/24"]);
-    assert!(d.parse("app-name: hello\nport: 8080\ntrusted-proxies: []\n").unwrap().trusted_proxies.is_empty());
+    assert_eq!(one.route.trusted_proxies.iter().map(ToString::to_string).collect::<Vec<_>>(), vec!["192.0.2.0/24"]);
+    assert!(d.parse("app-name: hello\nport: 8080\ntrusted-proxies: []\n").unwrap().route.trusted_proxies.is_empty());
     // Neither decides how a copy starts: a change restarts no copy.
     let mut changed = s.clone();
-    changed.max_connections = 7;
-    changed.trusted_proxies.clear();
+    changed.route.max_connections = 7;
+    changed.route.trusted_proxies.clear();
     assert_eq!(changed.settings_hash(), s.settings_hash());
 }
 
@@ -428,7 +432,7 @@ fn bad_connection_limits_and_trusted_proxies() {
 #[test]
 fn the_entrypoint_is_the_folders_layout_when_not_given() {
     let d = TestDir::new();
-    let spec = |d: &TestDir| d.parse("app-name: hello\nport: 8080\n").map(|s| s.entrypoint);
+    let spec = |d: &TestDir| d.parse("app-name: hello\nport: 8080\n").map(|s| s.start.entrypoint);
     assert_eq!(spec(&d).unwrap(), "app.R");
     fs::remove_file(d.0.join("app.R")).unwrap();
     fs::write(d.0.join("ui.R"), "fluidPage()\n").unwrap();
@@ -457,16 +461,16 @@ fn shiny_documents_are_told_by_their_front_matter() {
 fn capacity_keys_and_their_defaults() {
     let d = TestDir::new();
     let plain = d.parse("app-name: hello\nport: 8080\nreplicas: 2\n").unwrap();
-    assert_eq!(plain.max_sessions, None, "no limit unless set");
-    assert_eq!(plain.max_replicas, 2, "default: replicas, no growth");
-    assert_eq!(plain.scale_at, 0.8);
-    assert_eq!(plain.scale_down_after_ms, 5 * 60 * 1000);
+    assert_eq!(plain.scale.max_sessions, None, "no limit unless set");
+    assert_eq!(plain.scale.max_replicas, 2, "default: replicas, no growth");
+    assert_eq!(plain.scale.scale_at, 0.8);
+    assert_eq!(plain.scale.scale_down_after_ms, 5 * 60 * 1000);
     let s = d
         .parse("app-name: hello\nport: 8080\nreplicas: 2\nmax-replicas: 6\nmax-sessions: 20\nscale-at: 0.5\nscale-down-after: 30s\n")
         .unwrap();
-    assert_eq!((s.max_sessions, s.max_replicas, s.scale_at, s.scale_down_after_ms), (Some(20), 6, 0.5, 30_000));
-    assert_eq!(d.parse("app-name: hello\nport: 8080\nscale-at: 75%\n").unwrap().scale_at, 0.75);
-    assert_eq!(d.parse("app-name: hello\nport: 8080\nscale-at: 1\n").unwrap().scale_at, 1.0);
+    assert_eq!((s.scale.max_sessions, s.scale.max_replicas, s.scale.scale_at, s.scale.scale_down_after_ms), (Some(20), 6, 0.5, 30_000));
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nscale-at: 75%\n").unwrap().scale.scale_at, 0.75);
+    assert_eq!(d.parse("app-name: hello\nport: 8080\nscale-at: 1\n").unwrap().scale.scale_at, 1.0);
     // None decides how a copy starts: a change restarts no copy.
     assert_eq!(s.settings_hash(), plain.settings_hash());
     // An app recorded before these keys existed loads with their defaults.
@@ -475,7 +479,7 @@ fn capacity_keys_and_their_defaults() {
         old.as_object_mut().unwrap().remove(key);
     }
     let loaded: AppSpec = serde_json::from_value(old).unwrap();
-    assert_eq!((loaded.max_sessions, loaded.max_active(), loaded.scale_at), (None, 2, 0.8));
+    assert_eq!((loaded.scale.max_sessions, loaded.scale.max_active(), loaded.scale.scale_at), (None, 2, 0.8));
 }
 
 #[test]

@@ -12,12 +12,12 @@ const MIN: &str = "app-name: hello\nport: 8080\n";
 fn the_fence_defaults() {
     let d = TestDir::new();
     let s = d.parse(MIN).unwrap();
-    assert_eq!(s.sandbox, Sandbox::default());
-    assert_eq!(s.sandbox.mode, SandboxMode::On);
-    assert_eq!((s.sandbox.memory, s.sandbox.tasks, s.sandbox.open_files), (None, DEFAULT_TASKS, DEFAULT_OPEN_FILES));
-    assert_eq!(s.sandbox.syscalls, Syscalls::Default);
-    assert_eq!(s.run_as, None);
-    assert_eq!(d.parse(&format!("{MIN}sandbox:\n")).unwrap().sandbox, Sandbox::default(), "an empty section is the defaults");
+    assert_eq!(s.start.sandbox, Sandbox::default());
+    assert_eq!(s.start.sandbox.mode, SandboxMode::On);
+    assert_eq!((s.start.sandbox.memory, s.start.sandbox.tasks, s.start.sandbox.open_files), (None, DEFAULT_TASKS, DEFAULT_OPEN_FILES));
+    assert_eq!(s.start.sandbox.syscalls, Syscalls::Default);
+    assert_eq!(s.start.run_as, None);
+    assert_eq!(d.parse(&format!("{MIN}sandbox:\n")).unwrap().start.sandbox, Sandbox::default(), "an empty section is the defaults");
 }
 
 #[test]
@@ -29,17 +29,17 @@ fn every_sandbox_key_is_parsed() {
          writable-paths:\n    - data\n    - /tmp\n  hidden-paths: [/etc/shadow, secrets]\n  syscalls: unconfined\nrun-as: nobody\n"
     );
     let s = d.parse(&text).unwrap();
-    assert_eq!(s.sandbox.mode, SandboxMode::Strict);
-    assert_eq!(s.sandbox.memory, Some(3 << 29));
-    assert_eq!(s.sandbox.tasks, 100);
-    assert_eq!(s.sandbox.open_files, 1024);
-    assert_eq!(s.sandbox.writable_paths, vec![d.0.join("data"), PathBuf::from("/tmp")]);
-    assert_eq!(s.sandbox.hidden_paths, vec![PathBuf::from("/etc/shadow"), d.0.join("secrets")]);
-    assert_eq!(s.sandbox.syscalls, Syscalls::Unconfined);
-    assert_eq!(s.run_as.as_deref(), Some("nobody"));
+    assert_eq!(s.start.sandbox.mode, SandboxMode::Strict);
+    assert_eq!(s.start.sandbox.memory, Some(3 << 29));
+    assert_eq!(s.start.sandbox.tasks, 100);
+    assert_eq!(s.start.sandbox.open_files, 1024);
+    assert_eq!(s.start.sandbox.writable_paths, vec![d.0.join("data"), PathBuf::from("/tmp")]);
+    assert_eq!(s.start.sandbox.hidden_paths, vec![PathBuf::from("/etc/shadow"), d.0.join("secrets")]);
+    assert_eq!(s.start.sandbox.syscalls, Syscalls::Unconfined);
+    assert_eq!(s.start.run_as.as_deref(), Some("nobody"));
     let s = d.parse(&format!("{MIN}sandbox: {{mode: off, memory: 536870912}}\n")).unwrap();
-    assert_eq!((s.sandbox.mode, s.sandbox.memory), (SandboxMode::Off, Some(512 << 20)));
-    assert_eq!(d.parse(&format!("{MIN}sandbox:\n  mode: on\n")).unwrap().sandbox.mode, SandboxMode::On);
+    assert_eq!((s.start.sandbox.mode, s.start.sandbox.memory), (SandboxMode::Off, Some(512 << 20)));
+    assert_eq!(d.parse(&format!("{MIN}sandbox:\n  mode: on\n")).unwrap().start.sandbox.mode, SandboxMode::On);
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn unknown_sandbox_keys_get_a_suggestion() {
 #[test]
 fn run_as_names_a_user_of_this_machine() {
     let d = TestDir::new();
-    assert_eq!(d.parse(&format!("{MIN}run-as: root\n")).unwrap().run_as.as_deref(), Some("root"));
+    assert_eq!(d.parse(&format!("{MIN}run-as: root\n")).unwrap().start.run_as.as_deref(), Some("root"));
     d.refused(&format!("{MIN}run-as: Not A User\n"), 3, "run-as", &["not a user name", "lowercase letters"]);
     d.refused(&format!("{MIN}run-as: no-such-user-here\n"), 3, "run-as", &["there is no user \"no-such-user-here\""]);
     d.refused(&format!("{MIN}run-as:\n"), 3, "run-as", &["empty value", "user on this machine"]);

@@ -121,7 +121,7 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
 /// The copy the request's sticky cookie names, if any. A visitor of a
 /// draining copy who loads the page anew (a reload, not one of the open
 /// page's own requests) claims none and gets the new version:
-/// staying-up.txt, "reloading it brings the new one".
+/// README, "Staying up" ("reloading it brings the new version").
 fn claimed_copy(app: &LiveApp, parts: &request::Parts) -> Option<u32> {
     let claimed = parts.headers.get_all(header::COOKIE).iter().find_map(|v| app.sticky_copy(v.as_bytes()))?;
     let draining = app.index_of(claimed).is_some_and(|i| app.copies[i].role == Role::Draining);
@@ -354,17 +354,19 @@ mod tests {
         let source = ProxyTable {
             apps: vec![ProxyApp {
                 name: "web".into(),
-                host: "127.0.0.1".into(),
-                port: 8080,
-                policy,
-                request_timeout_ms: 30_000,
+                route: crate::manifest::RouteSpec {
+                    host: "127.0.0.1".parse().unwrap(),
+                    port: 8080,
+                    lb_policy: policy,
+                    request_timeout_ms: 30_000,
+                    max_connections: 0,
+                    trusted_proxies: Vec::new(),
+                },
                 asleep: false,
                 stopped: false,
                 listening: true,
-                max_connections: 0,
                 max_sessions: None,
                 max_replicas: 0,
-                trusted_proxies: Vec::new(),
                 copies,
             }],
         };

@@ -21,13 +21,13 @@ use super::pool::Pool;
 use super::retry::Deaths;
 use crate::clock::mono_ms;
 use crate::manifest::{Cidr, DEFAULT_MAX_CONNECTIONS};
-use crate::model::{AppTraffic, CopyTraffic, LbPolicy, LeavingCopy, ProxyApp, ProxyTable, Refusing, Role};
+use crate::model::{AppTraffic, CopyTraffic, LbPolicy, LeavingCopy, ProxyTable, Refusing, Role};
 
 /// The longest a request is held while no copy can take it
-/// (staying-up.txt: "a request waits up to 15 seconds").
+/// (README, "Staying up": "a request waits up to 15 seconds").
 pub const MAX_HOLD: Duration = Duration::from_secs(15);
 /// The longest a request is held while its app wakes
-/// (sleep-and-wake.txt: "never more than 30 seconds").
+/// (README, "Sleep": a wake holds a request 30 seconds at most).
 pub const MAX_WAKE_HOLD: Duration = Duration::from_secs(30);
 
 /// A copy marked down is tried again after this long even if the table
@@ -360,9 +360,10 @@ impl Table {
                     .and_then(|a| a.copies.iter().find(|x| x.copy == c.copy && x.pid == c.pid && x.port == c.port))
                     .map(|x| x.state.clone())
                     .unwrap_or_default();
-                let value = cookie::sign(key, app.port, c.copy);
-                let set_cookie = HeaderValue::from_maybe_shared(bytes::Bytes::from(cookie::set_cookie(&cookie::name(app.port), &value)))
-                    .unwrap_or_else(|_| HeaderValue::from_static(""));
+                let value = cookie::sign(key, app.route.port, c.copy);
+                let set_cookie =
+                    HeaderValue::from_maybe_shared(bytes::Bytes::from(cookie::set_cookie(&cookie::name(app.route.port), &value)))
+                        .unwrap_or_else(|_| HeaderValue::from_static(""));
                 copies.push(LiveCopy {
                     copy: c.copy,
                     port: c.port,
@@ -374,29 +375,29 @@ impl Table {
                     full_reported: AtomicBool::new(false),
                 });
             }
-            let request_timeout = Duration::from_millis(app.request_timeout_ms);
-            let (hold, wake_hold) = match app.request_timeout_ms {
+            let request_timeout = Duration::from_millis(app.route.request_timeout_ms);
+            let (hold, wake_hold) = match app.route.request_timeout_ms {
                 0 => (MAX_HOLD, MAX_WAKE_HOLD),
                 _ => (MAX_HOLD.min(request_timeout), MAX_WAKE_HOLD.min(request_timeout)),
             };
             apps.push(Arc::new(LiveApp {
                 name: app.name.clone(),
-                host: app.host.clone(),
-                port: app.port,
-                policy: app.policy,
+                host: app.route.host.to_string(),
+                port: app.route.port,
+                policy: app.route.lb_policy,
                 hold,
                 asleep: app.asleep,
                 stopped: app.stopped,
                 listening: app.listening,
                 wake_hold,
-                cookie_name: cookie::name(app.port).into(),
-                max_connections: match app.max_connections {
+                cookie_name: cookie::name(app.route.port).into(),
+                max_connections: match app.route.max_connections {
                     0 => DEFAULT_MAX_CONNECTIONS as usize,
                     n => n as usize,
                 },
-                trusted: trusted_ranges(app),
+                trusted: app.route.trusted_proxies.clone(),
                 capacity: app.max_sessions.map(|n| (u64::from(n), app.max_replicas)),
-                busy_hold: if app.request_timeout_ms == 0 { MAX_WAKE_HOLD } else { MAX_WAKE_HOLD.min(request_timeout) },
+                busy_hold: if app.route.request_timeout_ms == 0 { MAX_WAKE_HOLD } else { MAX_WAKE_HOLD.min(request_timeout) },
                 copies,
                 counters: old.map(|a| a.counters.clone()).unwrap_or_default(),
             }));
@@ -484,28 +485,13 @@ fn leaving_after(prev: &Table, source: &ProxyTable) -> Vec<Leaving> {
     out
 }
 
-/// The app's trusted proxies as ranges; the daemon checked them, so one
-/// that does not read is only logged.
-fn trusted_ranges(app: &ProxyApp) -> Vec<Cidr> {
-    app.trusted_proxies
-        .iter()
-        .filter_map(|t| {
-            let range = Cidr::parse(t);
-            if range.is_none() {
-                tracing::warn!(app = %app.name, "trusted proxy {t:?} is not an address or range; ignored");
-            }
-            range
-        })
-        .collect()
-}
-
 /// One line for the log: `hello:8080 1=active@20001 2=warm@20002; nap:8081 asleep`.
 pub fn describe(table: &ProxyTable) -> String {
     let apps: Vec<String> = table
         .apps
         .iter()
         .map(|a| {
-            let mut line = format!("{}:{}", a.name, a.port);
+            let mut line = format!("{}:{}", a.name, a.route.port);
             if a.asleep {
                 line.push_str(" asleep");
             }
@@ -569,17 +555,19 @@ mod tests {
         ProxyTable {
             apps: vec![ProxyApp {
                 name: "hello".into(),
-                host: "127.0.0.1".into(),
-                port: 8080,
-                policy: LbPolicy::LeastConn,
-                request_timeout_ms: 30_000,
+                route: crate::manifest::RouteSpec {
+                    host: "127.0.0.1".parse().unwrap(),
+                    port: 8080,
+                    lb_policy: LbPolicy::LeastConn,
+                    request_timeout_ms: 30_000,
+                    max_connections: 0,
+                    trusted_proxies: Vec::new(),
+                },
                 asleep: false,
                 stopped: false,
                 listening: true,
-                max_connections: 0,
                 max_sessions: None,
                 max_replicas: 0,
-                trusted_proxies: Vec::new(),
                 copies: copies.iter().map(|&(copy, port, pid)| ProxyCopy { copy, port, role: Role::Active, pid }).collect(),
             }],
         }
@@ -670,14 +658,14 @@ mod tests {
 
     #[test]
     fn holds_follow_the_docs_fifteen_seconds_for_a_copy_thirty_for_a_wake() {
-        // staying-up.txt: "a request waits up to 15 seconds for the app to
-        // come back"; sleep-and-wake.txt: "for the app's request timeout,
-        // but never more than 30 seconds". A request-timeout above 30 s
+        // README, "Staying up": "a request waits up to 15 seconds for the
+        // app to come back"; README, "Sleep": a wake holds a request for the
+        // app's request-timeout, 30 seconds at most. A request-timeout above 30 s
         // (as a table could carry) is still capped.
         let key = [1u8; 32];
         for (request_timeout, hold, wake_hold) in [(45, 15, 30), (30, 15, 30), (20, 15, 20), (3, 3, 3)] {
             let mut source = table(&[(1, 20001, 100)]);
-            source.apps[0].request_timeout_ms = request_timeout * 1000;
+            source.apps[0].route.request_timeout_ms = request_timeout * 1000;
             let t = Table::build(source, &key, &Table::default());
             assert_eq!(t.apps[0].hold, Duration::from_secs(hold), "request-timeout {request_timeout}s");
             assert_eq!(t.apps[0].wake_hold, Duration::from_secs(wake_hold), "request-timeout {request_timeout}s");

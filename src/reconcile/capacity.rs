@@ -29,7 +29,7 @@ pub(super) struct Step {
 /// The load that makes `active` copies count as full enough to grow:
 /// `scale-at × active × max-sessions` sessions.
 fn threshold(spec: &AppSpec, max_sessions: u32, active: u32) -> f64 {
-    spec.scale_at * f64::from(active) * f64::from(max_sessions)
+    spec.scale.scale_at * f64::from(active) * f64::from(max_sessions)
 }
 
 /// Decides the active copies wanted from `load` (the open sessions on the
@@ -39,8 +39,8 @@ fn threshold(spec: &AppSpec, max_sessions: u32, active: u32) -> f64 {
 /// Growth stops short where one more copy would take the copies past the
 /// memory bound (`memory`), and `st` says so until the app needs no more.
 pub(super) fn step(spec: &AppSpec, st: &mut AppState, load: u64, full: bool, memory: Option<MemoryRoom>, now_ms: u64) -> Step {
-    let (least, most) = (spec.replicas, spec.max_active());
-    let Some(max_sessions) = spec.max_sessions.filter(|_| most > least) else {
+    let (least, most) = (spec.scale.replicas, spec.scale.max_active());
+    let Some(max_sessions) = spec.scale.max_sessions.filter(|_| most > least) else {
         // No limit, or no room to grow: nothing here changes.
         st.active_wanted = None;
         st.low_since_ms = None;
@@ -74,7 +74,7 @@ pub(super) fn step(spec: &AppSpec, st: &mut AppState, load: u64, full: bool, mem
         let why = if sessions >= at(from) {
             format!(
                 "{load} open sessions reached scale-at {} of {} ({from} × max-sessions {max_sessions})",
-                spec.scale_at,
+                spec.scale.scale_at,
                 from * max_sessions
             )
         } else {
@@ -87,15 +87,15 @@ pub(super) fn step(spec: &AppSpec, st: &mut AppState, load: u64, full: bool, mem
     } else if n > least && sessions < at(n - 1) {
         let since = *st.low_since_ms.get_or_insert(now_ms);
         let last_change = st.grew_at_ms.max(st.shrank_at_ms).unwrap_or(0);
-        let due = since.max(last_change).saturating_add(spec.scale_down_after_ms);
+        let due = since.max(last_change).saturating_add(spec.scale.scale_down_after_ms);
         if now_ms >= due {
             n -= 1;
             out.change = Some(format!(
                 "shrinks from {} to {n} active copies: the open sessions stayed under scale-at {} of {} ({n} × max-sessions {max_sessions}) for {}",
                 n + 1,
-                spec.scale_at,
+                spec.scale.scale_at,
                 n * max_sessions,
-                super::human_duration(spec.scale_down_after_ms)
+                super::human_duration(spec.scale.scale_down_after_ms)
             ));
             st.shrank_at_ms = Some(now_ms);
             st.shrinks += 1;
@@ -117,16 +117,16 @@ pub(super) fn step(spec: &AppSpec, st: &mut AppState, load: u64, full: bool, mem
 /// wanted and in `roles`, and the open sessions on the copies that serve
 /// (`sessions_of` a copy).
 pub fn status(spec: &AppSpec, state: &AppState, roles: &[(u32, Role)], sessions_of: impl Fn(u32) -> u64) -> CapacityStatus {
-    let active_wanted = state.active_wanted.unwrap_or(spec.replicas).clamp(spec.replicas, spec.max_active());
+    let active_wanted = state.active_wanted.unwrap_or(spec.scale.replicas).clamp(spec.scale.replicas, spec.scale.max_active());
     CapacityStatus {
-        max_sessions: spec.max_sessions,
-        max_replicas: spec.max_active(),
-        scale_at: spec.scale_at,
-        scale_down_after_ms: spec.scale_down_after_ms,
+        max_sessions: spec.scale.max_sessions,
+        max_replicas: spec.scale.max_active(),
+        scale_at: spec.scale.scale_at,
+        scale_down_after_ms: spec.scale.scale_down_after_ms,
         active_wanted,
         active: roles.iter().filter(|(_, r)| *r == Role::Active).count() as u32,
         sessions: roles.iter().filter(|(_, r)| *r != Role::Draining).map(|(c, _)| sessions_of(*c)).sum(),
-        capacity: spec.max_sessions.map(|n| u64::from(n) * u64::from(active_wanted)),
+        capacity: spec.scale.max_sessions.map(|n| u64::from(n) * u64::from(active_wanted)),
         grew_at_ms: state.grew_at_ms,
         shrank_at_ms: state.shrank_at_ms,
         grows: state.grows,

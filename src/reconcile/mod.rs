@@ -1,14 +1,14 @@
 //! The pure heart of the cycle: [`decide`] takes the app's spec, what was
 //! recorded, what was observed and the time, and returns what to record, the
 //! roles, and what to start and stop. It does no I/O and reads no clock, so
-//! it is tested with tables that read like the timelines in staying-up.txt.
+//! it is tested with tables that read like the README's "Staying up".
 //!
 //! It is idempotent: called twice with the same inputs it plans the same, and
 //! it does not care why it was called (a tick, a command, an exit).
 
 use std::collections::BTreeMap;
 
-use crate::manifest::{AppSpec, RestartPolicy};
+use crate::manifest::{AppSpec, RestartPolicy, ScaleSpec};
 use crate::model::{AppState, CopyRecord, Exit, Role};
 
 pub mod capacity;
@@ -146,14 +146,25 @@ enum Phase {
 
 /// Decides one cycle for one app. Pure: no I/O, no clock.
 ///
-/// Long on purpose: its numbered steps are staying-up.txt's rules in the
+/// Long on purpose: its numbered steps are the README's "Staying up" rules in the
 /// order they apply to one state (fold what happened, sleep, the switch,
 /// outdated copies, scaling, drains, processes, roles), and they share the
 /// same few views of that state (`phase`, `is_current`, `serving`); read it
 /// top to bottom beside the doc. The timelines in `tests.rs` pin each step.
-pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64) -> Plan {
+///
+/// `deleting`: the app is being deleted. It then wants no copies, as a
+/// stopped app does (its state says so): its scale spec is read as no
+/// active copy and no spare.
+pub fn decide(spec: &AppSpec, deleting: bool, state: &AppState, observed: &Observed, now_ms: u64) -> Plan {
     let settings = spec.settings_hash();
     let mut st = state.clone();
+    let wanting_none;
+    let spec = if deleting || st.stopped_since_ms.is_some() {
+        wanting_none = AppSpec { scale: ScaleSpec { replicas: 0, warm_replicas: 0, ..spec.scale.clone() }, ..spec.clone() };
+        &wanting_none
+    } else {
+        spec
+    };
     st.app = spec.name.clone();
     if st.next_copy == 0 {
         st.next_copy = st.copies.iter().map(|c| c.copy + 1).max().unwrap_or(1);
@@ -166,7 +177,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
     let asleep = st.asleep_since_ms.is_some();
     st.copies.retain_mut(|rec| {
         let seen = observed.copies.get(&rec.copy);
-        fold_observation(rec, seen, observed.refused.get(&rec.copy).map(String::as_str), spec.restart_policy, asleep, now_ms)
+        fold_observation(rec, seen, observed.refused.get(&rec.copy).map(String::as_str), spec.scale.restart_policy, asleep, now_ms)
     });
     for rec in st.copies.iter_mut().filter(|r| r.moving_from.is_none() && r.stop_started_ms.is_none()) {
         if matches!(observed.copies.get(&rec.copy).map(|s| s.process), Some(Process::PortTaken)) {
@@ -203,9 +214,9 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
         .filter(|r| !r.ever_ready && r.stop_started_ms.is_none() && r.drain_started_ms.is_none() && r.start_timed_out.is_none())
     {
         let Some(started) = rec.started_ms.filter(|_| phase(rec) == Phase::Starting) else { continue };
-        let due = started.saturating_add(spec.start_timeout_ms);
+        let due = started.saturating_add(spec.scale.start_timeout_ms);
         if now_ms >= due {
-            rec.start_timed_out = Some(spec.start_timeout_ms);
+            rec.start_timed_out = Some(spec.scale.start_timeout_ms);
             actions.push(Action::Stop(rec.copy));
         } else {
             wake_at(due);
@@ -223,7 +234,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
     if !asleep && st.awake_since_ms.is_none() {
         st.awake_since_ms = Some(now_ms);
     }
-    if !asleep && spec.idle_timeout_ms > 0 {
+    if !asleep && spec.scale.idle_timeout_ms > 0 {
         // A copy on its first start (not crash-looping) that is not stuck
         // yet holds the sleep off until it is ready.
         let first_start = |r: &CopyRecord| {
@@ -239,7 +250,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
             let counts = |r: &&CopyRecord| phase(r) == Phase::Ready || (phase(r) == Phase::Starting && r.crashes == 0);
             let newest = st.copies.iter().filter(counts).filter_map(|r| r.started_ms).max().unwrap_or(0);
             let last_activity = observed.last_request_ms.max(newest).max(st.awake_since_ms.unwrap_or(0));
-            let sleep_at = last_activity.saturating_add(spec.idle_timeout_ms);
+            let sleep_at = last_activity.saturating_add(spec.scale.idle_timeout_ms);
             if now_ms >= sleep_at {
                 st.asleep_since_ms = Some(now_ms);
             } else {
@@ -306,7 +317,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
 
     // 4. Scaling: how many current copies there should be. Before the
     // switch only the ones that will serve start; the spares follow it.
-    let target = if switched { active_n + spec.warm_replicas } else { active_n } as usize;
+    let target = if switched { active_n + spec.scale.warm_replicas } else { active_n } as usize;
     let mut current: Vec<usize> = (0..st.copies.len()).filter(|&i| is_current(&st.copies[i]) && serving(&st.copies[i])).collect();
     if current.len() > target {
         let roles = roles_of(&st, active_n, |r| is_current(r) && serving(r) && phase(r) == Phase::Ready);
@@ -348,7 +359,7 @@ pub fn decide(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64
             continue;
         }
         let settle_end = since + SETTLE_MS;
-        let timeout_end = since.saturating_add(spec.drain_timeout_ms);
+        let timeout_end = since.saturating_add(spec.scale.drain_timeout_ms);
         let idle = conns(rec.copy) == 0;
         let in_flight = conns(rec.copy).saturating_sub(sessions(rec.copy));
         // A --now hurries it from then on, whatever comes after. One that
@@ -433,7 +444,7 @@ fn decide_asleep(
     st.awake_since_ms = None;
     // Asleep, the grown copies go (disks and all): it wakes at `replicas`
     // and grows from there.
-    let shrunk = st.active_wanted.take().map(|n| format!("sleeps: back from {n} to {} active copies", spec.replicas));
+    let shrunk = st.active_wanted.take().map(|n| format!("sleeps: back from {n} to {} active copies", spec.scale.replicas));
     if shrunk.is_some() {
         st.shrinks += 1;
         st.shrank_at_ms = st.asleep_since_ms;
@@ -473,7 +484,7 @@ fn decide_asleep(
         st.stop_now = false;
         return Plan { state: st, roles: Vec::new(), actions, wake_at_ms: None, scaled: shrunk };
     }
-    let target = (spec.replicas + spec.warm_replicas) as usize;
+    let target = (spec.scale.replicas + spec.scale.warm_replicas) as usize;
     let mut count = st.copies.iter().filter(|r| is_current(r)).count();
     while count > target {
         let Some(i) = st.copies.iter().rposition(|r| is_current(r) && r.pid.is_none()) else { break };
@@ -636,7 +647,7 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
         out.push(format!(
             "{name}: asleep for {} (idle-timeout {}); the first request wakes it.",
             human_duration(now_ms.saturating_sub(since)),
-            human_duration(spec.idle_timeout_ms)
+            human_duration(spec.scale.idle_timeout_ms)
         ));
         // A version deployed while asleep that failed its check.
         out.extend(state.copies.iter().filter_map(|rec| Some(left_down_note(name, rec.copy, rec.left_down.as_deref()?, log_of))));
@@ -654,7 +665,7 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
                 out.push(format!("{name}: copy {} stops now (--now), once the requests in flight to it are answered.", rec.copy));
             } else if rec.stop_started_ms.is_none() {
                 let sessions = seen.map_or(0, |s| s.sessions);
-                let left = (since + spec.drain_timeout_ms).saturating_sub(now_ms);
+                let left = (since + spec.scale.drain_timeout_ms).saturating_sub(now_ms);
                 let plural = if sessions == 1 { "session" } else { "sessions" };
                 out.push(format!(
                     "{name}: copy {} is draining with {sessions} {plural}; it stops when they end, or in {} at the latest.",

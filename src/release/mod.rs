@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
-use crate::model::{AppState, CopyRecord, Deployed, Release};
+use crate::model::{AppState, CopyRecord, Release};
 
 /// The largest working-dir a release may hold (each deploy copies it).
 pub const LIMIT_BYTES: u64 = 2 << 30;
@@ -70,32 +70,7 @@ pub fn human_took(ms: u64) -> String {
 /// daemon writes it all the time) and the home folder when it lies inside
 /// working-dir.
 pub fn source(spec: &AppSpec, home: &Home) -> snapshot::Source {
-    snapshot::Source { dir: spec.working_dir.clone(), leave_out: vec![spec.state_file.clone(), home.root.clone()] }
-}
-
-/// The settings of a spec that a release is deployed with.
-pub fn deployed(spec: &AppSpec) -> Deployed {
-    Deployed {
-        working_dir: spec.working_dir.clone(),
-        entrypoint: spec.entrypoint.clone(),
-        r_path: spec.r_path.clone(),
-        env: spec.env.clone(),
-        sandbox: spec.sandbox.clone(),
-        run_as: spec.run_as.clone(),
-    }
-}
-
-/// The spec with a release's deployed settings in place of its own.
-pub fn with_deployed(spec: &AppSpec, d: &Deployed) -> AppSpec {
-    AppSpec {
-        working_dir: d.working_dir.clone(),
-        entrypoint: d.entrypoint.clone(),
-        r_path: d.r_path.clone(),
-        env: d.env.clone(),
-        sandbox: d.sandbox.clone(),
-        run_as: d.run_as.clone(),
-        ..spec.clone()
-    }
+    snapshot::Source { dir: spec.start.working_dir.clone(), leave_out: vec![spec.state_file.clone(), home.root.clone()] }
 }
 
 /// Makes `release` the current one; the current one becomes the one before
@@ -234,14 +209,14 @@ pub fn unneeded(state: &mut AppState, keep: u32) -> Vec<(Release, Vec<u32>)> {
 /// spec for a copy from before releases. A release gone from disk is an
 /// error: running working-dir instead would run code nobody deployed.
 pub fn run_dir(spec: &AppSpec, state: &AppState, rec: &CopyRecord) -> Result<(PathBuf, AppSpec), String> {
-    let Some(id) = &rec.release else { return Ok((spec.working_dir.clone(), spec.clone())) };
+    let Some(id) = &rec.release else { return Ok((spec.start.working_dir.clone(), spec.clone())) };
     let Some(rel) = find(state, id) else {
         return Err(format!("its release {id} is not recorded; `shinyctl restart {}` takes a new one", spec.name));
     };
     if !rel.dir.is_dir() {
         return Err(format!("its release {id} is gone from {}; `shinyctl restart {}` takes a new one", rel.dir.display(), spec.name));
     }
-    Ok((rel.dir.clone(), with_deployed(spec, &rel.deployed)))
+    Ok((rel.dir.clone(), spec.with_start(&rel.deployed)))
 }
 
 /// The lines under the table about releases: a rolled-back app, and which

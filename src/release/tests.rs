@@ -7,7 +7,7 @@ fn rel(id: &str, dir: &Path) -> Release {
     Release {
         id: id.into(),
         dir: dir.join(id),
-        deployed: Deployed { env: BTreeMap::from([("V".into(), id.into())]), ..Default::default() },
+        deployed: crate::manifest::StartSpec { env: BTreeMap::from([("V".into(), id.into())]), ..Default::default() },
         ..Default::default()
     }
 }
@@ -142,7 +142,7 @@ fn a_copy_runs_its_release_with_its_settings_and_one_from_before_releases_runs_w
     let spec = spec(&dir.join("app"));
     let mut st = AppState::default();
     let (folder, run) = run_dir(&spec, &st, &copy(1, None, None)).unwrap();
-    assert_eq!((folder, run), (spec.working_dir.clone(), spec.clone()));
+    assert_eq!((folder, run), (spec.start.working_dir.clone(), spec.clone()));
 
     record(&mut st, rel("r1", &dir));
     let err = run_dir(&spec, &st, &copy(2, Some("r1"), None)).unwrap_err();
@@ -152,15 +152,15 @@ fn a_copy_runs_its_release_with_its_settings_and_one_from_before_releases_runs_w
     std::fs::create_dir_all(dir.join("r1")).unwrap();
     let (folder, run) = run_dir(&spec, &st, &copy(2, Some("r1"), None)).unwrap();
     assert_eq!(folder, dir.join("r1"));
-    assert_eq!(run.env["V"], "r1", "the release's env, not the manifest's");
-    assert_eq!(run.port, spec.port);
-    assert_eq!(with_deployed(&spec, &deployed(&spec)), spec);
+    assert_eq!(run.start.env["V"], "r1", "the release's env, not the manifest's");
+    assert_eq!(run.route.port, spec.route.port);
+    assert_eq!(spec.with_start(&spec.start), spec);
     // The fence a release was deployed with comes back with it (rollback).
     let mut fenced = spec.clone();
-    fenced.sandbox.memory = Some(1 << 30);
-    fenced.run_as = Some("nobody".into());
-    let back = with_deployed(&spec, &deployed(&fenced));
-    assert_eq!((back.sandbox.memory, back.run_as.as_deref()), (Some(1 << 30), Some("nobody")));
+    fenced.start.sandbox.memory = Some(1 << 30);
+    fenced.start.run_as = Some("nobody".into());
+    let back = spec.with_start(&fenced.start);
+    assert_eq!((back.start.sandbox.memory, back.start.run_as.as_deref()), (Some(1 << 30), Some("nobody")));
     assert_ne!(back.settings_hash(), spec.settings_hash());
     std::fs::remove_dir_all(&dir).unwrap();
 }

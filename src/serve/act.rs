@@ -93,7 +93,7 @@ pub fn prepare_start(
     // before it had one is handed over there, off the daemon's lock).
     let owned: Vec<&std::path::PathBuf> = if uid.is_some() { vec![&log_path] } else { vec![&scratch, &log_path] };
     for p in owned {
-        launcher::users::give_to(p, spec.run_as.as_deref(), uid)
+        launcher::users::give_to(p, spec.start.run_as.as_deref(), uid)
             .map_err(|e| anyhow::anyhow!("cannot give {} to the copy's user: {e}", p.display()))?;
     }
     {
@@ -108,26 +108,23 @@ pub fn prepare_start(
         );
     }
     let launch = Launch {
+        home: home.root.clone(),
+        app: spec.name.clone(),
+        copy: rec.copy,
+        port,
         app_dir: dir.to_path_buf(),
         scratch,
-        entrypoint: spec.entrypoint.clone(),
-        port,
-        r_path: spec.r_path.clone(),
-        copy: rec.copy,
-        app: spec.name.clone(),
-        home: home.root.clone(),
-        sandbox: spec.sandbox.clone(),
-        run_as: spec.run_as.clone(),
         uid,
         cgroups,
+        start: spec.start.clone(),
     };
     let mut cmd = launch.command()?;
     // A fenced copy gets a clean environment: only what R needs of the
     // daemon's (launcher::users::kept), then the manifest's env.
-    if spec.sandbox.mode != SandboxMode::Off {
+    if spec.start.sandbox.mode != SandboxMode::Off {
         cmd.env_clear().envs(launcher::users::kept_env(std::env::vars_os()));
     }
-    cmd.envs(&spec.env).env("SHINYCTL_COPY", rec.copy.to_string()).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    cmd.envs(&spec.start.env).env("SHINYCTL_COPY", rec.copy.to_string()).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     own_session(&mut cmd);
     rec.port = port;
     Ok(Launching { cmd })

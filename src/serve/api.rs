@@ -149,7 +149,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             };
             let (spec, state) = (&app.recorded.spec, &app.recorded.state);
             let reply =
-                crate::reconcile::rollout(state, &spec.settings_hash(), spec.replicas, &app.tracked.roles, revision, super::now_ms());
+                crate::reconcile::rollout(state, &spec.settings_hash(), spec.scale.replicas, &app.tracked.roles, revision, super::now_ms());
             uds::json_response(StatusCode::OK, &reply)
         }
         (Method::POST, ["v1", "apps", name, "stop"]) => super::operate::stop(&shared, name).await,
@@ -198,7 +198,7 @@ async fn wake(shared: &Shared, name: &str) -> Reply {
         app.wake.requested = true;
         app.wake.asked_ms.get_or_insert(super::now_ms());
         app.wake.waiters.push(tx);
-        let timeout = Duration::from_millis(app.recorded.spec.request_timeout_ms);
+        let timeout = Duration::from_millis(app.recorded.spec.route.request_timeout_ms);
         let _ = d.events.send(Event::Changed { app: name.to_string() });
         timeout
     };

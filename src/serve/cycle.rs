@@ -99,12 +99,6 @@ impl Daemon {
             tracing::info!(app = name, "waking");
             counts.wake_began(name);
         }
-        // Decide: a deleted app wants no copies.
-        let mut spec = recorded.spec.clone();
-        if recorded.deleting || recorded.state.stopped_since_ms.is_some() {
-            spec.replicas = 0;
-            spec.warm_replicas = 0;
-        }
         // Each end is said once, in the cycle that folds it in (whether the
         // pidfd's event or a look in /proc saw it first), before a forgotten
         // copy's disk (and its launcher's report, naming R) goes.
@@ -115,7 +109,7 @@ impl Daemon {
                 super::copy_end::note(cx.home, &recorded.spec, rec, &exit, asked);
             }
         }
-        let plan = reconcile::decide(&spec, &recorded.state, &observed, now);
+        let plan = reconcile::decide(&recorded.spec, recorded.deleting, &recorded.state, &observed, now);
         if let Some(why) = &plan.scaled {
             tracing::info!(app = name, "{name} {why}");
         }
@@ -193,17 +187,12 @@ impl Daemon {
             .values()
             .map(|a| ProxyApp {
                 name: a.recorded.spec.name.clone(),
-                host: a.recorded.spec.host.clone(),
-                port: a.recorded.spec.port,
-                policy: a.recorded.spec.lb_policy,
-                request_timeout_ms: a.recorded.spec.request_timeout_ms,
+                route: a.recorded.spec.route.clone(),
                 asleep: a.recorded.state.asleep_since_ms.is_some(),
                 listening: !a.recorded.deleting,
                 stopped: a.recorded.state.stopped_since_ms.is_some(),
-                max_connections: a.recorded.spec.max_connections,
-                trusted_proxies: a.recorded.spec.trusted_proxies.clone(),
-                max_sessions: a.recorded.spec.max_sessions,
-                max_replicas: a.recorded.spec.max_active(),
+                max_sessions: a.recorded.spec.scale.max_sessions,
+                max_replicas: a.recorded.spec.scale.max_active(),
                 copies: a
                     .tracked
                     .roles

@@ -11,7 +11,7 @@ use hyper::StatusCode;
 
 use crate::home::Home;
 use crate::manifest::{self, AppSpec};
-use crate::model::{AppState, ApplyRequest, Deployed, Release};
+use crate::model::{AppState, ApplyRequest, Release};
 use crate::release::{self, snapshot};
 
 use super::reply::{deployed, error, not_found, Reply};
@@ -24,7 +24,7 @@ struct Taken {
     /// Its id.
     id: String,
     /// The settings it is deployed with.
-    deployed: Deployed,
+    deployed: crate::manifest::StartSpec,
     /// Unix ms when it was taken.
     taken_ms: u64,
 }
@@ -80,7 +80,7 @@ async fn take(home: &Home, spec: &AppSpec) -> Result<Taken, Box<Reply>> {
         )
     };
     match copied {
-        Ok(Ok(pending)) => Ok(Taken { pending, id, deployed: release::deployed(spec), taken_ms }),
+        Ok(Ok(pending)) => Ok(Taken { pending, id, deployed: spec.start.clone(), taken_ms }),
         Ok(Err(why)) => Err(Box::new(refused(why))),
         Err(e) => Err(Box::new(refused(format!("the copy stopped: {e}")))),
     }
@@ -117,12 +117,16 @@ fn check(d: &Daemon, spec: &AppSpec, lines: &manifest::KeyLines) -> Result<Optio
                 ),
             )));
         }
-        if other.recorded.spec.port == spec.port {
+        if other.recorded.spec.route.port == spec.route.port {
             return Err(Box::new(error(
                 StatusCode::CONFLICT,
                 here(
                     "port",
-                    format!("{} is already used by app {name} ({}); pick another port", spec.port, other.recorded.spec.manifest.display()),
+                    format!(
+                        "{} is already used by app {name} ({}); pick another port",
+                        spec.route.port,
+                        other.recorded.spec.manifest.display()
+                    ),
                 ),
             )));
         }
@@ -163,7 +167,7 @@ async fn claim(
     spec: &AppSpec,
     lines: &manifest::KeyLines,
 ) -> Result<Option<(sockets::Addr, std::net::TcpListener)>, Box<Reply>> {
-    let addr = (spec.host.clone(), spec.port);
+    let addr = (spec.route.host.to_string(), spec.route.port);
     let own_port = {
         let d = shared.lock().await;
         if d.sockets.holds(&addr) {
@@ -172,8 +176,8 @@ async fn claim(
         // This app's own socket on another host, held now.
         d.apps
             .values()
-            .filter(|a| super::same_path(&a.recorded.spec.manifest, &spec.manifest) && a.recorded.spec.port == spec.port)
-            .any(|a| d.sockets.holds(&(a.recorded.spec.host.clone(), a.recorded.spec.port)))
+            .filter(|a| super::same_path(&a.recorded.spec.manifest, &spec.manifest) && a.recorded.spec.route.port == spec.route.port)
+            .any(|a| d.sockets.holds(&(a.recorded.spec.route.host.to_string(), a.recorded.spec.route.port)))
     };
     let (host, port) = addr.clone();
     let bound =
@@ -326,12 +330,12 @@ fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<Taken>) -> Res
         )));
     }
     d.apps.insert(spec.name.clone(), AppRt::new(spec.clone(), state));
-    let n = spec.replicas + spec.warm_replicas;
+    let n = spec.scale.replicas + spec.scale.warm_replicas;
     let line = format!(
         "{}: applied; starting {n} {} on port {}. Watch: shinyctl status {}",
         spec.name,
         if n == 1 { "copy" } else { "copies" },
-        spec.port,
+        spec.route.port,
         spec.name
     );
     Ok(with_release(line, rel.as_ref()))
@@ -456,7 +460,7 @@ pub async fn rollback(shared: &Shared, name: &str, now: bool, to: Option<&str>) 
         Ok(rel) => rel,
         Err(why) => return error(StatusCode::CONFLICT, format!("{why}. Nothing changed.")),
     };
-    app.recorded.spec = release::with_deployed(&app.recorded.spec, &rel.deployed);
+    app.recorded.spec = app.recorded.spec.with_start(&rel.deployed);
     let (rev, how) = match redeploy(&mut d, name, now) {
         Ok(done) => done,
         Err(reply) => return *reply,

@@ -106,14 +106,6 @@ impl Scheme {
     }
 }
 
-/// True for root of the machine: uid 0 in the first user namespace, whose
-/// map is the whole range (a "root" inside a user namespace of its own
-/// has no ids of the machine to hand out).
-fn host_root() -> bool {
-    nix::unistd::geteuid().is_root()
-        && std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
-}
-
 /// True when `newuidmap` and `newgidmap` are where the launcher runs them.
 fn map_tools_found() -> bool {
     [crate::launcher::users::NEWUIDMAP, crate::launcher::users::NEWGIDMAP].iter().all(|t| Path::new(t).exists())
@@ -123,7 +115,15 @@ fn map_tools_found() -> bool {
 /// `run-as`, under a daemon that has ids to give (root, or a user with
 /// subordinate ids).
 pub fn wanted(spec: &crate::manifest::AppSpec) -> bool {
-    spec.run_as.is_none() && spec.sandbox.mode != crate::manifest::SandboxMode::Off && Scheme::current().range().is_some()
+    spec.start.run_as.is_none() && spec.start.sandbox.mode != crate::manifest::SandboxMode::Off && Scheme::current().range().is_some()
+}
+
+/// True for root of the machine: uid 0 in the first user namespace, whose
+/// map is the whole range (a "root" inside a user namespace of its own
+/// has no ids of the machine to hand out).
+fn host_root() -> bool {
+    nix::unistd::geteuid().is_root()
+        && std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
 }
 
 /// For status: why the fenced copies of `specs` run as the daemon's own
@@ -132,7 +132,7 @@ pub fn wanted(spec: &crate::manifest::AppSpec) -> bool {
 pub fn own_user_note<'a>(mut specs: impl Iterator<Item = &'a crate::manifest::AppSpec>) -> Option<String> {
     let Scheme::Own(why) = Scheme::current() else { return None };
     specs
-        .any(|s| s.run_as.is_none() && s.sandbox.mode != crate::manifest::SandboxMode::Off)
+        .any(|s| s.start.run_as.is_none() && s.start.sandbox.mode != crate::manifest::SandboxMode::Off)
         .then(|| format!("The apps' copies run as the daemon's own user and can read that user's files, not as a uid of their own: {why}"))
 }
 

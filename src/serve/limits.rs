@@ -15,7 +15,7 @@ use super::{Daemon, Shared};
 /// The fence a copy was started with: its release's deployed settings, or
 /// the app's for a copy from before releases.
 pub fn sandbox_of<'a>(spec: &'a AppSpec, state: &'a AppState, rec: &CopyRecord) -> &'a Sandbox {
-    rec.release.as_ref().and_then(|id| crate::release::find(state, id)).map_or(&spec.sandbox, |r| &r.deployed.sandbox)
+    rec.release.as_ref().and_then(|id| crate::release::find(state, id)).map_or(&spec.start.sandbox, |r| &r.deployed.sandbox)
 }
 
 /// `sandbox.mode: strict` refuses the copy: a cgroup it needs cannot be
@@ -36,7 +36,7 @@ impl std::error::Error for Refused {}
 /// cgroup that cannot be made is logged and left out (the watch keeps the
 /// memory limit), unless `mode: strict` asks for the whole fence.
 pub fn cgroups_for(cgroups: &Cgroups, spec: &AppSpec, copy: u32) -> anyhow::Result<Vec<PathBuf>> {
-    let sb = &spec.sandbox;
+    let sb = &spec.start.sandbox;
     if sb.mode == SandboxMode::Off {
         return Ok(Vec::new());
     }
@@ -63,7 +63,7 @@ pub fn cgroups_for(cgroups: &Cgroups, spec: &AppSpec, copy: u32) -> anyhow::Resu
 /// pids cgroup keeps it (memory is kept either way: by a cgroup or the
 /// watch).
 pub fn notes(cgroups: &Cgroups, spec: &AppSpec) -> Vec<String> {
-    let asked = spec.sandbox.mode != SandboxMode::Off && spec.sandbox.tasks != crate::manifest::DEFAULT_TASKS;
+    let asked = spec.start.sandbox.mode != SandboxMode::Off && spec.start.sandbox.tasks != crate::manifest::DEFAULT_TASKS;
     if !asked || cgroups.has_pids() {
         return Vec::new();
     }
@@ -71,7 +71,7 @@ pub fn notes(cgroups: &Cgroups, spec: &AppSpec) -> Vec<String> {
     vec![format!(
         "{}: sandbox.tasks ({}) is not kept on this machine: {why}. It needs a pids cgroup: a root daemon, or \
          shinyctl's systemd unit on cgroup v2 (`install.sh --service`; Delegate=yes, DelegateSubgroup=daemon: systemd 254+).",
-        spec.name, spec.sandbox.tasks
+        spec.name, spec.start.sandbox.tasks
     )]
 }
 

@@ -46,7 +46,7 @@ impl Daemon {
     /// read for it), or with no copy running to size one by.
     pub(super) fn memory_room(&self, name: &str) -> Option<MemoryRoom> {
         let spec = &self.apps.get(name)?.recorded.spec;
-        if spec.max_sessions.is_none() || spec.max_active() <= spec.replicas {
+        if spec.scale.max_sessions.is_none() || spec.scale.max_active() <= spec.scale.replicas {
             return None;
         }
         let bound = bound()?;

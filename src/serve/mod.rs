@@ -42,6 +42,8 @@ mod sockets;
 mod status;
 mod stops;
 mod tallies;
+#[cfg(test)]
+mod upgrade_tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -183,7 +185,11 @@ pub type Shared = Arc<Mutex<Daemon>>;
 impl Daemon {
     /// The addresses the apps listen on (an app being deleted no longer does).
     pub fn listen_addrs(&self) -> Vec<sockets::Addr> {
-        self.apps.values().filter(|a| !a.recorded.deleting).map(|a| (a.recorded.spec.host.clone(), a.recorded.spec.port)).collect()
+        self.apps
+            .values()
+            .filter(|a| !a.recorded.deleting)
+            .map(|a| (a.recorded.spec.route.host.to_string(), a.recorded.spec.route.port))
+            .collect()
     }
 }
 

@@ -21,7 +21,7 @@ pub async fn stop(shared: &Shared, name: &str) -> Reply {
     let copies = app.recorded.state.copies.iter().filter(|r| r.pid.is_some()).count();
     app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
     let _ = d.events.send(Event::Changed { app: name.to_string() });
-    let port = d.apps.get(name).map_or(0, |a| a.recorded.spec.port);
+    let port = d.apps.get(name).map_or(0, |a| a.recorded.spec.route.port);
     ok(format!(
         "{name}: stopping {copies} {}; port {port} stays held and answers that {name} is stopped. `shinyctl start {name}` starts it again.",
         if copies == 1 { "copy" } else { "copies" }
@@ -37,7 +37,7 @@ pub async fn start(shared: &Shared, name: &str) -> Reply {
     }
     app.recorded.state.asleep_since_ms = None;
     app.recorded.state.awake_since_ms = None;
-    let n = app.recorded.spec.replicas + app.recorded.spec.warm_replicas;
+    let n = app.recorded.spec.scale.replicas + app.recorded.spec.scale.warm_replicas;
     app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
     let _ = d.events.send(Event::Changed { app: name.to_string() });
     ok(format!("{name}: starting {n} {}. Watch: shinyctl status {name}", if n == 1 { "copy" } else { "copies" }))
@@ -55,7 +55,7 @@ pub async fn scale(shared: &Shared, name: &str, replicas: u32) -> Reply {
     }
     let mut d = shared.lock().await;
     let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
-    let was = std::mem::replace(&mut app.recorded.spec.replicas, replicas);
+    let was = std::mem::replace(&mut app.recorded.spec.scale.replicas, replicas);
     if let Err(e) = d.save_registry() {
         return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
     }

@@ -17,7 +17,7 @@ use crate::procfs;
 use super::{act, now_ms, Daemon};
 
 /// A copy launcher of this home found running.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Found {
     /// The launcher's PID (what the daemon records for a copy).
     pub pid: u32,

@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn the_daemon_rotates_logs_at_one_gib() {
-        // how-it-works.txt: "Logs rotate at 1 GiB." The daemon's rotation
+        // README, "Files": "Logs rotate at 1 GiB." The daemon's rotation
         // is rotate_if_larger with this limit (tested above with a small one).
         assert_eq!(crate::serve::LOG_ROTATE_BYTES, 1024 * 1024 * 1024);
     }

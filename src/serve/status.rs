@@ -121,7 +121,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
             notes.extend(release::notes(name, &app.recorded.state, &|r| observed.copies.contains_key(&r.copy)));
             let fenced: Vec<(u32, &crate::model::Isolation)> =
                 copies.iter().filter_map(|c| Some((c.copy, c.isolation.as_ref()?))).collect();
-            notes.extend(launcher::fences::notes(name, &app.recorded.spec.sandbox, &fenced));
+            notes.extend(launcher::fences::notes(name, &app.recorded.spec.start.sandbox, &fenced));
             if let Some(why) = &app.tracked.state_error {
                 notes.push(format!(
                     "{name}: cannot write its state file {}: {why}; the previous one is kept and the copies keep running",
@@ -129,25 +129,25 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 ));
             }
             notes.extend(balancer_notes(name, traffic, d.refusing.get(name).map_or(&[], Vec::as_slice)));
-            let not_listening = d.sockets.failure(app.recorded.spec.port).map(str::to_string);
+            let not_listening = d.sockets.failure(app.recorded.spec.route.port).map(str::to_string);
             if let Some(why) = &not_listening {
-                notes.push(format!("{name}: port {}: not listening: {why}", app.recorded.spec.port));
+                notes.push(format!("{name}: port {}: not listening: {why}", app.recorded.spec.route.port));
             }
             notes.extend(super::limits::notes(&d.cgroups, &app.recorded.spec));
             if let Some(uid) = app.recorded.state.uid.filter(|_| super::identity::wanted(&app.recorded.spec)) {
-                notes.extend(super::identity::writable_notes(name, &app.recorded.spec.sandbox.writable_paths, uid));
+                notes.extend(super::identity::writable_notes(name, &app.recorded.spec.start.sandbox.writable_paths, uid));
             }
             let capacity = reconcile::capacity::status(&app.recorded.spec, &app.recorded.state, &app.tracked.roles, |c| {
                 traffic.and_then(|t| t.get(&c)).map_or(0, |t| t.sessions)
             });
             // The time of day of the last change, as the copies' start times show it.
             let time_of_day = |ms: u64| procfs::local_rfc3339(ms).get(11..19).unwrap_or_default().to_string();
-            notes.extend(reconcile::capacity::note(name, app.recorded.spec.replicas, &capacity, time_of_day));
+            notes.extend(reconcile::capacity::note(name, app.recorded.spec.scale.replicas, &capacity, time_of_day));
             notes.extend(app.recorded.state.held_by_memory.as_ref().map(|why| format!("{name} {why}.")));
             AppStatus {
                 name: name.clone(),
                 group: app.recorded.spec.group.clone(),
-                port: app.recorded.spec.port,
+                port: app.recorded.spec.route.port,
                 revision: app.recorded.state.revision,
                 release: app.recorded.state.release.clone(),
                 previous_release: app.recorded.state.previous_release.clone(),
@@ -157,7 +157,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 runs_as_root: root_note(&app.recorded.spec, nix::unistd::geteuid().is_root()),
                 uid: app.recorded.state.uid.filter(|_| super::identity::wanted(&app.recorded.spec)),
                 state: app_state(&app.recorded).to_string(),
-                replicas: app.recorded.spec.replicas,
+                replicas: app.recorded.spec.scale.replicas,
                 manifest: app.recorded.spec.manifest.display().to_string(),
                 capacity: Some(capacity),
             }
@@ -264,7 +264,7 @@ mod tests {
 /// the host, unless the fence is off.
 fn root_note(spec: &crate::manifest::AppSpec, daemon_is_root: bool) -> Option<String> {
     // Fenced, they run as the app's own uid (`uid` in status --json).
-    if !daemon_is_root || spec.run_as.is_some() || spec.sandbox.mode != crate::manifest::SandboxMode::Off {
+    if !daemon_is_root || spec.start.run_as.is_some() || spec.start.sandbox.mode != crate::manifest::SandboxMode::Off {
         return None;
     }
     Some("its copies run as root, with no fence (sandbox mode off); set run-as: USER to run them as a user of this machine, or leave the fence on to run them as the app's own uid".to_string())
@@ -283,9 +283,17 @@ mod root_note_tests {
         assert!(root_note(&spec, false).is_none(), "not root: no line");
         let line = root_note(&spec, true).unwrap();
         assert!(line.starts_with("its copies run as root, with no fence") && line.contains("run-as"), "{line}");
-        let as_user = crate::manifest::AppSpec { run_as: Some("shiny".into()), ..spec.clone() };
+        let as_user = {
+            let mut s = spec.clone();
+            s.start.run_as = Some("shiny".into());
+            s
+        };
         assert!(root_note(&as_user, true).is_none(), "run-as set: no line");
-        let fenced = crate::manifest::AppSpec { sandbox: Default::default(), ..spec };
+        let fenced = {
+            let mut s = spec;
+            s.start.sandbox = Default::default();
+            s
+        };
         assert!(root_note(&fenced, true).is_none(), "fenced: the app's own uid");
         std::fs::remove_dir_all(&path).unwrap();
     }

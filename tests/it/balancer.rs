@@ -195,8 +195,8 @@ fn with_no_copy_to_come_back_a_request_gets_the_restarting_page_after_15_s() {
     assert!(r.header("retry-after").is_some(), "{r:?}");
     assert!(r.body.contains("restarting"), "a page saying the app is restarting: {}", r.body);
     assert!(r.body.contains("refresh") || r.body.contains("reload"), "which reloads itself: {}", r.body);
-    // staying-up.txt: "a request waits up to 15 seconds for the app to come
-    // back; after that the visitor gets a page saying the app is restarting".
+    // README, "Staying up": a request waits up to 15 seconds for the app to
+    // come back; after that the visitor gets a page saying it is restarting.
     let spec_hold = Duration::from_secs(15);
     assert!(held >= spec_hold && held < spec_hold + Duration::from_secs(10), "held 15 s first, was {held:?}");
 }

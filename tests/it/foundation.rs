@@ -26,7 +26,7 @@ fn apply_starts_an_active_copy_and_a_warm_spare_of_real_r() {
         assert_eq!(c.status, "alive");
     }
 
-    // The table, as staying-up.txt shows it.
+    // The table, as the README's "Status" shows it.
     let text = env.ok(&["status"]);
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
@@ -47,7 +47,7 @@ fn apply_starts_an_active_copy_and_a_warm_spare_of_real_r() {
     assert!(page.body.contains("shiny"), "a Shiny page: {}", &page.body[..page.body.len().min(300)]);
     assert_eq!(page.copy(), Some(1), "new visitors go to the active copy");
 
-    // The files of how-it-works.txt.
+    // The files of the README's "Files".
     let home = env.home();
     for f in [
         "api.sock",
@@ -290,7 +290,7 @@ fn delete_keeps_a_copy_with_an_open_session_past_the_settle() {
     let pid = env.pid_of("delkeep", 1);
     let mut session = Session::open(port, "");
     env.ok(&["delete", "delkeep"]);
-    // Past the 10 s settle (how-it-works.txt) only the session keeps it.
+    // Past the 10 s settle only the session keeps it.
     let drain =
         wait_until(Duration::from_secs(10), "the drain start in state.json", || env.record("delkeep", 1)?["drain_started_ms"].as_u64());
     wait_clock(drain + 12_000);

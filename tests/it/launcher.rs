@@ -196,5 +196,5 @@ fn bad_launcher_arguments_exit_with_the_launchers_own_status() {
     let out = Command::new(bin()).args(["launch", "--port", "20001"]).output().unwrap();
     assert_eq!(out.status.code(), Some(121), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("the copy could not be launched: bad arguments") && err.contains("--app-dir"), "{err}");
+    assert!(err.contains("the copy could not be launched: bad arguments") && err.contains("--spec"), "{err}");
 }

@@ -1,4 +1,4 @@
-//! Releases with real R, in the words of issue 7 and staying-up.txt: what
+//! Releases with real R, in the words of issue 7 and the README's "Releases": what
 //! runs is what was deployed. An edit of app.R changes nothing until a
 //! restart; old pages keep their version while it drains; a broken edit
 //! never takes over; restart reads the manifest as it is now; rollback

@@ -1,4 +1,4 @@
-//! sleep-and-wake.txt with real R: an idle app really stops, keeps its
+//! README, "Sleep", with real R: an idle app really stops, keeps its
 //! copies' numbers, ports and disks, and the first request wakes it while
 //! the load balancer holds it; requests that arrive together share one wake;
 //! a wake that fails is a 503, one that takes too long a 504.

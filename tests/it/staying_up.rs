@@ -1,4 +1,4 @@
-//! staying-up.txt with real R: crashes and backoff, restart-policy,
+//! README, "Staying up", with real R: crashes and backoff, restart-policy,
 //! redeploys that drain, a broken version, --now, settings that restart
 //! nothing, scaling in order. A request loop runs through the timelines and
 //! counts what fails.
@@ -9,7 +9,7 @@ use crate::helpers::*;
 
 const START: Duration = Duration::from_secs(60);
 
-/// staying-up.txt's settle (the 10 s a draining copy is kept even with no
+/// The settle (the 10 s a draining copy is kept even with no
 /// sessions), and some: past it, only sessions keep a copy.
 const SETTLE_AND_SOME: u64 = 12_000;
 
@@ -40,7 +40,7 @@ fn a_crashing_copy_backs_off_two_four_eight_seconds_and_shows_crash_looping() {
         }
         (waits.len() >= 3).then_some(())
     });
-    // staying-up.txt: "restarts wait 2 seconds, doubling". Never less; more
+    // README, "Staying up": the backoff is 2 s, doubling. Never less; more
     // only by the daemon's own delay in acting on its timer (1.5 s, scaled
     // by SHINYCTL_TEST_SLOW on a loaded machine).
     let late = slow(Duration::from_millis(1500)).as_millis() as u64;
@@ -381,8 +381,8 @@ fn a_copy_that_ignores_sigterm_is_killed_ten_seconds_later() {
     env.started("stub", &format!("warm-replicas: 0\nr-path: {}\n", stubborn.display()), "1:active");
     let pid = env.pid_of("stub", 1);
 
-    // DESIGN.md: "Stop: SIGTERM to its process group, up to 10 s, then
-    // SIGKILL"; sleep-and-wake.txt: "waits up to ten seconds, forces it off".
+    // README, "Status": a copy being stopped gets SIGTERM to its
+    // processes, then SIGKILL after 10 s.
     let asked = std::time::Instant::now();
     env.ok(&["delete", "stub", "--now"]);
     holds_for(Duration::from_secs(9).saturating_sub(asked.elapsed()), "the copy lives through the grace", || pid_alive(pid));

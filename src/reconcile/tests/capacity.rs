@@ -10,10 +10,10 @@ impl Sim {
     /// growing at 80 %, shrinking after 60 s of low load; copies 1 and 2 up.
     fn growable(most: u32) -> Sim {
         let mut sim = Sim::new(1, 1);
-        sim.spec.max_sessions = Some(10);
-        sim.spec.max_replicas = most;
-        sim.spec.scale_down_after_ms = 60 * S;
-        sim.spec.idle_timeout_ms = 0;
+        sim.spec.scale.max_sessions = Some(10);
+        sim.spec.scale.max_replicas = most;
+        sim.spec.scale.scale_down_after_ms = 60 * S;
+        sim.spec.scale.idle_timeout_ms = 0;
         sim.at(0).cycle().ready(&[1, 2]).cycle();
         sim
     }
@@ -52,7 +52,7 @@ fn a_full_report_from_the_load_balancer_grows_at_once() {
     // scale-at 1: the sessions alone never reach it before the copy is full;
     // the load balancer's report (the visitor sent to the spare) does.
     let mut sim = Sim::growable(3);
-    sim.spec.scale_at = 1.0;
+    sim.spec.scale.scale_at = 1.0;
     sim.at(10).sessions(1, 9).cycle();
     assert_eq!(sim.roles(), "1:active 2:warm");
     sim.at(11).full().cycle();
@@ -176,8 +176,8 @@ fn a_copy_that_dies_mid_growth_comes_back_and_the_app_keeps_its_size() {
 #[test]
 fn before_it_sleeps_the_grown_copies_go_and_it_wakes_at_replicas() {
     let mut sim = Sim::growable(3);
-    sim.spec.idle_timeout_ms = 30 * S;
-    sim.spec.scale_down_after_ms = 600 * S;
+    sim.spec.scale.idle_timeout_ms = 30 * S;
+    sim.spec.scale.scale_down_after_ms = 600 * S;
     sim.at(10).sessions(1, 8).cycle().ready(&[3]);
     sim.at(11).sessions(1, 0).cycle();
     assert_eq!(sim.roles(), "1:active 2:active 3:warm");
@@ -196,7 +196,7 @@ fn before_it_sleeps_the_grown_copies_go_and_it_wakes_at_replicas() {
 #[test]
 fn without_max_sessions_nothing_changes() {
     let mut sim = Sim::new(1, 1);
-    sim.spec.max_replicas = 4;
+    sim.spec.scale.max_replicas = 4;
     sim.at(0).cycle().ready(&[1, 2]).cycle();
     sim.at(10).sessions(1, 500).full().cycle();
     assert_eq!(sim.roles(), "1:active 2:warm");
@@ -206,7 +206,7 @@ fn without_max_sessions_nothing_changes() {
 #[test]
 fn status_says_how_many_copies_are_active_for_how_many_sessions_and_when_it_last_changed() {
     let mut sim = Sim::growable(6);
-    sim.spec.max_sessions = Some(20);
+    sim.spec.scale.max_sessions = Some(20);
     sim.at(10).sessions(1, 20).cycle().ready(&[3]);
     sim.at(11).sessions(2, 5).cycle();
     let roles = sim.plan.as_ref().unwrap().roles.clone();
@@ -215,7 +215,7 @@ fn status_says_how_many_copies_are_active_for_how_many_sessions_and_when_it_last
     let line = crate::reconcile::capacity::note("hello", 1, &c, |ms| format!("t{}", (ms - 1_000_000) / S)).unwrap();
     assert_eq!(line, "hello: 2 active of at most 6 (sessions 25 of 40); grew at t10");
     // An app that cannot grow has no such line.
-    sim.spec.max_replicas = 1;
+    sim.spec.scale.max_replicas = 1;
     let c = crate::reconcile::capacity::status(&sim.spec, &sim.state, &roles, |_| 0);
     assert_eq!(crate::reconcile::capacity::note("hello", 1, &c, |_| String::new()), None);
 }

@@ -19,7 +19,7 @@ const G: u64 = 1 << 30;
 #[test]
 fn a_copy_over_its_memory_limit_is_a_crash_restarted_after_the_backoff_and_status_says_why() {
     let mut sim = Sim::new(1, 1);
-    sim.spec.sandbox.memory = Some(2 * G);
+    sim.spec.start.sandbox.memory = Some(2 * G);
     sim.at(0).cycle().ready(&[1, 2]).cycle();
     sim.at(5).over_memory(2, 2 * G + G / 10, 2 * G).cycle();
     assert_eq!(sim.record(2).crashes, 1, "counted as a crash");
@@ -46,7 +46,7 @@ fn a_copy_over_its_memory_limit_is_a_crash_restarted_after_the_backoff_and_statu
 #[test]
 fn a_copy_stopped_for_memory_is_a_failure_for_restart_policy_on_failure() {
     let mut sim = Sim::new(1, 0);
-    sim.spec.restart_policy = RestartPolicy::OnFailure;
+    sim.spec.scale.restart_policy = RestartPolicy::OnFailure;
     sim.at(0).cycle().ready(&[1]).cycle();
     let exit =
         Exit { at_ms: sim.now, code: Some(0), signal: None, memory: Some(MemoryStop { used: G, limit: G / 2 }), start_timeout_ms: None };

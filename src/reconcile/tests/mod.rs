@@ -1,9 +1,9 @@
-//! Timelines from staying-up.txt, played against [`decide`] with a fake
+//! Timelines from README, "Staying up", played against [`decide`] with a fake
 //! clock and a fake world: a started process becomes a record with a PID, a
 //! stopped one exits, and the test says when a copy is ready or dies.
 
 use super::*;
-use crate::manifest::{LbPolicy, RestartPolicy};
+use crate::manifest::{LbPolicy, RestartPolicy, RouteSpec, ScaleSpec, StartSpec};
 use std::path::PathBuf;
 
 mod capacity;
@@ -17,36 +17,37 @@ pub(super) fn spec(replicas: u32, warm: u32) -> AppSpec {
         name: "hello".into(),
         group: "default".into(),
         manifest: PathBuf::from("/srv/hello/app.yaml"),
-        working_dir: PathBuf::from("/srv/hello"),
-        entrypoint: "app.R".into(),
-        port: 8765,
-        host: "0.0.0.0".into(),
-        replicas,
-        warm_replicas: warm,
-        lb_policy: LbPolicy::LeastConn,
-        drain_timeout_ms: 15 * 60 * S,
-        restart_policy: RestartPolicy::Always,
-        env: Default::default(),
+        start: StartSpec { working_dir: PathBuf::from("/srv/hello"), entrypoint: "app.R".into(), r_path: "R".into(), ..Default::default() },
+        route: RouteSpec {
+            host: [0, 0, 0, 0].into(),
+            port: 8765,
+            lb_policy: LbPolicy::LeastConn,
+            request_timeout_ms: 30 * S,
+            max_connections: crate::manifest::DEFAULT_MAX_CONNECTIONS,
+            trusted_proxies: Vec::new(),
+        },
+        scale: ScaleSpec {
+            replicas,
+            warm_replicas: warm,
+            drain_timeout_ms: 15 * 60 * S,
+            restart_policy: RestartPolicy::Always,
+            idle_timeout_ms: 300 * S,
+            start_timeout_ms: crate::manifest::DEFAULT_START_TIMEOUT_MS,
+            max_sessions: None,
+            max_replicas: replicas,
+            scale_at: crate::manifest::DEFAULT_SCALE_AT,
+            scale_down_after_ms: crate::manifest::DEFAULT_SCALE_DOWN_AFTER_MS,
+        },
         state_file: PathBuf::from("/srv/hello/state.json"),
-        idle_timeout_ms: 300 * S,
-        request_timeout_ms: 30 * S,
-        start_timeout_ms: crate::manifest::DEFAULT_START_TIMEOUT_MS,
         keep_releases: crate::manifest::DEFAULT_KEEP_RELEASES,
-        r_path: "R".into(),
-        max_connections: crate::manifest::DEFAULT_MAX_CONNECTIONS,
-        trusted_proxies: Vec::new(),
-        sandbox: Default::default(),
-        run_as: None,
-        max_sessions: None,
-        max_replicas: replicas,
-        scale_at: crate::manifest::DEFAULT_SCALE_AT,
-        scale_down_after_ms: crate::manifest::DEFAULT_SCALE_DOWN_AFTER_MS,
     }
 }
 
 /// A fake world around `decide`: it plays the act step.
 struct Sim {
     spec: AppSpec,
+    /// The app is being deleted (`decide`'s flag).
+    deleting: bool,
     state: AppState,
     world: Observed,
     now: u64,
@@ -55,7 +56,14 @@ struct Sim {
 
 impl Sim {
     fn new(replicas: u32, warm: u32) -> Sim {
-        Sim { spec: spec(replicas, warm), state: AppState::default(), world: Observed::default(), now: 1_000_000, plan: None }
+        Sim {
+            spec: spec(replicas, warm),
+            deleting: false,
+            state: AppState::default(),
+            world: Observed::default(),
+            now: 1_000_000,
+            plan: None,
+        }
     }
 
     /// Moves the clock to `t` seconds after the start.
@@ -73,7 +81,7 @@ impl Sim {
     /// Runs one cycle and plays its actions: a start gives the copy a
     /// process, a stop ends it (seen on the next cycle).
     fn cycle(&mut self) -> &mut Self {
-        let plan = decide(&self.spec, &self.state, &self.world, self.now);
+        let plan = decide(&self.spec, self.deleting, &self.state, &self.world, self.now);
         // The load balancer's "every active copy was full" is taken by one cycle.
         self.world.full = false;
         self.state = plan.state.clone();
@@ -167,6 +175,23 @@ fn first_apply_starts_the_active_copy_and_the_spare_together() {
 }
 
 #[test]
+fn an_app_being_deleted_lets_every_copy_go_with_its_scale_spec_unchanged() {
+    let mut sim = Sim::new(1, 1);
+    sim.at(0).cycle().at(2).ready(&[1, 2]).cycle();
+    assert_eq!(sim.roles(), "1:active 2:warm");
+    sim.at(3).cycle();
+    assert!(sim.actions().is_empty(), "not being deleted: nothing changes");
+    sim.deleting = true;
+    sim.at(4).cycle();
+    assert!(sim.state.copies.iter().all(|r| r.drain_started_ms.is_some() || r.stop_started_ms.is_some()), "{:?}", sim.state.copies);
+    for t in [5, 15 * 60 + 10, 15 * 60 + 11, 15 * 60 + 12] {
+        sim.at(t).cycle();
+    }
+    assert_eq!(sim.copies(), "", "no copy is left once the app is being deleted");
+    assert_eq!((sim.spec.scale.replicas, sim.spec.scale.warm_replicas), (1, 1), "the flag, not a spec made to say 0");
+}
+
+#[test]
 fn oldest_replicas_copies_are_active() {
     let mut sim = Sim::new(2, 1);
     sim.at(0).cycle().ready(&[1, 2, 3]).cycle();
@@ -175,7 +200,7 @@ fn oldest_replicas_copies_are_active() {
 
 #[test]
 fn a_copy_dies_and_the_spare_takes_over_roles_dont_swap_back() {
-    // staying-up.txt, "When a copy dies".
+    // README, "Staying up": a copy that dies.
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle();
     sim.at(60).kill(1).cycle();
@@ -261,7 +286,7 @@ fn restart_policy_decides_whether_a_copy_comes_back() {
     ];
     for (policy, code, signal, comes_back) in table {
         let mut sim = Sim::new(1, 0);
-        sim.spec.restart_policy = policy;
+        sim.spec.scale.restart_policy = policy;
         sim.at(0).cycle().ready(&[1]).cycle();
         sim.at(10).exits(1, code, signal).cycle();
         sim.at(100).cycle();
@@ -278,7 +303,7 @@ fn restart_policy_decides_whether_a_copy_comes_back() {
 
 #[test]
 fn a_redeploy_that_drains() {
-    // staying-up.txt, "A redeploy that drains".
+    // README, "Staying up": a redeploy that drains.
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle().sessions(1, 2);
     sim.at(100).restart(false).cycle();
@@ -321,7 +346,7 @@ fn an_old_copy_with_no_sessions_stops_after_the_settle() {
 #[test]
 fn a_draining_copy_stops_at_drain_timeout_even_with_sessions() {
     let mut sim = Sim::new(1, 0);
-    sim.spec.drain_timeout_ms = 30 * S;
+    sim.spec.scale.drain_timeout_ms = 30 * S;
     sim.at(0).cycle().ready(&[1]).cycle().sessions(1, 3);
     sim.at(10).restart(false).cycle().ready(&[2]);
     sim.at(11).cycle();
@@ -426,7 +451,7 @@ fn a_redeploy_during_another_goes_straight_to_the_newest() {
 fn changed_settings_are_a_redeploy_like_restart() {
     let mut sim = Sim::new(1, 0);
     sim.at(0).cycle().ready(&[1]).cycle();
-    sim.spec.env.insert("GREETING".into(), "hi".into());
+    sim.spec.start.env.insert("GREETING".into(), "hi".into());
     sim.at(5).cycle();
     assert_eq!(sim.actions(), vec![Action::Start(2)]);
     sim.ready(&[2]).at(6).cycle();
@@ -437,10 +462,10 @@ fn changed_settings_are_a_redeploy_like_restart() {
 fn settings_that_dont_change_how_a_copy_starts_restart_nothing() {
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle();
-    sim.spec.port = 9999;
-    sim.spec.lb_policy = LbPolicy::First;
-    sim.spec.drain_timeout_ms = 5 * S;
-    sim.spec.restart_policy = RestartPolicy::Never;
+    sim.spec.route.port = 9999;
+    sim.spec.route.lb_policy = LbPolicy::First;
+    sim.spec.scale.drain_timeout_ms = 5 * S;
+    sim.spec.scale.restart_policy = RestartPolicy::Never;
     sim.at(5).cycle();
     assert!(sim.actions().is_empty());
     assert_eq!(sim.roles(), "1:active 2:warm");
@@ -450,7 +475,7 @@ fn settings_that_dont_change_how_a_copy_starts_restart_nothing() {
 fn scaling_up_starts_copies() {
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle();
-    sim.spec.replicas = 3;
+    sim.spec.scale.replicas = 3;
     sim.at(5).cycle();
     assert_eq!(sim.actions(), vec![Action::Start(3), Action::Start(4)]);
     sim.ready(&[3, 4]).at(6).cycle();
@@ -474,26 +499,26 @@ fn scaling_down_removes_in_the_documented_order() {
     assert_eq!(sim.roles(), "1:active 4:active 5:active 6:warm");
 
     // Remove one: the copy with no process goes first, at once.
-    sim.spec.warm_replicas = 2;
+    sim.spec.scale.warm_replicas = 2;
     sim.at(5).cycle();
     assert_eq!(sim.copies(), "1 3 4 5 6");
     // Then the one still starting, at once.
-    sim.spec.warm_replicas = 1;
+    sim.spec.scale.warm_replicas = 1;
     sim.at(5).cycle();
     assert_eq!(sim.actions(), vec![Action::Stop(3)]);
     sim.at(6).cycle();
     assert_eq!(sim.copies(), "1 4 5 6");
     // Then ready ones with the fewest sessions, warm before active on a tie:
     // 4 and 6 have one session each; 6 is warm.
-    sim.spec.warm_replicas = 0;
+    sim.spec.scale.warm_replicas = 0;
     sim.at(6).cycle();
     assert_eq!(sim.roles(), "1:active 4:active 5:active 6:draining");
     // Then copy 4 (one session) before copy 5 (two).
-    sim.spec.replicas = 2;
+    sim.spec.scale.replicas = 2;
     sim.at(7).cycle();
     assert_eq!(sim.roles(), "1:active 5:active 4:draining 6:draining");
     // Copy 1 with four sessions stays.
-    sim.spec.replicas = 1;
+    sim.spec.scale.replicas = 1;
     sim.at(8).cycle();
     assert_eq!(sim.roles(), "1:active 4:draining 5:draining 6:draining");
 }
@@ -515,8 +540,8 @@ fn an_apply_without_now_just_after_does_not_slow_a_hurried_copy_down() {
 fn scaling_down_with_now_stops_at_once() {
     let mut sim = Sim::new(2, 1);
     sim.at(0).cycle().ready(&[1, 2, 3]).cycle().sessions(2, 3);
-    sim.spec.replicas = 1;
-    sim.spec.warm_replicas = 0;
+    sim.spec.scale.replicas = 1;
+    sim.spec.scale.warm_replicas = 0;
     sim.state.stop_now = true;
     sim.at(5).cycle();
     assert_eq!(sim.roles(), "2:active 1:draining 3:draining", "the copy with sessions stays; the others take no new visitor");
@@ -530,11 +555,11 @@ fn decide_is_idempotent() {
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle();
     sim.at(100).restart(false).cycle().ready(&[3]);
-    let a = decide(&sim.spec, &sim.state, &sim.world, sim.now);
-    let b = decide(&sim.spec, &sim.state, &sim.world, sim.now);
+    let a = decide(&sim.spec, sim.deleting, &sim.state, &sim.world, sim.now);
+    let b = decide(&sim.spec, sim.deleting, &sim.state, &sim.world, sim.now);
     assert_eq!(a, b);
     // And deciding on its own output changes nothing more.
-    let c = decide(&sim.spec, &a.state, &sim.world, sim.now);
+    let c = decide(&sim.spec, sim.deleting, &a.state, &sim.world, sim.now);
     assert_eq!(c.state, a.state);
     assert_eq!(c.roles, a.roles);
 }
@@ -550,13 +575,13 @@ fn human_durations() {
 
 #[test]
 fn scaling_down_counts_sessions_not_connections() {
-    // staying-up.txt: "ready ones with the fewest open sessions". Copy 2 has
+    // README, "Capacity": ready ones with the fewest open sessions. Copy 2 has
     // many requests in flight but no session; copy 3 one session.
     let mut sim = Sim::new(3, 0);
     sim.at(0).cycle().ready(&[1, 2, 3]).cycle();
     sim.sessions(1, 2).sessions(3, 1);
     sim.world.copies.get_mut(&2).unwrap().connections = 9;
-    sim.spec.replicas = 2;
+    sim.spec.scale.replicas = 2;
     sim.at(5).cycle();
     assert_eq!(sim.roles(), "1:active 3:active 2:draining");
 }
@@ -579,7 +604,7 @@ fn new_copies_run_the_current_release_and_a_crashed_copy_keeps_its_own() {
 
     // Scaling up after the switch: the new copy runs the current release.
     sim.at(14).ready(&[1, 3]).cycle().ready(&[4]).cycle();
-    sim.spec.replicas = 2;
+    sim.spec.scale.replicas = 2;
     sim.at(20).cycle();
     let newest = sim.state.copies.iter().map(|r| r.copy).max().unwrap();
     assert_eq!(sim.record(newest).release.as_deref(), Some("r2"));
@@ -642,7 +667,7 @@ fn a_copy_that_was_ready_is_never_stopped_for_start_timeout() {
     // A restarted daemon adopts a copy that has run for an hour; its probe
     // has not answered yet in the first cycle, so it reads as not ready.
     let mut sim = Sim::new(1, 0);
-    sim.spec.idle_timeout_ms = 0;
+    sim.spec.scale.idle_timeout_ms = 0;
     sim.at(0).cycle().ready(&[1]).cycle();
     assert!(sim.record(1).ever_ready);
     sim.world.copies.get_mut(&1).unwrap().process = Process::Running { ready: false };

@@ -1,4 +1,4 @@
-//! Sleep timelines (sleep-and-wake.txt and the faults issue), played
+//! Sleep timelines (README, "Sleep", and the faults issue), played
 //! against [`decide`] with the same fake world as the staying-up ones.
 
 use super::*;
@@ -18,7 +18,7 @@ impl Sim {
 
 #[test]
 fn an_idle_app_sleeps_and_wakes_in_place() {
-    // sleep-and-wake.txt: asleep is really off; number, port and disk stay.
+    // README, "Sleep": asleep is really off; number, port and disk stay.
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle();
     let ports: Vec<u16> = sim.state.copies.iter().map(|r| r.port).collect();
@@ -62,7 +62,7 @@ fn requests_and_open_sessions_keep_an_app_awake() {
 #[test]
 fn idle_timeout_zero_never_sleeps_and_a_busy_app_doesnt_either() {
     let mut sim = Sim::new(1, 0);
-    sim.spec.idle_timeout_ms = 0;
+    sim.spec.scale.idle_timeout_ms = 0;
     sim.at(0).cycle().ready(&[1]).cycle();
     sim.at(100_000).cycle();
     assert_eq!(sim.state.asleep_since_ms, None);
@@ -211,7 +211,7 @@ fn an_app_that_woke_gets_a_whole_idle_timeout_again() {
 fn a_copy_on_its_first_start_holds_the_sleep_off_until_it_is_ready() {
     // A short idle-timeout and a slow R: the app is seen whole before it sleeps.
     let mut sim = Sim::new(1, 1);
-    sim.spec.idle_timeout_ms = 2 * S;
+    sim.spec.scale.idle_timeout_ms = 2 * S;
     sim.at(0).cycle();
     sim.at(1).ready(&[1]).cycle();
     sim.at(4).cycle();
