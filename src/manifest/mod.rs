@@ -43,7 +43,7 @@ pub use error::{line_of_key, ManifestError};
 pub use fence::SANDBOX_KEYS;
 pub use net::Cidr;
 pub use policy::{LbPolicy, RestartPolicy};
-pub use sandbox::{parse_size, show_size, Sandbox, SandboxMode, Syscalls, DEFAULT_OPEN_FILES, DEFAULT_TASKS};
+pub use sandbox::{parse_size, show_size, Disk, Sandbox, SandboxMode, Syscalls, DEFAULT_OPEN_FILES, DEFAULT_TASKS};
 pub use value::parse_duration;
 
 /// A validated app, as applied. Durations are in milliseconds, paths are
