@@ -495,6 +495,28 @@ pub struct Exit {
     /// (that many ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_timeout_ms: Option<u64>,
+    /// It was stopped by the daemon's watch for writing more than its disk
+    /// holds (`sandbox.disk`, where the kernel does not keep it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskStop>,
+}
+
+/// A copy stopped for its disk: what its scratch, /tmp and /dev/shm held
+/// together and `sandbox.disk`, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskStop {
+    /// What the three folders held when it was stopped.
+    pub used: u64,
+    /// `sandbox.disk`.
+    pub limit: u64,
+}
+
+impl DiskStop {
+    /// "its disk held 70M of its 64M (sandbox.disk)".
+    pub fn describe(&self) -> String {
+        let show = crate::manifest::show_size;
+        format!("its disk (scratch, /tmp, /dev/shm) held {} of its {} (sandbox.disk)", show(self.used), show(self.limit))
+    }
 }
 
 /// A copy stopped for its memory: what it used and its limit, in bytes.
@@ -512,13 +534,16 @@ impl Exit {
     /// (an adopted process), or a copy stopped for its memory, counts as a
     /// failure.
     pub fn success(&self) -> bool {
-        self.code == Some(0) && self.signal.is_none() && self.memory.is_none() && self.start_timeout_ms.is_none()
+        self.code == Some(0) && self.signal.is_none() && self.memory.is_none() && self.start_timeout_ms.is_none() && self.disk.is_none()
     }
 
     /// "exited with status 1", "was killed by signal 9", …
     pub fn describe(&self) -> String {
         if let Some(m) = self.memory {
             return format!("was stopped: {}", m.describe());
+        }
+        if let Some(d) = self.disk {
+            return format!("was stopped: {}", d.describe());
         }
         if let Some(limit) = self.start_timeout_ms {
             return format!("was stopped: not ready within start-timeout {}", crate::reconcile::human_duration(limit));

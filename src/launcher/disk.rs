@@ -27,6 +27,12 @@ pub fn image_path(scratch: &Path) -> PathBuf {
     scratch.with_file_name(format!("{name}.img"))
 }
 
+/// A copy's scratch folder, /tmp and /dev/shm on the host: what its disk
+/// holds.
+pub fn folders(scratch: &Path) -> [PathBuf; 3] {
+    [scratch.to_path_buf(), super::landlock::tmp_path(scratch), super::plan::shm_path(scratch)]
+}
+
 /// What [`attach`] found or did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Attached {

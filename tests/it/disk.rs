@@ -138,3 +138,47 @@ fn a_root_daemon_keeps_a_copy_s_disk_through_a_sleep() {
     // Still 64M: the file kept counts.
     assert_ne!(run(port, "tmp40").0, 0, "the size still holds");
 }
+
+#[test]
+fn a_daemon_that_is_not_root_stops_a_copy_past_its_disk_size_and_says_why() {
+    // Made first, so it goes last: after the test's processes have ended.
+    let user = TestUser::create(None);
+    let env = Env::new("diskuser");
+    let app = unique("diskuser");
+    let (uid, gid) = (user.id("-u"), user.id("-g"));
+    let port = free_port();
+    let manifest = env.app_running(DISK_R, &app, port, "warm-replicas: 0\nidle-timeout: 0\nsandbox:\n  disk: 20M\n");
+    let chown = std::process::Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(&env.dir).status().unwrap();
+    assert!(chown.success());
+    let mut child = std::process::Command::new("setpriv")
+        .args([&format!("--reuid={uid}"), &format!("--regid={gid}"), "--init-groups"])
+        .args([bin(), "serve"])
+        .env("SHINYCTL_HOME", env.home())
+        .env("HOME", &env.dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("setpriv (util-linux)");
+    env.track(child.id());
+    std::thread::spawn(move || child.wait());
+    wait_until(Duration::from_secs(20), "the daemon to answer", || env.run(&["status"]).status.success().then_some(()));
+    env.apply(&manifest);
+    env.wait_roles(&app, "1:active", Duration::from_secs(60));
+    let first = env.pid_of(&app, 1);
+    // Under its size it keeps running; no filesystem of its own.
+    assert!(!shinyctl::launcher::disk::is_mount_point(&scratch(&env, &app, 1)));
+    holds_for(Duration::from_secs(5), "the copy to keep running under its size", || pid_alive(first));
+    // Past it: stopped, with the line under status and in its log.
+    let _ = get(port, "/?run=scratch40", &[]);
+    wait_gone(first, Duration::from_secs(30), "the copy past its disk size to be stopped");
+    let text = wait_until(Duration::from_secs(30), "the status line about the disk", || {
+        let text = env.ok(&["status", &app]);
+        text.contains(&format!("{app}: copy 1 was stopped: its disk (scratch, /tmp, /dev/shm) held ")).then_some(text)
+    });
+    assert!(text.contains("of its 20M (sandbox.disk)"), "{text}");
+    let state = env.record(&app, 1).unwrap();
+    assert_eq!(state["last_exit"]["disk"]["limit"], 20u64 << 20, "state.json records why: {state}");
+    let log = std::fs::read_to_string(env.home().join("logs").join(format!("default-{app}.log"))).unwrap_or_default();
+    assert!(log.contains("(over its disk size)"), "the copy's log says why: {log}");
+}
