@@ -852,6 +852,14 @@ pub struct CopyStatus {
     /// The memory limit it runs under (`sandbox.memory`), in bytes.
     #[serde(default)]
     pub memory_limit_bytes: Option<u64>,
+    /// The size of its disk (`sandbox.disk`: scratch, /tmp and /dev/shm
+    /// together), in bytes; none for `unlimited` or with the fence off.
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
+    /// True when the kernel keeps that size (a filesystem of the copy's
+    /// own, under a root daemon); false when the daemon watches it.
+    #[serde(default)]
+    pub disk_own_filesystem: bool,
 }
 
 /// How a copy is isolated.

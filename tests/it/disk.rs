@@ -58,6 +58,21 @@ fn loops_below(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Copy `copy` of `app` in `status --json`.
+fn copy_json(env: &Env, app: &str, copy: u32) -> serde_json::Value {
+    let v = env.status();
+    let a = v["apps"].as_array().unwrap().iter().find(|a| a["name"] == app).cloned().expect("the app in status");
+    a["copies"].as_array().unwrap().iter().find(|c| c["copy"] == copy).cloned().expect("the copy")
+}
+
+/// The daemon's metrics scrape.
+fn metrics(env: &Env) -> String {
+    let api = env.home().join("api.sock");
+    let (_, body) =
+        shinyctl::uds::request_blocking(&api, hyper::Method::GET, "/v1/metrics", None, Duration::from_secs(10)).expect("api.sock answers");
+    String::from_utf8_lossy(&body).into_owned()
+}
+
 /// The app's copy 1's scratch folder on the host.
 fn scratch(env: &Env, app: &str, copy: u32) -> PathBuf {
     env.home().join("scratch").join(format!("default-{app}")).join(copy.to_string())
@@ -86,6 +101,11 @@ fn a_root_daemon_gives_a_copy_a_disk_of_its_size_emptied_by_a_redeploy_and_gone_
     for s in &sizes {
         assert!(*s <= 64 << 20 && *s > 32 << 20 && *s != host_size, "a disk of 64M, not the host's {host_size}: {df}");
     }
+    // Its size shows in status --json and the metrics.
+    let c = copy_json(&env, &app, 1);
+    assert_eq!((c["disk_bytes"].as_u64(), c["disk_own_filesystem"].as_bool()), (Some(64 << 20), Some(true)), "{c}");
+    let series = format!("shinyctl_copy_disk_size_bytes{{app=\"{app}\",copy=\"1\"}} 67108864");
+    assert!(metrics(&env).contains(&series), "{series}");
     // Writing past the size gets ENOSPC, scratch, /tmp and /dev/shm together.
     let (status, out) = run(port, "scratch40");
     assert_eq!(status, 0, "40M fit in scratch: {out}");
@@ -168,6 +188,8 @@ fn a_daemon_that_is_not_root_stops_a_copy_past_its_disk_size_and_says_why() {
     let first = env.pid_of(&app, 1);
     // Under its size it keeps running; no filesystem of its own.
     assert!(!shinyctl::launcher::disk::is_mount_point(&scratch(&env, &app, 1)));
+    let c = copy_json(&env, &app, 1);
+    assert_eq!((c["disk_bytes"].as_u64(), c["disk_own_filesystem"].as_bool()), (Some(20 << 20), Some(false)), "{c}");
     holds_for(Duration::from_secs(5), "the copy to keep running under its size", || pid_alive(first));
     // Past it: stopped, with the line under status and in its log.
     let _ = get(port, "/?run=scratch40", &[]);
