@@ -178,7 +178,8 @@ impl Launch {
 }
 
 /// Removes a copy's scratch disk and what its launcher kept beside it (its
-/// isolation report and its TMPDIR), for a copy that is forgotten. Each is
+/// isolation report, its /tmp and /dev/shm folders, and the image of its
+/// disk of its own, unmounted first), for a copy that is forgotten. Each is
 /// renamed aside at once (a hidden name, so a new copy of the same number
 /// starts empty) and deleted on a thread of its own: a scratch disk of many
 /// gigabytes must not hold up the daemon's cycle, which calls this under
