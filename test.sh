@@ -20,7 +20,7 @@ fi
 
 echo "==> checking test dependencies"
 # xfsprogs: the release test on a loop-mounted XFS (shared extents).
-bash scripts/deps.sh r-base-core r-cran-shiny xfsprogs
+bash scripts/deps.sh r-base-core r-cran-shiny xfsprogs e2fsprogs
 # R Markdown documents with runtime: shiny (pandoc comes with it).
 bash scripts/deps.sh r-cran-rmarkdown
 # The fence's filter tests: an app runs strace -p and a Python probe.

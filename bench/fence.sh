@@ -18,6 +18,13 @@
 # With BASE, another build of shinyctl is timed fenced beside this one, in
 # the same rounds: what a change to the fence costs.
 #
+# Then the disk: write throughput (dd of WRITE_MIB MiB, 256 by default,
+# conv=fsync, median of 3) to the copy's disk of its own (under root the
+# fenced launcher made its scratch an ext4 in a sparse image on a loop
+# device; `sandbox.disk`, 1G) beside the host's disk that holds the image,
+# and what the image takes of the host's disk when empty. Not root: the
+# copy writes to the host's disk, so only the host's figure is printed.
+#
 # The launcher is run here as the daemon runs it (`shinyctl launch`, the
 # same arguments), not through the daemon: the daemon's readiness poll
 # (every 100 ms) would hide what is measured. Uses a temporary folder and a
@@ -27,6 +34,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/rig.sh
 RUNS=${RUNS:-$(pick 1 10)}
+WRITE_MIB=${WRITE_MIB:-$(pick 32 256)}
 ALONE=${ALONE:-$(pick 3 50)}
 bench_build
 mkdir -p "$tmp/home/scratch/bench-app/1" "$tmp/app"
@@ -34,9 +42,10 @@ cp examples/hello/app.R "$tmp/app/"
 
 base=${BASE:+$(realpath "$BASE")}
 
-python3 - "$bin" "$tmp" "$RUNS" "$ALONE" "$base" <<'PY'
+python3 - "$bin" "$tmp" "$RUNS" "$ALONE" "$base" "$WRITE_MIB" <<'PY'
 import json, os, socket, statistics, subprocess, sys, time
 bin, tmp, runs, alone, base = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+write_mib = int(sys.argv[6])
 home, app = f"{tmp}/home", f"{tmp}/app"
 scratch = f"{home}/scratch/bench-app/1"
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
@@ -111,4 +120,27 @@ if base:
 for mode, label in [("direct", "R directly:"), ("off", "unfenced:  "), ("on", "fenced:    "), ("base", "BASE:      ")]:
     if mode in times:
         print(label, " ".join(f"{x:.0f}" for x in times[mode]))
+
+def write_rate(folder):
+    """MiB/s of a dd of write_mib MiB with an fsync, median of 3."""
+    rates = []
+    for _ in range(3):
+        target = os.path.join(folder, "bench-dd")
+        t0 = time.perf_counter()
+        subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={write_mib}", "conv=fsync", "status=none"], check=True)
+        rates.append(write_mib / (time.perf_counter() - t0))
+        os.remove(target)
+    return statistics.median(rates)
+
+host_rate = write_rate(tmp)
+if os.path.ismount(scratch):
+    image = scratch + ".img"
+    empty_kib = os.stat(image).st_blocks // 2
+    own_rate = write_rate(scratch)
+    print(f"disk writes ({write_mib} MiB, conv=fsync, median of 3): the copy's own disk {own_rate:.0f} MiB/s, "
+          f"the host's {host_rate:.0f} MiB/s ({(own_rate / host_rate - 1) * 100:+.0f}%); "
+          f"before them its 1G image took {empty_kib} KiB of the host's disk")
+else:
+    print(f"disk writes ({write_mib} MiB, conv=fsync, median of 3): the host's {host_rate:.0f} MiB/s; "
+          f"the copy has no disk of its own here (not root: the daemon watches sandbox.disk)")
 PY

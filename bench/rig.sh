@@ -76,6 +76,11 @@ bench_cleanup() {
     for home in "${homes[@]}"; do stop_home "$home"; done
     for pid in "${pids[@]+"${pids[@]}"}"; do stop_pid "$pid"; done
     [ -z "${bench_unmount:-}" ] || umount "$bench_unmount" 2>/dev/null || true
+    # A root run's copies' disks of their own outlive their copies: unmounted
+    # here (deepest first), which frees their loop devices.
+    awk -v t="$tmp/" 'index($5, t) == 1 {print $5}' /proc/self/mountinfo 2>/dev/null | sort -r | while read -r m; do
+        umount -l "$m" 2>/dev/null || true
+    done
     rm -rf "$tmp"
 }
 trap bench_cleanup EXIT

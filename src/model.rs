@@ -464,6 +464,28 @@ pub struct Exit {
     /// (that many ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_timeout_ms: Option<u64>,
+    /// It was stopped by the daemon's watch for writing more than its disk
+    /// holds (`sandbox.disk`, where the kernel does not keep it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskStop>,
+}
+
+/// A copy stopped for its disk: what its scratch, /tmp and /dev/shm held
+/// together and `sandbox.disk`, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskStop {
+    /// What the three folders held when it was stopped.
+    pub used: u64,
+    /// `sandbox.disk`.
+    pub limit: u64,
+}
+
+impl DiskStop {
+    /// "its disk held 70M of its 64M (sandbox.disk)".
+    pub fn describe(&self) -> String {
+        let show = crate::manifest::show_size;
+        format!("its disk (scratch, /tmp, /dev/shm) held {} of its {} (sandbox.disk)", show(self.used), show(self.limit))
+    }
 }
 
 /// A copy stopped for its memory: what it used and its limit, in bytes.
@@ -481,13 +503,16 @@ impl Exit {
     /// (an adopted process), or a copy stopped for its memory, counts as a
     /// failure.
     pub fn success(&self) -> bool {
-        self.code == Some(0) && self.signal.is_none() && self.memory.is_none() && self.start_timeout_ms.is_none()
+        self.code == Some(0) && self.signal.is_none() && self.memory.is_none() && self.start_timeout_ms.is_none() && self.disk.is_none()
     }
 
     /// "exited with status 1", "was killed by signal 9", …
     pub fn describe(&self) -> String {
         if let Some(m) = self.memory {
             return format!("was stopped: {}", m.describe());
+        }
+        if let Some(d) = self.disk {
+            return format!("was stopped: {}", d.describe());
         }
         if let Some(limit) = self.start_timeout_ms {
             return format!("was stopped: not ready within start-timeout {}", crate::reconcile::human_duration(limit));
@@ -801,6 +826,14 @@ pub struct CopyStatus {
     /// The memory limit it runs under (`sandbox.memory`), in bytes.
     #[serde(default)]
     pub memory_limit_bytes: Option<u64>,
+    /// The size of its disk (`sandbox.disk`: scratch, /tmp and /dev/shm
+    /// together), in bytes; none for `unlimited` or with the fence off.
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
+    /// True when the kernel keeps that size (a filesystem of the copy's
+    /// own, under a root daemon); false when the daemon watches it.
+    #[serde(default)]
+    pub disk_own_filesystem: bool,
 }
 
 /// How a copy is isolated.

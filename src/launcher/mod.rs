@@ -25,6 +25,7 @@
 
 mod allowed;
 mod confine;
+pub mod disk;
 mod fds;
 pub mod fences;
 mod host;
@@ -158,16 +159,21 @@ impl Launch {
 }
 
 /// Removes a copy's scratch disk and what its launcher kept beside it (its
-/// isolation report and its TMPDIR), for a copy that is forgotten. Each is
+/// isolation report, its /tmp and /dev/shm folders, and the image of its
+/// disk of its own, unmounted first), for a copy that is forgotten. Each is
 /// renamed aside at once (a hidden name, so a new copy of the same number
 /// starts empty) and deleted on a thread of its own: a scratch disk of many
 /// gigabytes must not hold up the daemon's cycle, which calls this under
 /// its lock. The returned threads are for tests to wait on.
 pub fn remove_scratch(scratch: &Path) -> Vec<std::thread::JoinHandle<()>> {
-    [scratch.to_path_buf(), report_path(scratch), landlock::tmp_path(scratch), plan::shm_path(scratch)]
-        .iter()
-        .filter_map(|p| crate::home::remove_later(p))
-        .collect()
+    let beside = [scratch.to_path_buf(), landlock::tmp_path(scratch), plan::shm_path(scratch)];
+    // A disk of its own is unmounted first (a mount point cannot be
+    // renamed); its image goes with the rest.
+    let mut threads: Vec<_> = beside.iter().flat_map(|p| disk::detach_below(p)).collect();
+    threads.extend(
+        beside.iter().cloned().chain([report_path(scratch), disk::image_path(scratch)]).filter_map(|p| crate::home::remove_later(&p)),
+    );
+    threads
 }
 
 /// Quotes a string for an R single-quoted literal.
@@ -266,11 +272,36 @@ pub fn main(args: &[OsString]) -> i32 {
     if launch.start.sandbox.mode == SandboxMode::Off {
         return direct(&launch, report, fences, who.as_ref());
     }
+    own_disk(&launch, who.as_ref());
     let plan = match plan::resolve(&launch, who.as_ref()) {
         Ok(p) => p,
         Err(e) => return fail(&format!("{e:#}")),
     };
     host::run(&launch, report, plan, who, fences)
+}
+
+/// A root launcher makes the copy's scratch, /tmp and /dev/shm one
+/// filesystem of `sandbox.disk` bytes (`disk.rs`), given to the copy's
+/// user. Where it cannot (no loop devices, no mkfs.ext4, files from before),
+/// the copy starts all the same and the log says why; the daemon then
+/// watches the disk's use, as it does for a daemon that is not root.
+fn own_disk(launch: &Launch, who: Option<&Identity>) {
+    let Some(size) = launch.start.sandbox.disk.bytes() else { return };
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let (tmp, shm) = (landlock::tmp_path(&launch.scratch), plan::shm_path(&launch.scratch));
+    let owner = who.map(|w| (w.uid, w.gid));
+    let shown = crate::manifest::show_size(size);
+    match disk::attach(&launch.scratch, &tmp, &shm, size, owner) {
+        Ok(disk::Attached::Mounted(device)) => {
+            log(&format!("--- shinyctl: the copy's disk (scratch, /tmp, /dev/shm) is a filesystem of its own of {shown} on {device} ---"))
+        }
+        Ok(disk::Attached::Already) => {}
+        Err(e) => log(&format!(
+            "--- shinyctl: the copy's disk has no filesystem of its own ({e:#}); its size of {shown} is watched by the daemon ---"
+        )),
+    }
 }
 
 /// Moves the launcher (and so R and all it starts) into the copy's cgroups.

@@ -6,14 +6,14 @@ use std::path::PathBuf;
 
 use super::error::{describe, shown_scalar, Cx};
 use super::keys::resolve;
-use super::sandbox::{parse_size, show_size, MAX_OPEN_FILES, MAX_TASKS, MIN_MEMORY, MIN_OPEN_FILES, MIN_TASKS};
+use super::sandbox::{parse_size, show_size, Disk, MAX_OPEN_FILES, MAX_TASKS, MIN_DISK, MIN_MEMORY, MIN_OPEN_FILES, MIN_TASKS};
 use super::yaml::Value;
 use super::{ManifestError, Sandbox, SandboxMode, Syscalls};
 
 /// The sub-keys of `sandbox:`, in the order the documentation lists them.
-pub const SANDBOX_KEYS: [&str; 7] = ["mode", "memory", "tasks", "open-files", "writable-paths", "hidden-paths", "syscalls"];
+pub const SANDBOX_KEYS: [&str; 8] = ["mode", "memory", "tasks", "open-files", "disk", "writable-paths", "hidden-paths", "syscalls"];
 
-const SANDBOX_ALLOWED: &str = "a mapping with any of mode, memory, tasks, open-files, writable-paths, hidden-paths, syscalls, \
+const SANDBOX_ALLOWED: &str = "a mapping with any of mode, memory, tasks, open-files, disk, writable-paths, hidden-paths, syscalls, \
      one `key: value` a line, indented under sandbox";
 const MODE_ALLOWED: &str = "one of on (the default: every fence the machine allows), off (no fence), \
      strict (the whole fence or no start)";
@@ -41,6 +41,7 @@ pub(super) fn sandbox(cx: &Cx, v: &Value) -> Result<Sandbox, ManifestError> {
             "memory" => out.memory = Some(memory(&sub_cx, val)?),
             "tasks" => out.tasks = tasks(&sub_cx, val)?,
             "open-files" => out.open_files = open_files(&sub_cx, val)?,
+            "disk" => out.disk = disk(&sub_cx, val)?,
             "writable-paths" => out.writable_paths = paths(&sub_cx, val, true)?,
             "hidden-paths" => out.hidden_paths = paths(&sub_cx, val, false)?,
             "syscalls" => out.syscalls = syscalls(&sub_cx, val)?,
@@ -83,6 +84,26 @@ fn memory(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
         return Err(cx.err(format!("{} is too little for R to start; allowed: {allowed}", shown_scalar(v))));
     }
     Ok(bytes)
+}
+
+/// `sandbox.disk`: a size, at least [`MIN_DISK`], or `unlimited`.
+fn disk(cx: &Cx, v: &Value) -> Result<Disk, ManifestError> {
+    let allowed = format!(
+        "a size such as 1G, 512M or 2.5G (K, M, G, T: powers of 1024) or a whole number of bytes, at least {}, \
+         or unlimited; leave the key out for 1G",
+        show_size(MIN_DISK)
+    );
+    let bytes = match v {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) if s.trim() == "unlimited" => return Ok(Disk::Unlimited),
+        Value::String(s) => parse_size(s),
+        _ => None,
+    };
+    let Some(bytes) = bytes else { return Err(cx.wrong_type(v, &allowed)) };
+    if bytes < MIN_DISK {
+        return Err(cx.err(format!("{} is too little for R's own temporary files; allowed: {allowed}", shown_scalar(v))));
+    }
+    Ok(Disk::Size(bytes))
 }
 
 /// `sandbox.tasks`: [`MIN_TASKS`] to [`MAX_TASKS`].

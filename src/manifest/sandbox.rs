@@ -37,6 +37,47 @@ pub enum Syscalls {
 pub const DEFAULT_TASKS: u32 = 512;
 /// The default `sandbox.open-files` (RLIMIT_NOFILE of a copy).
 pub const DEFAULT_OPEN_FILES: u64 = 4096;
+/// The default `sandbox.disk`: scratch, /tmp and /dev/shm of one copy
+/// together. Room for uploads, caches and a report render; an empty disk
+/// costs next to nothing (a sparse image), so the default can be generous
+/// without reserving anything.
+pub const DEFAULT_DISK: u64 = 1 << 30;
+/// The least `sandbox.disk`: the filesystem's own bookkeeping takes a few
+/// megabytes, and R writes to its tempdir at start.
+pub const MIN_DISK: u64 = 16 << 20;
+
+/// `sandbox.disk`: how much scratch, /tmp and /dev/shm of one copy may hold
+/// together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Disk {
+    /// At most this many bytes.
+    Size(u64),
+    /// No size: the copy writes to the host's disk.
+    Unlimited,
+}
+
+impl Default for Disk {
+    fn default() -> Self {
+        Disk::Size(DEFAULT_DISK)
+    }
+}
+
+impl Disk {
+    /// The size in bytes; none for `unlimited`.
+    pub fn bytes(self) -> Option<u64> {
+        match self {
+            Disk::Size(b) => Some(b),
+            Disk::Unlimited => None,
+        }
+    }
+
+    /// True at the default (left out of the settings' JSON, so the hash of
+    /// an app from before the key stays what it was).
+    pub fn is_default(&self) -> bool {
+        *self == Disk::default()
+    }
+}
 
 /// How each copy of an app is fenced.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +99,10 @@ pub struct Sandbox {
     pub hidden_paths: Vec<PathBuf>,
     /// `syscalls`: default or unconfined.
     pub syscalls: Syscalls,
+    /// `disk`: the size of scratch, /tmp and /dev/shm together. Left out of
+    /// the JSON at its default (the settings' hash of apps from before it).
+    #[serde(skip_serializing_if = "Disk::is_default")]
+    pub disk: Disk,
 }
 
 impl Default for Sandbox {
@@ -70,6 +115,7 @@ impl Default for Sandbox {
             writable_paths: Vec::new(),
             hidden_paths: Vec::new(),
             syscalls: Syscalls::Default,
+            disk: Disk::default(),
         }
     }
 }

@@ -67,13 +67,49 @@ fn bad_sandbox_values_are_refused_at_their_line() {
 }
 
 #[test]
+fn the_disk_is_a_size_or_unlimited_and_1g_by_default() {
+    let d = TestDir::new();
+    assert_eq!(d.parse(MIN).unwrap().start.sandbox.disk, sandbox::Disk::Size(1 << 30));
+    for (v, want) in [("2G", Some(2u64 << 30)), ("512M", Some(512 << 20)), ("67108864", Some(64 << 20)), ("unlimited", None)] {
+        assert_eq!(d.parse(&format!("{MIN}sandbox:\n  disk: {v}\n")).unwrap().start.sandbox.disk.bytes(), want, "{v}");
+    }
+    let at = |sub: &str| format!("{MIN}sandbox:\n{sub}");
+    d.refused(&at("  disk: 1M\n"), 4, "sandbox.disk", &["1M is too little", "at least 16M", "unlimited"]);
+    d.refused(&at("  disk: lots\n"), 4, "sandbox.disk", &["\"lots\"", "1G", "unlimited", "leave the key out for 1G"]);
+    d.refused(&at("  disk: [1G]\n"), 4, "sandbox.disk", &["a list", "unlimited"]);
+    d.refused(&at("  disk:\n"), 4, "sandbox.disk", &["empty value"]);
+}
+
+#[test]
+fn the_disk_key_leaves_the_hash_of_apps_from_before_it_unchanged() {
+    let d = TestDir::new();
+    // What the settings' hash took of a non-default fence before the key:
+    // the same bytes, so those apps keep their copies.
+    let s = d.parse(&format!("{MIN}sandbox:\n  memory: 2G\n")).unwrap();
+    let before =
+        r#"{"mode":"on","memory":2147483648,"tasks":512,"open-files":4096,"writable-paths":[],"hidden-paths":[],"syscalls":"default"}"#;
+    assert_eq!(serde_json::to_string(&s.start.sandbox).unwrap(), before);
+    assert_eq!(d.parse(&format!("{MIN}sandbox:\n  disk: 1G\n")).unwrap().settings_hash(), d.parse(MIN).unwrap().settings_hash());
+    let plain = d.parse(MIN).unwrap().settings_hash();
+    let sized = d.parse(&format!("{MIN}sandbox:\n  disk: 2G\n")).unwrap().settings_hash();
+    let unlimited = d.parse(&format!("{MIN}sandbox:\n  disk: unlimited\n")).unwrap().settings_hash();
+    assert!(plain != sized && plain != unlimited && sized != unlimited, "a new size restarts the copies");
+    // The launcher reads it back from the JSON it is given.
+    let back: Sandbox = serde_json::from_str(
+        &serde_json::to_string(&d.parse(&format!("{MIN}sandbox:\n  disk: unlimited\n")).unwrap().start.sandbox).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(back.disk, sandbox::Disk::Unlimited);
+}
+
+#[test]
 fn unknown_sandbox_keys_get_a_suggestion() {
     let d = TestDir::new();
     d.refused(
         &format!("{MIN}sandbox:\n  memory: 2G\n  memroy: 2G\n"),
         5,
         "sandbox.memroy",
-        &["unknown key", "mode, memory, tasks, open-files, writable-paths, hidden-paths, syscalls", "did you mean memory?"],
+        &["unknown key", "mode, memory, tasks, open-files, disk, writable-paths, hidden-paths, syscalls", "did you mean memory?"],
     );
     d.refused(&format!("{MIN}sandbox:\n  open_files: 100\n"), 4, "sandbox.open_files", &["did you mean open-files?"]);
     d.refused(&format!("{MIN}sandbox:\n  paths: [a]\n"), 4, "sandbox.paths", &["unknown key"]);

@@ -686,6 +686,10 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
             out.push(format!("{name}: copy {} was stopped: {} ({times}). Its log: {}", rec.copy, m.describe(), log_of(rec.copy).path));
             continue;
         }
+        if let Some(d) = rec.last_exit.and_then(|e| e.disk).filter(|_| rec.crashes > 0) {
+            out.push(format!("{name}: copy {} was stopped: {} ({times}). Its log: {}", rec.copy, d.describe(), log_of(rec.copy).path));
+            continue;
+        }
         let current = rec.revision == state.revision && rec.settings == settings;
         if let Some(port) = rec.moving_from {
             out.push(format!("{name}: copy {}'s port {port} is taken by another program; it moves to another port.", rec.copy));

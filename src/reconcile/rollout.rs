@@ -73,7 +73,7 @@ mod tests {
         let mut broken = copy(2, 2);
         broken.pid = None;
         broken.crashes = 1;
-        broken.last_exit = Some(Exit { at_ms: 1, code: Some(1), signal: None, memory: None, start_timeout_ms: None });
+        broken.last_exit = Some(Exit { at_ms: 1, code: Some(1), signal: None, memory: None, start_timeout_ms: None, disk: None });
         let st = AppState { revision: 2, copies: vec![copy(1, 1), broken], ..AppState::default() };
         let r = rollout(&st, "s", 1, &[(1, Role::Active)], 2, 3000);
         assert_eq!(r.state, RolloutState::Failed);

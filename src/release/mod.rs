@@ -277,7 +277,11 @@ pub fn forget(home: &Home, spec: &AppSpec, state: &AppState) {
         crate::home::remove_later(&rel.dir);
     }
     crate::home::remove_later(&app_dir);
-    crate::home::remove_later(&home.app_scratch(&spec.group, &spec.name));
+    // Its copies' disks of their own are unmounted first (their loop
+    // devices go with the last mount).
+    let scratch = home.app_scratch(&spec.group, &spec.name);
+    drop(crate::launcher::disk::detach_below(&scratch));
+    crate::home::remove_later(&scratch);
 }
 
 /// Release folders in an app's releases folder that no state names (left

@@ -288,7 +288,11 @@ pub fn watch_exit(app: String, pid: u32, events: UnboundedSender<Event>) {
             status = reap(pid);
         }
         let (code, signal) = status.unwrap_or((None, None));
-        let _ = events.send(Event::Exit { app, pid, exit: Exit { at_ms: now_ms(), code, signal, memory: None, start_timeout_ms: None } });
+        let _ = events.send(Event::Exit {
+            app,
+            pid,
+            exit: Exit { at_ms: now_ms(), code, signal, memory: None, start_timeout_ms: None, disk: None },
+        });
     });
 }
 

@@ -61,6 +61,9 @@ pub struct Tracked {
     /// Processes the memory watch stopped, by PID, with what they used:
     /// their exits carry it.
     pub memory_stops: HashMap<u32, MemoryStop>,
+    /// Processes the disk watch stopped, by PID, with what their disk
+    /// held: their exits carry it.
+    pub disk_stops: HashMap<u32, crate::model::DiskStop>,
     /// The last roles decided, for the copies table and status.
     pub roles: Vec<(u32, Role)>,
     /// When a timer in the last plan runs out.
@@ -92,6 +95,7 @@ impl Tracked {
     pub fn forget(&mut self, pid: u32) {
         self.exits.remove(&pid);
         self.memory_stops.remove(&pid);
+        self.disk_stops.remove(&pid);
         self.ready.remove(&pid);
         self.probing.remove(&pid);
         self.watched.remove(&pid);

@@ -10,6 +10,8 @@ use crate::model::{CopyRecord, Exit};
 pub fn reason(rec: &CopyRecord, exit: &Exit, asked: bool) -> &'static str {
     if exit.memory.is_some() {
         "over its memory limit"
+    } else if exit.disk.is_some() {
+        "over its disk size"
     } else if exit.start_timeout_ms.is_some() || rec.start_timed_out.is_some() {
         "not ready within start-timeout"
     } else if rec.drain_started_ms.is_some() {

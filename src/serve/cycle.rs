@@ -47,7 +47,7 @@ impl Daemon {
                 // child; if it died while nobody watched, its status is unknown.
                 (!facts.alive(pid, rec.port, rec.pid_start)).then(|| {
                     let (code, signal) = act::reap(pid).unwrap_or((None, None));
-                    Exit { at_ms: now_ms(), code, signal, memory: None, start_timeout_ms: None }
+                    Exit { at_ms: now_ms(), code, signal, memory: None, start_timeout_ms: None, disk: None }
                 })
             });
             let process = if let Some(mut exit) = gone {
@@ -60,6 +60,7 @@ impl Daemon {
                     // Seen once: the cycle folds this exit in.
                     counts.stopped_for_memory(name, rec.copy);
                 }
+                exit.disk = tracked.disk_stops.get(&pid).copied();
                 Process::Exited(exit)
             } else {
                 let owner = port_owner(name, rec, pid, tracked, facts);
@@ -359,7 +360,7 @@ fn not_started(cx: &Cx, recorded: &mut Recorded, copy: u32, e: &anyhow::Error) {
             return;
         }
         rec.crashes += 1;
-        rec.last_exit = Some(Exit { at_ms: cx.now, code: Some(127), signal: None, memory: None, start_timeout_ms: None });
+        rec.last_exit = Some(Exit { at_ms: cx.now, code: Some(127), signal: None, memory: None, start_timeout_ms: None, disk: None });
     }
     let _ = cx.events.send(Event::Changed { app: cx.name.to_string() });
 }

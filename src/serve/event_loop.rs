@@ -120,6 +120,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
     let shared: Shared = Arc::new(Mutex::new(daemon));
     tokio::spawn(api::serve(listener, shared.clone()));
     limits::spawn_watch(shared.clone(), cgroups);
+    super::disk_watch::spawn_watch(shared.clone());
     super::cpu::spawn_sampler(shared.clone());
     tokio::spawn(metrics::serve_tcp_from_env(shared.clone()));
     if let Some(socket) = notify_socket.clone() {

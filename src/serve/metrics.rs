@@ -257,6 +257,7 @@ fn add_copies(reg: &mut Registry, view: &View, proxy: Option<&ProxyMetrics>) {
             let some = |rows: &mut Vec<(Labels, Value)>, v: Option<Value>| rows.extend(v.map(|v| (labels(), v)));
             some(&mut f.mem, c.mem_bytes.map(|b| Value::Gauge(b as f64)));
             some(&mut f.limit, c.memory_limit_bytes.map(|b| Value::Gauge(b as f64)));
+            some(&mut f.disk, c.disk_bytes.map(|b| Value::Gauge(b as f64)));
             some(&mut f.cpu, c.cpu_secs.map(Value::RealCounter));
             some(&mut f.start, c.started_ms.map(|ms| Value::Gauge(ms as f64 / 1000.0)));
         }
@@ -266,7 +267,8 @@ fn add_copies(reg: &mut Registry, view: &View, proxy: Option<&ProxyMetrics>) {
     add(reg, "copy_state", "1 for each copy, its status column as a label (alive, starting, crash-looping, asleep, ...)", None, g, f.state);
     add(reg, "copy_ready", "1 when the copy is ready to take visitors", None, g, f.ready);
     add(reg, "copy_resident_memory", "Resident memory of the copy's process tree", bytes.clone(), g, f.mem);
-    add(reg, "copy_memory_limit", "The memory limit the copy runs under (sandbox.memory)", bytes, g, f.limit);
+    add(reg, "copy_memory_limit", "The memory limit the copy runs under (sandbox.memory)", bytes.clone(), g, f.limit);
+    add(reg, "copy_disk_size", "The size of the copy's disk: scratch, /tmp and /dev/shm together (sandbox.disk)", bytes, g, f.disk);
     add(reg, "copy_cpu", "CPU time used by the copy's process tree", secs.clone(), MetricType::Counter, f.cpu);
     add(reg, "copy_crashes", "Crashes of the copy since it last stayed up for a minute", None, g, f.crashes);
     add(reg, "copy_start_time", "When the copy's process started, in Unix time", secs, g, f.start);
@@ -288,6 +290,8 @@ struct CopyFamilies {
     mem: Vec<(Labels, Value)>,
     /// `copy_memory_limit_bytes`.
     limit: Vec<(Labels, Value)>,
+    /// `copy_disk_size_bytes`.
+    disk: Vec<(Labels, Value)>,
     /// `copy_cpu_seconds_total`.
     cpu: Vec<(Labels, Value)>,
     /// `copy_crashes`.
@@ -468,6 +472,7 @@ mod tests {
             cpu_secs: Some(1.25),
             started_ms: Some(1_700_000_000_000),
             memory_limit_bytes: Some(1 << 20),
+            disk_bytes: Some(1 << 30),
             ..Default::default()
         };
         let copies = vec![copy(3, Some(Role::Active)), copy(4, None)];
@@ -531,6 +536,7 @@ mod tests {
             r#"shinyctl_copy_crashes{app="web",copy="4"} 1"#,
             r#"shinyctl_copy_cpu_seconds_total{app="web",copy="3"} 1.25"#,
             r#"shinyctl_copy_memory_limit_bytes{app="web",copy="3"} 1048576"#,
+            r#"shinyctl_copy_disk_size_bytes{app="web",copy="3"} 1073741824"#,
             r#"shinyctl_copy_start_time_seconds{app="web",copy="3"} 1700000000"#,
             r#"shinyctl_app_desired_replicas{app="web"} 2"#,
             r#"shinyctl_app_state{app="web",state="running"} 1"#,

@@ -111,6 +111,12 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                         cpu_secs,
                         cpu_percent: rec.pid.filter(|_| alive).and_then(|p| d.cpu_percent.get(p, rec.pid_start)),
                         memory_limit_bytes: memory_limit(&app.recorded, rec),
+                        disk_bytes: disk_size(&app.recorded, rec),
+                        disk_own_filesystem: launcher::disk::is_mount_point(&d.home.scratch_dir(
+                            &app.recorded.spec.group,
+                            &app.recorded.spec.name,
+                            rec.copy,
+                        )),
                     }
                 })
                 .collect();
@@ -179,6 +185,13 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
 fn memory_limit(recorded: &super::app::Recorded, rec: &crate::model::CopyRecord) -> Option<u64> {
     let sandbox = super::limits::sandbox_of(&recorded.spec, &recorded.state, rec);
     sandbox.memory.filter(|_| sandbox.mode != crate::manifest::SandboxMode::Off)
+}
+
+/// The size of a copy's disk: its release's `sandbox.disk`, unless the
+/// fence is off (then nothing keeps it).
+fn disk_size(recorded: &super::app::Recorded, rec: &crate::model::CopyRecord) -> Option<u64> {
+    let sandbox = super::limits::sandbox_of(&recorded.spec, &recorded.state, rec);
+    sandbox.disk.bytes().filter(|_| sandbox.mode != crate::manifest::SandboxMode::Off)
 }
 
 /// The lines under the table from what the load balancer sees: copies

@@ -719,6 +719,9 @@ impl Drop for Env {
             let _ = Command::new("cp").arg("-r").arg(self.home().join("logs")).arg(self.home().join("api.log")).arg(&to).status();
         }
         remove_cgroups(&self.home());
+        // A root daemon's copies' disks of their own outlive the daemon (as
+        // they do a restart): unmounted here, which frees their loop devices.
+        shinyctl::launcher::disk::detach_below(&self.dir).into_iter().for_each(|t| drop(t.join()));
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -7,6 +7,7 @@ mod capacity;
 mod chaos;
 mod command_line;
 mod control_sockets;
+mod disk;
 mod faults;
 mod fence;
 mod fence_filter;

@@ -8,7 +8,14 @@ use crate::model::MemoryStop;
 impl Sim {
     /// The copy was stopped for its memory: `used` bytes over `limit`.
     fn over_memory(&mut self, copy: u32, used: u64, limit: u64) -> &mut Self {
-        let exit = Exit { at_ms: self.now, code: None, signal: Some(9), memory: Some(MemoryStop { used, limit }), start_timeout_ms: None };
+        let exit = Exit {
+            at_ms: self.now,
+            code: None,
+            signal: Some(9),
+            memory: Some(MemoryStop { used, limit }),
+            start_timeout_ms: None,
+            disk: None,
+        };
         self.world.copies.get_mut(&copy).expect("copy runs").process = Process::Exited(exit);
         self
     }
@@ -48,8 +55,14 @@ fn a_copy_stopped_for_memory_is_a_failure_for_restart_policy_on_failure() {
     let mut sim = Sim::new(1, 0);
     sim.spec.scale.restart_policy = RestartPolicy::OnFailure;
     sim.at(0).cycle().ready(&[1]).cycle();
-    let exit =
-        Exit { at_ms: sim.now, code: Some(0), signal: None, memory: Some(MemoryStop { used: G, limit: G / 2 }), start_timeout_ms: None };
+    let exit = Exit {
+        at_ms: sim.now,
+        code: Some(0),
+        signal: None,
+        memory: Some(MemoryStop { used: G, limit: G / 2 }),
+        start_timeout_ms: None,
+        disk: None,
+    };
     assert!(!exit.success());
     sim.world.copies.get_mut(&1).unwrap().process = Process::Exited(exit);
     sim.at(1).cycle();

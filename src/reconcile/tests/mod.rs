@@ -96,7 +96,7 @@ impl Sim {
                     self.world.copies.insert(copy, Seen { process: Process::Running { ready: false }, connections: 0, sessions: 0 });
                 }
                 Action::Stop(copy) => {
-                    let exit = Exit { at_ms: self.now, code: None, signal: Some(15), memory: None, start_timeout_ms: None };
+                    let exit = Exit { at_ms: self.now, code: None, signal: Some(15), memory: None, start_timeout_ms: None, disk: None };
                     self.world.copies.insert(copy, Seen { process: Process::Exited(exit), connections: 0, sessions: 0 });
                 }
             }
@@ -114,7 +114,7 @@ impl Sim {
     }
 
     fn exits(&mut self, copy: u32, code: Option<i32>, signal: Option<i32>) -> &mut Self {
-        let exit = Exit { at_ms: self.now, code, signal, memory: None, start_timeout_ms: None };
+        let exit = Exit { at_ms: self.now, code, signal, memory: None, start_timeout_ms: None, disk: None };
         self.world.copies.get_mut(&copy).expect("copy runs").process = Process::Exited(exit);
         self
     }

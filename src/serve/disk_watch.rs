@@ -1,0 +1,140 @@
+//! The disk watch (`sandbox.disk` where the kernel does not keep it: a
+//! daemon that is not root, or a root daemon that could not give a copy a
+//! filesystem of its own; README, "The fence"): every [`WATCH_EVERY`] the
+//! watched copies' scratch, /tmp and /dev/shm folders are summed off the
+//! lock, on a blocking thread, and a copy past its size is stopped. Its exit
+//! carries the stop, so status and the copy's log say why.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::manifest::SandboxMode;
+use crate::model::DiskStop;
+use crate::procfs;
+
+use super::limits::sandbox_of;
+use super::{Daemon, Shared};
+
+/// How often the watched disks are summed: a walk of every file, so less
+/// often than memory; a copy can write past its size by what it writes in
+/// this long.
+pub const WATCH_EVERY: Duration = Duration::from_secs(2);
+
+/// One copy the watch looks at.
+struct Watched {
+    app: String,
+    copy: u32,
+    pid: u32,
+    pid_start: u64,
+    limit: u64,
+    /// Its scratch folder, /tmp and /dev/shm on the host.
+    folders: [PathBuf; 3],
+}
+
+/// The bytes the files below `dir` take on disk (their blocks), not
+/// following symlinks nor crossing into another filesystem. What cannot be
+/// read (gone meanwhile, another user's folder) counts as nothing.
+pub fn used_below(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(top) = std::fs::symlink_metadata(dir) else { return 0 };
+    let mut total = top.blocks() * 512;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            total += m.blocks() * 512;
+            if m.is_dir() && m.dev() == top.dev() {
+                stack.push(e.path());
+            }
+        }
+    }
+    total
+}
+
+impl Daemon {
+    /// The running copies with a disk size that no filesystem of their own
+    /// keeps, that the watch has not stopped and nothing else is stopping.
+    fn disk_watched(&self) -> Vec<Watched> {
+        let mut out = Vec::new();
+        for (name, app) in &self.apps {
+            let (spec, state, tracked) = (&app.recorded.spec, &app.recorded.state, &app.tracked);
+            for rec in &state.copies {
+                let sb = sandbox_of(spec, state, rec);
+                let (Some(pid), Some(pid_start), Some(limit)) = (rec.pid, rec.pid_start, sb.disk.bytes()) else { continue };
+                let busy = tracked.stopping.contains(&pid) || tracked.exits.contains_key(&pid) || tracked.disk_stops.contains_key(&pid);
+                if sb.mode == SandboxMode::Off || busy {
+                    continue;
+                }
+                let scratch = self.home.scratch_dir(&spec.group, &spec.name, rec.copy);
+                let folders = crate::launcher::disk::folders(&scratch);
+                out.push(Watched { app: name.clone(), copy: rec.copy, pid, pid_start, limit, folders });
+            }
+        }
+        out
+    }
+
+    /// Stops a copy past its disk size: SIGKILL to its process group (what
+    /// it writes meanwhile lands on the host's disk), kept for its exit,
+    /// which counts as a crash.
+    fn stop_for_disk(&mut self, w: &Watched, stop: DiskStop) {
+        let Some(app) = self.apps.get_mut(&w.app) else { return };
+        if !app.recorded.state.copies.iter().any(|r| r.pid == Some(w.pid)) || !procfs::is_alive(w.pid, w.pid_start) {
+            return;
+        }
+        tracing::warn!(app = w.app, copy = w.copy, pid = w.pid, "copy {} is stopped: {}", w.copy, stop.describe());
+        app.tracked.disk_stops.insert(w.pid, stop);
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(w.pid as i32), nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// The disk watch: see the module's documentation.
+pub fn spawn_watch(shared: Shared) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(WATCH_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let watched = shared.lock().await.disk_watched();
+            if watched.is_empty() {
+                continue;
+            }
+            let over = tokio::task::spawn_blocking(move || {
+                watched
+                    .into_iter()
+                    .filter(|w| !crate::launcher::disk::is_mount_point(&w.folders[0]))
+                    .filter_map(|w| {
+                        let used: u64 = w.folders.iter().map(|f| used_below(f)).sum();
+                        (used > w.limit).then(|| (DiskStop { used, limit: w.limit }, w))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            if !over.is_empty() {
+                let mut d = shared.lock().await;
+                for (stop, w) in &over {
+                    d.stop_for_disk(w, *stop);
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_use_below_a_folder_counts_its_files_and_sub_folders() {
+        let dir = std::env::temp_dir().join(format!("shinyctl-disk-watch-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("a/b")).unwrap();
+        let empty = used_below(&dir);
+        std::fs::write(dir.join("a/b/data"), vec![7u8; 1 << 20]).unwrap();
+        std::fs::write(dir.join("top"), vec![7u8; 1 << 20]).unwrap();
+        let used = used_below(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(used >= empty + (2 << 20), "{used} after {empty}");
+        assert_eq!(used_below(&dir), 0, "gone: nothing");
+    }
+}

@@ -1,0 +1,206 @@
+//! A copy's disk of its own with a size (`sandbox.disk`), tried from inside
+//! a real R app: each page runs one shell line the query names (`dd` into
+//! scratch, /tmp or /dev/shm, `df` of the three) and shows its output and
+//! status. Under a root daemon the kernel keeps the size (ENOSPC, a
+//! filesystem of the copy's own); under a daemon that is not root the
+//! daemon stops the copy past it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::helpers::*;
+
+/// The app: `/?run=WHAT` runs one of a few fixed shell lines and shows
+/// `status=N;` and the output.
+const DISK_R: &str = r#"
+library(shiny)
+scratch <- Sys.getenv("SHINYCTL_SCRATCH")
+lines <- c(
+  df = "df -B1 --output=size,target \"$SHINYCTL_SCRATCH\" /tmp /dev/shm | tail -n 3",
+  scratch40 = "dd if=/dev/zero of=\"$SHINYCTL_SCRATCH/big\" bs=1M count=40 conv=fsync 2>&1",
+  tmp40 = "dd if=/dev/zero of=/tmp/big bs=1M count=40 conv=fsync 2>&1",
+  shm40 = "rm -f /tmp/big; dd if=/dev/zero of=/dev/shm/big bs=1M count=40 conv=fsync 2>&1",
+  ls = "ls -A \"$SHINYCTL_SCRATCH\" /tmp /dev/shm"
+)
+ui <- function(req) {
+  what <- parseQueryString(req$QUERY_STRING)$run
+  if (is.null(what) || !(what %in% names(lines))) return(tags$pre("status=none;"))
+  out <- suppressWarnings(system2("sh", c("-c", shQuote(lines[[what]])), stdout = TRUE, stderr = TRUE))
+  status <- attr(out, "status")
+  tags$pre(paste0("status=", if (is.null(status)) 0 else status, ";\n", paste(out, collapse = "\n")))
+}
+shinyApp(ui, function(input, output) {})
+"#;
+
+/// The page of `/?run=what`: (status, output).
+fn run(port: u16, what: &str) -> (i32, String) {
+    let page = wait_until(Duration::from_secs(30), "a page from the copy", || {
+        get(port, &format!("/?run={what}"), &[]).ok().filter(|r| r.status == 200)
+    })
+    .body;
+    let body = between(&page, "<pre>", "</pre>").unwrap_or_else(|| panic!("the page: {page}")).to_string();
+    let (first, rest) = body.split_once(";").unwrap_or((&body, ""));
+    let status = first.trim().strip_prefix("status=").and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("a status in {body}"));
+    (status, rest.trim().to_string())
+}
+
+/// Mount points at or below `dir` in this process's mount namespace.
+fn mounts_below(dir: &Path) -> Vec<PathBuf> {
+    shinyctl::launcher::disk::mounts_below(dir)
+}
+
+/// Loop devices whose backing file is below `dir`.
+fn loops_below(dir: &Path) -> Vec<String> {
+    let Ok(list) = std::fs::read_dir("/sys/block") else { return Vec::new() };
+    list.filter_map(|e| e.ok())
+        .filter(|e| std::fs::read_to_string(e.path().join("loop/backing_file")).is_ok_and(|b| Path::new(b.trim()).starts_with(dir)))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Copy `copy` of `app` in `status --json`.
+fn copy_json(env: &Env, app: &str, copy: u32) -> serde_json::Value {
+    let v = env.status();
+    let a = v["apps"].as_array().unwrap().iter().find(|a| a["name"] == app).cloned().expect("the app in status");
+    a["copies"].as_array().unwrap().iter().find(|c| c["copy"] == copy).cloned().expect("the copy")
+}
+
+/// The daemon's metrics scrape.
+fn metrics(env: &Env) -> String {
+    let api = env.home().join("api.sock");
+    let (_, body) =
+        shinyctl::uds::request_blocking(&api, hyper::Method::GET, "/v1/metrics", None, Duration::from_secs(10)).expect("api.sock answers");
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The app's copy 1's scratch folder on the host.
+fn scratch(env: &Env, app: &str, copy: u32) -> PathBuf {
+    env.home().join("scratch").join(format!("default-{app}")).join(copy.to_string())
+}
+
+#[test]
+fn a_root_daemon_gives_a_copy_a_disk_of_its_size_emptied_by_a_redeploy_and_gone_with_delete() {
+    if !needs_root("loop devices and mounts") {
+        return;
+    }
+    let env = Env::new("diskroot");
+    let app = unique("diskroot");
+    let port = free_port();
+    let extra = "warm-replicas: 0\nidle-timeout: 0\nsandbox:\n  disk: 64M\n";
+    let manifest = env.app_running(DISK_R, &app, port, extra);
+    env.apply(&manifest);
+    env.wait_roles(&app, "1:active", Duration::from_secs(60));
+    // The copy sees a filesystem of 64M at its scratch, /tmp and /dev/shm,
+    // not the host's.
+    let (status, df) = run(port, "df");
+    assert_eq!(status, 0, "{df}");
+    let host = nix::sys::statvfs::statvfs(&env.home()).unwrap();
+    let host_size = host.blocks() * host.fragment_size();
+    let sizes: Vec<u64> = df.lines().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
+    assert_eq!(sizes.len(), 3, "{df}");
+    for s in &sizes {
+        assert!(*s <= 64 << 20 && *s > 32 << 20 && *s != host_size, "a disk of 64M, not the host's {host_size}: {df}");
+    }
+    // Its size shows in status --json and the metrics.
+    let c = copy_json(&env, &app, 1);
+    assert_eq!((c["disk_bytes"].as_u64(), c["disk_own_filesystem"].as_bool()), (Some(64 << 20), Some(true)), "{c}");
+    let series = format!("shinyctl_copy_disk_size_bytes{{app=\"{app}\",copy=\"1\"}} 67108864");
+    assert!(metrics(&env).contains(&series), "{series}");
+    // Writing past the size gets ENOSPC, scratch, /tmp and /dev/shm together.
+    let (status, out) = run(port, "scratch40");
+    assert_eq!(status, 0, "40M fit in scratch: {out}");
+    let (status, out) = run(port, "tmp40");
+    assert_ne!(status, 0, "40M more in /tmp must not fit: {out}");
+    assert!(out.contains("No space left on device"), "{out}");
+    let (status, out) = run(port, "shm40");
+    assert!(status != 0 && out.contains("No space left on device"), "nor in /dev/shm: {out}");
+    // The host reads the copy's scratch folder where it always was.
+    let disk = scratch(&env, &app, 1);
+    assert_eq!(std::fs::metadata(disk.join("big")).unwrap().len(), 40 << 20);
+    assert!(shinyctl::launcher::disk::is_mount_point(&disk));
+    assert_eq!(loops_below(&env.home()).len(), 1, "one loop device");
+    // A redeploy leaves the new copy's disk empty.
+    std::fs::write(&manifest, format!("app-name: {app}\nport: {port}\n{extra}env:\n  REDEPLOYED: \"1\"\n")).unwrap();
+    let before = env.pid_of(&app, 1);
+    env.apply(&manifest);
+    wait_until(Duration::from_secs(60), "a new copy", || {
+        env.copies(&app).iter().any(|c| c.role == "active" && c.pid.is_some_and(|p| p != before)).then_some(())
+    });
+    let (status, listed) = run(port, "ls");
+    assert_eq!(status, 0, "{listed}");
+    assert!(!listed.contains("big"), "a redeployed copy's disk is empty: {listed}");
+    wait_until(Duration::from_secs(20), "the old disk's loop device to go", || (loops_below(&env.home()).len() == 1).then_some(()));
+    // Delete leaves no mount and no loop device.
+    env.ok(&["delete", &app, "--now"]);
+    wait_until(Duration::from_secs(30), "no mount and no loop device left", || {
+        (mounts_below(&env.home()).is_empty() && loops_below(&env.home()).is_empty()).then_some(())
+    });
+}
+
+#[test]
+fn a_root_daemon_keeps_a_copy_s_disk_through_a_sleep() {
+    if !needs_root("loop devices and mounts") {
+        return;
+    }
+    let env = Env::new("disksleep");
+    let app = unique("disksleep");
+    let port = free_port();
+    let manifest = env.app_running(DISK_R, &app, port, "warm-replicas: 0\nidle-timeout: 20s\nsandbox:\n  disk: 64M\n");
+    env.apply(&manifest);
+    env.wait_roles(&app, "1:active", Duration::from_secs(60));
+    assert_eq!(run(port, "scratch40").0, 0);
+    let before = env.pid_of(&app, 1);
+    env.wait_asleep(&app, Duration::from_secs(60));
+    wait_gone(before, Duration::from_secs(20), "the copy to be stopped");
+    let (status, listed) = run(port, "ls");
+    assert_eq!(status, 0, "{listed}");
+    assert!(listed.contains("big"), "woken with its own disk: {listed}");
+    // Still 64M: the file kept counts.
+    assert_ne!(run(port, "tmp40").0, 0, "the size still holds");
+}
+
+#[test]
+fn a_daemon_that_is_not_root_stops_a_copy_past_its_disk_size_and_says_why() {
+    // Made first, so it goes last: after the test's processes have ended.
+    let user = TestUser::create(None);
+    let env = Env::new("diskuser");
+    let app = unique("diskuser");
+    let (uid, gid) = (user.id("-u"), user.id("-g"));
+    let port = free_port();
+    let manifest = env.app_running(DISK_R, &app, port, "warm-replicas: 0\nidle-timeout: 0\nsandbox:\n  disk: 20M\n");
+    let chown = std::process::Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(&env.dir).status().unwrap();
+    assert!(chown.success());
+    let mut child = std::process::Command::new("setpriv")
+        .args([&format!("--reuid={uid}"), &format!("--regid={gid}"), "--init-groups"])
+        .args([bin(), "serve"])
+        .env("SHINYCTL_HOME", env.home())
+        .env("HOME", &env.dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("setpriv (util-linux)");
+    env.track(child.id());
+    std::thread::spawn(move || child.wait());
+    wait_until(Duration::from_secs(20), "the daemon to answer", || env.run(&["status"]).status.success().then_some(()));
+    env.apply(&manifest);
+    env.wait_roles(&app, "1:active", Duration::from_secs(60));
+    let first = env.pid_of(&app, 1);
+    // Under its size it keeps running; no filesystem of its own.
+    assert!(!shinyctl::launcher::disk::is_mount_point(&scratch(&env, &app, 1)));
+    let c = copy_json(&env, &app, 1);
+    assert_eq!((c["disk_bytes"].as_u64(), c["disk_own_filesystem"].as_bool()), (Some(20 << 20), Some(false)), "{c}");
+    holds_for(Duration::from_secs(5), "the copy to keep running under its size", || pid_alive(first));
+    // Past it: stopped, with the line under status and in its log.
+    let _ = get(port, "/?run=scratch40", &[]);
+    wait_gone(first, Duration::from_secs(30), "the copy past its disk size to be stopped");
+    let text = wait_until(Duration::from_secs(30), "the status line about the disk", || {
+        let text = env.ok(&["status", &app]);
+        text.contains(&format!("{app}: copy 1 was stopped: its disk (scratch, /tmp, /dev/shm) held ")).then_some(text)
+    });
+    assert!(text.contains("of its 20M (sandbox.disk)"), "{text}");
+    let state = env.record(&app, 1).unwrap();
+    assert_eq!(state["last_exit"]["disk"]["limit"], 20u64 << 20, "state.json records why: {state}");
+    let log = std::fs::read_to_string(env.home().join("logs").join(format!("default-{app}.log"))).unwrap_or_default();
+    assert!(log.contains("(over its disk size)"), "the copy's log says why: {log}");
+}
