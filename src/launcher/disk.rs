@@ -296,7 +296,7 @@ fn unescape(field: &str) -> PathBuf {
             }
         }
     }
-    PathBuf::from(std::ffi::OsString::from(std::ffi::OsStr::from_bytes(&out).to_os_string()))
+    PathBuf::from(std::ffi::OsStr::from_bytes(&out).to_os_string())
 }
 
 /// Detaches every mount at or below `dir` (a copy's disk, or an app's

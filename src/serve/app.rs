@@ -64,6 +64,11 @@ pub struct Tracked {
     /// Processes the disk watch stopped, by PID, with what their disk
     /// held: their exits carry it.
     pub disk_stops: HashMap<u32, crate::model::DiskStop>,
+    /// Processes the disk watch has measured once, by PID; true for one
+    /// whose disk already held more than its size then (files kept from a
+    /// build before `sandbox.disk`, or a size made smaller): it is not
+    /// stopped for them, only its next deploy (an empty disk) is held to it.
+    pub disk_measured: HashMap<u32, bool>,
     /// The last roles decided, for the copies table and status.
     pub roles: Vec<(u32, Role)>,
     /// When a timer in the last plan runs out.
@@ -96,6 +101,7 @@ impl Tracked {
         self.exits.remove(&pid);
         self.memory_stops.remove(&pid);
         self.disk_stops.remove(&pid);
+        self.disk_measured.remove(&pid);
         self.ready.remove(&pid);
         self.probing.remove(&pid);
         self.watched.remove(&pid);

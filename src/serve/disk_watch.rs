@@ -27,8 +27,32 @@ struct Watched {
     pid: u32,
     pid_start: u64,
     limit: u64,
+    /// When the copy's process started (Unix ms): what was written before
+    /// is not the process's doing.
+    started_ms: u64,
     /// Its scratch folder, /tmp and /dev/shm on the host.
     folders: [PathBuf; 3],
+}
+
+/// The bytes the files below `dir` last written before `ms` (Unix ms)
+/// take on disk, as [`used_below`] counts them.
+pub fn used_before(dir: &Path, ms: u64) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(top) = std::fs::symlink_metadata(dir) else { return 0 };
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() && m.dev() == top.dev() {
+                stack.push(e.path());
+            } else if m.is_file() && (m.mtime().max(0) as u64) * 1000 < ms {
+                total += m.blocks() * 512;
+            }
+        }
+    }
+    total
 }
 
 /// The bytes the files below `dir` take on disk (their blocks), not
@@ -62,16 +86,46 @@ impl Daemon {
             for rec in &state.copies {
                 let sb = sandbox_of(spec, state, rec);
                 let (Some(pid), Some(pid_start), Some(limit)) = (rec.pid, rec.pid_start, sb.disk.bytes()) else { continue };
-                let busy = tracked.stopping.contains(&pid) || tracked.exits.contains_key(&pid) || tracked.disk_stops.contains_key(&pid);
+                let busy = tracked.stopping.contains(&pid)
+                    || tracked.exits.contains_key(&pid)
+                    || tracked.disk_stops.contains_key(&pid)
+                    || tracked.disk_measured.get(&pid) == Some(&true);
                 if sb.mode == SandboxMode::Off || busy {
                     continue;
                 }
                 let scratch = self.home.scratch_dir(&spec.group, &spec.name, rec.copy);
                 let folders = crate::launcher::disk::folders(&scratch);
-                out.push(Watched { app: name.clone(), copy: rec.copy, pid, pid_start, limit, folders });
+                let started_ms = rec.started_ms.unwrap_or(0);
+                out.push(Watched { app: name.clone(), copy: rec.copy, pid, pid_start, limit, started_ms, folders });
             }
         }
         out
+    }
+
+    /// Takes one measure of a watched copy (`before`: the bytes of files
+    /// written before its process started): a process whose disk held
+    /// more than its size before it started is exempt (see
+    /// `Tracked::disk_measured`); one past its size otherwise is stopped.
+    fn measured(&mut self, w: &Watched, stop: DiskStop, before: u64) {
+        let Some(app) = self.apps.get_mut(&w.app) else { return };
+        let over = stop.used > stop.limit;
+        if let std::collections::hash_map::Entry::Vacant(first) = app.tracked.disk_measured.entry(w.pid) {
+            let exempt = before > stop.limit;
+            first.insert(exempt);
+            if exempt {
+                tracing::warn!(
+                    app = w.app,
+                    copy = w.copy,
+                    "copy {}'s disk already holds more than sandbox.disk at its start ({}); it is not stopped for it, and its next deploy starts on an empty disk held to its size",
+                    w.copy,
+                    stop.describe()
+                );
+                return;
+            }
+        }
+        if over {
+            self.stop_for_disk(w, stop);
+        }
     }
 
     /// Stops a copy past its disk size: SIGKILL to its process group (what
@@ -103,19 +157,18 @@ pub fn spawn_watch(shared: Shared) {
                 watched
                     .into_iter()
                     .filter(|w| !crate::launcher::disk::is_mount_point(&w.folders[0]))
-                    .filter_map(|w| {
+                    .map(|w| {
                         let used: u64 = w.folders.iter().map(|f| used_below(f)).sum();
-                        (used > w.limit).then(|| (DiskStop { used, limit: w.limit }, w))
+                        let before: u64 = w.folders.iter().map(|f| used_before(f, w.started_ms)).sum();
+                        (DiskStop { used, limit: w.limit }, before, w)
                     })
                     .collect::<Vec<_>>()
             })
             .await
             .unwrap_or_default();
-            if !over.is_empty() {
-                let mut d = shared.lock().await;
-                for (stop, w) in &over {
-                    d.stop_for_disk(w, *stop);
-                }
+            let mut d = shared.lock().await;
+            for (stop, before, w) in &over {
+                d.measured(w, *stop, *before);
             }
         }
     });
