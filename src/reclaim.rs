@@ -36,18 +36,50 @@ pub fn remove(path: &Path, (first, last): (u32, u32)) -> std::io::Result<()> {
     }
 }
 
-/// `shinyctl reclaim FIRST COUNT PATH…`: returns the exit status.
+/// What the disk watch needs of folders a copy wrote as a subordinate id
+/// (README, "Limits"): the bytes below them, and of those the bytes of files
+/// last written before `started_ms`, counted where the range is mapped.
+/// Blocking: call it from a thread of its own.
+pub fn measure(paths: &[PathBuf], started_ms: u64, (first, last): (u32, u32)) -> std::io::Result<(u64, u64)> {
+    let out = Command::new(std::env::current_exe()?)
+        .arg("reclaim")
+        .args([first.to_string(), (last - first + 1).to_string(), "--du".to_string(), started_ms.to_string()])
+        .args(paths)
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut n = text.split_whitespace().filter_map(|w| w.parse::<u64>().ok());
+    match (out.status.success(), n.next(), n.next()) {
+        (true, Some(used), Some(before)) => Ok((used, before)),
+        _ => Err(std::io::Error::other(format!("shinyctl reclaim --du: {}", String::from_utf8_lossy(&out.stderr).trim()))),
+    }
+}
+
+/// What the child does where the range is mapped.
+enum Work {
+    /// Remove the paths.
+    Remove,
+    /// Print the bytes below the paths, then those of files written before
+    /// this time (Unix ms).
+    Measure(u64),
+}
+
+/// `shinyctl reclaim FIRST COUNT [--du MS] PATH…`: returns the exit status.
 pub fn main(args: &[OsString]) -> i32 {
-    let parsed = (|| -> Option<(u32, u32, Vec<PathBuf>)> {
+    let parsed = (|| -> Option<(u32, u32, Work, Vec<PathBuf>)> {
         let first = args.first()?.to_str()?.parse().ok()?;
         let count = args.get(1)?.to_str()?.parse().ok()?;
-        Some((first, count, args[2..].iter().map(PathBuf::from).collect()))
+        let (work, rest) = match args.get(2).and_then(|a| a.to_str()) {
+            Some("--du") => (Work::Measure(args.get(3)?.to_str()?.parse().ok()?), &args[4..]),
+            _ => (Work::Remove, &args[2..]),
+        };
+        Some((first, count, work, rest.iter().map(PathBuf::from).collect()))
     })();
-    let Some((first, count, paths)) = parsed else {
-        eprintln!("usage: shinyctl reclaim FIRST COUNT PATH...");
+    let Some((first, count, work, paths)) = parsed else {
+        eprintln!("usage: shinyctl reclaim FIRST COUNT [--du MS] PATH...");
         return 2;
     };
-    match run(first, count, &paths) {
+    match run(first, count, &work, &paths) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("{e}");
@@ -57,14 +89,14 @@ pub fn main(args: &[OsString]) -> i32 {
 }
 
 /// Forks the child that unshares, maps it, lets it remove `paths`.
-fn run(first: u32, count: u32, paths: &[PathBuf]) -> Result<(), String> {
+fn run(first: u32, count: u32, work: &Work, paths: &[PathBuf]) -> Result<(), String> {
     let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("no pipe: {e}"));
     let ((ready_r, ready_w), (go_r, go_w)) = (pipe()?, pipe()?);
     // SAFETY: `shinyctl reclaim` is a fresh single-threaded process.
     match unsafe { fork() }.map_err(|e| format!("cannot fork: {e}"))? {
         ForkResult::Child => {
             drop((ready_r, go_w));
-            let code = match in_namespace(ready_w, go_r, paths) {
+            let code = match in_namespace(ready_w, go_r, work, paths) {
                 Ok(()) => 0,
                 Err(e) => {
                     eprintln!("{e}");
@@ -115,12 +147,18 @@ fn map(child: Pid, first: u32, count: u32) -> Result<(), String> {
 
 /// In the child: a user namespace of its own, mapped from outside, then
 /// the removal.
-fn in_namespace(ready: std::os::fd::OwnedFd, go: std::os::fd::OwnedFd, paths: &[PathBuf]) -> Result<(), String> {
+fn in_namespace(ready: std::os::fd::OwnedFd, go: std::os::fd::OwnedFd, work: &Work, paths: &[PathBuf]) -> Result<(), String> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).map_err(|e| format!("cannot make a user namespace: {e}"))?;
     std::fs::File::from(ready).write_all(b"r").map_err(|e| e.to_string())?;
     let mut byte = [0u8; 1];
     if std::fs::File::from(go).read(&mut byte).ok() != Some(1) {
         return Err("the ids were not mapped".into());
+    }
+    if let Work::Measure(ms) = work {
+        let used: u64 = paths.iter().map(|p| crate::serve::disk_watch::used_below(p)).sum();
+        let before: u64 = paths.iter().map(|p| crate::serve::disk_watch::used_before(p, *ms)).sum();
+        println!("{used} {before}");
+        return Ok(());
     }
     for p in paths {
         let gone = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };

@@ -158,8 +158,19 @@ pub fn spawn_watch(shared: Shared) {
                     .into_iter()
                     .filter(|w| !crate::launcher::disk::is_mount_point(&w.folders[0]))
                     .map(|w| {
-                        let used: u64 = w.folders.iter().map(|f| used_below(f)).sum();
-                        let before: u64 = w.folders.iter().map(|f| used_before(f, w.started_ms)).sum();
+                        // A copy of a subordinate id writes folders its daemon's
+                        // user cannot walk: they are counted where its ids are mapped.
+                        let subordinate = match super::identity::Scheme::current() {
+                            super::identity::Scheme::Subordinate { first, last } => Some((*first, *last)),
+                            _ => None,
+                        };
+                        let (used, before) = match subordinate.and_then(|r| crate::reclaim::measure(&w.folders, w.started_ms, r).ok()) {
+                            Some(got) => got,
+                            None => (
+                                w.folders.iter().map(|f| used_below(f)).sum(),
+                                w.folders.iter().map(|f| used_before(f, w.started_ms)).sum(),
+                            ),
+                        };
                         (DiskStop { used, limit: w.limit }, before, w)
                     })
                     .collect::<Vec<_>>()

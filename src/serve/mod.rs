@@ -22,7 +22,7 @@ mod cpu;
 mod cycle;
 mod deploy;
 mod detach;
-mod disk_watch;
+pub mod disk_watch;
 mod event_loop;
 mod exposition;
 pub mod identity;

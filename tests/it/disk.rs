@@ -18,6 +18,7 @@ scratch <- Sys.getenv("SHINYCTL_SCRATCH")
 lines <- c(
   df = "df -B1 --output=size,target \"$SHINYCTL_SCRATCH\" /tmp /dev/shm | tail -n 3",
   scratch40 = "dd if=/dev/zero of=\"$SHINYCTL_SCRATCH/big\" bs=1M count=40 conv=fsync 2>&1",
+  hidden40 = "mkdir -m 0700 \"$SHINYCTL_SCRATCH/hidden\" && dd if=/dev/zero of=\"$SHINYCTL_SCRATCH/hidden/big\" bs=1M count=40 conv=fsync 2>&1",
   tmp40 = "dd if=/dev/zero of=/tmp/big bs=1M count=40 conv=fsync 2>&1",
   shm40 = "rm -f /tmp/big; dd if=/dev/zero of=/dev/shm/big bs=1M count=40 conv=fsync 2>&1",
   ls = "ls -A \"$SHINYCTL_SCRATCH\" /tmp /dev/shm"
@@ -191,8 +192,10 @@ fn a_daemon_that_is_not_root_stops_a_copy_past_its_disk_size_and_says_why() {
     let c = copy_json(&env, &app, 1);
     assert_eq!((c["disk_bytes"].as_u64(), c["disk_own_filesystem"].as_bool()), (Some(20 << 20), Some(false)), "{c}");
     holds_for(Duration::from_secs(5), "the copy to keep running under its size", || pid_alive(first));
-    // Past it: stopped, with the line under status and in its log.
-    let _ = get(port, "/?run=scratch40", &[]);
+    // Past it: stopped, with the line under status and in its log. Written
+    // in a folder of mode 0700, which the copy's own (subordinate) uid makes
+    // and its daemon's user cannot walk: the watch counts it all the same.
+    let _ = get(port, "/?run=hidden40", &[]);
     wait_gone(first, Duration::from_secs(30), "the copy past its disk size to be stopped");
     let text = wait_until(Duration::from_secs(30), "the status line about the disk", || {
         let text = env.ok(&["status", &app]);
