@@ -25,7 +25,9 @@ pub fn rollout(state: &AppState, settings: &str, replicas: u32, roles: &[(u32, R
     }
     let asleep = state.asleep_since_ms.is_some();
     if asleep {
-        let checking = state.copies.iter().any(|r| r.checking || !ours(r));
+        // Settled once the check's process has ended too: until then the
+        // app is still stopping it, not asleep on the new version.
+        let checking = state.copies.iter().any(|r| r.checking || !ours(r) || r.pid.is_some());
         return if checking {
             reply(RolloutState::Starting, format!("the app is asleep; a copy of revision {revision} starts to check it"))
         } else {
@@ -91,6 +93,8 @@ mod tests {
         let st = AppState { revision: 2, asleep_since_ms: Some(1), copies: vec![old, check.clone()], ..AppState::default() };
         assert_eq!(rollout(&st, "s", 1, &[], 2, 0).state, RolloutState::Starting);
         check.checking = false;
+        let st = AppState { revision: 2, asleep_since_ms: Some(1), copies: vec![check.clone()], ..AppState::default() };
+        assert_eq!(rollout(&st, "s", 1, &[], 2, 0).state, RolloutState::Starting, "its process is still being stopped");
         check.pid = None;
         let st = AppState { revision: 2, asleep_since_ms: Some(1), copies: vec![check], ..AppState::default() };
         assert_eq!(rollout(&st, "s", 1, &[], 2, 0).state, RolloutState::Serving);
