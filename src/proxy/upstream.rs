@@ -109,7 +109,7 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
     limits::watch_socket(&stream);
     // R writes a response's head and body apart: acknowledge at once, so
     // the body never waits for a delayed ACK (quickack.rs).
-    let (mut s, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(QuickAck(stream))).await {
+    let (mut s, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(QuickAck::new(stream))).await {
         Ok(pair) => pair,
         Err(e) => return Err(Failure::Local(io::Error::other(e))),
     };
