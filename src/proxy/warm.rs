@@ -65,3 +65,66 @@ async fn get(port: u16) -> bool {
     };
     attempt.await.unwrap_or(false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LbPolicy, ProxyApp, ProxyCopy, ProxyTable};
+    use tokio::net::TcpListener;
+
+    /// App `web` with an active copy on `active` and a warm one on `spare`.
+    fn table_of(active: &TcpListener, spare: &TcpListener) -> ProxyTable {
+        let copy = |copy: u32, l: &TcpListener, role| ProxyCopy { copy, port: l.local_addr().unwrap().port(), role, pid: 4_000_000 + copy };
+        ProxyTable {
+            apps: vec![ProxyApp {
+                name: "web".into(),
+                host: "127.0.0.1".into(),
+                port: 8080,
+                policy: LbPolicy::First,
+                request_timeout_ms: 30_000,
+                asleep: false,
+                stopped: false,
+                listening: true,
+                max_connections: 0,
+                max_sessions: None,
+                max_replicas: 0,
+                trusted_proxies: Vec::new(),
+                copies: vec![copy(1, active, Role::Active), copy(2, spare, Role::Warm)],
+            }],
+        }
+    }
+
+    /// Answers one request on `l` with a small page; the request's head.
+    async fn answer_one(l: &TcpListener) -> String {
+        let (mut s, _) = tokio::time::timeout(Duration::from_secs(10), l.accept()).await.expect("a warm-up request").unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut b).await.unwrap();
+            assert!(n > 0, "the request ended before its head did");
+            head.extend_from_slice(&b[..n]);
+        }
+        s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await.unwrap();
+        String::from_utf8_lossy(&head).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_spare_gets_three_gets_once_and_an_active_copy_none() {
+        let active = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let spare = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let source = table_of(&active, &spare);
+        let first = Table::build(source.clone(), &[3; 32], &Table::default());
+        warm(&first);
+        for _ in 0..REQUESTS {
+            let head = answer_one(&spare).await;
+            assert!(head.starts_with("GET / HTTP/1.0\r\n") && head.contains("shinyctl-warm"), "{head}");
+        }
+        // The next push names the same process: it was warmed already.
+        let next = Table::build(source, &[3; 32], &first);
+        warm(&next);
+        let more = tokio::time::timeout(Duration::from_millis(500), spare.accept()).await;
+        assert!(more.is_err(), "a spare is warmed once, not at every push");
+        let to_active = tokio::time::timeout(Duration::from_millis(50), active.accept()).await;
+        assert!(to_active.is_err(), "an active copy gets no warm-up");
+    }
+}
