@@ -5,6 +5,9 @@
 #                              figures. ./test.sh runs every bench so
 #                              (bench/short.sh).
 #   BIN=path/to/shinyctl       another build of shinyctl (no cargo build of it)
+#   EXAMPLES=folder            the examples already built there (no cargo
+#                              build of them either: comparing two builds of
+#                              shinyctl while the source changes)
 #
 # After `source bench/rig.sh` (from the repository's root):
 #   short        1 in short mode, else 0
@@ -91,13 +94,15 @@ bench_build() {
     local profile=(--release) dir=target/release args=() e
     if [ "$short" = 1 ]; then profile=() dir=target/debug; fi
     [ -n "${BIN:-}" ] || args+=(--bin shinyctl)
-    for e in "$@"; do args+=(--example "$e"); done
+    if [ -z "${EXAMPLES:-}" ]; then
+        for e in "$@"; do args+=(--example "$e"); done
+    fi
     if [ "${#args[@]}" -gt 0 ] && ! cargo build "${profile[@]+"${profile[@]}"}" "${args[@]}" 2>"$tmp/build.log"; then
         cat "$tmp/build.log" >&2
         exit 1
     fi
     bin=$(realpath "${BIN:-$dir/shinyctl}")
-    examples=$PWD/$dir/examples
+    examples=$(realpath "${EXAMPLES:-$dir/examples}")
 }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

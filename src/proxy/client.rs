@@ -10,6 +10,7 @@ use hyper::header::HeaderValue;
 
 use super::limits::{self, Counts, Verdict};
 use super::shared::{ErrorSource, Shared};
+use super::stats;
 use super::table::AppCounters;
 
 /// A client connection's own facts, shared by its requests.
@@ -24,6 +25,9 @@ pub struct Client {
     pub xff: HeaderValue,
     /// Past a cap: every request is answered 503 and the connection closes.
     pub busy: bool,
+    /// The metrics of the app its port served when it was accepted: its
+    /// answers and bytes count there (looked up once, not per request).
+    pub stats: Option<Arc<stats::AppCounters>>,
     /// Counted under the per-address cap (not loopback, not a trusted
     /// proxy): the address to uncount.
     counted_address: Option<IpAddr>,
@@ -50,6 +54,7 @@ impl Client {
             peer: ip,
             xff: address_header(ip),
             busy: verdict != Verdict::Admit,
+            stats: app.as_ref().map(|a| shared.requests.of(&a.name)),
             counted_address,
             counted_app: None,
         };

@@ -59,7 +59,8 @@ pub struct Control {
     /// Woken by `POST /shutdown`.
     pub stop: Notify,
     /// Watches each copy's process and marks it gone when it exits
-    /// (`liveness.rs`); off in process for tables of made-up PIDs.
+    /// (`liveness.rs`), and warms spares (`warm.rs`); off in process for
+    /// tables of made-up PIDs.
     watch_copies: bool,
 }
 
@@ -101,6 +102,7 @@ impl Control {
             let live = shared.table.load();
             if self.watch_copies {
                 super::liveness::watch(&live);
+                super::warm::warm(&live);
             }
             listeners.apply(&live, shared).await;
         }

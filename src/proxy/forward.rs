@@ -40,7 +40,9 @@ pub async fn handle(req: Request<Incoming>, client: Arc<Client>) -> Result<Respo
 async fn forward(req: Request<Incoming>, client: &Client) -> Response<DownBody> {
     let started = std::time::Instant::now();
     let mut resp = route(req, client).await;
-    super::stats::count(&client.shared, client.port, resp.status(), started);
+    if let Some(stats) = &client.stats {
+        stats.count(resp.status(), started.elapsed());
+    }
     if client.shared.stopping.load(Ordering::Relaxed) && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         // Stopping: hyper closes the connection after this answer.
         resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -183,7 +183,7 @@ async fn serve_client(stream: std::net::TcpStream, peer: SocketAddr, port: u16, 
     };
     let _ = stream.set_nodelay(true);
     let Some(client) = Client::admit(&stream, peer, port, &shared) else { return };
-    let counters = shared.table.app(port).map(|a| shared.requests.of(&a.name));
+    let counters = client.stats.clone();
     let svc = hyper::service::service_fn(move |req| forward::handle(req, client.clone()));
     let stream = super::counted::Counted::new(stream, counters);
     let conn = shared.http.serve_connection(TokioIo::new(stream), svc).with_upgrades();

@@ -62,6 +62,7 @@ mod stats;
 mod table;
 mod tunnel_handover;
 mod upstream;
+mod warm;
 mod websocket;
 mod workers;
 

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::StatusCode;
 
@@ -32,6 +32,21 @@ pub struct AppCounters {
     buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
     /// The sum of the latencies, in microseconds.
     sum_us: AtomicU64,
+}
+
+impl AppCounters {
+    /// Counts one answer with `status`, `took` after the request came.
+    pub fn count(&self, status: StatusCode, took: Duration) {
+        let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
+        self.classes[class].fetch_add(1, Ordering::Relaxed);
+        if let Some(i) = [502, 503, 504].iter().position(|c| *c == status.as_u16()) {
+            self.gateway[i].fetch_add(1, Ordering::Relaxed);
+        }
+        let secs = took.as_secs_f64();
+        let bucket = LATENCY_BOUNDS.iter().position(|b| secs <= *b).unwrap_or(LATENCY_BOUNDS.len());
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(took.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
 }
 
 /// Request counters per app name, kept across table pushes (an app keeps
@@ -58,17 +73,9 @@ impl Requests {
     }
 
     /// Counts one answer of `app` with `status`, `took` after the request came.
+    #[cfg(test)]
     pub fn count(&self, app: &str, status: StatusCode, took: Duration) {
-        let counters = self.of(app);
-        let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
-        counters.classes[class].fetch_add(1, Ordering::Relaxed);
-        if let Some(i) = [502, 503, 504].iter().position(|c| *c == status.as_u16()) {
-            counters.gateway[i].fetch_add(1, Ordering::Relaxed);
-        }
-        let secs = took.as_secs_f64();
-        let bucket = LATENCY_BOUNDS.iter().position(|b| secs <= *b).unwrap_or(LATENCY_BOUNDS.len());
-        counters.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        counters.sum_us.fetch_add(took.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+        self.of(app).count(status, took);
     }
 
     /// The counts of the apps in `keep` (others are forgotten: deleted apps
@@ -91,13 +98,6 @@ impl Requests {
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
-    }
-}
-
-/// Counts the answer to a request that came in on `port` at `started`.
-pub fn count(shared: &Shared, port: u16, status: StatusCode, started: Instant) {
-    if let Some(app) = shared.table.app(port) {
-        shared.requests.count(&app.name, status, started.elapsed());
     }
 }
 

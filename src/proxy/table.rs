@@ -64,6 +64,9 @@ pub struct CopyState {
     pub last_answer_ms: AtomicU64,
     /// A probe is asking the stalled copy whether it answers again.
     pub probing: AtomicBool,
+    /// Warm-up requests were sent to it as a spare (`warm.rs`), or are
+    /// under way.
+    pub warmed: AtomicBool,
     /// Its process has exited (`liveness.rs`): down for good, so no
     /// visitor is sent to whatever listens on its port next, even while
     /// the daemon is away and no new table comes.

@@ -141,7 +141,7 @@ fn into_live(client: Parts<TokioIo<Counted>>, upstream: Parts<TokioIo<QuickAck>>
     if let Some(c) = counters {
         c.bytes_out.fetch_add(down.len() as u64, Ordering::Relaxed);
     }
-    Live { visitor, copy: copy.into_inner().0, up: Way::new(up.to_vec(), false), down: Way::new(down.to_vec(), false) }
+    Live { visitor, copy: copy.into_inner().into_inner(), up: Way::new(up.to_vec(), false), down: Way::new(down.to_vec(), false) }
 }
 
 /// Either side of a tunnel as something to read and write, with the bytes
