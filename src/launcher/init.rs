@@ -169,6 +169,7 @@ pub fn supervision_pair() -> nix::Result<(OwnedFd, OwnedFd)> {
 /// `listener`, answers the copy's `bind` and `listen` (`ports`, for the
 /// copy on `port`); returns R's end as `exit N` or `signal N`.
 pub fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16) -> String {
+    let mut told = false;
     let set = super::host::forwarded_signals();
     // Signals through a descriptor, so one poll waits for both.
     let mut signals = nix::sys::signalfd::SignalFd::with_flags(&set, nix::sys::signalfd::SfdFlags::SFD_CLOEXEC).ok();
@@ -176,8 +177,10 @@ pub fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16) -> String {
         let sig = match (&listener, &mut signals) {
             (Some(l), Some(sfd)) => match ready(l, sfd) {
                 Ready::Call => {
-                    if !super::ports::answer(l, port) {
-                        listener = None;
+                    match super::ports::answer(l, port) {
+                        super::ports::Answered::Gone => listener = None,
+                        super::ports::Answered::Listening => tell_listening(&mut told),
+                        super::ports::Answered::Call => {}
                     }
                     continue;
                 }
@@ -214,6 +217,19 @@ pub fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16) -> String {
         if let Some(end) = end {
             return end;
         }
+    }
+}
+
+/// Tells the daemon, once, that R listens on the copy's port: a byte on
+/// the launcher's standard input, which the daemon gives it as a pipe's
+/// write end (README, "Sleep": a wake answers as soon as R can). The daemon
+/// then asks the port at once instead of at its next look. Anything else
+/// there (`/dev/null`, a terminal) takes the byte or refuses it, harmlessly.
+fn tell_listening(told: &mut bool) {
+    if !*told {
+        *told = true;
+        // SAFETY: write(2) of one byte from a live buffer to fd 0.
+        let _ = unsafe { libc::write(0, b"l".as_ptr().cast(), 1) };
     }
 }
 

@@ -152,18 +152,33 @@ pub fn verdict(call: Call, domain: i32, kind: i32, own: u16) -> Result<(), Strin
     }
 }
 
+/// What answering one notification came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    /// A call was answered (or there was none to answer); more may come.
+    Call,
+    /// A `listen` was made: the copy now listens on its own port (the only
+    /// TCP listen the fence allows), the moment the daemon waits for.
+    Listening,
+    /// The listener has nothing more to give (every process under the
+    /// filter is gone).
+    Gone,
+}
+
 /// Answers one notification from `listener` for the copy on port `own`.
-/// Returns false once the listener has nothing more to give (every process
-/// under the filter is gone).
-pub fn answer(listener: &OwnedFd, own: u16) -> bool {
+pub fn answer(listener: &OwnedFd, own: u16) -> Answered {
     // SAFETY: plain data, zeroed as the kernel requires before RECV.
     let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
     // SAFETY: the ioctl fills `req`, which is of the size it names.
     if unsafe { libc::ioctl(listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_RECV as _, &mut req) } != 0 {
         let e = io::Error::last_os_error();
         // Interrupted, or the caller gave up (ENOENT): another will come.
-        return matches!(e.raw_os_error(), Some(libc::EINTR | libc::ENOENT));
+        return match e.raw_os_error() {
+            Some(libc::EINTR | libc::ENOENT) => Answered::Call,
+            _ => Answered::Gone,
+        };
     }
+    let listen = req.data.nr as libc::c_long == libc::SYS_listen;
     let (val, error) = match judge(listener, &req, own) {
         Ok(v) => (v, 0),
         Err(errno) => (0, -errno),
@@ -171,7 +186,11 @@ pub fn answer(listener: &OwnedFd, own: u16) -> bool {
     let mut resp = libc::seccomp_notif_resp { id: req.id, val, error, flags: 0 };
     // SAFETY: the ioctl reads `resp`; its failure (the caller is gone) needs nothing.
     unsafe { libc::ioctl(listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND as _, &mut resp) };
-    true
+    if listen && error == 0 {
+        Answered::Listening
+    } else {
+        Answered::Call
+    }
 }
 
 /// Judges one call and, when allowed, makes it: its return value, or the

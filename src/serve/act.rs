@@ -4,6 +4,7 @@
 
 use std::fs::OpenOptions;
 use std::net::TcpListener;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -52,15 +53,30 @@ pub fn pick_port(wanted: u16, taken: &[u16], seed: u64) -> Option<u16> {
 pub struct Launching {
     /// `shinyctl launch …`, with the copy's environment, session and log.
     cmd: Command,
+    /// The read end of the pipe that is the launcher's standard input:
+    /// the copy's init writes a byte to it the moment R listens on its port
+    /// (the ports fence sees the `listen`), so readiness is asked at once.
+    told: Option<OwnedFd>,
+}
+
+/// A launcher that runs.
+pub struct Spawned {
+    /// Its PID.
+    pub pid: u32,
+    /// Where it says R listens (see [`Launching`]).
+    pub told: Option<OwnedFd>,
 }
 
 impl Launching {
     /// Runs the launcher; returns its PID. Blocking (fork, exec).
-    pub fn spawn(mut self) -> anyhow::Result<u32> {
+    pub fn spawn(mut self) -> anyhow::Result<Spawned> {
         let child = self.cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run the copy launcher: {e}"))?;
         // The Child handle is dropped on purpose: the exit watcher reaps the
         // process by PID, the same way for children and adopted processes.
-        Ok(child.id())
+        // Dropping the Command closes the daemon's copy of the pipe's write
+        // end: only the launcher's remains.
+        drop(self.cmd);
+        Ok(Spawned { pid: child.id(), told: self.told })
     }
 }
 
@@ -124,10 +140,20 @@ pub fn prepare_start(
     if spec.start.sandbox.mode != SandboxMode::Off {
         cmd.env_clear().envs(launcher::users::kept_env(std::env::vars_os()));
     }
-    cmd.envs(&spec.start.env).env("SHINYCTL_COPY", rec.copy.to_string()).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    // A fenced copy's init says when R listens: the launcher gets a pipe's
+    // write end as its stdin (both ends close-on-exec). With the fence off
+    // nothing would say it.
+    let (told, stdin) = match spec.start.sandbox.mode {
+        SandboxMode::Off => (None, Stdio::null()),
+        _ => {
+            let (told, tell) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+            (Some(told), Stdio::from(tell))
+        }
+    };
+    cmd.envs(&spec.start.env).env("SHINYCTL_COPY", rec.copy.to_string()).stdin(stdin).stdout(log.try_clone()?).stderr(log);
     own_session(&mut cmd);
     rec.port = port;
-    Ok(Launching { cmd })
+    Ok(Launching { cmd, told })
 }
 
 /// Records in a copy's record the launcher that [`Launching::spawn`] ran.
@@ -304,21 +330,71 @@ async fn gone_from_proc(pid: u32, start: Option<u64>) {
     }
 }
 
+/// How often the port is asked when no word can come that R listens (a
+/// copy with the fence off, one adopted from a daemon before).
+const READY_POLL: Duration = Duration::from_millis(100);
+
+/// How often it is asked while the word is awaited: only in case none
+/// comes (a kernel without seccomp notifications gives the copy no ports
+/// fence, and so no word).
+const READY_POLL_TOLD: Duration = Duration::from_secs(1);
+
 /// Sends `Event::Ready` once the copy's port answers HTTP from a socket of
-/// its own process tree; gives up when the process is gone.
-pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, events: UnboundedSender<Event>) {
+/// its own process tree; gives up when the process is gone. `told`: the
+/// launcher's word that R listens (see [`Launching`]), on which the port
+/// is asked at once (and then every [`READY_POLL`]); until it comes, every
+/// [`READY_POLL_TOLD`].
+pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, events: UnboundedSender<Event>, told: Option<OwnedFd>) {
     tokio::spawn(async move {
+        let mut told = told.and_then(|fd| {
+            use std::os::fd::AsRawFd;
+            nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).ok()?;
+            // SAFETY: the AsyncFd owns the OwnedFd, which stays open and the
+            // same until the AsyncFd drops.
+            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
+        });
         loop {
             if !procfs::is_alive(pid, start) {
                 return;
             }
             if answers_http(port).await && procfs::port_owned_by(port, pid) == procfs::PortOwner::Ours {
+                tracing::debug!(app, pid, "ready");
                 let _ = events.send(Event::Ready { app, pid });
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            let word = async {
+                match &told {
+                    Some(afd) => heard(afd).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                got = word => {
+                    // The one word came (or the pipe closed): ask now, then poll.
+                    tracing::debug!(app, pid, listening = got, "the copy's init says R listens");
+                    told = None;
+                }
+                _ = tokio::time::sleep(if told.is_some() { READY_POLL_TOLD } else { READY_POLL }) => {}
+            }
         }
     });
+}
+
+/// Waits for the launcher's byte on `afd`; true when it came, false when
+/// the pipe closed or failed without it.
+async fn heard(afd: &AsyncFd<OwnedFd>) -> bool {
+    loop {
+        let Ok(mut guard) = afd.readable().await else { return false };
+        let mut byte = [0u8; 1];
+        match guard.try_io(|fd| {
+            use std::os::fd::AsRawFd;
+            nix::unistd::read(fd.get_ref().as_raw_fd(), &mut byte).map_err(std::io::Error::from)
+        }) {
+            Ok(Ok(n)) => return n == 1,
+            Ok(Err(_)) => return false,
+            Err(_would_block) => continue,
+        }
+    }
 }
 
 /// True when `127.0.0.1:port` answers an HTTP request with an HTTP status line.

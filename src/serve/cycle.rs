@@ -67,7 +67,7 @@ impl Daemon {
                 let ready = tracked.ready.contains(&pid);
                 // The daemon watches what it starts from the start, so a
                 // process first watched here is one it adopted.
-                if follow(name, rec, ready, tracked, &events) {
+                if follow(name, rec, ready, tracked, &events, None) {
                     tracing::info!(app = name, copy = rec.copy, pid, "adopted copy");
                 }
                 match owner {
@@ -388,7 +388,7 @@ impl Daemon {
                     .any(|r| r.copy == copy && r.revision == revision && r.pid.is_none() && r.stop_started_ms.is_none())
             });
             let Some(AppRt { recorded, tracked, .. }) = app.filter(|_| waiting) else {
-                if let Ok(pid) = result {
+                if let Ok(act::Spawned { pid, .. }) = result {
                     tracing::info!(app = name, copy, pid, "stopping a copy that was no longer wanted once it started");
                     // Watched, so the daemon reaps its child when it ends.
                     act::watch_exit(name.clone(), pid, self.events.clone());
@@ -397,11 +397,11 @@ impl Daemon {
                 continue;
             };
             match result {
-                Ok(pid) => {
+                Ok(act::Spawned { pid, told }) => {
                     let rec = recorded.state.copies.iter_mut().find(|r| r.copy == copy).expect("checked above");
                     act::started(rec, pid);
                     tracing::info!(app = name, copy, pid, port = rec.port, "started copy");
-                    follow(&name, rec, false, tracked, cx.events);
+                    follow(&name, rec, false, tracked, cx.events, told);
                 }
                 Err(e) => not_started(&cx, recorded, copy, &e),
             }
@@ -467,14 +467,21 @@ fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked, fac
 /// Watches a running copy's process for its exit and, until it is ready,
 /// probes its port; each once per process. Returns true when the process
 /// was not watched before.
-fn follow(name: &str, rec: &CopyRecord, ready: bool, tracked: &mut Tracked, events: &mpsc::UnboundedSender<Event>) -> bool {
+fn follow(
+    name: &str,
+    rec: &CopyRecord,
+    ready: bool,
+    tracked: &mut Tracked,
+    events: &mpsc::UnboundedSender<Event>,
+    told: Option<std::os::fd::OwnedFd>,
+) -> bool {
     let Some(pid) = rec.pid else { return false };
     let new = tracked.watched.insert(pid);
     if new {
         act::watch_exit(name.to_string(), pid, events.clone());
     }
     if !ready && tracked.probing.insert(pid) {
-        act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, events.clone());
+        act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, events.clone(), told);
     }
     new
 }

@@ -176,8 +176,8 @@ pub struct Launched {
     pub copy: u32,
     /// The copy's revision, as readied.
     pub revision: u64,
-    /// The launcher's PID.
-    pub result: anyhow::Result<u32>,
+    /// The launcher's PID, and where it says R listens.
+    pub result: anyhow::Result<act::Spawned>,
 }
 
 /// The daemon as shared between the loop and the API.

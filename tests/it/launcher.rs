@@ -198,3 +198,83 @@ fn bad_launcher_arguments_exit_with_the_launchers_own_status() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("the copy could not be launched: bad arguments") && err.contains("--spec"), "{err}");
 }
+
+/// The copy's init tells its launcher's standard input, once, the moment R
+/// listens on the copy's port (the ports fence answers the `listen`): the
+/// word on which the daemon asks the port at once rather than at its next
+/// look (README, "Sleep"). A stand-in for R listens when the test says so.
+#[test]
+fn the_init_says_the_moment_r_listens_and_not_before() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let env = Env::new("told");
+    let port = free_port();
+    let app = env.dir.join("app");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::write(app.join("app.R"), "").unwrap();
+    let scratch = env.dir.join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    // Outside /tmp, which the copy has its own of.
+    let go = PathBuf::from(format!("/var/tmp/shinyctl-it-{}-told-go", std::process::id()));
+    let _ = std::fs::remove_file(&go);
+    let r = env.script(
+        "stand-in-R",
+        &format!(
+            "while [ ! -e {} ]; do sleep 0.05; done\nexec python3 -c 'import socket, time; s = socket.socket(); s.bind((\"127.0.0.1\", {port})); s.listen(); time.sleep(60)'\n",
+            go.display()
+        ),
+    );
+    let manifest = app.join("app.yaml");
+    let spec = shinyctl::manifest::parse(&manifest, &format!("app-name: told\nport: 1\nr-path: {}\n", r.display())).unwrap();
+    let launch = shinyctl::launcher::Launch {
+        home: env.home(),
+        app: "told".into(),
+        copy: 1,
+        port,
+        app_dir: app.clone(),
+        scratch,
+        uid: None,
+        cgroups: Vec::new(),
+        start: spec.start,
+    };
+    let (said, tell) = nix::unistd::pipe().unwrap();
+    let mut child = Command::new(bin())
+        .arg("launch")
+        .args(launch.args())
+        .stdin(std::process::Stdio::from(tell))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    env.track(child.id());
+    std::thread::spawn(move || child.wait());
+    nix::fcntl::fcntl(said.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).unwrap();
+    let mut said = std::fs::File::from(said);
+    let mut byte = [0u8; 8];
+    let mut read = || match said.read(&mut byte) {
+        Ok(n) => Some(byte[..n].to_vec()),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+        Err(e) => panic!("the launcher's stdin: {e}"),
+    };
+    holds_for(Duration::from_secs(1), "no word while R does not listen", || read().is_none());
+    std::fs::write(&go, "").unwrap();
+    let word = wait_until(Duration::from_secs(20), "the init's word that R listens", &mut read);
+    assert_eq!(word, b"l", "one byte");
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(), "R listens once the word came");
+    holds_for(Duration::from_millis(500), "the word comes once", || read().is_none());
+    let _ = std::fs::remove_file(&go);
+}
+
+/// The daemon takes the init's word: a fenced copy of a real R app is
+/// found ready on it, as api.log says at debug level.
+#[test]
+fn the_daemon_asks_the_port_on_the_inits_word() {
+    let env = Env::new("toldd");
+    let mut cmd = Command::new(bin());
+    cmd.arg("serve").env("SHINYCTL_LOG", "debug");
+    env.start_daemon(cmd);
+    let app = unique("toldd");
+    env.started(&app, "warm-replicas: 0\n", "1:active");
+    let log = std::fs::read_to_string(env.home().join("api.log")).unwrap();
+    assert!(log.contains("the copy's init says R listens") && log.contains("listening=true"), "{log}");
+}
