@@ -78,17 +78,19 @@ mod tests {
         ProxyTable {
             apps: vec![ProxyApp {
                 name: "web".into(),
-                host: "127.0.0.1".into(),
-                port: 8080,
-                policy: LbPolicy::First,
-                request_timeout_ms: 30_000,
+                route: crate::manifest::RouteSpec {
+                    host: "127.0.0.1".parse().unwrap(),
+                    port: 8080,
+                    lb_policy: LbPolicy::First,
+                    request_timeout_ms: 30_000,
+                    max_connections: 0,
+                    trusted_proxies: Vec::new(),
+                },
                 asleep: false,
                 stopped: false,
                 listening: true,
-                max_connections: 0,
                 max_sessions: None,
                 max_replicas: 0,
-                trusted_proxies: Vec::new(),
                 copies: vec![copy(1, active, Role::Active), copy(2, spare, Role::Warm)],
             }],
         }
