@@ -356,6 +356,35 @@ fn an_unprivileged_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_i
     assert!(env.ok(&["status"]).contains(&own), "and under the table");
 }
 
+/// The same under a daemon that is not root whose user has subordinate ids
+/// (README, "Identities"): the copy runs as one of them.
+#[test]
+fn a_subordinate_ids_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port() {
+    if !needs_root("it makes a user with subordinate ids") {
+        return;
+    }
+    let home = crate::fence::UserHome::new("rofssub");
+    let user = TestUser::create(Some(&home.0));
+    let ranges = user.subordinate_ids();
+    let env = Env::new("rofssub");
+    let (manifest, port) = probe_app(&env, "rofssub", "");
+    for dir in [&env.dir, &home.0] {
+        assert!(Command::new("chown").arg("-R").arg(format!("{0}:{0}", user.name)).arg(dir).status().unwrap().success());
+    }
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid", &user.name, "--regid", &user.name, "--clear-groups", bin(), "serve"])
+        .env("HOME", &home.0)
+        .env_remove("SHINYCTL_IDS");
+    let leak = Leak::into(&mut cmd);
+    env.start_daemon(cmd);
+    let a = page_of_deployed(&env, "rofssub", &manifest, port);
+    let uid = env.status()["apps"][0]["uid"].as_u64().expect("the app's own uid") as u32;
+    assert!(ranges.iter().any(|r| (r.0..=r.1).contains(&uid)), "one of the user's subordinate ids {ranges:?}: {uid}");
+    assert_only_stdio_inherited(&a, &leak, "a subordinate id's copy");
+    assert_read_only_host(&a, "a subordinate id's copy");
+    assert_listens_only_on_its_port(&a, "a subordinate id's copy");
+}
+
 /// Checks from a fenced copy's page that it may listen only on its own
 /// port on 127.0.0.1, and that clients, UDP clients, DNS and Unix sockets
 /// work.
