@@ -24,6 +24,7 @@
 //! disk ([`report_path`]), which the daemon reads for `status --json`.
 
 mod allowed;
+mod claim;
 mod confine;
 mod fds;
 pub mod fences;
@@ -38,6 +39,7 @@ mod rlimits;
 mod seccomp;
 mod sources;
 pub mod users;
+pub mod zygote;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -119,6 +121,13 @@ pub struct Launch {
     /// for memory and one for pids), none where there is no cgroup.
     #[arg(long = "cgroup")]
     pub cgroups: Vec<PathBuf>,
+    /// The pool's zygote socket: the copy is claimed from it (`claim`),
+    /// and started cold only if the claim is refused.
+    #[arg(long)]
+    pub pool: Option<PathBuf>,
+    /// Why the daemon starts this copy cold (no `pool`), for its status.
+    #[arg(long)]
+    pub cold: Option<String>,
 }
 
 /// Parses `--sandbox`.
@@ -151,6 +160,12 @@ impl Launch {
         }
         for dir in &self.cgroups {
             pair("--cgroup", dir.clone().into_os_string());
+        }
+        if let Some(sock) = &self.pool {
+            pair("--pool", sock.clone().into_os_string());
+        }
+        if let Some(why) = &self.cold {
+            pair("--cold", why.into());
         }
         a
     }
@@ -279,14 +294,36 @@ pub fn main(args: &[OsString]) -> i32 {
         Ok(w) => w,
         Err(e) => return fail(&e),
     };
+    let mut report = report;
     if launch.sandbox.mode == SandboxMode::Off {
+        started_cold(&mut report, launch.cold.as_deref());
         return direct(&launch, report, fences, who.as_ref());
     }
     let plan = match plan::resolve(&launch, who.as_ref()) {
         Ok(p) => p,
         Err(e) => return fail(&format!("{e:#}")),
     };
+    let mut cold = launch.cold.clone();
+    if let Some(socket) = &launch.pool {
+        host::block_signals();
+        match claim::claim(&launch, &plan, who.as_ref(), &fences, socket) {
+            Ok(claimed) => claimed.wait(&launch, report, who.as_ref()),
+            Err(why) => {
+                log(&format!("--- shinyctl: not claimed from the pool, R starts cold: {why} ---"));
+                cold = Some(why);
+            }
+        }
+    }
+    started_cold(&mut report, cold.as_deref());
     host::run(&launch, report, plan, who, fences)
+}
+
+/// Notes in the report that R starts cold, and why (none: the daemon gave
+/// no reason, a launcher of a daemon without the pool).
+fn started_cold(report: &mut Option<report::Writer>, why: Option<&str>) {
+    if let (Some(r), Some(why)) = (report.as_mut(), why) {
+        r.started(format!("cold: {why}"));
+    }
 }
 
 /// Moves the launcher (and so R and all it starts) into the copy's cgroups.
@@ -423,6 +460,17 @@ fn finish_and_exec(
     who: Option<&Identity>,
     send: impl FnOnce(&Fences, Option<&str>),
 ) -> i32 {
+    match finish(launch, seen, fences, send) {
+        Ok(()) => exec_r(launch, seen, who),
+        Err(code) => code,
+    }
+}
+
+/// In the process that becomes R (exec'd, or a claimed copy returning to
+/// its R, `claim`): the last fences, the strict check, the report of the
+/// fences and of a refusal (`send`) and the log lines. `Err` is the exit
+/// status of a copy that must not start.
+fn finish(launch: &Launch, seen: &mut Seen, fences: &mut Fences, send: impl FnOnce(&Fences, Option<&str>)) -> Result<(), i32> {
     // The filters, in the process that execs R next, after its user is set
     // and every mount is made (the filter refuses mount and unshare).
     if launch.sandbox.mode != SandboxMode::Off {
@@ -442,18 +490,18 @@ fn finish_and_exec(
             Err(e @ ConfineError::Strict(_)) => {
                 let why = e.to_string();
                 send(fences, Some(&why));
-                return refuse(&why);
+                return Err(refuse(&why));
             }
             Err(e) => {
                 send(fences, None);
-                return fail(&e.to_string());
+                return Err(fail(&e.to_string()));
             }
         }
     }
     if launch.sandbox.mode == SandboxMode::Strict {
         if let Some(why) = fences.strict_refusal() {
             send(fences, Some(&why));
-            return refuse(&why);
+            return Err(refuse(&why));
         }
     }
     send(fences, None);
@@ -461,7 +509,7 @@ fn finish_and_exec(
     if launch.sandbox.mode != SandboxMode::Off {
         log(&format!("--- shinyctl: {} ---", fences.summary()));
     }
-    exec_r(launch, seen, who)
+    Ok(())
 }
 
 /// Fills the Landlock and seccomp slots of the report from what the
@@ -492,7 +540,7 @@ fn isolation_of(fences: &Fences, mode: SandboxMode, user: String) -> Isolation {
         let why = format!("no mount namespace: {}; no Landlock: {}", reason_of(fences::MOUNT_NS), reason_of(fences::LANDLOCK));
         (IsolationKind::None, Some(why))
     };
-    Isolation { kind, reason, fences: fences.list.clone(), user: (!user.is_empty()).then_some(user) }
+    Isolation { kind, reason, fences: fences.list.clone(), user: (!user.is_empty()).then_some(user), start: None }
 }
 
 /// The line the copy's log gets before R starts: what isolation it got and
@@ -575,6 +623,8 @@ mod tests {
             run_as: Some("shiny".into()),
             uid: None,
             cgroups: vec!["/sys/fs/cgroup/memory/shinyctl-1/hello-2".into(), "/sys/fs/cgroup/pids/shinyctl-1/hello-2".into()],
+            pool: Some("/home/u/.shinyctl/pool/zygote.sock".into()),
+            cold: Some("TZ is set in env".into()),
         }
     }
 
@@ -638,7 +688,7 @@ mod tests {
     #[test]
     fn the_log_line_says_where_to_write() {
         let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None };
-        let line = isolation_line(&Isolation { kind: IsolationKind::MountNamespace, reason: None, fences: vec![], user: None }, &seen);
+        let line = isolation_line(&Isolation { kind: IsolationKind::MountNamespace, reason: None, fences: vec![], user: None, start: None }, &seen);
         assert!(line.contains("/shinyctl/app is read-only"), "{line}");
         assert!(line.contains("SHINYCTL_SCRATCH (/shinyctl/scratch)"), "{line}");
         assert!(!line.starts_with("--- shinyctl: copy"), "not taken for a start line");

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use nix::unistd::{Gid, Uid, User};
 
 /// A user a copy runs as.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Identity {
     /// The user's name.
     pub name: String,

@@ -112,6 +112,9 @@ pub struct AppSpec {
     /// daemon's own user.
     #[serde(default)]
     pub run_as: Option<String>,
+    /// `pool`: copies are claimed from the pool (false: always cold).
+    #[serde(default = "pool_default")]
+    pub pool: bool,
     /// `max-sessions`: the Shiny sessions (open WebSockets) a copy takes
     /// before it counts as full; none: no limit, and the app never grows.
     /// Like every capacity key, read by the cycle and the table: changing it
@@ -307,4 +310,9 @@ fn key_text<'v>(doc: &Doc, k: &'v Value) -> Result<&'v str, ManifestError> {
             ))
         }
     }
+}
+
+/// `pool`'s default: on.
+fn pool_default() -> bool {
+    true
 }

@@ -120,7 +120,14 @@ pub fn prepare_start(
         run_as: spec.run_as.clone(),
         uid,
         cgroups,
+        pool: None,
+        cold: None,
     };
+    let mut launch = launch;
+    match super::pool::route(spec, dir) {
+        Ok(socket) => launch.pool = Some(socket),
+        Err(why) => launch.cold = Some(why),
+    }
     let mut cmd = launch.command()?;
     // A fenced copy gets a clean environment: only what R needs of the
     // daemon's (launcher::users::kept), then the manifest's env.
@@ -305,12 +312,14 @@ async fn gone_from_proc(pid: u32, start: Option<u64>) {
 
 /// Sends `Event::Ready` once the copy's port answers HTTP from a socket of
 /// its own process tree; gives up when the process is gone.
-pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, events: UnboundedSender<Event>) {
+pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, scratch: std::path::PathBuf, events: UnboundedSender<Event>) {
     tokio::spawn(async move {
         loop {
             if !procfs::is_alive(pid, start) {
                 return;
             }
+            // A claimed copy's report names its processes' root (`procfs::adopt`).
+            let _ = launcher::read_report(&scratch, pid);
             if answers_http(port).await && procfs::port_owned_by(port, pid) == procfs::PortOwner::Ours {
                 let _ = events.send(Event::Ready { app, pid });
                 return;

@@ -25,6 +25,7 @@ impl Daemon {
     /// tracking a running process the daemon does not watch yet (adopted).
     pub(super) fn observe(&mut self, name: &str, facts: &Facts) -> Observed {
         let events = self.events.clone();
+        let home = self.home.clone();
         let memory = self.memory_room(name);
         let traffic = self.traffic.get(name).cloned().unwrap_or_default();
         let cgroups = &self.cgroups;
@@ -66,7 +67,8 @@ impl Daemon {
                 let ready = tracked.ready.contains(&pid);
                 // The daemon watches what it starts from the start, so a
                 // process first watched here is one it adopted.
-                if follow(name, rec, ready, tracked, &events) {
+                let scratch = home.scratch_dir(&recorded.spec.group, &recorded.spec.name, rec.copy);
+                if follow(name, rec, ready, tracked, &events, scratch) {
                     tracing::info!(app = name, copy = rec.copy, pid, "adopted copy");
                 }
                 match owner {
@@ -409,7 +411,8 @@ impl Daemon {
                     let rec = recorded.state.copies.iter_mut().find(|r| r.copy == copy).expect("checked above");
                     act::started(rec, pid);
                     tracing::info!(app = name, copy, pid, port = rec.port, "started copy");
-                    follow(&name, rec, false, tracked, cx.events);
+                    let scratch = cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, copy);
+                    follow(&name, rec, false, tracked, cx.events, scratch);
                 }
                 Err(e) => not_started(&cx, recorded, copy, &e),
             }
@@ -475,14 +478,21 @@ fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked, fac
 /// Watches a running copy's process for its exit and, until it is ready,
 /// probes its port; each once per process. Returns true when the process
 /// was not watched before.
-fn follow(name: &str, rec: &CopyRecord, ready: bool, tracked: &mut Tracked, events: &mpsc::UnboundedSender<Event>) -> bool {
+fn follow(
+    name: &str,
+    rec: &CopyRecord,
+    ready: bool,
+    tracked: &mut Tracked,
+    events: &mpsc::UnboundedSender<Event>,
+    scratch: std::path::PathBuf,
+) -> bool {
     let Some(pid) = rec.pid else { return false };
     let new = tracked.watched.insert(pid);
     if new {
         act::watch_exit(name.to_string(), pid, events.clone());
     }
     if !ready && tracked.probing.insert(pid) {
-        act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, events.clone());
+        act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, scratch, events.clone());
     }
     new
 }

@@ -170,6 +170,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
         proxy_rss_bytes: proxy_pid.and_then(procfs::rss_bytes),
         apps,
         limits: Some(d.cgroups.report()),
+        pool: Some(super::pool::report()),
     })
 }
 

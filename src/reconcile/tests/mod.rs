@@ -41,6 +41,7 @@ pub(super) fn spec(replicas: u32, warm: u32) -> AppSpec {
         max_replicas: replicas,
         scale_at: crate::manifest::DEFAULT_SCALE_AT,
         scale_down_after_ms: crate::manifest::DEFAULT_SCALE_DOWN_AFTER_MS,
+        pool: true,
     }
 }
 
