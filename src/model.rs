@@ -702,6 +702,8 @@ pub struct ZygoteReport {
     pub pid: u32,
     /// Its resident memory, in bytes.
     pub rss_bytes: u64,
+    /// It has loaded shiny and takes claims.
+    pub ready: bool,
 }
 
 /// How the copies' limits are kept: what `status --json` says, so that a

@@ -74,7 +74,10 @@ pub fn run(mut init: Init) -> ! {
     drop(go);
     // Opened while the init is still the launcher's user, who can walk to
     // them (see `sources`).
-    let seen = match Sources::open(init.plan).map_err(|e| format!("{e:#}")).and_then(|s| world(init.launch, init.plan, init.who, &mut init.fences, s)) {
+    let seen = match Sources::open(init.plan)
+        .map_err(|e| format!("{e:#}"))
+        .and_then(|s| world(init.launch, init.plan, init.who, &mut init.fences, s))
+    {
         Ok(seen) => seen,
         Err(e) => {
             super::fail(&e);

@@ -688,7 +688,10 @@ mod tests {
     #[test]
     fn the_log_line_says_where_to_write() {
         let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None };
-        let line = isolation_line(&Isolation { kind: IsolationKind::MountNamespace, reason: None, fences: vec![], user: None, start: None }, &seen);
+        let line = isolation_line(
+            &Isolation { kind: IsolationKind::MountNamespace, reason: None, fences: vec![], user: None, start: None },
+            &seen,
+        );
         assert!(line.contains("/shinyctl/app is read-only"), "{line}");
         assert!(line.contains("SHINYCTL_SCRATCH (/shinyctl/scratch)"), "{line}");
         assert!(!line.starts_with("--- shinyctl: copy"), "not taken for a start line");

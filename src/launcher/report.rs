@@ -119,7 +119,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("shinyctl-report-{}", std::process::id()));
         let scratch = dir.join("1");
         std::fs::create_dir_all(&scratch).unwrap();
-        let iso = Isolation { kind: IsolationKind::Landlock, reason: Some("no user namespaces".into()), fences: vec![], user: None, start: None };
+        let iso =
+            Isolation { kind: IsolationKind::Landlock, reason: Some("no user namespaces".into()), fences: vec![], user: None, start: None };
         Writer::open(&report_path(&scratch)).unwrap().write(&iso, Some(7), None);
         let got = read_report(&scratch, std::process::id()).expect("its own report");
         assert_eq!((got.isolation, got.r_pid, got.refused), (iso.clone(), Some(7), None));
