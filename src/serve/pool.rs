@@ -87,11 +87,20 @@ fn off_reason(library: &Path) -> Option<String> {
     None
 }
 
-/// The shared library beside this binary.
+/// The shared library beside this binary; in a cargo build tree, the
+/// newer of that and `deps/`'s (`cargo test` builds the library there
+/// without copying it up).
 fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
     let installed = exe.to_string_lossy();
-    PathBuf::from(installed.strip_suffix(" (deleted)").unwrap_or(&installed)).with_file_name(LIBRARY)
+    let beside = PathBuf::from(installed.strip_suffix(" (deleted)").unwrap_or(&installed)).with_file_name(LIBRARY);
+    let built = beside.with_file_name("deps").join(LIBRARY);
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (mtime(&beside), mtime(&built)) {
+        (Some(a), Some(b)) if b > a => built,
+        (None, Some(_)) => built,
+        _ => beside,
+    }
 }
 
 /// Starts the pool's keeper: a thread that runs the zygote and starts it
