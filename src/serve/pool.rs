@@ -190,10 +190,15 @@ fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::R
         cmd.uid(uid).gid(uid);
     }
     let fd = listener.as_raw_fd();
-    // SAFETY: only async-signal-safe calls (dup2, setsid, prctl).
+    // SAFETY: only async-signal-safe calls (dup2, close_range, setsid, prctl).
     unsafe {
         cmd.pre_exec(move || {
             if libc::dup2(fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Nothing else the daemon holds (or was given by its starter)
+            // reaches the zygote, and so no copy claimed from it.
+            if libc::syscall(libc::SYS_close_range, 4 as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             libc::setsid();

@@ -176,6 +176,33 @@ fn serve_leaking(env: &Env) -> Leak {
     leak
 }
 
+/// The two ways a copy starts (README, "Sleep and wake": the pool): cold
+/// (the pool switched off) and claimed from the pool's zygote.
+const STARTS: [bool; 2] = [false, true];
+
+/// Readies `cmd` (a daemon's command) for copies that start cold
+/// (`pool` false: SHINYCTL_POOL=off) or are claimed from the pool.
+fn with_pool(cmd: &mut Command, pool: bool) {
+    if !pool {
+        cmd.env("SHINYCTL_POOL", "off");
+    }
+}
+
+/// Once the daemon runs: for copies claimed from the pool, waits until its
+/// zygote takes claims.
+fn ready_for(env: &Env, pool: bool) {
+    if pool {
+        crate::pool::wait_pool_ready(env);
+    }
+}
+
+/// Checks the copy of `app` started the way asked for.
+fn assert_started(env: &Env, app: &str, pool: bool) {
+    let start = crate::pool::start_of(env, app, 1);
+    let want = if pool { "claimed from the pool" } else { "cold: the pool is off" };
+    assert!(start.starts_with(want), "{app}: {want}: {start}");
+}
+
 /// Starts `shinyctl serve` where no namespace can be made (see
 /// `launcher::serve_without_namespaces`: Landlock is the fence), with the
 /// leak.
@@ -311,45 +338,62 @@ fn assert_read_only_host(a: &BTreeMap<String, String>, what: &str) {
 /// writable through /proc, /sys or /dev, listening only on its own port.
 #[test]
 fn a_root_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port() {
-    let env = Env::new("rofs");
-    let leak = serve_leaking(&env);
-    let a = page_of(&env, "rofs", "");
-    assert_only_stdio_inherited(&a, &leak, "a root daemon's copy");
-    assert_read_only_host(&a, "a root daemon's copy");
-    assert_listens_only_on_its_port(&a, "a root daemon's copy");
-    let log = std::fs::read_to_string(env.home().join("logs/default-rofs.log")).unwrap();
-    assert!(log.contains("--- shinyctl: fence ports: refused process "), "the refusal names the fence: {log}");
-    assert!(log.contains("listen on 0.0.0.0:0: a copy listens only on 127.0.0.1:"), "{log}");
-    // Root's own file, which a copy running as root could open for writing
-    // before; the copy runs as the app's own uid now, and the mount is
-    // read-only whatever the user.
-    assert!(["EROFS", "ENOENT", "EACCES"].contains(&a["sys"].as_str()), "/sys is read-only to a root daemon's copy: {a:?}");
+    for pool in STARTS {
+        let env = Env::new(if pool { "rofspool" } else { "rofs" });
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve");
+        with_pool(&mut cmd, pool);
+        let leak = Leak::into(&mut cmd);
+        env.start_daemon(cmd);
+        ready_for(&env, pool);
+        let a = page_of(&env, "rofs", "");
+        assert_started(&env, "rofs", pool);
+        assert_only_stdio_inherited(&a, &leak, "a root daemon's copy");
+        assert_read_only_host(&a, "a root daemon's copy");
+        assert_listens_only_on_its_port(&a, "a root daemon's copy");
+        let log = std::fs::read_to_string(env.home().join("logs/default-rofs.log")).unwrap();
+        assert!(log.contains("--- shinyctl: fence ports: refused process "), "the refusal names the fence: {log}");
+        assert!(log.contains("listen on 0.0.0.0:0: a copy listens only on 127.0.0.1:"), "{log}");
+        // Root's own file, which a copy running as root could open for writing
+        // before; the copy runs as the app's own uid now, and the mount is
+        // read-only whatever the user.
+        assert!(["EROFS", "ENOENT", "EACCES"].contains(&a["sys"].as_str()), "/sys is read-only to a root daemon's copy: {a:?}");
+        if pool {
+            // A run-as copy starts cold (R keeps the HOME it started with).
+            continue;
+        }
 
-    // Made first, so they go last: after the test's processes have ended.
-    let home = crate::fence::UserHome::new("rofsrunas");
-    let user = TestUser::create(Some(&home.0));
-    let a = page_of(&env, "rofsrunas", &format!("run-as: {}\n", user.name));
-    assert_only_stdio_inherited(&a, &leak, "a run-as copy");
-    assert_read_only_host(&a, "a run-as copy");
-    assert_listens_only_on_its_port(&a, "a run-as copy");
+        // Made first, so they go last: after the test's processes have ended.
+        let home = crate::fence::UserHome::new("rofsrunas");
+        let user = TestUser::create(Some(&home.0));
+        let a = page_of(&env, "rofsrunas", &format!("run-as: {}\n", user.name));
+        assert_only_stdio_inherited(&a, &leak, "a run-as copy");
+        assert_read_only_host(&a, "a run-as copy");
+        assert_listens_only_on_its_port(&a, "a run-as copy");
+    }
 }
 
 /// The same under a daemon that is not root (nobody).
 #[test]
 fn an_unprivileged_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port() {
-    let env = Env::new("rofsuser");
-    let (manifest, port) = probe_app(&env, "rofsuser", "");
-    // All the daemon's (nobody's), as its home and the app's state file must be.
-    let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(&env.dir).status().unwrap();
-    assert!(chown.success());
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin(), "serve"]);
-    let leak = Leak::into(&mut cmd);
-    env.start_daemon(cmd);
-    let a = page_of_deployed(&env, "rofsuser", &manifest, port);
-    assert_only_stdio_inherited(&a, &leak, "an unprivileged daemon's copy");
-    assert_read_only_host(&a, "an unprivileged daemon's copy");
-    assert_listens_only_on_its_port(&a, "an unprivileged daemon's copy");
+    for pool in STARTS {
+        let env = Env::new(if pool { "rofsuserpool" } else { "rofsuser" });
+        let (manifest, port) = probe_app(&env, "rofsuser", "");
+        // All the daemon's (nobody's), as its home and the app's state file must be.
+        let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(&env.dir).status().unwrap();
+        assert!(chown.success());
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin(), "serve"]);
+        with_pool(&mut cmd, pool);
+        let leak = Leak::into(&mut cmd);
+        env.start_daemon(cmd);
+        ready_for(&env, pool);
+        let a = page_of_deployed(&env, "rofsuser", &manifest, port);
+        assert_started(&env, "rofsuser", pool);
+        assert_only_stdio_inherited(&a, &leak, "an unprivileged daemon's copy");
+        assert_read_only_host(&a, "an unprivileged daemon's copy");
+        assert_listens_only_on_its_port(&a, "an unprivileged daemon's copy");
+    }
 }
 
 /// Checks from a fenced copy's page that it may listen only on its own
