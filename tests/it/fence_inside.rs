@@ -519,27 +519,35 @@ impl ShinySession {
 
 #[test]
 fn under_the_allow_list_an_app_serves_pages_a_session_an_upload_forks_sh_and_rmarkdown() {
-    let env = Env::new("allow");
-    let port = free_port();
-    let manifest = env.app_running(WHOLE_R, "allow", port, "warm-replicas: 0\n");
-    std::fs::write(manifest.with_file_name("calls.py"), CALLS_PY).unwrap();
-    env.apply(&manifest);
-    env.wait_roles("allow", "1:active", Duration::from_secs(60));
-    let page = wait_http_ok(port, Duration::from_secs(10)).body;
-    assert!(page.contains("file1"), "the page: {page}");
-    let mut session = ShinySession::open(port);
-    session.upload(port, "file1", "uploaded!");
-    let log_path = env.home().join("logs/default-allow.log");
-    let log = wait_until(Duration::from_secs(90), "the app's work after the upload", || {
-        std::fs::read_to_string(&log_path).ok().filter(|t| t.contains("ALLOW done"))
-    });
-    let got: BTreeMap<&str, &str> = log.lines().filter_map(|l| l.strip_prefix("ALLOW ")?.split_once('=')).collect();
-    assert_eq!(got.get("upload"), Some(&"uploaded!"), "{log}");
-    assert_eq!(got.get("mclapply"), Some(&"2,4"), "{log}");
-    assert_eq!(got.get("sh"), Some(&"from-sh"), "{log}");
-    assert_eq!(got.get("render"), Some(&"ok"), "{log}");
-    assert_eq!(got.get("getpid"), Some(&"ok"), "{log}");
-    assert_eq!(got.get("get_mempolicy"), Some(&"EPERM"), "a call off the list: {log}");
-    assert_eq!(got.get("newer"), Some(&"ENOSYS"), "a call newer than the list: {log}");
-    assert!(log.contains("--- shinyctl: fence: seccomp filter"), "{log}");
+    for pool in STARTS {
+        let env = Env::new(if pool { "allowpool" } else { "allow" });
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve");
+        with_pool(&mut cmd, pool);
+        env.start_daemon(cmd);
+        ready_for(&env, pool);
+        let port = free_port();
+        let manifest = env.app_running(WHOLE_R, "allow", port, "warm-replicas: 0\n");
+        std::fs::write(manifest.with_file_name("calls.py"), CALLS_PY).unwrap();
+        env.apply(&manifest);
+        env.wait_roles("allow", "1:active", Duration::from_secs(60));
+        assert_started(&env, "allow", pool);
+        let page = wait_http_ok(port, Duration::from_secs(10)).body;
+        assert!(page.contains("file1"), "the page: {page}");
+        let mut session = ShinySession::open(port);
+        session.upload(port, "file1", "uploaded!");
+        let log_path = env.home().join("logs/default-allow.log");
+        let log = wait_until(Duration::from_secs(90), "the app's work after the upload", || {
+            std::fs::read_to_string(&log_path).ok().filter(|t| t.contains("ALLOW done"))
+        });
+        let got: BTreeMap<&str, &str> = log.lines().filter_map(|l| l.strip_prefix("ALLOW ")?.split_once('=')).collect();
+        assert_eq!(got.get("upload"), Some(&"uploaded!"), "{log}");
+        assert_eq!(got.get("mclapply"), Some(&"2,4"), "{log}");
+        assert_eq!(got.get("sh"), Some(&"from-sh"), "{log}");
+        assert_eq!(got.get("render"), Some(&"ok"), "{log}");
+        assert_eq!(got.get("getpid"), Some(&"ok"), "{log}");
+        assert_eq!(got.get("get_mempolicy"), Some(&"EPERM"), "a call off the list: {log}");
+        assert_eq!(got.get("newer"), Some(&"ENOSYS"), "a call newer than the list: {log}");
+        assert!(log.contains("--- shinyctl: fence: seccomp filter"), "{log}");
+    }
 }
