@@ -308,8 +308,44 @@ fn become_app(conn: OwnedFd, claim: &Claim, launch: &Launch, mut seen: super::Se
         end(code);
     }
     drop(conn);
+    show_as_cold(&super::run_app_expr(std::path::Path::new(super::APP_DIR), &launch.entrypoint, launch.port));
     set_env(claim, &seen, claim.who.as_ref());
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&r_mask), None);
+}
+
+/// Shows the copy as a cold copy's R shows (`ps`, `/proc/N/cmdline`: its
+/// R, `--no-echo --no-restore -e` and the app's run expression) instead of
+/// the zygote's command line: written over this process's argument area
+/// (`arg_start`..`arg_end` of `/proc/self/stat`), which R copied when it
+/// started (`commandArgs()` reads its copy); cut to fit.
+fn show_as_cold(run: &str) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    // Fields 48 and 49 of stat; `fields` starts at field 3.
+    let (Some(start), Some(end)) =
+        (fields.get(45).and_then(|v| v.parse::<usize>().ok()), fields.get(46).and_then(|v| v.parse::<usize>().ok()))
+    else {
+        return;
+    };
+    if end <= start + 1 {
+        return;
+    }
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let r = cmdline.split(|b| *b == 0).next().unwrap_or(b"R");
+    let mut bytes: Vec<u8> = Vec::with_capacity(end - start);
+    for part in [r, b"--no-echo", b"--no-restore", b"-e", run.as_bytes()] {
+        bytes.extend_from_slice(part);
+        bytes.push(0);
+    }
+    bytes.resize(end - start, 0);
+    // The last byte stays a NUL: the area reads as whole arguments.
+    if let Some(last) = bytes.last_mut() {
+        *last = 0;
+    }
+    // SAFETY: start..end is this process's own argument area, mapped and
+    // writable for its whole life; nothing reads it but the kernel (R keeps
+    // copies), and the process is single-threaded here.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), start as *mut u8, bytes.len()) };
 }
 
 /// The copy's environment alone (the zygote's is cleared), as a cold copy

@@ -314,17 +314,22 @@ async fn gone_from_proc(pid: u32, start: Option<u64>) {
 /// its own process tree; gives up when the process is gone.
 pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, scratch: std::path::PathBuf, events: UnboundedSender<Event>) {
     tokio::spawn(async move {
+        let first = std::time::Instant::now();
         loop {
             if !procfs::is_alive(pid, start) {
                 return;
             }
-            // A claimed copy's report names its processes' root (`procfs::adopt`).
-            let _ = launcher::read_report(&scratch, pid);
-            if answers_http(port).await && procfs::port_owned_by(port, pid) == procfs::PortOwner::Ours {
+            // The report names R (looked at before the whole tree) and a
+            // claimed copy's processes' root (`procfs::adopt`).
+            let r = launcher::read_report(&scratch, pid).and_then(|r| r.r_pid);
+            if answers_http(port).await && procfs::owner_among(&procfs::listening(port), pid, r) == procfs::PortOwner::Ours {
                 let _ = events.send(Event::Ready { app, pid });
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Often at first: a copy claimed from the pool listens within a
+            // few hundred milliseconds, and a wake waits on this probe.
+            let every = if first.elapsed() < Duration::from_secs(3) { 10 } else { 100 };
+            tokio::time::sleep(Duration::from_millis(every)).await;
         }
     });
 }
