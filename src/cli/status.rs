@@ -204,6 +204,7 @@ mod tests {
                 capacity: None,
             }],
             limits: None,
+            pool: None,
         };
         let expected = "\
 NAME   COPY  ROLE      PORT  PID    STATUS  READY  MEM   SESSIONS  CRASHES  STARTED
