@@ -175,6 +175,11 @@ pub(super) fn claim(launch: &Launch, plan: &Plan, who: Option<&Identity>, fences
     if let Some(user) = &launch.run_as {
         return Err(format!("run-as {user}: R keeps the HOME it started with, and the pool's is not {user}'s"));
     }
+    // A fork that could not leave the pool's cgroup would stay charged to
+    // it (and go with it).
+    if !launch.cgroups.is_empty() && !fences.has(fences::CGROUP) {
+        return Err("the copy's cgroup cannot be joined".into());
+    }
     let conn = connect(socket).map_err(|e| format!("no zygote is ready ({e})"))?;
     let mut made = fences.clone();
     for name in [fences::USER_NS, fences::PID_NS, fences::IPC_NS, fences::UTS_NS] {

@@ -213,8 +213,13 @@ fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::R
         s.starts += 1;
         s.starts
     };
+    // Only on cgroup v2, where the launcher moves a claim's fork whole into
+    // its copy's cgroup. Under v1 a copy without a memory limit has no
+    // memory cgroup of its own, so its fork would stay in the pool's (its
+    // memory the pool's, and a new daemon clearing the pool's leaf would
+    // end it): there the zygote stays in the daemon's cgroups, as copies.
     let leaf = format!("pool-{n}");
-    let cgroup = cgroups.prepare(&leaf, Some(memory), 4096);
+    let cgroup = if cgroups.is_v2() { cgroups.prepare(&leaf, Some(memory), 4096) } else { Ok(Vec::new()) };
     let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run {POOL_R}: {e}"))?;
     drop(listener);
     let bounded = match &cgroup {
