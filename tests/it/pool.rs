@@ -14,6 +14,18 @@ use crate::helpers::*;
 /// An idle-timeout well above an R start on a loaded machine (see sleep.rs).
 const IDLE: &str = "idle-timeout: 20s\nwarm-replicas: 0\n";
 
+/// An app whose page says what R's start gave it: the manifest's variable,
+/// the zygote's (none), its working directory and its tempdir() (made
+/// anew in the copy's own /tmp, and writable).
+const ENV_R: &str = r#"
+library(shiny)
+t <- file.path(tempdir(), "ok")
+writeLines("x", t)
+ui <- function(req) tags$pre(paste0("greeting=", Sys.getenv("GREETING"), ";\nzygote=", Sys.getenv("SHINYCTL_ZYGOTE_ENV"),
+  Sys.getenv("R_ENVIRON_USER"), ";\nwd=", getwd(), ";\ntmp=", if (file.exists(t)) t else "missing", ";"))
+shinyApp(ui, function(input, output) {})
+"#;
+
 /// Waits until the daemon's zygote has loaded shiny and takes claims;
 /// returns its PID.
 pub fn wait_pool_ready(env: &Env) -> u32 {
@@ -65,7 +77,7 @@ fn a_sleeping_app_woken_through_the_pool_answers_from_a_claimed_copy_never_reuse
     let env = Env::new("poolwake");
     let app = &unique("poolwake");
     let port = free_port();
-    let manifest = env.app(app, port, IDLE);
+    let manifest = env.app_running(ENV_R, app, port, &format!("{IDLE}env:\n  GREETING: from-the-manifest\n"));
     // The zygote gets ready before the app is deployed, so that even the
     // first start is a claim.
     serve(&env);
@@ -87,7 +99,12 @@ fn a_sleeping_app_woken_through_the_pool_answers_from_a_claimed_copy_never_reuse
         assert!(cmdline(zygote).contains("shinyctl_zygote") && !cmdline(zygote).contains("runApp"), "{}", cmdline(zygote));
         assert!(launcher != fork && !seen.contains(&r) && !seen.contains(&fork), "wake {wake}: a new process: {r}/{fork} after {seen:?}");
         seen.extend([r, fork]);
-        wait_http_ok(port, slow(Duration::from_secs(10)));
+        let page = wait_http_ok(port, slow(Duration::from_secs(10))).body;
+        // The copy's own environment, not the zygote's.
+        assert_eq!(between(&page, "greeting=", ";"), Some("from-the-manifest"), "wake {wake}: {page}");
+        assert_eq!(between(&page, "zygote=", ";"), Some(""), "wake {wake}: nothing of the zygote's environment: {page}");
+        assert_eq!(between(&page, "wd=", ";"), Some("/shinyctl/app"), "wake {wake}: {page}");
+        assert!(between(&page, "tmp=", ";").is_some_and(|t| t.starts_with("/tmp/Rtmp") && t.ends_with("/ok")), "wake {wake}: {page}");
         env.wait_asleep(app, slow(Duration::from_secs(90)));
         wait_until(slow(Duration::from_secs(30)), "the claimed processes to be gone", || (!pid_alive(r) && !pid_alive(fork)).then_some(()));
         // The request that wakes it is answered by a copy claimed anew.
