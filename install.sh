@@ -96,7 +96,8 @@ fi
 
 # 2. Build, unless the release binary is newer than every source.
 built="${CARGO_TARGET_DIR:-target}/release/shinyctl"
-if [ -x "$built" ] && [ -z "$(find src Cargo.toml Cargo.lock build.rs -newer "$built" -print -quit 2>/dev/null)" ]; then
+if [ -x "$built" ] && [ -f "$(dirname "$built")/libshinyctl.so" ] &&
+   [ -z "$(find src Cargo.toml Cargo.lock build.rs -newer "$built" -print -quit 2>/dev/null)" ]; then
     echo "==> $built is newer than every source file: not building again"
 else
     if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
@@ -130,6 +131,14 @@ trap 'rm -f "$tmp"' EXIT
 cp "$built" "$tmp"
 chmod 0755 "$tmp"
 mv -f "$tmp" "$bin_dir/shinyctl"
+# The pool's library beside it (README, "Sleep and wake": the pool's
+# zygote, an R process, loads it to wait for claims), renamed over the old
+# one the same way: a zygote that has the old one loaded keeps it.
+lib_tmp="$bin_dir/.libshinyctl.so.new.$$"
+trap 'rm -f "$tmp" "$lib_tmp"' EXIT
+cp "$(dirname "$built")/libshinyctl.so" "$lib_tmp"
+chmod 0644 "$lib_tmp"
+mv -f "$lib_tmp" "$bin_dir/libshinyctl.so"
 trap - EXIT
 "$bin_dir/shinyctl" version 2>/dev/null || true
 if [ "$link_user_bin" -eq 1 ] && [ "$bin_dir" != "$user_bin" ]; then

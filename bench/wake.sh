@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # A sleeping app's wake beside R's own cold start, in one run: the example
-# hello app (examples/hello/app.R), one copy, asleep after 1 s idle; a GET of
-# / sent to the load balancer while it sleeps, timed from the connect to the
-# whole 200 (the request is held while the daemon starts the copy: launcher,
-# fence, R, shiny, readiness, the table pushed); and R started directly
-# (`R --no-echo --no-restore -e "shiny::runApp(...)"`, as the launcher
-# starts it, no launcher, no fence) until its port answers 200. ROUNDS
-# rounds, a different one first in each; prints the median, the range and
-# every sample of each, and the difference of the medians.
+# hello app (examples/hello/app.R), one copy, asleep after 1 s idle, as two
+# apps of one daemon: `wake`, whose copy is claimed from the pool (a fork of
+# the zygote, an R that has loaded shiny), and `wakecold` (`pool: false`),
+# whose copy starts R cold. A GET of / sent to the load balancer while the
+# app sleeps, timed from the connect to the whole 200 (the request is held
+# while the daemon starts the copy: launcher, claim or R, fence, shiny,
+# readiness, the table pushed); and R started directly (`R --no-echo
+# --no-restore -e "shiny::runApp(...)"`, as the launcher starts it, no
+# launcher, no fence) until its port answers 200. ROUNDS rounds, a
+# different one first in each; prints the median, the range and every
+# sample of each, and the differences of the medians. A pool wake whose
+# copy was not claimed fails the bench.
 #
 #   bench/wake.sh                    # 10 rounds, release build
 #   BENCH_SHORT=1 bench/wake.sh      # 1 round, a debug build
@@ -22,24 +26,39 @@ ROUNDS=${ROUNDS:-$(pick 1 10)}
 bench_build
 mkdir -p "$tmp/app"
 cp examples/hello/app.R "$tmp/app/"
+mkdir -p "$tmp/cold"
+cp examples/hello/app.R "$tmp/cold/"
 port=$(free_port)
+cold_port=$(free_port)
 printf 'app-name: wake\nport: %s\nhost: 127.0.0.1\nwarm-replicas: 0\nidle-timeout: 1s\n' "$port" >"$tmp/app/app.yaml"
+printf 'app-name: wakecold\nport: %s\nhost: 127.0.0.1\nwarm-replicas: 0\nidle-timeout: 1s\npool: false\n' "$cold_port" >"$tmp/cold/app.yaml"
 bench_apply "$tmp/app/app.yaml"
+bench_apply "$tmp/cold/app.yaml"
 
-# Until the app is asleep and its R process gone (60 s).
+# Until app $1 is asleep and its R process gone, and (for the pool's wake)
+# the pool's zygote takes claims (60 s).
 wait_asleep() {
     local end=$((SECONDS + 60))
     while [ "$SECONDS" -lt "$end" ]; do
         if "$bin" status --json | python3 -c 'import json,sys
-c = json.load(sys.stdin)["apps"][0]["copies"]
-sys.exit(0 if c and all(x["status"] == "asleep" and not x["pid"] for x in c) else 1)'; then
+j = json.load(sys.stdin)
+c = [a for a in j["apps"] if a["name"] == sys.argv[1]][0]["copies"]
+z = (j.get("pool") or {}).get("zygotes") or []
+sys.exit(0 if c and all(x["status"] == "asleep" and not x["pid"] for x in c) and any(x["ready"] for x in z) else 1)' "$1"; then
             return 0
         fi
         sleep 0.1
     done
-    echo "bench/wake.sh: the app did not fall asleep within 60 s" >&2
+    echo "bench/wake.sh: $1 did not fall asleep within 60 s (or the pool is not ready)" >&2
     "$bin" status >&2 || true
     exit 1
+}
+
+# How app $1's copy started (status: claimed from the pool, or cold and why).
+start_of() {
+    "$bin" status --json | python3 -c 'import json,sys
+a = [a for a in json.load(sys.stdin)["apps"] if a["name"] == sys.argv[1]][0]
+print(((a["copies"][0].get("isolation") or {}).get("start")) or "")' "$1"
 }
 
 # The two measures, in python for a clock finer than the shell's loops;
@@ -91,17 +110,30 @@ else:
 PY
 }
 
-: >"$tmp/wake.ms"
+: >"$tmp/pool.ms"
+: >"$tmp/cold.ms"
 : >"$tmp/r.ms"
 r_port=$(free_port)
+orders=("pool cold r" "cold r pool" "r pool cold")
 for round in $(seq 1 "$ROUNDS"); do
-    for what in $([ $((round % 2)) = 1 ] && echo "wake r" || echo "r wake"); do
-        if [ "$what" = wake ]; then
-            wait_asleep
-            measure wake "$port" >>"$tmp/wake.ms"
-        else
-            measure r "$r_port" "$tmp/app" >>"$tmp/r.ms"
-        fi
+    for what in ${orders[$((round % 3))]}; do
+        case "$what" in
+        pool)
+            wait_asleep wake
+            measure wake "$port" >>"$tmp/pool.ms"
+            how=$(start_of wake)
+            case "$how" in claimed*) ;; *)
+                echo "bench/wake.sh: the pool's wake was not claimed: $how" >&2
+                exit 1
+                ;;
+            esac
+            ;;
+        cold)
+            wait_asleep wakecold
+            measure wake "$cold_port" >>"$tmp/cold.ms"
+            ;;
+        r) measure r "$r_port" "$tmp/app" >>"$tmp/r.ms" ;;
+        esac
     done
 done
 
@@ -109,6 +141,8 @@ line() { # NAME FILE: median (min-max), then every sample
     printf '%-34s %6s ms (%s-%s)   each: %s\n' "$1" "$(median <"$2")" "$(sort -n "$2" | head -1)" "$(sort -n "$2" | tail -1)" "$(paste -sd' ' "$2")"
 }
 echo "hello app, $ROUNDS alternating rounds, $(nproc) cores, $(basename "$(dirname "$bin")") build; median (range)"
-line "asleep: request to its 200" "$tmp/wake.ms"
+line "asleep, the pool: request to 200" "$tmp/pool.ms"
+line "asleep, cold: request to 200" "$tmp/cold.ms"
 line "R's own cold start to its first 200" "$tmp/r.ms"
-awk -v w="$(median <"$tmp/wake.ms")" -v r="$(median <"$tmp/r.ms")" 'BEGIN {printf "the wake costs R'"'"'s start %+.0f ms (medians)\n", w - r}'
+awk -v p="$(median <"$tmp/pool.ms")" -v w="$(median <"$tmp/cold.ms")" -v r="$(median <"$tmp/r.ms")" \
+    'BEGIN {printf "against R'"'"'s own start (medians): the pool %+.0f ms, a cold wake %+.0f ms\n", p - r, w - r}'

@@ -674,6 +674,35 @@ pub struct StatusReport {
     /// with the fix; none when every such copy has an id of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own_user: Option<String>,
+    /// The pool of R processes copies are claimed from.
+    #[serde(default)]
+    pub pool: Option<PoolReport>,
+}
+
+/// The pool (README, "Sleep and wake"): its zygotes and their memory.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolReport {
+    /// Copies are claimed from it.
+    pub on: bool,
+    /// Why not, when it is off.
+    pub off: Option<String>,
+    /// How many zygotes it keeps.
+    pub size: u32,
+    /// The bound on a zygote's memory (its cgroup's limit), when kept.
+    pub memory_max_bytes: Option<u64>,
+    /// The zygotes that run.
+    pub zygotes: Vec<ZygoteReport>,
+}
+
+/// One zygote of the pool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ZygoteReport {
+    /// Its PID.
+    pub pid: u32,
+    /// Its resident memory, in bytes.
+    pub rss_bytes: u64,
+    /// It has loaded shiny and takes claims.
+    pub ready: bool,
 }
 
 /// How the copies' limits are kept: what `status --json` says, so that a
@@ -862,6 +891,10 @@ pub struct Isolation {
     /// The user the copy runs as on the host (its name, or the uid).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// How the copy's R started: claimed from the pool, or cold and why
+    /// (README, "Sleep and wake": the pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
 }
 
 impl Isolation {

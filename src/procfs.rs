@@ -84,7 +84,32 @@ pub fn running(pid: u32) -> bool {
 
 /// The parent of process `pid`.
 pub fn parent_of(pid: u32) -> Option<u32> {
-    read_stat(pid).map(|(_, ppid, _)| ppid)
+    read_stat(pid).map(|(_, ppid, start)| adopter(pid, start).unwrap_or(ppid))
+}
+
+/// Claimed copies' forks of the pool's zygote, each with its start time
+/// and the launcher that claimed it: the fork is a child of the zygote,
+/// but its processes are the launcher's copy's (its report says so,
+/// `launcher::read_report`), for readiness, memory and CPU alike.
+fn adopted() -> &'static std::sync::Mutex<HashMap<u32, (u64, u32)>> {
+    static ADOPTED: OnceLock<std::sync::Mutex<HashMap<u32, (u64, u32)>>> = OnceLock::new();
+    ADOPTED.get_or_init(Default::default)
+}
+
+/// Counts the process `fork` (a claimed copy's fork of the zygote) as a
+/// child of `launcher` from now on, while it is the process it is now.
+pub fn adopt(fork: u32, launcher: u32) {
+    let Some(start) = start_ticks(fork) else { return };
+    let mut map = adopted().lock().unwrap_or_else(|e| e.into_inner());
+    // Forks that are gone are forgotten.
+    map.retain(|&pid, &mut (s, _)| start_ticks(pid) == Some(s));
+    map.insert(fork, (start, launcher));
+}
+
+/// The launcher that adopted `pid` (started at `start`), if one did.
+fn adopter(pid: u32, start: u64) -> Option<u32> {
+    let map = adopted().lock().unwrap_or_else(|e| e.into_inner());
+    map.get(&pid).filter(|(s, _)| *s == start).map(|&(_, l)| l)
 }
 
 /// Every process as (pid, ppid), from `/proc/*/stat`.
@@ -94,8 +119,8 @@ fn all_parents() -> Vec<(u32, u32)> {
     };
     dir.filter_map(|e| {
         let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        let (_, ppid, _) = read_stat(pid)?;
-        Some((pid, ppid))
+        let (_, ppid, start) = read_stat(pid)?;
+        Some((pid, adopter(pid, start).unwrap_or(ppid)))
     })
     .collect()
 }

@@ -98,7 +98,7 @@ mod tests {
     #[test]
     fn in_status_json_only_an_apps_object_starts_with_its_name_and_group() {
         let fence = Fence { name: "cgroup".into(), state: FenceState::InForce, reason: None, fix: None };
-        let isolation = Isolation { kind: IsolationKind::MountNamespace, reason: None, fences: vec![fence], user: None };
+        let isolation = Isolation { kind: IsolationKind::MountNamespace, reason: None, fences: vec![fence], user: None, start: None };
         let copy = CopyStatus { isolation: Some(isolation), ..Default::default() };
         let apps = ["web", "worker"].map(|n| AppStatus {
             name: n.into(),

@@ -205,6 +205,7 @@ mod tests {
             }],
             limits: None,
             own_user: None,
+            pool: None,
         };
         let expected = "\
 NAME   COPY  ROLE      PORT  PID    STATUS  READY  MEM   SESSIONS  CRASHES  STARTED

@@ -194,7 +194,7 @@ mod tests {
         let mut f = Fences::wanted(SandboxMode::On);
         f.missing(MOUNT_NS, "user namespaces are not allowed here", Some(FIX_USERNS_EPERM));
         f.missing(PID_NS, "user namespaces are not allowed here", Some(FIX_USERNS_EPERM));
-        let iso = Isolation { kind: crate::model::IsolationKind::Landlock, reason: None, fences: f.list, user: None };
+        let iso = Isolation { kind: crate::model::IsolationKind::Landlock, reason: None, fences: f.list, user: None, start: None };
         let copies = [(1, &iso), (2, &iso)];
         assert!(notes("a", &Sandbox::default(), &copies).is_empty(), "nothing asked for");
         let asked = Sandbox { writable_paths: vec!["/srv".into()], ..Sandbox::default() };

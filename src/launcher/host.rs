@@ -44,7 +44,7 @@ pub fn unblock_signals() {
 }
 
 /// The namespaces a fenced copy gets.
-fn all_namespaces() -> CloneFlags {
+pub(super) fn all_namespaces() -> CloneFlags {
     CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWUTS
 }
 
@@ -182,7 +182,7 @@ fn userns_refused(e: nix::errno::Errno) -> (String, &'static str) {
 /// root, or the run-as user (and their groups) to themselves; another user
 /// maps only itself (its one uid and gid, setgroups denied), as the kernel
 /// allows.
-fn map_ids(child: Pid, who: Option<&Identity>) -> anyhow::Result<()> {
+pub(super) fn map_ids(child: Pid, who: Option<&Identity>) -> anyhow::Result<()> {
     let proc = format!("/proc/{child}");
     let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
     let (uids, gids) = match (uid, who) {
@@ -226,7 +226,7 @@ pub fn user_name(who: Option<&Identity>) -> String {
 }
 
 /// The PID (as the host sees it) of the init's one child, R.
-fn only_child(init: Pid) -> Option<u32> {
+pub(super) fn only_child(init: Pid) -> Option<u32> {
     let text = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children")).ok()?;
     text.split_whitespace().next()?.parse().ok()
 }

@@ -50,7 +50,7 @@ pub struct Init<'a> {
 /// What the process about to exec R tells the host-side launcher (over
 /// the `ready` pipe, which exec closes): its fences, and why it refused to
 /// start R, if it did.
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Handoff {
     /// The copy's fences.
     pub fences: Fences,
@@ -77,53 +77,16 @@ pub fn run(mut init: Init) -> ! {
     drop(go);
     // Opened while the init is still the launcher's user, who can walk to
     // them (see `sources`).
-    let sources = match Sources::open(init.plan) {
-        Ok(s) => s,
+    let seen = match Sources::open(init.plan)
+        .map_err(|e| format!("{e:#}"))
+        .and_then(|s| world(init.launch, init.plan, init.who, init.hand_over, &mut init.fences, s))
+    {
+        Ok(seen) => seen,
         Err(e) => {
-            super::fail(&format!("{e:#}"));
-            std::process::exit(EXIT_LAUNCH_FAILED);
-        }
-    };
-    // A root launcher maps the run-as user, not root: the init takes that
-    // user now, before the mounts, so what it makes is theirs (with root
-    // unmapped here, the change costs no capability in the namespace).
-    if let (Some(who), true) = (init.who, init.hand_over) {
-        // As the launcher's user, with the capabilities this namespace
-        // gives over the ids mapped in it (that user's and the app's).
-        if let Err(e) = super::hand_over(init.launch, who) {
             super::fail(&e);
             std::process::exit(EXIT_LAUNCH_FAILED);
         }
-    }
-    if let (Some(who), true) = (init.who, init.fences.has(fences::USER_NS)) {
-        if let Err(e) = super::users::set_user(who) {
-            super::fail(&format!("cannot become {}: {e}", who.name));
-            std::process::exit(EXIT_LAUNCH_FAILED);
-        }
-    }
-    if init.fences.has(fences::UTS_NS) {
-        let name = init.launch.app.as_bytes();
-        // SAFETY: a buffer and its length, alive for the call.
-        if unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) } != 0 {
-            let e = std::io::Error::last_os_error();
-            init.fences.missing(fences::UTS_NS, &format!("the hostname cannot be set ({e})"), None);
-        }
-    }
-    match mount::build(init.plan, &sources) {
-        Ok(built) => {
-            init.fences.in_force(fences::MOUNT_NS);
-            if let Some(why) = built.host_proc {
-                init.fences.missing(fences::PID_NS, &format!("/proc shows the host's processes: {why}"), None);
-            }
-        }
-        Err(e) => {
-            super::fail(&format!("{e:#}"));
-            std::process::exit(EXIT_LAUNCH_FAILED);
-        }
-    }
-    // The root is built; R must not hold the host's folders.
-    drop(sources);
-    let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: mount::r_libs_user(init.plan) };
+    };
     // The way the listener of R's bind and listen comes back (`ports`).
     let (sup, sup_child) = match supervision_pair() {
         Ok(p) => p,
@@ -156,6 +119,50 @@ pub fn run(mut init: Init) -> ! {
         Some((_, n)) => 128 + n.parse::<i32>().unwrap_or(0),
         None => EXIT_LAUNCH_FAILED,
     })
+}
+
+/// Makes the copy's world inside its new namespaces, in its PID 1 (the
+/// init, or a claimed copy's init, `claim`): the run-as user (before the
+/// mounts, so what is made is theirs), the hostname, and the root built
+/// from `sources` (which it closes). Returns the folders as the copy sees
+/// them; an error is a copy that must not start.
+pub(super) fn world(
+    launch: &Launch,
+    plan: &Plan,
+    who: Option<&Identity>,
+    hand_over: bool,
+    fences: &mut Fences,
+    sources: Sources,
+) -> Result<Seen, String> {
+    // A launcher that is not root could not give the app's own
+    // (subordinate) uid its folders: done here, as the launcher's user,
+    // with the capabilities this namespace gives over the ids mapped in it
+    // (that user's and the app's).
+    if let (Some(who), true) = (who, hand_over) {
+        super::hand_over(launch, who)?;
+    }
+    // A root launcher maps the run-as user, not root: the init takes that
+    // user now, before the mounts, so what it makes is theirs (with root
+    // unmapped here, the change costs no capability in the namespace).
+    if let (Some(who), true) = (who, fences.has(fences::USER_NS)) {
+        super::users::set_user(who).map_err(|e| format!("cannot become {}: {e}", who.name))?;
+    }
+    if fences.has(fences::UTS_NS) {
+        let name = launch.app.as_bytes();
+        // SAFETY: a buffer and its length, alive for the call.
+        if unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) } != 0 {
+            let e = std::io::Error::last_os_error();
+            fences.missing(fences::UTS_NS, &format!("the hostname cannot be set ({e})"), None);
+        }
+    }
+    let built = mount::build(plan, &sources).map_err(|e| format!("{e:#}"))?;
+    fences.in_force(fences::MOUNT_NS);
+    if let Some(why) = built.host_proc {
+        fences.missing(fences::PID_NS, &format!("/proc shows the host's processes: {why}"), None);
+    }
+    // The root is built; R must not hold the host's folders.
+    drop(sources);
+    Ok(Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: mount::r_libs_user(plan) })
 }
 
 /// A socket pair (close-on-exec) between the init and the process that

@@ -54,6 +54,8 @@ pub fn parse(pairs: &[(String, OsString)]) -> Result<Launch, String> {
         scratch: PathBuf::from(text("--scratch")?),
         uid: opt("--uid").map(|v| v.parse::<u32>().map_err(|e| format!("--uid {v}: {e}"))).transpose()?,
         cgroups: pairs.iter().filter(|(k, _)| k == "--cgroup").map(|(_, v)| PathBuf::from(v)).collect(),
+        pool: None,
+        cold: None,
         start: StartSpec {
             working_dir: PathBuf::new(),
             entrypoint: text("--entrypoint")?,

@@ -24,6 +24,7 @@
 //! disk ([`report_path`]), which the daemon reads for `status --json`.
 
 mod allowed;
+mod claim;
 mod confine;
 pub mod disk;
 mod fds;
@@ -40,6 +41,7 @@ mod rlimits;
 mod seccomp;
 mod sources;
 pub mod users;
+pub mod zygote;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -111,6 +113,13 @@ pub struct Launch {
     /// the launcher's environment, not on its command line (which every
     /// user of the machine may read): it is empty here.
     pub start: StartSpec,
+    /// The pool's zygote socket: the copy is claimed from it (`claim`),
+    /// and started cold only if the claim is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PathBuf>,
+    /// Why the daemon starts this copy cold (no `pool`), for its status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold: Option<String>,
 }
 
 impl Launch {
@@ -269,7 +278,9 @@ pub fn main(args: &[OsString]) -> i32 {
         Ok(w) => w,
         Err(e) => return fail(&e),
     };
+    let mut report = report;
     if launch.start.sandbox.mode == SandboxMode::Off {
+        started_cold(&mut report, launch.cold.as_deref());
         return direct(&launch, report, fences, who.as_ref());
     }
     own_disk(&launch, who.as_ref());
@@ -277,6 +288,18 @@ pub fn main(args: &[OsString]) -> i32 {
         Ok(p) => p,
         Err(e) => return fail(&format!("{e:#}")),
     };
+    let mut cold = launch.cold.clone();
+    if let Some(socket) = &launch.pool {
+        host::block_signals();
+        match claim::claim(&launch, &plan, who.as_ref(), &fences, socket) {
+            Ok(claimed) => claimed.wait(&launch, report, who.as_ref()),
+            Err(why) => {
+                log(&format!("--- shinyctl: not claimed from the pool, R starts cold: {why} ---"));
+                cold = Some(why);
+            }
+        }
+    }
+    started_cold(&mut report, cold.as_deref());
     host::run(&launch, report, plan, who, fences)
 }
 
@@ -301,6 +324,14 @@ fn own_disk(launch: &Launch, who: Option<&Identity>) {
         Err(e) => log(&format!(
             "--- shinyctl: the copy's disk has no filesystem of its own ({e:#}); its size of {shown} is watched by the daemon ---"
         )),
+    }
+}
+
+/// Notes in the report that R starts cold, and why (none: the daemon gave
+/// no reason, a launcher of a daemon without the pool).
+fn started_cold(report: &mut Option<report::Writer>, why: Option<&str>) {
+    if let (Some(r), Some(why)) = (report.as_mut(), why) {
+        r.started(format!("cold: {why}"));
     }
 }
 
@@ -458,6 +489,17 @@ fn finish_and_exec(
     who: Option<&Identity>,
     send: impl FnOnce(&Fences, Option<&str>),
 ) -> i32 {
+    match finish(launch, seen, fences, send) {
+        Ok(()) => exec_r(launch, seen, who),
+        Err(code) => code,
+    }
+}
+
+/// In the process that becomes R (exec'd, or a claimed copy returning to
+/// its R, `claim`): the last fences, the strict check, the report of the
+/// fences and of a refusal (`send`) and the log lines. `Err` is the exit
+/// status of a copy that must not start.
+fn finish(launch: &Launch, seen: &mut Seen, fences: &mut Fences, send: impl FnOnce(&Fences, Option<&str>)) -> Result<(), i32> {
     // The filters, in the process that execs R next, after its user is set
     // and every mount is made (the filter refuses mount and unshare).
     if launch.start.sandbox.mode != SandboxMode::Off {
@@ -477,18 +519,18 @@ fn finish_and_exec(
             Err(e @ ConfineError::Strict(_)) => {
                 let why = e.to_string();
                 send(fences, Some(&why));
-                return refuse(&why);
+                return Err(refuse(&why));
             }
             Err(e) => {
                 send(fences, None);
-                return fail(&e.to_string());
+                return Err(fail(&e.to_string()));
             }
         }
     }
     if launch.start.sandbox.mode == SandboxMode::Strict {
         if let Some(why) = fences.strict_refusal() {
             send(fences, Some(&why));
-            return refuse(&why);
+            return Err(refuse(&why));
         }
     }
     send(fences, None);
@@ -496,7 +538,7 @@ fn finish_and_exec(
     if launch.start.sandbox.mode != SandboxMode::Off {
         log(&format!("--- shinyctl: {} ---", fences.summary()));
     }
-    exec_r(launch, seen, who)
+    Ok(())
 }
 
 /// Fills the Landlock and seccomp slots of the report from what the
@@ -527,7 +569,7 @@ fn isolation_of(fences: &Fences, mode: SandboxMode, user: String) -> Isolation {
         let why = format!("no mount namespace: {}; no Landlock: {}", reason_of(fences::MOUNT_NS), reason_of(fences::LANDLOCK));
         (IsolationKind::None, Some(why))
     };
-    Isolation { kind, reason, fences: fences.list.clone(), user: (!user.is_empty()).then_some(user) }
+    Isolation { kind, reason, fences: fences.list.clone(), user: (!user.is_empty()).then_some(user), start: None }
 }
 
 /// The line the copy's log gets before R starts: what isolation it got and
@@ -617,6 +659,8 @@ mod tests {
                 sandbox: crate::manifest::Sandbox { writable_paths: vec!["/srv/data".into()], ..Default::default() },
                 run_as: Some("shiny".into()),
             },
+            pool: Some("/home/u/.shinyctl/pool/zygote.sock".into()),
+            cold: Some("TZ is set in env".into()),
         }
     }
 
@@ -672,8 +716,10 @@ mod tests {
         .map(OsString::from)
         .collect();
         let mut want = sample();
-        // The old command line did not name working-dir (app-dir is what runs).
+        // The old command line did not name working-dir (app-dir is what
+        // runs), nor the pool.
         want.start.working_dir = PathBuf::new();
+        (want.pool, want.cold) = (None, None);
         assert_eq!(Launch::parse(&args), Ok(want));
         let e = Launch::parse(&args[2..]).unwrap_err();
         assert!(e.contains("--spec"), "{e}");
@@ -713,7 +759,10 @@ mod tests {
     #[test]
     fn the_log_line_says_where_to_write() {
         let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: None };
-        let line = isolation_line(&Isolation { kind: IsolationKind::MountNamespace, reason: None, fences: vec![], user: None }, &seen);
+        let line = isolation_line(
+            &Isolation { kind: IsolationKind::MountNamespace, reason: None, fences: vec![], user: None, start: None },
+            &seen,
+        );
         assert!(line.contains("/shinyctl/app is read-only"), "{line}");
         assert!(line.contains("SHINYCTL_SCRATCH (/shinyctl/scratch)"), "{line}");
         assert!(!line.starts_with("--- shinyctl: copy"), "not taken for a start line");

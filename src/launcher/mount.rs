@@ -41,7 +41,7 @@ const PROC_READ_ONLY: [&str; 5] = ["sys", "sysrq-trigger", "irq", "bus", "fs"];
 
 /// What the copy's root holds; every path is the host's, canonical, and
 /// exists (the launcher checked before entering the namespace).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
     /// The folder the copy runs (its release): read-only at [`APP_DIR`] and
     /// at its own path.

@@ -25,6 +25,10 @@ pub struct Report {
     /// missing); the launcher then ends with [`super::EXIT_REFUSED`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// A claimed copy's fork of the pool's zygote (`claim`): the root of
+    /// the copy's processes, which are not below the launcher.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<u32>,
     /// What it got.
     #[serde(flatten)]
     pub isolation: Isolation,
@@ -43,7 +47,28 @@ pub fn report_path(scratch: &Path) -> PathBuf {
 pub fn read_report(scratch: &Path, pid: u32) -> Option<Report> {
     let bytes = std::fs::read(report_path(scratch)).ok()?;
     let report: Report = serde_json::from_slice(&bytes).ok()?;
-    (report.pid == pid).then_some(report)
+    if report.pid != pid {
+        return None;
+    }
+    // A claimed copy's processes count as its launcher's (`procfs`).
+    if let Some(fork) = report.fork {
+        crate::procfs::adopt(fork, pid);
+    }
+    Some(report)
+}
+
+impl Writer {
+    /// Says how the copy's R started (claimed from the pool, or cold and
+    /// why): written with the isolation.
+    pub fn started(&mut self, how: String) {
+        self.start = Some(how);
+    }
+
+    /// Says the copy was claimed from the pool, by the zygote's `fork`.
+    pub fn claimed(&mut self, fork: u32) {
+        self.start = Some(format!("claimed from the pool (the zygote's fork {fork})"));
+        self.fork = Some(fork);
+    }
 }
 
 /// The report file, opened (and emptied) before the launcher leaves the
@@ -51,6 +76,10 @@ pub fn read_report(scratch: &Path, pid: u32) -> Option<Report> {
 pub struct Writer {
     /// The open file.
     file: File,
+    /// How R started (claimed from the pool, or cold and why), once known.
+    start: Option<String>,
+    /// A claimed copy's fork of the zygote.
+    fork: Option<u32>,
 }
 
 impl Writer {
@@ -58,7 +87,7 @@ impl Writer {
     pub fn open(path: &Path) -> std::io::Result<Writer> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-        Ok(Writer { file })
+        Ok(Writer { file, start: None, fork: None })
     }
 
     /// Writes the report for this process, whose R is `r_pid`, or which
@@ -66,7 +95,9 @@ impl Writer {
     /// status (and a refusal is then taken for a crash), so it is not an
     /// error.
     pub fn write(mut self, isolation: &Isolation, r_pid: Option<u32>, refused: Option<&str>) {
-        let report = Report { pid: std::process::id(), r_pid, refused: refused.map(str::to_string), isolation: isolation.clone() };
+        let mut isolation = isolation.clone();
+        isolation.start = self.start.take();
+        let report = Report { pid: std::process::id(), r_pid, refused: refused.map(str::to_string), fork: self.fork, isolation };
         if let Ok(bytes) = serde_json::to_vec(&report) {
             let _ = self.file.write_all(&bytes);
         }
@@ -88,7 +119,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("shinyctl-report-{}", std::process::id()));
         let scratch = dir.join("1");
         std::fs::create_dir_all(&scratch).unwrap();
-        let iso = Isolation { kind: IsolationKind::Landlock, reason: Some("no user namespaces".into()), fences: vec![], user: None };
+        let iso =
+            Isolation { kind: IsolationKind::Landlock, reason: Some("no user namespaces".into()), fences: vec![], user: None, start: None };
         Writer::open(&report_path(&scratch)).unwrap().write(&iso, Some(7), None);
         let got = read_report(&scratch, std::process::id()).expect("its own report");
         assert_eq!((got.isolation, got.r_pid, got.refused), (iso.clone(), Some(7), None));

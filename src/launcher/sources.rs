@@ -48,6 +48,17 @@ impl Sources {
         Ok(Sources { opened })
     }
 
+    /// The sources and their fds, to hand to another process (a claimed
+    /// copy's init, `claim`).
+    pub fn into_parts(self) -> Vec<(PathBuf, OwnedFd)> {
+        self.opened
+    }
+
+    /// Sources another process opened (in this mount namespace).
+    pub fn from_parts(opened: Vec<(PathBuf, OwnedFd)>) -> Sources {
+        Sources { opened }
+    }
+
     /// Where the bind of host path `p` comes from once the host's root is
     /// at `old_root`: its fd, else its path below `old_root`.
     pub fn from(&self, old_root: &str, p: &Path) -> PathBuf {

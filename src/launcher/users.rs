@@ -13,7 +13,7 @@ pub const NEWUIDMAP: &str = "/usr/bin/newuidmap";
 pub const NEWGIDMAP: &str = "/usr/bin/newgidmap";
 
 /// A user a copy runs as.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Identity {
     /// The user's name.
     pub name: String,

@@ -101,6 +101,11 @@ impl Cgroups {
         matches!(&self.kind, Kind::V2 { .. } | Kind::V1 { memory: Some(_), .. })
     }
 
+    /// True on cgroup v2, where a copy's one cgroup holds every controller.
+    pub fn is_v2(&self) -> bool {
+        matches!(&self.kind, Kind::V2 { .. })
+    }
+
     /// True when copies get a pids cgroup (`tasks` is kept).
     pub fn has_pids(&self) -> bool {
         matches!(&self.kind, Kind::V2 { .. } | Kind::V1 { pids: Some(_), .. })

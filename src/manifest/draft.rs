@@ -43,6 +43,7 @@ pub(super) struct Draft {
     max_replicas: Option<u32>,
     scale_at: Option<f64>,
     scale_down_after_ms: Option<u64>,
+    pool: Option<bool>,
 }
 
 /// Runs a key's check and keeps its value in the draft.
@@ -51,7 +52,7 @@ type Take = fn(&mut Draft, &Cx, &Value) -> Result<(), ManifestError>;
 /// Every key a manifest may hold, in the order the documentation lists
 /// them, with what takes it in: a new key's check in `keys.rs` is wired
 /// in here, by one line.
-const TAKE: [(&str, Take); 26] = [
+const TAKE: [(&str, Take); 27] = [
     ("app-name", |d, cx, v| keys::app_name(cx, v).map(|x| d.name = Some(x))),
     ("app-group", |d, cx, v| keys::app_group(cx, v).map(|x| d.group = Some(x))),
     ("working-dir", |d, cx, v| keys::working_dir(cx, v).map(|x| d.working_dir = Some(x))),
@@ -78,6 +79,7 @@ const TAKE: [(&str, Take); 26] = [
     ("trusted-proxies", |d, cx, v| keys::trusted_proxies(cx, v).map(|x| d.trusted_proxies = Some(x))),
     ("sandbox", |d, cx, v| fence::sandbox(cx, v).map(|x| d.sandbox = Some(x))),
     ("run-as", |d, cx, v| fence::run_as(cx, v).map(|x| d.run_as = Some(x))),
+    ("pool", |d, cx, v| keys::pool(cx, v).map(|x| d.pool = Some(x))),
 ];
 
 /// Every key a manifest may hold, in the order the documentation lists them.
@@ -164,6 +166,7 @@ impl Draft {
             },
             state_file: self.state_file.unwrap_or_else(|| doc.dir.join("state.json")),
             keep_releases: self.keep_releases.unwrap_or(DEFAULT_KEEP_RELEASES),
+            pool: self.pool.unwrap_or(true),
         })
     }
 }

@@ -427,3 +427,12 @@ pub(super) fn resolve(base: &Path, s: &str) -> PathBuf {
 fn clean(p: &Path) -> PathBuf {
     p.components().filter(|c| !matches!(c, Component::CurDir)).collect()
 }
+
+/// `pool`: `false` starts this app's copies cold, never from the pool
+/// (README, "Sleep and wake").
+pub(super) fn pool(cx: &Cx, v: &Value) -> Result<bool, ManifestError> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        other => Err(cx.err(format!("{}; allowed: true or false (false: copies start cold, never from the pool)", shown_scalar(other)))),
+    }
+}

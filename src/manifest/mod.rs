@@ -92,6 +92,11 @@ pub struct AppSpec {
     /// on disk, the current one included (and any a copy still runs).
     #[serde(default = "default_keep_releases")]
     pub keep_releases: u32,
+    /// `pool`: copies are claimed from the pool (false: always cold). Not
+    /// part of how a copy starts in the settings hash: a claimed and a cold
+    /// copy run the same app the same way, so changing it restarts none.
+    #[serde(default = "pool_default")]
+    pub pool: bool,
 }
 
 impl AppSpec {
@@ -251,4 +256,9 @@ fn key_text<'v>(doc: &Doc, k: &'v Node) -> Result<&'v str, ManifestError> {
         Value::String(s) => Ok(s.as_str()),
         other => Err(doc.at(k.line, Some(&describe(other)), format!("keys must be text; allowed keys: {}", KEYS.join(", ")))),
     }
+}
+
+/// `pool`'s default: on.
+fn pool_default() -> bool {
+    true
 }

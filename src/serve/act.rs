@@ -133,7 +133,14 @@ pub fn prepare_start(
         uid,
         cgroups,
         start: spec.start.clone(),
+        pool: None,
+        cold: None,
     };
+    let mut launch = launch;
+    match super::pool::route(spec, dir) {
+        Ok(socket) => launch.pool = Some(socket),
+        Err(why) => launch.cold = Some(why),
+    }
     let mut cmd = launch.command()?;
     // A fenced copy gets a clean environment: only what R needs of the
     // daemon's (launcher::users::kept), then the manifest's env.
@@ -344,7 +351,15 @@ const READY_POLL_TOLD: Duration = Duration::from_secs(1);
 /// launcher's word that R listens (see [`Launching`]), on which the port
 /// is asked at once (and then every [`READY_POLL`]); until it comes, every
 /// [`READY_POLL_TOLD`].
-pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, events: UnboundedSender<Event>, told: Option<OwnedFd>) {
+pub fn probe_ready(
+    app: String,
+    pid: u32,
+    start: u64,
+    port: u16,
+    scratch: std::path::PathBuf,
+    events: UnboundedSender<Event>,
+    told: Option<OwnedFd>,
+) {
     tokio::spawn(async move {
         let mut told = told.and_then(|fd| {
             use std::os::fd::AsRawFd;
@@ -357,7 +372,10 @@ pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, events: Unbound
             if !procfs::is_alive(pid, start) {
                 return;
             }
-            if answers_http(port).await && procfs::port_owned_by(port, pid) == procfs::PortOwner::Ours {
+            // The report names R (looked at before the whole tree) and a
+            // claimed copy's processes' root (`procfs::adopt`).
+            let r = launcher::read_report(&scratch, pid).and_then(|r| r.r_pid);
+            if answers_http(port).await && procfs::owner_among(&procfs::listening(port), pid, r) == procfs::PortOwner::Ours {
                 tracing::debug!(app, pid, "ready");
                 let _ = events.send(Event::Ready { app, pid });
                 return;

@@ -25,6 +25,7 @@ impl Daemon {
     /// tracking a running process the daemon does not watch yet (adopted).
     pub(super) fn observe(&mut self, name: &str, facts: &Facts) -> Observed {
         let events = self.events.clone();
+        let home = self.home.clone();
         let memory = self.memory_room(name);
         let traffic = self.traffic.get(name).cloned().unwrap_or_default();
         let cgroups = &self.cgroups;
@@ -67,7 +68,8 @@ impl Daemon {
                 let ready = tracked.ready.contains(&pid);
                 // The daemon watches what it starts from the start, so a
                 // process first watched here is one it adopted.
-                if follow(name, rec, ready, tracked, &events, None) {
+                let scratch = home.scratch_dir(&recorded.spec.group, &recorded.spec.name, rec.copy);
+                if follow(name, rec, ready, tracked, &events, scratch, None) {
                     tracing::info!(app = name, copy = rec.copy, pid, "adopted copy");
                 }
                 match owner {
@@ -401,7 +403,8 @@ impl Daemon {
                     let rec = recorded.state.copies.iter_mut().find(|r| r.copy == copy).expect("checked above");
                     act::started(rec, pid);
                     tracing::info!(app = name, copy, pid, port = rec.port, "started copy");
-                    follow(&name, rec, false, tracked, cx.events, told);
+                    let scratch = cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, copy);
+                    follow(&name, rec, false, tracked, cx.events, scratch, told);
                 }
                 Err(e) => not_started(&cx, recorded, copy, &e),
             }
@@ -473,6 +476,7 @@ fn follow(
     ready: bool,
     tracked: &mut Tracked,
     events: &mpsc::UnboundedSender<Event>,
+    scratch: std::path::PathBuf,
     told: Option<std::os::fd::OwnedFd>,
 ) -> bool {
     let Some(pid) = rec.pid else { return false };
@@ -481,7 +485,7 @@ fn follow(
         act::watch_exit(name.to_string(), pid, events.clone());
     }
     if !ready && tracked.probing.insert(pid) {
-        act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, events.clone(), told);
+        act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, scratch, events.clone(), told);
     }
     new
 }

@@ -90,6 +90,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
     let mut proxy = proxy_ctl::ProxyCtl::new(&home)?;
     // Before any process is started: a v2 daemon moves itself into its leaf.
     let cgroups = crate::limits::Cgroups::discover(&crate::limits::home_tag(&home.root));
+    super::pool::start(&home, &cgroups);
     let sockets = sockets::Held::adopt(take_back_sockets(&home).await);
     let mut daemon = Daemon {
         home: home.clone(),
@@ -239,6 +240,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         proxy.retire_old(&home, listening).await;
         shared.lock().await.resolve_wakes();
     }
+    super::pool::stop();
     if shared.lock().await.shutting_down == Some(true) {
         stop_everything(&shared, proxy.pid()).await;
     } else {

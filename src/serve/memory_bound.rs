@@ -52,7 +52,8 @@ impl Daemon {
         let bound = bound()?;
         // Read by the sampler off the lock (`cpu.rs`), not here under it.
         let size = |pid: Option<u32>| pid.and_then(|p| self.copy_rss.get(&p).copied()).unwrap_or(0);
-        let used = self.apps.values().flat_map(|a| &a.recorded.state.copies).map(|r| size(r.pid)).sum();
+        // The pool's zygote counts too: it holds R and shiny for the next wake.
+        let used = self.apps.values().flat_map(|a| &a.recorded.state.copies).map(|r| size(r.pid)).sum::<u64>() + super::pool::memory_used();
         let per_copy = self.apps.get(name)?.recorded.state.copies.iter().map(|r| size(r.pid)).max().filter(|&n| n > 0)?;
         Some(MemoryRoom { used, bound, per_copy })
     }

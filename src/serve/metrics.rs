@@ -223,6 +223,7 @@ pub fn render(view: &View, proxy: Option<&ProxyMetrics>) -> Result<String, std::
         MetricType::Counter,
         vec![(Labels::new(), Value::Counter(view.tallies.load_balancer_restarts))],
     );
+    add_pool(&mut reg, &super::pool::report());
     add(
         &mut reg,
         "build_info",
@@ -234,6 +235,17 @@ pub fn render(view: &View, proxy: Option<&ProxyMetrics>) -> Result<String, std::
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &reg)?;
     Ok(out)
+}
+
+/// The pool's series: its zygotes ready, their memory and its bound.
+fn add_pool(reg: &mut Registry, pool: &crate::model::PoolReport) {
+    let ready = pool.zygotes.iter().filter(|z| z.ready).count() as f64;
+    let rss = pool.zygotes.iter().map(|z| z.rss_bytes).sum::<u64>() as f64;
+    let one = |v: f64| vec![(Labels::new(), Value::Gauge(v))];
+    add(reg, "pool_zygotes_ready", "Zygotes of the pool that take claims now", None, MetricType::Gauge, one(ready));
+    add(reg, "pool_resident_memory", "The pool's zygotes' resident memory", Some(Unit::Bytes), MetricType::Gauge, one(rss));
+    let bound = pool.memory_max_bytes.map(|b| one(b as f64)).unwrap_or_default();
+    add(reg, "pool_memory_limit", "The bound on a zygote's memory (its cgroup's limit)", Some(Unit::Bytes), MetricType::Gauge, bound);
 }
 
 /// The series per copy: role, state, ready, memory and its limit, CPU

@@ -34,6 +34,7 @@ mod notify;
 mod operate;
 mod orphans;
 pub mod pidfd;
+pub mod pool;
 mod probe;
 mod proxy_ctl;
 mod record;

@@ -177,6 +177,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
         own_user: super::identity::own_user_note(d.apps.values().map(|a| &a.recorded.spec)),
         apps,
         limits: Some(d.cgroups.report()),
+        pool: Some(super::pool::report()),
     })
 }
 

@@ -176,6 +176,33 @@ fn serve_leaking(env: &Env) -> Leak {
     leak
 }
 
+/// The two ways a copy starts (README, "Sleep and wake": the pool): cold
+/// (the pool switched off) and claimed from the pool's zygote.
+const STARTS: [bool; 2] = [false, true];
+
+/// Readies `cmd` (a daemon's command) for copies that start cold
+/// (`pool` false: SHINYCTL_POOL=off) or are claimed from the pool.
+fn with_pool(cmd: &mut Command, pool: bool) {
+    if !pool {
+        cmd.env("SHINYCTL_POOL", "off");
+    }
+}
+
+/// Once the daemon runs: for copies claimed from the pool, waits until its
+/// zygote takes claims.
+fn ready_for(env: &Env, pool: bool) {
+    if pool {
+        crate::pool::wait_pool_ready(env);
+    }
+}
+
+/// Checks the copy of `app` started the way asked for.
+fn assert_started(env: &Env, app: &str, pool: bool) {
+    let start = crate::pool::start_of(env, app, 1);
+    let want = if pool { "claimed from the pool" } else { "cold: the pool is off" };
+    assert!(start.starts_with(want), "{app}: {want}: {start}");
+}
+
 /// Starts `shinyctl serve` where no namespace can be made (see
 /// `launcher::serve_without_namespaces`: Landlock is the fence), with the
 /// leak.
@@ -311,53 +338,70 @@ fn assert_read_only_host(a: &BTreeMap<String, String>, what: &str) {
 /// writable through /proc, /sys or /dev, listening only on its own port.
 #[test]
 fn a_root_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port() {
-    let env = Env::new("rofs");
-    let leak = serve_leaking(&env);
-    let a = page_of(&env, "rofs", "");
-    assert_only_stdio_inherited(&a, &leak, "a root daemon's copy");
-    assert_read_only_host(&a, "a root daemon's copy");
-    assert_listens_only_on_its_port(&a, "a root daemon's copy");
-    let log = std::fs::read_to_string(env.home().join("logs/default-rofs.log")).unwrap();
-    assert!(log.contains("--- shinyctl: fence ports: refused process "), "the refusal names the fence: {log}");
-    assert!(log.contains("listen on 0.0.0.0:0: a copy listens only on 127.0.0.1:"), "{log}");
-    // Root's own file, which a copy running as root could open for writing
-    // before; the copy runs as the app's own uid now, and the mount is
-    // read-only whatever the user.
-    assert!(["EROFS", "ENOENT", "EACCES"].contains(&a["sys"].as_str()), "/sys is read-only to a root daemon's copy: {a:?}");
+    for pool in STARTS {
+        let env = Env::new(if pool { "rofspool" } else { "rofs" });
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve");
+        with_pool(&mut cmd, pool);
+        let leak = Leak::into(&mut cmd);
+        env.start_daemon(cmd);
+        ready_for(&env, pool);
+        let a = page_of(&env, "rofs", "");
+        assert_started(&env, "rofs", pool);
+        assert_only_stdio_inherited(&a, &leak, "a root daemon's copy");
+        assert_read_only_host(&a, "a root daemon's copy");
+        assert_listens_only_on_its_port(&a, "a root daemon's copy");
+        let log = std::fs::read_to_string(env.home().join("logs/default-rofs.log")).unwrap();
+        assert!(log.contains("--- shinyctl: fence ports: refused process "), "the refusal names the fence: {log}");
+        assert!(log.contains("listen on 0.0.0.0:0: a copy listens only on 127.0.0.1:"), "{log}");
+        // Root's own file, which a copy running as root could open for writing
+        // before; the copy runs as the app's own uid now, and the mount is
+        // read-only whatever the user.
+        assert!(["EROFS", "ENOENT", "EACCES"].contains(&a["sys"].as_str()), "/sys is read-only to a root daemon's copy: {a:?}");
+        if pool {
+            // A run-as copy starts cold (R keeps the HOME it started with).
+            continue;
+        }
 
-    // Made first, so they go last: after the test's processes have ended.
-    let home = crate::fence::UserHome::new("rofsrunas");
-    let user = TestUser::create(Some(&home.0));
-    let a = page_of(&env, "rofsrunas", &format!("run-as: {}\n", user.name));
-    assert_only_stdio_inherited(&a, &leak, "a run-as copy");
-    assert_read_only_host(&a, "a run-as copy");
-    assert_listens_only_on_its_port(&a, "a run-as copy");
+        // Made first, so they go last: after the test's processes have ended.
+        let home = crate::fence::UserHome::new("rofsrunas");
+        let user = TestUser::create(Some(&home.0));
+        let a = page_of(&env, "rofsrunas", &format!("run-as: {}\n", user.name));
+        assert_only_stdio_inherited(&a, &leak, "a run-as copy");
+        assert_read_only_host(&a, "a run-as copy");
+        assert_listens_only_on_its_port(&a, "a run-as copy");
+    }
 }
 
 /// The same under a daemon that is not root (nobody).
 #[test]
 fn an_unprivileged_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port() {
-    let env = Env::new("rofsuser");
-    let (manifest, port) = probe_app(&env, "rofsuser", "");
-    // All the daemon's (nobody's), as its home and the app's state file must be.
-    let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(&env.dir).status().unwrap();
-    assert!(chown.success());
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin(), "serve"]);
-    let leak = Leak::into(&mut cmd);
-    env.start_daemon(cmd);
-    let a = page_of_deployed(&env, "rofsuser", &manifest, port);
-    assert_only_stdio_inherited(&a, &leak, "an unprivileged daemon's copy");
-    assert_read_only_host(&a, "an unprivileged daemon's copy");
-    assert_listens_only_on_its_port(&a, "an unprivileged daemon's copy");
-    // nobody has no subordinate ids: status says its copies run as itself, with the fix.
-    let own = env.status()["own_user"].as_str().unwrap_or_default().to_string();
-    assert!(own.contains("nobody has no subordinate ids") && own.contains("usermod --add-subuids"), "{own}");
-    assert!(env.ok(&["status"]).contains(&own), "and under the table");
+    for pool in STARTS {
+        let env = Env::new(if pool { "rofsuserpool" } else { "rofsuser" });
+        let (manifest, port) = probe_app(&env, "rofsuser", "");
+        // All the daemon's (nobody's), as its home and the app's state file must be.
+        let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(&env.dir).status().unwrap();
+        assert!(chown.success());
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin(), "serve"]);
+        with_pool(&mut cmd, pool);
+        let leak = Leak::into(&mut cmd);
+        env.start_daemon(cmd);
+        ready_for(&env, pool);
+        let a = page_of_deployed(&env, "rofsuser", &manifest, port);
+        assert_started(&env, "rofsuser", pool);
+        assert_only_stdio_inherited(&a, &leak, "an unprivileged daemon's copy");
+        assert_read_only_host(&a, "an unprivileged daemon's copy");
+        assert_listens_only_on_its_port(&a, "an unprivileged daemon's copy");
+        // nobody has no subordinate ids: status says its copies run as itself, with the fix.
+        let own = env.status()["own_user"].as_str().unwrap_or_default().to_string();
+        assert!(own.contains("nobody has no subordinate ids") && own.contains("usermod --add-subuids"), "{own}");
+        assert!(env.ok(&["status"]).contains(&own), "and under the table");
+    }
 }
 
 /// The same under a daemon that is not root whose user has subordinate ids
-/// (README, "Identities"): the copy runs as one of them.
+/// (README, "Identities"): the copy runs as one of them, cold or claimed.
 #[test]
 fn a_subordinate_ids_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port() {
     if !needs_root("it makes a user with subordinate ids") {
@@ -366,23 +410,28 @@ fn a_subordinate_ids_daemons_copy_writes_nothing_of_the_host_and_listens_only_on
     let home = crate::fence::UserHome::new("rofssub");
     let user = TestUser::create(Some(&home.0));
     let ranges = user.subordinate_ids();
-    let env = Env::new("rofssub");
-    let (manifest, port) = probe_app(&env, "rofssub", "");
-    for dir in [&env.dir, &home.0] {
-        assert!(Command::new("chown").arg("-R").arg(format!("{0}:{0}", user.name)).arg(dir).status().unwrap().success());
+    for pool in STARTS {
+        let env = Env::new(if pool { "rofssubpool" } else { "rofssub" });
+        let (manifest, port) = probe_app(&env, "rofssub", "");
+        for dir in [&env.dir, &home.0] {
+            assert!(Command::new("chown").arg("-R").arg(format!("{0}:{0}", user.name)).arg(dir).status().unwrap().success());
+        }
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid", &user.name, "--regid", &user.name, "--clear-groups", bin(), "serve"])
+            .env("HOME", &home.0)
+            .env_remove("SHINYCTL_IDS");
+        with_pool(&mut cmd, pool);
+        let leak = Leak::into(&mut cmd);
+        env.start_daemon(cmd);
+        ready_for(&env, pool);
+        let a = page_of_deployed(&env, "rofssub", &manifest, port);
+        assert_started(&env, "rofssub", pool);
+        let uid = env.status()["apps"][0]["uid"].as_u64().expect("the app's own uid") as u32;
+        assert!(ranges.iter().any(|r| (r.0..=r.1).contains(&uid)), "one of the user's subordinate ids {ranges:?}: {uid}");
+        assert_only_stdio_inherited(&a, &leak, "a subordinate id's copy");
+        assert_read_only_host(&a, "a subordinate id's copy");
+        assert_listens_only_on_its_port(&a, "a subordinate id's copy");
     }
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid", &user.name, "--regid", &user.name, "--clear-groups", bin(), "serve"])
-        .env("HOME", &home.0)
-        .env_remove("SHINYCTL_IDS");
-    let leak = Leak::into(&mut cmd);
-    env.start_daemon(cmd);
-    let a = page_of_deployed(&env, "rofssub", &manifest, port);
-    let uid = env.status()["apps"][0]["uid"].as_u64().expect("the app's own uid") as u32;
-    assert!(ranges.iter().any(|r| (r.0..=r.1).contains(&uid)), "one of the user's subordinate ids {ranges:?}: {uid}");
-    assert_only_stdio_inherited(&a, &leak, "a subordinate id's copy");
-    assert_read_only_host(&a, "a subordinate id's copy");
-    assert_listens_only_on_its_port(&a, "a subordinate id's copy");
 }
 
 /// Checks from a fenced copy's page that it may listen only on its own
@@ -508,27 +557,35 @@ impl ShinySession {
 
 #[test]
 fn under_the_allow_list_an_app_serves_pages_a_session_an_upload_forks_sh_and_rmarkdown() {
-    let env = Env::new("allow");
-    let port = free_port();
-    let manifest = env.app_running(WHOLE_R, "allow", port, "warm-replicas: 0\n");
-    std::fs::write(manifest.with_file_name("calls.py"), CALLS_PY).unwrap();
-    env.apply(&manifest);
-    env.wait_roles("allow", "1:active", Duration::from_secs(60));
-    let page = wait_http_ok(port, Duration::from_secs(10)).body;
-    assert!(page.contains("file1"), "the page: {page}");
-    let mut session = ShinySession::open(port);
-    session.upload(port, "file1", "uploaded!");
-    let log_path = env.home().join("logs/default-allow.log");
-    let log = wait_until(Duration::from_secs(90), "the app's work after the upload", || {
-        std::fs::read_to_string(&log_path).ok().filter(|t| t.contains("ALLOW done"))
-    });
-    let got: BTreeMap<&str, &str> = log.lines().filter_map(|l| l.strip_prefix("ALLOW ")?.split_once('=')).collect();
-    assert_eq!(got.get("upload"), Some(&"uploaded!"), "{log}");
-    assert_eq!(got.get("mclapply"), Some(&"2,4"), "{log}");
-    assert_eq!(got.get("sh"), Some(&"from-sh"), "{log}");
-    assert_eq!(got.get("render"), Some(&"ok"), "{log}");
-    assert_eq!(got.get("getpid"), Some(&"ok"), "{log}");
-    assert_eq!(got.get("get_mempolicy"), Some(&"EPERM"), "a call off the list: {log}");
-    assert_eq!(got.get("newer"), Some(&"ENOSYS"), "a call newer than the list: {log}");
-    assert!(log.contains("--- shinyctl: fence: seccomp filter"), "{log}");
+    for pool in STARTS {
+        let env = Env::new(if pool { "allowpool" } else { "allow" });
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve");
+        with_pool(&mut cmd, pool);
+        env.start_daemon(cmd);
+        ready_for(&env, pool);
+        let port = free_port();
+        let manifest = env.app_running(WHOLE_R, "allow", port, "warm-replicas: 0\n");
+        std::fs::write(manifest.with_file_name("calls.py"), CALLS_PY).unwrap();
+        env.apply(&manifest);
+        env.wait_roles("allow", "1:active", Duration::from_secs(60));
+        assert_started(&env, "allow", pool);
+        let page = wait_http_ok(port, Duration::from_secs(10)).body;
+        assert!(page.contains("file1"), "the page: {page}");
+        let mut session = ShinySession::open(port);
+        session.upload(port, "file1", "uploaded!");
+        let log_path = env.home().join("logs/default-allow.log");
+        let log = wait_until(Duration::from_secs(90), "the app's work after the upload", || {
+            std::fs::read_to_string(&log_path).ok().filter(|t| t.contains("ALLOW done"))
+        });
+        let got: BTreeMap<&str, &str> = log.lines().filter_map(|l| l.strip_prefix("ALLOW ")?.split_once('=')).collect();
+        assert_eq!(got.get("upload"), Some(&"uploaded!"), "{log}");
+        assert_eq!(got.get("mclapply"), Some(&"2,4"), "{log}");
+        assert_eq!(got.get("sh"), Some(&"from-sh"), "{log}");
+        assert_eq!(got.get("render"), Some(&"ok"), "{log}");
+        assert_eq!(got.get("getpid"), Some(&"ok"), "{log}");
+        assert_eq!(got.get("get_mempolicy"), Some(&"EPERM"), "a call off the list: {log}");
+        assert_eq!(got.get("newer"), Some(&"ENOSYS"), "a call newer than the list: {log}");
+        assert!(log.contains("--- shinyctl: fence: seccomp filter"), "{log}");
+    }
 }

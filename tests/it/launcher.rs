@@ -235,6 +235,8 @@ fn the_init_says_the_moment_r_listens_and_not_before() {
         scratch,
         uid: None,
         cgroups: Vec::new(),
+        pool: None,
+        cold: None,
         start: spec.start,
     };
     let (said, tell) = nix::unistd::pipe().unwrap();

@@ -21,6 +21,7 @@ mod limits;
 mod listeners;
 mod metrics;
 mod operator;
+mod pool;
 mod quickstart;
 mod releases;
 mod several_hosts;

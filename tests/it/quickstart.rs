@@ -30,6 +30,13 @@ pub fn copy_checkout(to: &Path) {
     let release = to.join("target/release");
     std::fs::create_dir_all(&release).unwrap();
     std::fs::copy(bin(), release.join("shinyctl")).unwrap();
+    // And the pool's library built with it (`cargo test` leaves the newest
+    // in deps/).
+    let built = Path::new(bin()).with_file_name("libshinyctl.so");
+    let in_deps = Path::new(bin()).with_file_name("deps").join("libshinyctl.so");
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let lib = if mtime(&in_deps) > mtime(&built) { in_deps } else { built };
+    std::fs::copy(&lib, release.join("libshinyctl.so")).unwrap_or_else(|e| panic!("{}: {e}", lib.display()));
     let later = std::time::SystemTime::now() + Duration::from_secs(2);
     std::fs::File::options().write(true).open(release.join("shinyctl")).unwrap().set_modified(later).unwrap();
 }

@@ -40,6 +40,7 @@ pub(super) fn spec(replicas: u32, warm: u32) -> AppSpec {
         },
         state_file: PathBuf::from("/srv/hello/state.json"),
         keep_releases: crate::manifest::DEFAULT_KEEP_RELEASES,
+        pool: true,
     }
 }
 

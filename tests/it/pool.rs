@@ -1,0 +1,166 @@
+//! The pool (README, "Sleep and wake"), with real R: a sleeping app woken
+//! through the pool answers and status says its copy was claimed; a
+//! process that ran an app is never claimed again and the zygote never runs
+//! an app; an app that sets what R reads only at start starts cold, and so
+//! does every copy when the daemon's environment switches the pool off.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::*;
+
+/// An idle-timeout well above an R start on a loaded machine (see sleep.rs).
+const IDLE: &str = "idle-timeout: 20s\nwarm-replicas: 0\n";
+
+/// An app whose page says what R's start gave it: the manifest's variable,
+/// the zygote's (none), its working directory and its tempdir() (made
+/// anew in the copy's own /tmp, and writable).
+const ENV_R: &str = r#"
+library(shiny)
+t <- file.path(tempdir(), "ok")
+writeLines("x", t)
+ui <- function(req) tags$pre(paste0("greeting=", Sys.getenv("GREETING"), ";\nzygote=", Sys.getenv("SHINYCTL_ZYGOTE_ENV"),
+  Sys.getenv("R_ENVIRON_USER"), ";\nwd=", getwd(), ";\ntmp=", if (file.exists(t)) t else "missing", ";"))
+shinyApp(ui, function(input, output) {})
+"#;
+
+/// Waits until the daemon's zygote has loaded shiny and takes claims;
+/// returns its PID.
+pub fn wait_pool_ready(env: &Env) -> u32 {
+    wait_until(slow(Duration::from_secs(60)), "the pool's zygote to be ready", || {
+        let v = env.status();
+        let z = &v["pool"]["zygotes"][0];
+        (z["ready"] == true).then(|| z["pid"].as_u64().unwrap() as u32)
+    })
+}
+
+/// How copy `copy` of `app` started, as status says it.
+pub fn start_of(env: &Env, app: &str, copy: u32) -> String {
+    let v = env.status();
+    let apps = v["apps"].as_array().cloned().unwrap_or_default();
+    let a = apps.iter().find(|a| a["name"] == app).unwrap_or_else(|| panic!("{app} in status: {v}"));
+    let c = a["copies"].as_array().unwrap().iter().find(|c| c["copy"] == copy).unwrap_or_else(|| panic!("copy {copy}: {v}"));
+    c["isolation"]["start"].as_str().unwrap_or_default().to_string()
+}
+
+/// The app's copy 1 once it runs and is ready: (R's PID, launcher's PID).
+fn running(env: &Env, app: &str) -> (u32, u32) {
+    env.wait_roles(app, "1:active", slow(Duration::from_secs(60)));
+    let v = env.status();
+    let c = &v["apps"].as_array().unwrap().iter().find(|a| a["name"] == app).unwrap()["copies"][0];
+    (c["pid"].as_u64().unwrap() as u32, c["launcher_pid"].as_u64().unwrap() as u32)
+}
+
+/// Starts the daemon as `shinyctl apply` would, pool on.
+fn serve(env: &Env) {
+    let mut cmd = Command::new(bin());
+    cmd.arg("serve");
+    env.start_daemon(cmd);
+}
+
+/// The process `pid`'s start time (field 22 of its stat).
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The process `pid`'s parent.
+fn parent(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ").and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
+}
+
+#[test]
+fn a_sleeping_app_woken_through_the_pool_answers_from_a_claimed_copy_never_reused() {
+    let env = Env::new("poolwake");
+    let app = &unique("poolwake");
+    let port = free_port();
+    let manifest = env.app_running(ENV_R, app, port, &format!("{IDLE}env:\n  GREETING: from-the-manifest\n"));
+    // The zygote gets ready before the app is deployed, so that even the
+    // first start is a claim.
+    serve(&env);
+    let v = env.status();
+    assert_eq!(v["pool"]["on"], true, "the pool is on by default: {v}");
+    let zygote = wait_pool_ready(&env);
+    let zygote_start = start_ticks(zygote);
+    env.apply(&manifest);
+    let mut seen: Vec<u32> = Vec::new();
+    for wake in 0..2 {
+        let (r, launcher) = running(&env, app);
+        let start = start_of(&env, app, 1);
+        assert!(start.starts_with("claimed from the pool"), "wake {wake}: the copy was claimed: {start}");
+        // R runs under the copy's init, whose parent is the zygote's fork.
+        let fork = parent(parent(r));
+        assert_eq!(parent(fork), zygote, "wake {wake}: the copy comes from the zygote");
+        assert_ne!(r, zygote, "the zygote is never claimed itself");
+        assert!(cmdline(r).contains("shiny::runApp"), "a claimed R shows the app's run expression, as a cold one: {}", cmdline(r));
+        assert!(cmdline(zygote).contains("shinyctl_zygote") && !cmdline(zygote).contains("runApp"), "{}", cmdline(zygote));
+        assert!(launcher != fork && !seen.contains(&r) && !seen.contains(&fork), "wake {wake}: a new process: {r}/{fork} after {seen:?}");
+        seen.extend([r, fork]);
+        let page = wait_http_ok(port, slow(Duration::from_secs(10))).body;
+        // The copy's own environment, not the zygote's.
+        assert_eq!(between(&page, "greeting=", ";"), Some("from-the-manifest"), "wake {wake}: {page}");
+        assert_eq!(between(&page, "zygote=", ";"), Some(""), "wake {wake}: nothing of the zygote's environment: {page}");
+        assert_eq!(between(&page, "wd=", ";"), Some("/shinyctl/app"), "wake {wake}: {page}");
+        assert!(between(&page, "tmp=", ";").is_some_and(|t| t.starts_with("/tmp/Rtmp") && t.ends_with("/ok")), "wake {wake}: {page}");
+        env.wait_asleep(app, slow(Duration::from_secs(90)));
+        wait_until(slow(Duration::from_secs(30)), "the claimed processes to be gone", || (!pid_alive(r) && !pid_alive(fork)).then_some(()));
+        // The request that wakes it is answered by a copy claimed anew.
+        let r = get(port, "/", &[]).unwrap();
+        assert_eq!(r.status, 200, "the wake through the pool answers: {r:?}");
+    }
+    let (r, _) = running(&env, app);
+    assert!(!seen.contains(&r), "the last wake's copy is new too");
+    // The zygote is the same process, never replaced by a claim, and it
+    // never ran the app: it stays in /, listens on no TCP port, and its
+    // only children are the claims' forks.
+    assert_eq!(start_ticks(zygote), zygote_start, "the same zygote throughout");
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{zygote}/cwd")).unwrap(),
+        std::path::Path::new("/"),
+        "the zygote never entered an app folder"
+    );
+    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{zygote}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|p| p.display().to_string())
+        .collect();
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let inodes: Vec<&str> = tcp.lines().skip(1).filter_map(|l| l.split_whitespace().nth(9)).collect();
+    assert!(!fds.iter().any(|f| inodes.iter().any(|i| *f == format!("socket:[{i}]"))), "the zygote holds no TCP socket: {fds:?}");
+    let v = env.status();
+    assert!(v["pool"]["zygotes"][0]["rss_bytes"].as_u64().is_some_and(|b| b > 0), "its memory is shown: {v}");
+}
+
+#[test]
+fn an_app_that_sets_tz_starts_cold_and_status_says_why() {
+    let env = Env::new("pooltz");
+    serve(&env);
+    wait_pool_ready(&env);
+    let app = &unique("pooltz");
+    let port = free_port();
+    env.apply(&env.app(app, port, "warm-replicas: 0\nenv:\n  TZ: Europe/Paris\n"));
+    running(&env, app);
+    assert_eq!(start_of(&env, app, 1), "cold: its env sets TZ, which R reads only when it starts");
+    wait_http_ok(port, slow(Duration::from_secs(10)));
+}
+
+#[test]
+fn the_daemons_environment_switches_the_pool_off() {
+    let env = Env::new("pooloff");
+    let mut cmd = Command::new(bin());
+    cmd.arg("serve").env("SHINYCTL_POOL", "off");
+    env.start_daemon(cmd);
+    let v: Value = env.status();
+    assert_eq!(v["pool"]["on"], false, "{v}");
+    assert_eq!(v["pool"]["off"], "the pool is off (SHINYCTL_POOL=off)", "{v}");
+    assert_eq!(v["pool"]["zygotes"].as_array().map(Vec::len), Some(0), "no zygote runs: {v}");
+    let app = &unique("pooloff");
+    let port = free_port();
+    env.apply(&env.app(app, port, "warm-replicas: 0\n"));
+    running(&env, app);
+    assert_eq!(start_of(&env, app, 1), "cold: the pool is off (SHINYCTL_POOL=off)");
+    wait_http_ok(port, slow(Duration::from_secs(10)));
+}
