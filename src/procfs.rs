@@ -441,66 +441,10 @@ fn env_var(pid: u32, name: &str) -> Option<String> {
 }
 
 // ---------------------------------------------------------------------------
-// Clocks and times
+// Times (in `crate::fmt`; named here too for the daemon's callers)
 // ---------------------------------------------------------------------------
 
-/// Days since 1970-01-01 → (year, month 1-12, day 1-31), proleptic
-/// Gregorian (Howard Hinnant's civil_from_days).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// `unix_ms` as RFC 3339 at a fixed UTC offset, to the second, with the
-/// offset always written as `+HH:MM`/`-HH:MM` (never `Z`):
-/// `rfc3339_at_offset(0, 3600)` is `1970-01-01T01:00:00+01:00`. Pure.
-pub fn rfc3339_at_offset(unix_ms: u64, offset_secs: i64) -> String {
-    let local = (unix_ms / 1000) as i64 + offset_secs;
-    let days = local.div_euclid(86_400);
-    let secs = local.rem_euclid(86_400);
-    let (y, mo, d) = civil_from_days(days);
-    let sign = if offset_secs < 0 { '-' } else { '+' };
-    let off_min = offset_secs.unsigned_abs() / 60;
-    format!(
-        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}{sign}{:02}:{:02}",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60,
-        off_min / 60,
-        off_min % 60
-    )
-}
-
-/// The local time zone's UTC offset at `unix_secs`, in seconds east of UTC
-/// (`localtime_r`'s `tm_gmtoff`, so TZ and summer time are honoured). 0 when
-/// it can't be worked out. Through libc: nix has no localtime_r.
-pub fn local_offset_secs(unix_secs: i64) -> i64 {
-    let t = unix_secs as libc::time_t;
-    // SAFETY: an all-zero tm is valid, and localtime_r writes only to it.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::localtime_r(&t, &mut tm) };
-    if r.is_null() {
-        0
-    } else {
-        tm.tm_gmtoff as i64
-    }
-}
-
-/// `unix_ms` as local time in RFC 3339 with its offset, to the second, like
-/// `2026-10-27T10:00:01+02:00` (UTC is written `+00:00`, not `Z`): the
-/// STARTED column of status.
-pub fn local_rfc3339(unix_ms: u64) -> String {
-    let secs = (unix_ms / 1000) as i64;
-    rfc3339_at_offset(unix_ms, local_offset_secs(secs))
-}
+pub use crate::fmt::local_rfc3339;
 
 /// Bytes as whole MiB, rounded to the nearest, with an `M`: `142M`. Anything
 /// above 0 but under half a MiB still shows `1M` (a process is never shown
@@ -683,35 +627,6 @@ mod tests {
         assert_eq!(port_owned_by(port, child.id()), PortOwner::Other);
         child.kill().unwrap();
         child.wait().unwrap();
-    }
-
-    #[test]
-    fn rfc3339_formatting() {
-        assert_eq!(rfc3339_at_offset(0, 0), "1970-01-01T00:00:00+00:00");
-        assert_eq!(rfc3339_at_offset(0, 3600), "1970-01-01T01:00:00+01:00");
-        // 2026-10-27T08:00:01Z
-        let ms = 1_793_088_001_000 + 999;
-        assert_eq!(rfc3339_at_offset(ms, 7200), "2026-10-27T10:00:01+02:00");
-        assert_eq!(rfc3339_at_offset(ms, -(3 * 3600 + 1800)), "2026-10-27T04:30:01-03:30");
-        assert_eq!(rfc3339_at_offset(951_782_400_000, 0), "2000-02-29T00:00:00+00:00");
-        assert_eq!(rfc3339_at_offset(1_704_067_199_000, 0), "2023-12-31T23:59:59+00:00");
-    }
-
-    #[test]
-    fn local_rfc3339_shape() {
-        let ms = 1_793_088_001_000;
-        let s = local_rfc3339(ms);
-        let b = s.as_bytes();
-        assert_eq!(s.len(), 25, "{s}");
-        for (i, c) in [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':'), (22, b':')] {
-            assert_eq!(b[i], c, "{s}");
-        }
-        assert!(b[19] == b'+' || b[19] == b'-', "{s}");
-        assert!(!s.contains('Z'));
-        for i in [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 23, 24] {
-            assert!(b[i].is_ascii_digit(), "{s}");
-        }
-        assert_eq!(s, rfc3339_at_offset(ms, local_offset_secs(ms as i64 / 1000)));
     }
 
     #[test]

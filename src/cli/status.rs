@@ -29,7 +29,7 @@ pub fn run(home: &Home, app: Option<&str>, json: bool, watch: bool, wide: bool) 
             Ok(report) => render(&report, wide),
             Err(e) => format!("shinyctl: {e:#}\n"),
         };
-        let now = crate::procfs::local_rfc3339(crate::clock::now_ms());
+        let now = crate::fmt::local_rfc3339(crate::clock::now_ms());
         // Home the cursor and clear the screen, then the table, as `watch` does.
         print!("\x1b[H\x1b[2JEvery 1s: shinyctl status{}    {now}\n\n{text}", app.map(|a| format!(" {a}")).unwrap_or_default());
         use std::io::Write;

@@ -25,7 +25,7 @@ pub const LIMIT_BYTES: u64 = 2 << 30;
 /// `20261130T181502-3fa9`, so ids sort by when they were taken (to the
 /// second: within one, `AppState::releases`' order says which came last).
 pub fn new_id(now_ms: u64) -> String {
-    let stamp: String = crate::procfs::rfc3339_at_offset(now_ms, 0)[..19].chars().filter(|c| *c != '-' && *c != ':').collect();
+    let stamp: String = crate::fmt::rfc3339_at_offset(now_ms, 0)[..19].chars().filter(|c| *c != '-' && *c != ':').collect();
     format!("{stamp}-{:04x}", random_u16())
 }
 
