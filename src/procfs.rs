@@ -446,15 +446,6 @@ fn env_var(pid: u32, name: &str) -> Option<String> {
 
 pub use crate::fmt::local_rfc3339;
 
-/// Bytes as whole MiB, rounded to the nearest, with an `M`: `142M`. Anything
-/// above 0 but under half a MiB still shows `1M` (a process is never shown
-/// as using nothing); 0 shows `0M`. Large values stay in M (`10240M`).
-pub fn format_mem(bytes: u64) -> String {
-    const MIB: u64 = 1024 * 1024;
-    let mib = if bytes == 0 { 0 } else { ((bytes / MIB) + u64::from(bytes % MIB >= MIB / 2)).max(1) };
-    format!("{mib}M")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -627,18 +618,5 @@ mod tests {
         assert_eq!(port_owned_by(port, child.id()), PortOwner::Other);
         child.kill().unwrap();
         child.wait().unwrap();
-    }
-
-    #[test]
-    fn mem_formatting() {
-        const MIB: u64 = 1024 * 1024;
-        assert_eq!(format_mem(0), "0M");
-        assert_eq!(format_mem(1), "1M");
-        assert_eq!(format_mem(MIB / 3), "1M");
-        assert_eq!(format_mem(MIB), "1M");
-        assert_eq!(format_mem(142 * MIB), "142M");
-        assert_eq!(format_mem(142 * MIB + MIB / 2), "143M");
-        assert_eq!(format_mem(142 * MIB + MIB / 2 - 1), "142M");
-        assert_eq!(format_mem(10 * 1024 * MIB), "10240M");
     }
 }

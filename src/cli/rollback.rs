@@ -45,7 +45,7 @@ pub fn table(rows: &[ReleaseRow]) -> String {
             "{:<22} {:<26} {:>10}  {state}\n",
             r.id,
             crate::fmt::local_rfc3339(r.taken_ms),
-            crate::release::human_bytes(r.bytes)
+            crate::fmt::size(r.bytes, crate::fmt::SizeStyle::Prose)
         ));
     }
     out

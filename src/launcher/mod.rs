@@ -292,7 +292,7 @@ fn own_disk(launch: &Launch, who: Option<&Identity>) {
     }
     let (tmp, shm) = (landlock::tmp_path(&launch.scratch), plan::shm_path(&launch.scratch));
     let owner = who.map(|w| (w.uid, w.gid));
-    let shown = crate::manifest::show_size(size);
+    let shown = crate::fmt::size(size, crate::fmt::SizeStyle::Manifest);
     match disk::attach(&launch.scratch, &tmp, &shm, size, owner) {
         Ok(disk::Attached::Mounted(device)) => {
             log(&format!("--- shinyctl: the copy's disk (scratch, /tmp, /dev/shm) is a filesystem of its own of {shown} on {device} ---"))

@@ -39,32 +39,6 @@ fn random_u16() -> u16 {
     }
 }
 
-/// Bytes for people: `100 B`, `2.9 KiB`, `1.2 MiB`, `2.0 GiB`.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut v = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
-}
-
-/// A span for people: `under 1 ms`, `15 ms`, `1.2 s`.
-pub fn human_took(ms: u64) -> String {
-    if ms == 0 {
-        "under 1 ms".to_string()
-    } else if ms < 1000 {
-        format!("{ms} ms")
-    } else {
-        format!("{:.1} s", ms as f64 / 1000.0)
-    }
-}
-
 /// What a release of this app is taken from, and what it leaves out
 /// besides the names in [`snapshot::LEFT_OUT_NAMES`]: the state-file (the
 /// daemon writes it all the time) and the home folder when it lies inside

@@ -34,17 +34,6 @@ fn ids_sort_by_time_and_differ() {
 }
 
 #[test]
-fn sizes_and_spans_read_like_a_person_wrote_them() {
-    assert_eq!(human_bytes(1000), "1000 B");
-    assert_eq!(human_bytes(3000), "2.9 KiB");
-    assert_eq!(human_bytes(100 << 20), "100.0 MiB");
-    assert_eq!(human_bytes(2 << 30), "2.0 GiB");
-    assert_eq!(human_took(0), "under 1 ms");
-    assert_eq!(human_took(15), "15 ms");
-    assert_eq!(human_took(1234), "1.2 s");
-}
-
-#[test]
 fn rollback_goes_to_the_last_release_that_served_before_the_current_one() {
     let dir = std::env::temp_dir().join(format!("shinyctl-rel-rb-{}", std::process::id()));
     let mut st = AppState::default();
