@@ -154,3 +154,13 @@ fn under_systemd_the_unit_cgroup_is_taken_only_from_the_daemon_leaf() {
     assert_eq!(std::fs::read_to_string(unit.join("cgroup.subtree_control")).unwrap(), "+memory +pids");
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn a_cgroup_mounted_where_the_path_holds_a_blank_is_found_there() {
+    let text = "35 31 0:32 /my\\040slice /sys/fs/cgroup/my\\040memory rw,relatime shared:9 - cgroup cgroup rw,memory\n";
+    let mounts = parse_mountinfo(text);
+    assert_eq!(mounts.len(), 1, "{mounts:?}");
+    assert_eq!(mounts[0].point, Path::new("/sys/fs/cgroup/my memory"));
+    assert_eq!(mounts[0].root, "/my slice");
+    assert_eq!(below(&mounts[0], "/my slice/d04e"), Some(PathBuf::from("/sys/fs/cgroup/my memory/d04e")));
+}
