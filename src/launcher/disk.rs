@@ -315,13 +315,13 @@ mod tests {
             eprintln!("skipped: loop devices and mounts need root (the integration tests cover a daemon that is not root)");
             return;
         }
-        let base = std::env::temp_dir().join(format!("shinyctl-disk-test-{}", std::process::id()));
-        std::fs::create_dir_all(&base).unwrap();
+        let tmp_dir = tempfile::tempdir().unwrap();
+        let base = tmp_dir.path().to_path_buf();
+        // Unmounted before the folder (dropped after this) is removed.
         struct Gone(PathBuf);
         impl Drop for Gone {
             fn drop(&mut self) {
                 detach_below(&self.0).into_iter().for_each(|t| drop(t.join()));
-                let _ = std::fs::remove_dir_all(&self.0);
             }
         }
         let dir = Gone(base);

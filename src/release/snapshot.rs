@@ -256,19 +256,13 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    /// A temporary folder removed when dropped.
-    struct Tmp(PathBuf);
+    /// A temporary folder: its path, and the folder (removed when dropped;
+    /// held only for that).
+    struct Tmp(PathBuf, #[allow(dead_code)] tempfile::TempDir);
     impl Tmp {
         fn new(name: &str) -> Tmp {
-            let p = std::env::temp_dir().join(format!("shinyctl-snap-{}-{name}", std::process::id()));
-            let _ = fs::remove_dir_all(&p);
-            fs::create_dir_all(&p).unwrap();
-            Tmp(p)
-        }
-    }
-    impl Drop for Tmp {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
+            let dir = tempfile::Builder::new().prefix(&format!("shinyctl-snap-{name}-")).tempdir().unwrap();
+            Tmp(dir.path().to_path_buf(), dir)
         }
     }
 
