@@ -188,16 +188,14 @@ mod tests {
 
     #[test]
     fn write_atomic_replaces_the_file_and_leaves_no_temporary_file() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-home-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp_dir = tempfile::tempdir().unwrap();
+        let dir = tmp_dir.path().to_path_buf();
         let path = dir.join("state.json");
         write_atomic(&path, b"one", 0o644).unwrap();
         write_atomic(&path, b"two", 0o644).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
         let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("state.json")]);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

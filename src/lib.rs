@@ -5,6 +5,7 @@
 pub mod api_client;
 pub mod cli;
 pub mod clock;
+pub mod fmt;
 pub mod home;
 pub mod launcher;
 pub mod limits;

@@ -483,7 +483,7 @@ pub struct DiskStop {
 impl DiskStop {
     /// "its disk held 70M of its 64M (sandbox.disk)".
     pub fn describe(&self) -> String {
-        let show = crate::manifest::show_size;
+        let show = |b| crate::fmt::size(b, crate::fmt::SizeStyle::Manifest);
         format!("its disk (scratch, /tmp, /dev/shm) held {} of its {} (sandbox.disk)", show(self.used), show(self.limit))
     }
 }
@@ -515,7 +515,10 @@ impl Exit {
             return format!("was stopped: {}", d.describe());
         }
         if let Some(limit) = self.start_timeout_ms {
-            return format!("was stopped: not ready within start-timeout {}", crate::reconcile::human_duration(limit));
+            return format!(
+                "was stopped: not ready within start-timeout {}",
+                crate::fmt::duration(std::time::Duration::from_millis(limit), crate::fmt::DurationStyle::Span)
+            );
         }
         match (self.code, self.signal) {
             (_, Some(sig)) => format!("was killed by signal {sig}"),
@@ -528,8 +531,8 @@ impl Exit {
 impl MemoryStop {
     /// "2.1G, over its memory limit of 2G".
     pub fn describe(&self) -> String {
-        use crate::manifest::show_size;
-        format!("{}, over its memory limit of {}", show_size(self.used), show_size(self.limit))
+        use crate::fmt::{size, SizeStyle::Manifest};
+        format!("{}, over its memory limit of {}", size(self.used, Manifest), size(self.limit, Manifest))
     }
 }
 
@@ -562,7 +565,7 @@ impl ApplyRequest {
         if body_len <= Self::MAX_BODY {
             return Ok(());
         }
-        let show = |n: usize| crate::manifest::show_size(n as u64);
+        let show = |n: usize| crate::fmt::size(n as u64, crate::fmt::SizeStyle::Manifest);
         Err(format!(
             "{}: the manifest is too large to apply: {} ({} as the API's request), and the API takes at most {} ({} bytes). \
              A manifest holds settings; keep data in the app's folder.",

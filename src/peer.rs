@@ -143,8 +143,8 @@ mod tests {
     /// reason names the launcher.
     #[test]
     fn a_descendant_of_a_launcher_is_refused() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-peer-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp_dir = tempfile::tempdir().unwrap();
+        let dir = tmp_dir.path().to_path_buf();
         let _ = std::fs::remove_file(dir.join("shinyctl"));
         std::os::unix::fs::symlink("/bin/bash", dir.join("shinyctl")).unwrap();
         std::fs::write(dir.join("launch"), "sleep 30 & wait\n").unwrap();
@@ -166,6 +166,5 @@ mod tests {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child as i32), nix::sys::signal::Signal::SIGKILL);
         let _ = launcher.kill();
         let _ = launcher.wait();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -10,7 +10,7 @@
 //! pending) that keeps every jump to 10 ms: times are then exact to a few
 //! ticks, and a 15 s hold is 1,500 quick turns of the runtime.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,23 +43,14 @@ struct Rig {
     port: u16,
     /// What the load balancer asks of the daemon.
     daemon: Daemon,
-    /// A folder of this test's own (api.sock), removed at the end.
-    dir: PathBuf,
-}
-
-impl Drop for Rig {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    /// A folder of this test's own (api.sock), removed when dropped.
+    _dir: tempfile::TempDir,
 }
 
 /// Starts a load balancer with the table `of(port)` gives for its port.
 async fn start(of: impl FnOnce(u16) -> ProxyTable) -> Rig {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!("shinyctl-inproc-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let api_sock = dir.join("api.sock");
+    let dir = tempfile::Builder::new().prefix("shinyctl-inproc-").tempdir().unwrap();
+    let api_sock = dir.path().join("api.sock");
     let daemon = Daemon::serve(&api_sock);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -69,7 +60,7 @@ async fn start(of: impl FnOnce(u16) -> ProxyTable) -> Rig {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
-    Rig { proxy, port, daemon, dir }
+    Rig { proxy, port, daemon, _dir: dir }
 }
 
 /// The table of app `web` on `port`: its policy, whether it sleeps, its

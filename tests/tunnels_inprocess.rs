@@ -3,7 +3,6 @@
 //! a visitor on a raw socket too, so every byte, close and half-close is
 //! seen as it is. No R, no other process, real time.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,21 +23,13 @@ struct Rig {
     proxy: Proxy,
     /// The load balancer's public port.
     port: u16,
-    /// The test's folder (the daemon's api.sock would be there), removed at the end.
-    dir: PathBuf,
-}
-
-impl Drop for Rig {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    /// The test's folder (the daemon's api.sock would be there), removed when dropped.
+    _dir: tempfile::TempDir,
 }
 
 /// A load balancer in front of copy 1 on `copy_port`.
 async fn start(copy_port: u16) -> Rig {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!("shinyctl-tunnels-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::Builder::new().prefix("shinyctl-tunnels-").tempdir().unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let table = ProxyTable {
@@ -60,9 +51,9 @@ async fn start(copy_port: u16) -> Rig {
             copies: vec![ProxyCopy { copy: 1, port: copy_port, role: Role::Active, pid: std::process::id() }],
         }],
     };
-    let settings = Settings { api_sock: dir.join("api.sock"), key: [7; 32] };
+    let settings = Settings { api_sock: dir.path().join("api.sock"), key: [7; 32] };
     let proxy = Proxy::start(settings, table, vec![listener]).await.unwrap();
-    Rig { proxy, port, dir }
+    Rig { proxy, port, _dir: dir }
 }
 
 impl Rig {

@@ -142,8 +142,8 @@ mod tests {
 
     #[test]
     fn the_tail_and_what_comes_after_it() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-logs-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp_dir = tempfile::tempdir().unwrap();
+        let dir = tmp_dir.path().to_path_buf();
         let path = dir.join("a.log");
         let text: String = (1..=100_000).map(|i| format!("line {i}\n")).collect();
         std::fs::write(&path, &text).unwrap();
@@ -159,6 +159,5 @@ mod tests {
         assert_eq!(new_lines(p, &mut pos), vec!["after rotation"], "a rotated log is read from its start");
         assert_eq!(last_lines(p, 0).0, Vec::<String>::new());
         assert_eq!(last_lines("/nonexistent/x.log", 5).0, Vec::<String>::new());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

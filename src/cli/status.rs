@@ -2,10 +2,12 @@
 //! `--wide`, more columns after it), the memory line under it, and a line
 //! for anything a person must know.
 
+use std::time::Duration;
+
 use crate::api_client::Client;
+use crate::fmt::{duration, size, DurationStyle, SizeStyle};
 use crate::home::Home;
 use crate::model::{Role, StatusReport};
-use crate::procfs::format_mem;
 
 /// The columns, as documented.
 const COLUMNS: [&str; 11] = ["NAME", "COPY", "ROLE", "PORT", "PID", "STATUS", "READY", "MEM", "SESSIONS", "CRASHES", "STARTED"];
@@ -29,7 +31,7 @@ pub fn run(home: &Home, app: Option<&str>, json: bool, watch: bool, wide: bool) 
             Ok(report) => render(&report, wide),
             Err(e) => format!("shinyctl: {e:#}\n"),
         };
-        let now = crate::procfs::local_rfc3339(crate::clock::now_ms());
+        let now = crate::fmt::local_rfc3339(crate::clock::now_ms());
         // Home the cursor and clear the screen, then the table, as `watch` does.
         print!("\x1b[H\x1b[2JEvery 1s: shinyctl status{}    {now}\n\n{text}", app.map(|a| format!(" {a}")).unwrap_or_default());
         use std::io::Write;
@@ -56,17 +58,17 @@ pub fn render(report: &StatusReport, wide: bool) -> String {
                 dash(c.pid.map(|p| p.to_string())),
                 c.status.clone(),
                 if c.ready { "ready".into() } else { "-".into() },
-                dash(c.mem_bytes.map(format_mem)),
+                dash(c.mem_bytes.map(|b| size(b, SizeStyle::WholeMib))),
                 c.sessions.to_string(),
                 if c.crashes == 0 { "-".into() } else { c.crashes.to_string() },
                 dash(c.started.clone()),
             ];
             if wide {
                 row.extend([
-                    dash(c.uptime_secs.map(format_uptime)),
+                    dash(c.uptime_secs.map(|s| duration(Duration::from_secs(s), DurationStyle::Uptime))),
                     dash(c.cpu_percent.map(|p| format!("{p:.1}%"))),
-                    dash(c.cpu_secs.map(format_cpu_time)),
-                    dash(c.memory_limit_bytes.map(format_mem)),
+                    dash(c.cpu_secs.map(|s| duration(Duration::try_from_secs_f64(s).unwrap_or_default(), DurationStyle::CpuTime))),
+                    dash(c.memory_limit_bytes.map(|b| size(b, SizeStyle::WholeMib))),
                 ]);
             }
             rows.push(row);
@@ -100,23 +102,6 @@ pub fn render(report: &StatusReport, wide: bool) -> String {
     out
 }
 
-/// An uptime as `pm2 list` writes it, in its two largest units: `42s`,
-/// `5m12s`, `3h04m`, `2d07h`.
-fn format_uptime(secs: u64) -> String {
-    match secs {
-        s if s < 60 => format!("{s}s"),
-        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
-        s if s < 86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-        s => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
-    }
-}
-
-/// CPU time as `ps` writes it, minutes and seconds: `0:03.41`, `72:10.00`.
-fn format_cpu_time(secs: f64) -> String {
-    let hundredths = (secs.max(0.0) * 100.0).round() as u64;
-    format!("{}:{:02}.{:02}", hundredths / 6000, hundredths / 100 % 60, hundredths % 100)
-}
-
 /// "Memory: 420M in 3 R processes (1 warm, 1 draining), plus 41M for the load balancer."
 fn memory_line(report: &StatusReport) -> String {
     let copies = report.apps.iter().flat_map(|a| a.copies.iter()).filter(|c| c.pid.is_some());
@@ -137,12 +122,12 @@ fn memory_line(report: &StatusReport) -> String {
     if draining > 0 {
         parts.push(format!("{draining} draining"));
     }
-    let mut line = format!("Memory: {} in {n} R {}", format_mem(total), if n == 1 { "process" } else { "processes" });
+    let mut line = format!("Memory: {} in {n} R {}", size(total, SizeStyle::WholeMib), if n == 1 { "process" } else { "processes" });
     if !parts.is_empty() {
         line.push_str(&format!(" ({})", parts.join(", ")));
     }
     match report.proxy_rss_bytes {
-        Some(rss) => line.push_str(&format!(", plus {} for the load balancer.", format_mem(rss))),
+        Some(rss) => line.push_str(&format!(", plus {} for the load balancer.", size(rss, SizeStyle::WholeMib))),
         None => line.push_str("; the load balancer is not running."),
     }
     line
@@ -257,10 +242,5 @@ hello: copy 1 is draining with 2 sessions; it stops when they end, or in 15m at 
         assert_eq!(cells(1)[11..], ["1h02m", "12.5%", "1:13.46", "512M"], "{text}");
         assert_eq!(cells(2)[10..], ["-", "-", "-", "-", "-"], "a copy asleep has none:\n{text}");
         assert!(!render(&report, false).contains("UPTIME"), "the default table keeps the documented columns");
-        assert_eq!(
-            (format_uptime(42), format_uptime(312), format_uptime(2 * 86_400 + 7 * 3600)),
-            ("42s".into(), "5m12s".into(), "2d07h".into())
-        );
-        assert_eq!(format_cpu_time(3.414), "0:03.41");
     }
 }

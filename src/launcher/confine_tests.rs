@@ -9,27 +9,31 @@ use std::os::unix::ffi::OsStrExt;
 /// Folders of one test: the child's scratch disk, its /tmp, and a place
 /// outside both.
 struct Places {
-    /// The test's own folder, removed at the end.
+    /// The test's own folder.
     root: PathBuf,
+    /// The folder again, removed when dropped.
+    _held: tempfile::TempDir,
 }
 
 impl Places {
     fn new(name: &str) -> Places {
-        let root = std::env::temp_dir().join(format!("confine-{name}-{}", std::process::id()));
+        use std::os::unix::fs::PermissionsExt;
+        // 0755, as a folder made with the usual umask: a confined copy may
+        // run as another user, and must reach its scratch folder.
+        let held = tempfile::Builder::new()
+            .prefix(&format!("confine-{name}-"))
+            .permissions(std::fs::Permissions::from_mode(0o755))
+            .tempdir()
+            .unwrap();
+        let root = held.path().to_path_buf();
         for d in ["scratch", "tmp", "outside"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
-        Places { root }
+        Places { root, _held: held }
     }
 
     fn confinement(&self, sandbox: &Sandbox, port: u16) -> Confinement {
         Confinement::new(&self.root.join("scratch"), &self.root.join("tmp"), port, sandbox)
-    }
-}
-
-impl Drop for Places {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 

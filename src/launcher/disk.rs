@@ -271,32 +271,10 @@ fn detach(p: &Path) {
 /// The mount points at or below `dir`, deepest first, from
 /// /proc/self/mountinfo (its octal escapes undone).
 pub fn mounts_below(dir: &Path) -> Vec<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut found: Vec<PathBuf> = text.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).filter(|p| p.starts_with(dir)).collect();
+    let mut found: Vec<PathBuf> = crate::procfs::mounts().into_iter().map(|m| m.point).filter(|p| p.starts_with(dir)).collect();
     found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     found.dedup();
     found
-}
-
-/// A mountinfo field with its `\040`-style escapes undone.
-fn unescape(field: &str) -> PathBuf {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) => {
-                out.push(d.iter().fold(0u8, |n, c| n.wrapping_mul(8).wrapping_add(c - b'0')));
-                i += 4;
-            }
-            None => {
-                out.push(b[i]);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(std::ffi::OsStr::from_bytes(&out).to_os_string())
 }
 
 /// Detaches every mount at or below `dir` (a copy's disk, or an app's
@@ -322,12 +300,6 @@ pub fn detach_below(dir: &Path) -> Vec<std::thread::JoinHandle<()>> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape(r"/a\040b\011c\134d"), PathBuf::from("/a b\tc\\d"));
-        assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
-    }
-
     /// The loop devices whose backing file is `image`.
     fn loops_of(image: &Path) -> Vec<String> {
         let Ok(dir) = std::fs::read_dir("/sys/block") else { return Vec::new() };
@@ -343,13 +315,13 @@ mod tests {
             eprintln!("skipped: loop devices and mounts need root (the integration tests cover a daemon that is not root)");
             return;
         }
-        let base = std::env::temp_dir().join(format!("shinyctl-disk-test-{}", std::process::id()));
-        std::fs::create_dir_all(&base).unwrap();
+        let tmp_dir = tempfile::tempdir().unwrap();
+        let base = tmp_dir.path().to_path_buf();
+        // Unmounted before the folder (dropped after this) is removed.
         struct Gone(PathBuf);
         impl Drop for Gone {
             fn drop(&mut self) {
                 detach_below(&self.0).into_iter().for_each(|t| drop(t.join()));
-                let _ = std::fs::remove_dir_all(&self.0);
             }
         }
         let dir = Gone(base);

@@ -315,7 +315,7 @@ fn own_disk(launch: &Launch, who: Option<&Identity>) {
     }
     let (tmp, shm) = (landlock::tmp_path(&launch.scratch), plan::shm_path(&launch.scratch));
     let owner = who.map(|w| (w.uid, w.gid));
-    let shown = crate::manifest::show_size(size);
+    let shown = crate::fmt::size(size, crate::fmt::SizeStyle::Manifest);
     match disk::attach(&launch.scratch, &tmp, &shm, size, owner) {
         Ok(disk::Attached::Mounted(device)) => {
             log(&format!("--- shinyctl: the copy's disk (scratch, /tmp, /dev/shm) is a filesystem of its own of {shown} on {device} ---"))
@@ -770,7 +770,8 @@ mod tests {
 
     #[test]
     fn removing_a_scratch_disk_takes_what_the_launcher_kept_beside_it() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-remove-scratch-{}", std::process::id()));
+        let tmp_dir = tempfile::tempdir().unwrap();
+        let dir = tmp_dir.path().to_path_buf();
         let scratch = dir.join("3");
         for d in [scratch.join("sub"), landlock::tmp_path(&scratch), plan::shm_path(&scratch), dir.join("4")] {
             std::fs::create_dir_all(d).unwrap();
@@ -779,6 +780,5 @@ mod tests {
         remove_scratch(&scratch).into_iter().for_each(|t| t.join().unwrap());
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left, vec![std::ffi::OsString::from("4")], "only another copy's disk is left");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -116,7 +116,8 @@ mod tests {
 
     #[test]
     fn a_report_is_read_only_for_its_own_pid() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-report-{}", std::process::id()));
+        let tmp_dir = tempfile::tempdir().unwrap();
+        let dir = tmp_dir.path().to_path_buf();
         let scratch = dir.join("1");
         std::fs::create_dir_all(&scratch).unwrap();
         let iso =
@@ -130,6 +131,5 @@ mod tests {
         Writer::open(&report_path(&scratch)).unwrap().write(&iso, None, Some("sandbox mode strict and fences are missing: user-ns"));
         let got = read_report(&scratch, std::process::id()).expect("its own report");
         assert_eq!(got.refused.as_deref(), Some("sandbox mode strict and fences are missing: user-ns"), "a refusal is reported");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -82,8 +82,8 @@ mod tests {
 
     #[test]
     fn a_source_opened_is_named_by_its_fd_and_another_by_its_path() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-sources-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp_dir = tempfile::tempdir().unwrap();
+        let dir = tmp_dir.path().to_path_buf();
         let plan = Plan { app_dir: dir.clone(), scratch: dir.clone(), tmp: dir.clone(), shm: dir.clone(), ..Plan::default() };
         let s = Sources::open(&plan).unwrap();
         let via = s.from("", &dir);
@@ -92,6 +92,5 @@ mod tests {
         assert_eq!(s.from("/oldroot", Path::new("/usr/lib")), PathBuf::from("/oldroot/usr/lib"));
         let missing = Plan { app_dir: dir.join("gone"), ..plan };
         assert!(Sources::open(&missing).unwrap_err().to_string().contains("gone"));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

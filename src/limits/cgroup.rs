@@ -380,20 +380,17 @@ fn v1_path(own: &str, controller: &str) -> Option<String> {
     })
 }
 
-/// The cgroup mounts in /proc/self/mountinfo.
+/// The cgroup mounts in the text of /proc/self/mountinfo, their paths with
+/// the kernel's octal escapes undone.
 fn parse_mountinfo(text: &str) -> Vec<Mount> {
-    text.lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let f: Vec<&str> = left.split(' ').collect();
-            let r: Vec<&str> = right.split(' ').collect();
-            let (root, point, fstype, options) = (f.get(3)?, f.get(4)?, r.first()?, r.get(2).unwrap_or(&""));
-            matches!(*fstype, "cgroup" | "cgroup2").then(|| Mount {
-                root: root.to_string(),
-                point: PathBuf::from(point),
-                v2: *fstype == "cgroup2",
-                options: options.split(',').map(str::to_string).collect(),
-            })
+    crate::procfs::parse_mountinfo(text)
+        .into_iter()
+        .filter(|m| matches!(m.fs_type.as_str(), "cgroup" | "cgroup2"))
+        .map(|m| Mount {
+            root: m.root.to_string_lossy().into_owned(),
+            point: m.point,
+            v2: m.fs_type == "cgroup2",
+            options: m.super_options,
         })
         .collect()
 }

@@ -62,7 +62,7 @@ pub use fence::SANDBOX_KEYS;
 pub use net::Cidr;
 pub use policy::{LbPolicy, RestartPolicy};
 pub use route::RouteSpec;
-pub use sandbox::{parse_size, show_size, Disk, Sandbox, SandboxMode, Syscalls, DEFAULT_OPEN_FILES, DEFAULT_TASKS};
+pub use sandbox::{parse_size, Disk, Sandbox, SandboxMode, Syscalls, DEFAULT_OPEN_FILES, DEFAULT_TASKS};
 pub use scale::ScaleSpec;
 pub use start::{settings_hash, StartSpec};
 pub use value::parse_duration;

@@ -161,13 +161,3 @@ pub fn parse_size(s: &str) -> Option<u64> {
     let v = num.parse::<f64>().ok()? * (1u64 << shift) as f64;
     (v < u64::MAX as f64).then_some(v as u64)
 }
-
-/// A size for people, the way a manifest writes it: `2G`, `2.1G`, `512M`,
-/// `300K`, `100B` (one decimal, dropped when it is 0).
-pub fn show_size(bytes: u64) -> String {
-    let units = [(40, "T"), (30, "G"), (20, "M"), (10, "K")];
-    let Some((shift, unit)) = units.iter().find(|(shift, _)| bytes >= 1u64 << shift) else { return format!("{bytes}B") };
-    let v = bytes as f64 / (1u64 << shift) as f64;
-    let shown = format!("{:.1}", (v * 10.0).round() / 10.0);
-    format!("{}{unit}", shown.strip_suffix(".0").unwrap_or(&shown))
-}

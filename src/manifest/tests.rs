@@ -2,23 +2,17 @@
 //! key and what is allowed, and the line-finding.
 
 use super::*;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A temporary folder of its own, removed at the end of the test.
-pub(super) struct TestDir(pub(super) PathBuf);
+/// (The folder is held only for its removal on drop.)
+pub(super) struct TestDir(pub(super) PathBuf, #[allow(dead_code)] tempfile::TempDir);
 
 impl TestDir {
     pub(super) fn new() -> TestDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-        let p = std::env::temp_dir().join(format!(
-            "shinyctl-manifest-test-{}-{}-{nanos}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        fs::create_dir_all(&p).unwrap();
+        let dir = tempfile::Builder::new().prefix("shinyctl-manifest-test-").tempdir().unwrap();
+        let p = dir.path().to_path_buf();
         fs::write(p.join("app.R"), "library(shiny)\n").unwrap();
-        TestDir(p)
+        TestDir(p, dir)
     }
     fn manifest(&self) -> PathBuf {
         self.0.join("hello.yaml")
@@ -43,12 +37,6 @@ impl TestDir {
 }
 
 use std::fs;
-
-impl Drop for TestDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 const MIN: &str = "app-name: hello\nport: 8080\n";
 

@@ -78,8 +78,8 @@ mod tests {
 
     #[test]
     fn a_second_taker_finds_the_lock_held_with_the_pid() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-lock-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let tmp_dir = tempfile::tempdir().unwrap();
+        let dir = tmp_dir.path().to_path_buf();
         let path = dir.join("lock");
         let first = take(&path).unwrap();
         assert!(matches!(first, Lock::Taken(_)));
@@ -91,6 +91,5 @@ mod tests {
         }
         drop(first);
         assert!(matches!(take(&path).unwrap(), Lock::Taken(_)));
-        let _ = fs::remove_dir_all(&dir);
     }
 }

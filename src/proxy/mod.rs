@@ -371,8 +371,8 @@ mod tests {
 
     #[test]
     fn a_missing_or_short_cookie_key_is_a_clear_error_and_none_is_made() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-readkey-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let tmp_dir = tempfile::tempdir().unwrap();
+        let dir = tmp_dir.path().to_path_buf();
         let path = dir.join("cookie.key");
         let _ = fs::remove_file(&path);
         let missing = read_key(&path).unwrap_err().to_string();
@@ -383,6 +383,5 @@ mod tests {
         assert!(short.contains("is 5 bytes, not 32"), "{short}");
         fs::write(&path, [9u8; COOKIE_KEY_LEN]).unwrap();
         assert_eq!(read_key(&path).unwrap(), [9u8; COOKIE_KEY_LEN]);
-        let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -7,7 +7,9 @@
 //! it does not care why it was called (a tick, a command, an exit).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use crate::fmt::{duration, DurationStyle};
 use crate::manifest::{AppSpec, RestartPolicy, ScaleSpec};
 use crate::model::{AppState, CopyRecord, Exit, Role};
 
@@ -606,18 +608,6 @@ fn left_down_note(name: &str, copy: u32, why: &str, log_of: &dyn Fn(u32) -> Copy
     }
 }
 
-/// Formats a span for people: `15m`, `4m30s`, `45s`, `1h`.
-pub fn human_duration(ms: u64) -> String {
-    let s = ms.div_ceil(1000);
-    match (s / 3600, (s % 3600) / 60, s % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, 0) => format!("{m}m"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, 0, _) => format!("{h}h"),
-        (h, m, _) => format!("{h}h{m}m"),
-    }
-}
-
 /// What status says of a copy's log: where it is and its last error line.
 #[derive(Debug, Clone, Default)]
 pub struct CopyLog {
@@ -639,15 +629,15 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
         let stopping = if running > 0 { format!("; {running} of its copies still stopping") } else { String::new() };
         out.push(format!(
             "{name}: stopped for {} (shinyctl stop){stopping}; its port answers that it is stopped. `shinyctl start {name}` starts it.",
-            human_duration(now_ms.saturating_sub(since))
+            duration(Duration::from_millis(now_ms.saturating_sub(since)), DurationStyle::Span)
         ));
         return out;
     }
     if let Some(since) = state.asleep_since_ms {
         out.push(format!(
             "{name}: asleep for {} (idle-timeout {}); the first request wakes it.",
-            human_duration(now_ms.saturating_sub(since)),
-            human_duration(spec.scale.idle_timeout_ms)
+            duration(Duration::from_millis(now_ms.saturating_sub(since)), DurationStyle::Span),
+            duration(Duration::from_millis(spec.scale.idle_timeout_ms), DurationStyle::Span)
         ));
         // A version deployed while asleep that failed its check.
         out.extend(state.copies.iter().filter_map(|rec| Some(left_down_note(name, rec.copy, rec.left_down.as_deref()?, log_of))));
@@ -670,7 +660,7 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
                 out.push(format!(
                     "{name}: copy {} is draining with {sessions} {plural}; it stops when they end, or in {} at the latest.",
                     rec.copy,
-                    human_duration(left)
+                    duration(Duration::from_millis(left), DurationStyle::Span)
                 ));
             }
             continue;
@@ -710,7 +700,7 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
                 out.push(format!(
                     "{name}: copy {} has been starting for {} and is not ready. Its log: {}",
                     rec.copy,
-                    human_duration(now_ms - started),
+                    duration(Duration::from_millis(now_ms - started), DurationStyle::Span),
                     log_of(rec.copy).path
                 ));
             }

@@ -2,7 +2,9 @@
 //! truth"): pure, from the app's state, the roles of its ready copies and
 //! the revision the deploy started.
 
-use super::human_duration;
+use std::time::Duration;
+
+use crate::fmt::{duration, DurationStyle};
 use crate::model::{AppState, CopyRecord, Role, RolloutReply, RolloutState};
 
 /// Where the deploy of `revision` stands: serving once `replicas` of its
@@ -43,7 +45,9 @@ pub fn rollout(state: &AppState, settings: &str, replicas: u32, roles: &[(u32, R
         .iter()
         .filter(|r| ours(r) && !ready(r))
         .map(|r| match r.started_ms {
-            Some(t) if r.pid.is_some() => format!("copy {} starting for {}", r.copy, human_duration(now_ms.saturating_sub(t))),
+            Some(t) if r.pid.is_some() => {
+                format!("copy {} starting for {}", r.copy, duration(Duration::from_millis(now_ms.saturating_sub(t)), DurationStyle::Span))
+            }
             _ => format!("copy {} waiting to start", r.copy),
         })
         .collect();

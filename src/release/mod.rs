@@ -25,7 +25,7 @@ pub const LIMIT_BYTES: u64 = 2 << 30;
 /// `20261130T181502-3fa9`, so ids sort by when they were taken (to the
 /// second: within one, `AppState::releases`' order says which came last).
 pub fn new_id(now_ms: u64) -> String {
-    let stamp: String = crate::procfs::rfc3339_at_offset(now_ms, 0)[..19].chars().filter(|c| *c != '-' && *c != ':').collect();
+    let stamp: String = crate::fmt::rfc3339_at_offset(now_ms, 0)[..19].chars().filter(|c| *c != '-' && *c != ':').collect();
     format!("{stamp}-{:04x}", random_u16())
 }
 
@@ -36,32 +36,6 @@ fn random_u16() -> u16 {
         Ok(()) => u16::from_le_bytes(b),
         // Uniqueness within a second is all the suffix is for.
         Err(_) => (std::process::id() as u16) ^ (crate::clock::now_ms() as u16),
-    }
-}
-
-/// Bytes for people: `100 B`, `2.9 KiB`, `1.2 MiB`, `2.0 GiB`.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut v = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
-}
-
-/// A span for people: `under 1 ms`, `15 ms`, `1.2 s`.
-pub fn human_took(ms: u64) -> String {
-    if ms == 0 {
-        "under 1 ms".to_string()
-    } else if ms < 1000 {
-        format!("{ms} ms")
-    } else {
-        format!("{:.1} s", ms as f64 / 1000.0)
     }
 }
 

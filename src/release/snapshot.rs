@@ -16,7 +16,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::human_bytes;
+use crate::fmt::{size, SizeStyle};
 
 /// Left out of every release, by name, at any depth: version control
 /// (history the app never reads, often larger than the app), RStudio's
@@ -117,14 +117,14 @@ pub fn take(src: &Source, dest: &Path, limit: u64) -> Result<Pending, String> {
 /// The refusal of a working-dir over the limit.
 fn too_large(dir: &Path, total: u64, limit: u64, mut sizes: Vec<(String, u64)>) -> String {
     sizes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let largest: Vec<String> = sizes.iter().take(LARGEST_SHOWN).map(|(n, s)| format!("{n} ({})", human_bytes(*s))).collect();
+    let largest: Vec<String> = sizes.iter().take(LARGEST_SHOWN).map(|(n, s)| format!("{n} ({})", size(*s, SizeStyle::Prose))).collect();
     format!(
         "working-dir {} holds {}, more than the {} a release may hold (each deploy copies it). Its largest entries: {}. \
          Keep data outside working-dir and give the app its path in `env` (such as `DATA_DIR: /srv/data`, read with \
          Sys.getenv(\"DATA_DIR\")), or point working-dir at a folder with only the app's code",
         dir.display(),
-        human_bytes(total),
-        human_bytes(limit),
+        size(total, SizeStyle::Prose),
+        size(limit, SizeStyle::Prose),
         largest.join(", ")
     )
 }
@@ -256,19 +256,13 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    /// A temporary folder removed when dropped.
-    struct Tmp(PathBuf);
+    /// A temporary folder: its path, and the folder (removed when dropped;
+    /// held only for that).
+    struct Tmp(PathBuf, #[allow(dead_code)] tempfile::TempDir);
     impl Tmp {
         fn new(name: &str) -> Tmp {
-            let p = std::env::temp_dir().join(format!("shinyctl-snap-{}-{name}", std::process::id()));
-            let _ = fs::remove_dir_all(&p);
-            fs::create_dir_all(&p).unwrap();
-            Tmp(p)
-        }
-    }
-    impl Drop for Tmp {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
+            let dir = tempfile::Builder::new().prefix(&format!("shinyctl-snap-{name}-")).tempdir().unwrap();
+            Tmp(dir.path().to_path_buf(), dir)
         }
     }
 

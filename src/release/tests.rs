@@ -34,19 +34,9 @@ fn ids_sort_by_time_and_differ() {
 }
 
 #[test]
-fn sizes_and_spans_read_like_a_person_wrote_them() {
-    assert_eq!(human_bytes(1000), "1000 B");
-    assert_eq!(human_bytes(3000), "2.9 KiB");
-    assert_eq!(human_bytes(100 << 20), "100.0 MiB");
-    assert_eq!(human_bytes(2 << 30), "2.0 GiB");
-    assert_eq!(human_took(0), "under 1 ms");
-    assert_eq!(human_took(15), "15 ms");
-    assert_eq!(human_took(1234), "1.2 s");
-}
-
-#[test]
 fn rollback_goes_to_the_last_release_that_served_before_the_current_one() {
-    let dir = std::env::temp_dir().join(format!("shinyctl-rel-rb-{}", std::process::id()));
+    let tmp_dir = tempfile::tempdir().unwrap();
+    let dir = tmp_dir.path().to_path_buf();
     let mut st = AppState::default();
     assert!(roll_back(&mut st, "hello", None).unwrap_err().contains("no release before the current one"));
     record(&mut st, rel("r1", &dir));
@@ -93,13 +83,13 @@ fn rollback_goes_to_the_last_release_that_served_before_the_current_one() {
     record(&mut st, never);
     record(&mut st, rel("n2", &dir));
     assert!(roll_back(&mut st, "hello", None).unwrap_err().contains("never got ready"));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_rollback_between_two_releases_of_the_same_second_is_a_rollback() {
     // The second deploy's random part sorts before the first's.
-    let dir = std::env::temp_dir().join(format!("shinyctl-rel-same-second-{}", std::process::id()));
+    let tmp_dir = tempfile::tempdir().unwrap();
+    let dir = tmp_dir.path().to_path_buf();
     let (first, second) = ("20261201T070538-ffff", "20261201T070538-0001");
     let mut st = AppState::default();
     record(&mut st, rel(first, &dir));
@@ -110,7 +100,6 @@ fn a_rollback_between_two_releases_of_the_same_second_is_a_rollback() {
     std::fs::create_dir_all(dir.join(second)).unwrap();
     roll_back(&mut st, "hello", Some(second)).unwrap();
     assert_eq!((st.release.as_deref(), st.rolled_back), (Some(second), false), "back on the newest");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -138,7 +127,8 @@ fn releases_go_once_no_copy_runs_them_and_their_gone_copies_logs_with_them() {
 
 #[test]
 fn a_copy_runs_its_release_with_its_settings_and_one_from_before_releases_runs_working_dir() {
-    let dir = std::env::temp_dir().join(format!("shinyctl-rel-run-{}", std::process::id()));
+    let tmp_dir = tempfile::tempdir().unwrap();
+    let dir = tmp_dir.path().to_path_buf();
     let spec = spec(&dir.join("app"));
     let mut st = AppState::default();
     let (folder, run) = run_dir(&spec, &st, &copy(1, None, None)).unwrap();
@@ -162,7 +152,6 @@ fn a_copy_runs_its_release_with_its_settings_and_one_from_before_releases_runs_w
     let back = spec.with_start(&fenced.start);
     assert_eq!((back.start.sandbox.memory, back.start.run_as.as_deref()), (Some(1 << 30), Some("nobody")));
     assert_ne!(back.settings_hash(), spec.settings_hash());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -188,14 +177,13 @@ fn status_says_which_copies_run_the_previous_version_and_that_a_rollback_differs
     );
 
     st.copies = vec![copy(3, Some("r2"), Some(12))];
-    std::fs::create_dir_all(std::env::temp_dir().join(format!("shinyctl-rel-notes-{}", std::process::id()))).unwrap();
-    st.releases[0].dir = std::env::temp_dir().join(format!("shinyctl-rel-notes-{}", std::process::id()));
+    let tmp_dir = tempfile::tempdir().unwrap();
+    st.releases[0].dir = tmp_dir.path().to_path_buf();
     roll_back(&mut st, "hello", None).unwrap();
     assert_eq!(
         notes("hello", &st, &alive)[0],
         "hello: runs the rolled-back release r1, rolled back from r2; its manifest differs. `shinyctl restart hello` deploys the manifest again."
     );
-    let _ = std::fs::remove_dir_all(&st.releases[0].dir);
 }
 
 #[test]

@@ -126,7 +126,10 @@ impl Daemon {
         // A copy stopped for start-timeout: said in its own log, with the time.
         for rec in recorded.state.copies.iter().filter(|r| r.start_timed_out.is_some()) {
             if !before.copies.iter().any(|b| b.copy == rec.copy && b.start_timed_out.is_some()) {
-                let limit = reconcile::human_duration(rec.start_timed_out.unwrap_or_default());
+                let limit = crate::fmt::duration(
+                    std::time::Duration::from_millis(rec.start_timed_out.unwrap_or_default()),
+                    crate::fmt::DurationStyle::Span,
+                );
                 tracing::warn!(app = name, copy = rec.copy, pid = ?rec.pid, "copy not ready within start-timeout {limit}; stopping it");
                 let line = format!(
                     "--- shinyctl: copy {} was not ready within start-timeout {limit}; stopping it (counted as a crash) at {} ---",

@@ -60,9 +60,9 @@ fn taken_line(rel: &Release) -> String {
     format!(
         "Release {}: {} in {} files, taken in {}.",
         rel.id,
-        release::human_bytes(rel.bytes),
+        crate::fmt::size(rel.bytes, crate::fmt::SizeStyle::Prose),
         rel.files,
-        release::human_took(rel.took_ms)
+        crate::fmt::duration(std::time::Duration::from_millis(rel.took_ms), crate::fmt::DurationStyle::Took)
     )
 }
 

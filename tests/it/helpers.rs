@@ -980,18 +980,7 @@ impl Drop for Loop {
 
 /// `2026-10-27T10:00:01+02:00` → unix seconds.
 fn parse_rfc3339(s: &str) -> Option<i64> {
-    let num = |a: usize, b: usize| s.get(a..b)?.parse::<i64>().ok();
-    let (y, mo, d, h, mi, se) = (num(0, 4)?, num(5, 7)?, num(8, 10)?, num(11, 13)?, num(14, 16)?, num(17, 19)?);
-    let sign = if s.get(19..20)? == "-" { -1 } else { 1 };
-    let off = sign * (num(20, 22)? * 3600 + num(23, 25)? * 60);
-    // Days from civil (Howard Hinnant's algorithm).
-    let y2 = if mo <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let doy = (153 * (if mo > 2 { mo - 3 } else { mo + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146097 + doe - 719468;
-    Some(days * 86400 + h * 3600 + mi * 60 + se - off)
+    s.parse::<jiff::Timestamp>().ok().map(|t| t.as_second())
 }
 
 /// The build of the release before this one (`SHINYCTL_PREVIOUS_BUILD`,

@@ -48,7 +48,8 @@ fn oom_kill_counts() {
 /// written like any file, which is enough to see what is set and read.
 #[test]
 fn a_copys_cgroup_is_made_with_its_limits_read_and_removed() {
-    let root = std::env::temp_dir().join(format!("shinyctl-cgroup-test-{}", std::process::id()));
+    let tmp_dir = tempfile::tempdir().unwrap();
+    let root = tmp_dir.path().to_path_buf();
     let cg = Cgroups {
         kind: Kind::V1 { memory: Some(root.join("memory/shinyctl-t")), pids: Some(root.join("pids/shinyctl-t")) },
         missing: None,
@@ -79,7 +80,6 @@ fn a_copys_cgroup_is_made_with_its_limits_read_and_removed() {
     assert!(root.join("pids/shinyctl-t/hello-2").is_dir(), "its copy runs");
     cg.remove("hello-2");
     assert!(!root.join("memory/shinyctl-t").exists(), "the empty tag folder goes too");
-    std::fs::remove_dir_all(&root).unwrap();
     let none = Cgroups { kind: Kind::None, missing: Some("no cgroup".into()) };
     assert_eq!(none.prepare("hello-2", Some(1 << 30), 64), Ok(vec![]));
     assert!(none.describe().contains("watches a limited copy's memory"));
@@ -96,7 +96,8 @@ fn a_copys_cgroup_is_made_with_its_limits_read_and_removed() {
 /// same place; the root cgroup and a cgroup without memory are refused.
 #[test]
 fn a_delegated_v2_cgroup_gets_the_daemon_into_its_leaf_and_the_copies_beside_it() {
-    let root = std::env::temp_dir().join(format!("shinyctl-cgroup-v2-{}", std::process::id()));
+    let tmp_dir = tempfile::tempdir().unwrap();
+    let root = tmp_dir.path().to_path_buf();
     let unit = root.join("system.slice/shinyctl.service");
     std::fs::create_dir_all(&unit).unwrap();
     std::fs::write(unit.join("cgroup.controllers"), "cpu io memory pids\n").unwrap();
@@ -127,7 +128,6 @@ fn a_delegated_v2_cgroup_gets_the_daemon_into_its_leaf_and_the_copies_beside_it(
     std::fs::remove_dir_all(unit.join("copies")).unwrap();
     let e = v2("0::/system.slice/shinyctl.service\n", std::slice::from_ref(&mount), false).unwrap_err();
     assert!(e.contains("memory controller is not delegated") && e.contains("Delegate=yes"), "{e}");
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// Under systemd (INVOCATION_ID set), the daemon takes its unit's cgroup
@@ -137,7 +137,8 @@ fn a_delegated_v2_cgroup_gets_the_daemon_into_its_leaf_and_the_copies_beside_it(
 /// could then not start the service again while copies run.
 #[test]
 fn under_systemd_the_unit_cgroup_is_taken_only_from_the_daemon_leaf() {
-    let root = std::env::temp_dir().join(format!("shinyctl-cgroup-systemd-{}", std::process::id()));
+    let tmp_dir = tempfile::tempdir().unwrap();
+    let root = tmp_dir.path().to_path_buf();
     let unit = root.join("system.slice/shinyctl.service");
     std::fs::create_dir_all(unit.join("daemon")).unwrap();
     std::fs::write(unit.join("cgroup.controllers"), "memory pids\n").unwrap();
@@ -152,5 +153,14 @@ fn under_systemd_the_unit_cgroup_is_taken_only_from_the_daemon_leaf() {
     let copies = v2("0::/system.slice/shinyctl.service/daemon\n", mounts, true).unwrap();
     assert_eq!(copies, unit.join("copies"), "the leaf's parent is the base, though copies did not exist yet");
     assert_eq!(std::fs::read_to_string(unit.join("cgroup.subtree_control")).unwrap(), "+memory +pids");
-    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn a_cgroup_mounted_where_the_path_holds_a_blank_is_found_there() {
+    let text = "35 31 0:32 /my\\040slice /sys/fs/cgroup/my\\040memory rw,relatime shared:9 - cgroup cgroup rw,memory\n";
+    let mounts = parse_mountinfo(text);
+    assert_eq!(mounts.len(), 1, "{mounts:?}");
+    assert_eq!(mounts[0].point, Path::new("/sys/fs/cgroup/my memory"));
+    assert_eq!(mounts[0].root, "/my slice");
+    assert_eq!(below(&mounts[0], "/my slice/d04e"), Some(PathBuf::from("/sys/fs/cgroup/my memory/d04e")));
 }

@@ -566,15 +566,6 @@ fn decide_is_idempotent() {
 }
 
 #[test]
-fn human_durations() {
-    assert_eq!(human_duration(15 * 60 * S), "15m");
-    assert_eq!(human_duration(45 * S), "45s");
-    assert_eq!(human_duration(90 * S), "1m30s");
-    assert_eq!(human_duration(3600 * S), "1h");
-    assert_eq!(human_duration(1), "1s");
-}
-
-#[test]
 fn scaling_down_counts_sessions_not_connections() {
     // README, "Capacity": ready ones with the fewest open sessions. Copy 2 has
     // many requests in flight but no session; copy 3 one session.
