@@ -65,13 +65,13 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
         (Method::GET, ["v1", "status"]) => {
             let app = query(&req, "app").map(str::to_string);
             // The load balancer's figures are fetched with the lock released.
-            let home = shared.lock().await.home.clone();
+            let home = shared.lock().home.clone();
             // So is what /proc says of the copies.
             let (stats, shown) = tokio::join!(
                 super::proxy_ctl::fetch_stats(&home, super::proxy_ctl::STATUS_TIMEOUT),
                 super::status::look_up(&shared, app.as_deref())
             );
-            let mut d = shared.lock().await;
+            let mut d = shared.lock();
             if let Some(stats) = stats {
                 d.fold_traffic(stats);
             }
@@ -103,13 +103,13 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             super::deploy::rollback(&shared, name, flag(&req, "now"), query(&req, "to")).await
         }
         (Method::GET, ["v1", "apps", name, "releases"]) => {
-            let d = shared.lock().await;
+            let d = shared.lock();
             let Some(app) = d.apps.get(*name) else { return not_found(name) };
             uds::json_response(StatusCode::OK, &crate::release::rows(&app.recorded.state))
         }
         (Method::DELETE, ["v1", "apps", name]) => {
             let now = flag(&req, "now");
-            let mut d = shared.lock().await;
+            let mut d = shared.lock();
             // Deleting again (with --now) hurries a delete that drains.
             let Some(app) = d.apps.get_mut(*name).filter(|a| !a.recorded.deleting || now) else { return not_found(name) };
             app.recorded.deleting = true;
@@ -129,7 +129,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
         }
         (Method::GET, ["v1", "apps", name, "logs"]) => {
             let copy = query(&req, "copy").and_then(|c| c.parse::<u32>().ok());
-            let d = shared.lock().await;
+            let d = shared.lock();
             let Some(app) = d.apps.get(*name) else { return not_found(name) };
             let copies = super::logs::of_app(&d.home, &app.recorded.spec, &app.recorded.state);
             let path = match copy {
@@ -142,7 +142,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let Some(revision) = query(&req, "revision").and_then(|r| r.parse::<u64>().ok()) else {
                 return error(StatusCode::BAD_REQUEST, "rollout needs ?revision=N");
             };
-            let d = shared.lock().await;
+            let d = shared.lock();
             let Some(app) = d.apps.get(*name).filter(|a| !a.recorded.deleting) else {
                 let gone = RolloutReply { state: RolloutState::Failed, message: format!("{name} was deleted") };
                 return uds::json_response(StatusCode::OK, &gone);
@@ -170,7 +170,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let Ok(ev) = serde_json::from_slice::<StandIn>(&body) else {
                 return error(StatusCode::BAD_REQUEST, "the body is not a stand-in report");
             };
-            let d = shared.lock().await;
+            let d = shared.lock();
             if let Some(down) = ev.down {
                 tracing::warn!(app = name, down, stand_in = ?ev.stand_in, "copy refused a connection; the load balancer used a stand-in");
             }
@@ -190,7 +190,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
 async fn wake(shared: &Shared, name: &str) -> Reply {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let timeout = {
-        let mut d = shared.lock().await;
+        let mut d = shared.lock();
         let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
         if app.recorded.state.asleep_since_ms.is_none() && app.tracked.has_active() {
             return ok(format!("{name} is awake"));

@@ -169,7 +169,7 @@ async fn claim(
 ) -> Result<Option<(sockets::Addr, std::net::TcpListener)>, Box<Reply>> {
     let addr = (spec.route.host.to_string(), spec.route.port);
     let own_port = {
-        let d = shared.lock().await;
+        let d = shared.lock();
         if d.sockets.holds(&addr) {
             return Ok(None);
         }
@@ -225,7 +225,7 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
         return error(StatusCode::UNPROCESSABLE_ENTITY, at.to_string());
     }
     let (home, needs) = {
-        let d = shared.lock().await;
+        let d = shared.lock();
         let existing = match check(&d, &spec, &lines) {
             Ok(e) => e,
             Err(reply) => return *reply,
@@ -244,7 +244,7 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
     } else {
         None
     };
-    let mut d = shared.lock().await;
+    let mut d = shared.lock();
     // The world may have changed while the release was copied.
     let existing = match check(&d, &spec, &lines) {
         Ok(e) => e,
@@ -354,7 +354,7 @@ fn with_release(line: String, rel: Option<&Release>) -> String {
 /// refused, and nothing changes.
 pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
     let (home, manifest_path) = {
-        let d = shared.lock().await;
+        let d = shared.lock();
         let Some(app) = d.apps.get(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
         (d.home.clone(), app.recorded.spec.manifest.clone())
     };
@@ -379,7 +379,7 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
             spec.name
         ));
     }
-    if let Err(reply) = check(&*shared.lock().await, &spec, &lines) {
+    if let Err(reply) = check(&shared.lock(), &spec, &lines) {
         return *reply;
     }
     let socket = match claim(shared, &spec, &lines).await {
@@ -390,7 +390,7 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
         Ok(t) => t,
         Err(reply) => return *reply,
     };
-    let mut d = shared.lock().await;
+    let mut d = shared.lock();
     match check(&d, &spec, &lines) {
         Ok(Some(existing)) if existing == name => {}
         Ok(_) => return not_found(name),
@@ -454,7 +454,7 @@ const ASLEEP_CHECK: &str = "but the app is asleep: one copy of the new version s
 /// path, copying nothing. A second rollback goes back to where the first
 /// one came from.
 pub async fn rollback(shared: &Shared, name: &str, now: bool, to: Option<&str>) -> Reply {
-    let mut d = shared.lock().await;
+    let mut d = shared.lock();
     let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
     let rel = match release::roll_back(&mut app.recorded.state, name, to) {
         Ok(rel) => rel,

@@ -149,7 +149,7 @@ pub fn spawn_watch(shared: Shared) {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            let watched = shared.lock().await.disk_watched();
+            let watched = shared.lock().disk_watched();
             if watched.is_empty() {
                 continue;
             }
@@ -177,7 +177,7 @@ pub fn spawn_watch(shared: Shared) {
             })
             .await
             .unwrap_or_default();
-            let mut d = shared.lock().await;
+            let mut d = shared.lock();
             for (stop, before, w) in &over {
                 d.measured(w, *stop, *before);
             }

@@ -154,7 +154,7 @@ pub fn spawn_watch(shared: Shared, cgroups: Cgroups) {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            let watched = shared.lock().await.watched();
+            let watched = shared.lock().watched();
             // One scan of every process for the round, and only if a copy needs it.
             let processes = std::cell::OnceCell::new();
             let over: Vec<(Watched, MemoryStop)> = watched
@@ -167,7 +167,7 @@ pub fn spawn_watch(shared: Shared, cgroups: Cgroups) {
                 })
                 .collect();
             if !over.is_empty() {
-                let mut d = shared.lock().await;
+                let mut d = shared.lock();
                 for (w, stop) in &over {
                     d.stop_for_memory(w, *stop);
                 }

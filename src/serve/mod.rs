@@ -51,7 +51,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::mpsc;
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
@@ -180,8 +180,34 @@ pub struct Launched {
     pub result: anyhow::Result<u32>,
 }
 
-/// The daemon as shared between the loop and the API.
-pub type Shared = Arc<Mutex<Daemon>>;
+/// The daemon as shared between the loop, the API and the watches: its one
+/// front door. The lock is a `std::sync::Mutex`, whose guard is not `Send`,
+/// so the compiler refuses a guard held across an `.await` in any spawned
+/// task; code that waits on another process or a socket copies out what it
+/// needs, lets go, waits, and locks again.
+#[derive(Clone)]
+pub struct Shared(Arc<std::sync::Mutex<Daemon>>);
+
+impl Shared {
+    /// The daemon, shared.
+    pub fn new(daemon: Daemon) -> Shared {
+        Shared(Arc::new(std::sync::Mutex::new(daemon)))
+    }
+
+    /// Locks the daemon. Hold the guard for in-memory work only: never
+    /// across a `/proc` scan, a fork and exec, or a release's copy.
+    ///
+    /// A lock poisoned by a panic while held (a bug) is taken back as it
+    /// is, logged once: the daemon keeps its copies running rather than
+    /// stopping with them unwatched.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Daemon> {
+        self.0.lock().unwrap_or_else(|poisoned| {
+            tracing::error!("a task panicked while it held the daemon's lock; going on with the state it left");
+            self.0.clear_poison();
+            poisoned.into_inner()
+        })
+    }
+}
 
 impl Daemon {
     /// The addresses the apps listen on (an app being deleted no longer does).

@@ -11,7 +11,7 @@ use super::{record, Event, Shared};
 /// that the app is stopped; no request wakes it. Kept in state.json, so a
 /// restarted daemon keeps it stopped.
 pub async fn stop(shared: &Shared, name: &str) -> Reply {
-    let mut d = shared.lock().await;
+    let mut d = shared.lock();
     let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
     if app.recorded.state.stopped_since_ms.is_some() {
         return ok(format!("{name}: already stopped; `shinyctl start {name}` starts it."));
@@ -30,7 +30,7 @@ pub async fn stop(shared: &Shared, name: &str) -> Reply {
 
 /// `POST /v1/apps/NAME/start`: undoes `stop`; the copies start (awake).
 pub async fn start(shared: &Shared, name: &str) -> Reply {
-    let mut d = shared.lock().await;
+    let mut d = shared.lock();
     let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
     if app.recorded.state.stopped_since_ms.take().is_none() {
         return ok(format!("{name}: not stopped; nothing to start."));
@@ -53,7 +53,7 @@ pub async fn scale(shared: &Shared, name: &str, replicas: u32) -> Reply {
             format!("{name}: {replicas} replicas is not allowed; allowed: 1 to {max} (`shinyctl stop {name}` stops every copy)"),
         );
     }
-    let mut d = shared.lock().await;
+    let mut d = shared.lock();
     let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
     let was = std::mem::replace(&mut app.recorded.spec.scale.replicas, replicas);
     if let Err(e) = d.save_registry() {
@@ -69,7 +69,7 @@ pub async fn scale(shared: &Shared, name: &str, replicas: u32) -> Reply {
 /// load balancer and the copies run on (a new daemon adopts them), or with
 /// `all` are stopped too, first.
 pub async fn shutdown(shared: &Shared, all: bool) -> Reply {
-    let mut d = shared.lock().await;
+    let mut d = shared.lock();
     d.shutting_down = Some(all);
     let _ = d.events.send(Event::Shutdown);
     let pid = std::process::id();

@@ -17,7 +17,7 @@ use super::Shared;
 /// Applies every registered manifest again; answers what became of each.
 pub async fn reload(shared: &Shared) -> Reply {
     let apps: Vec<(String, PathBuf)> = {
-        let d = shared.lock().await;
+        let d = shared.lock();
         d.apps.iter().filter(|(_, a)| !a.recorded.deleting).map(|(n, a)| (n.clone(), a.recorded.spec.manifest.clone())).collect()
     };
     let mut reply = ReloadReply::default();

@@ -31,7 +31,7 @@ pub fn log_missing_fences(d: &Daemon, app: &str, pid: u32) {
 /// looked up with the daemon's lock released.
 pub async fn look_up(shared: &Shared, only: Option<&str>) -> ShownCopies {
     let probes = {
-        let d = shared.lock().await;
+        let d = shared.lock();
         let names: Vec<String> = d.apps.keys().filter(|n| only.is_none_or(|o| o == n.as_str())).cloned().collect();
         d.probes(&names)
     };
