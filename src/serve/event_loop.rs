@@ -342,17 +342,18 @@ impl Daemon {
                 if let Some(a) = self.apps.get_mut(&app) {
                     // An exit the cycle already folded in (it reaped first) is old news.
                     if a.recorded.state.copies.iter().any(|r| r.pid == Some(pid)) {
-                        a.tracked.exits.insert(pid, exit);
+                        a.tracked.process_mut(pid).exit = Some(exit);
                     }
-                    a.tracked.ready.remove(&pid);
+                    a.tracked.unready(pid);
                 }
                 due.insert(app);
             }
             Event::Ready { app, pid } => {
                 super::status::log_missing_fences(self, &app, pid);
                 if let Some(a) = self.apps.get_mut(&app) {
-                    a.tracked.probing.remove(&pid);
-                    a.tracked.ready.insert(pid);
+                    let process = a.tracked.process_mut(pid);
+                    process.probing = false;
+                    process.ready = true;
                 }
                 due.insert(app);
             }
@@ -360,7 +361,7 @@ impl Daemon {
                 if let Some(a) = self.apps.get_mut(&app) {
                     // Not ready until it answers again (if it is alive at all).
                     if let Some(pid) = a.recorded.state.copies.iter().find(|r| Some(r.copy) == down).and_then(|r| r.pid) {
-                        a.tracked.ready.remove(&pid);
+                        a.tracked.unready(pid);
                     }
                     // Taken by the next cycle's decide: the app grows.
                     a.tracked.full |= full;

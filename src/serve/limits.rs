@@ -85,8 +85,8 @@ pub fn memory_stop_at_exit(
     pid: u32,
     limit: Option<u64>,
 ) -> Option<MemoryStop> {
-    if let Some(stop) = tracked.memory_stops.get(&pid) {
-        return Some(*stop);
+    if let Some(stop) = tracked.process(pid).memory_stop {
+        return Some(stop);
     }
     let limit = limit?;
     let cgroup = cgroups.memory_sample(&limits::leaf(name, rec.copy));
@@ -112,7 +112,8 @@ impl Daemon {
             for rec in &state.copies {
                 let sb = sandbox_of(spec, state, rec);
                 let (Some(pid), Some(pid_start), Some(limit)) = (rec.pid, rec.pid_start, sb.memory) else { continue };
-                let busy = tracked.stopping.contains(&pid) || tracked.exits.contains_key(&pid) || tracked.memory_stops.contains_key(&pid);
+                let p = tracked.process(pid);
+                let busy = p.stopping || p.exit.is_some() || p.memory_stop.is_some();
                 if sb.mode != SandboxMode::Off && !busy {
                     out.push(Watched { app: name.clone(), copy: rec.copy, pid, pid_start, limit });
                 }
@@ -140,7 +141,7 @@ impl Daemon {
             return;
         }
         tracing::warn!(app = w.app, copy = w.copy, pid = w.pid, "copy {} is stopped: {}", w.copy, stop.describe());
-        app.tracked.memory_stops.insert(w.pid, stop);
+        app.tracked.process_mut(w.pid).memory_stop = Some(stop);
         let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(w.pid as i32), nix::sys::signal::Signal::SIGKILL);
     }
 }

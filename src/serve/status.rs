@@ -65,7 +65,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                     let scratch = d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy);
                     let Shown { alive, report, mem_bytes, cpu_secs } =
                         rec.pid.map(|p| shown.get(p, rec.pid_start, &scratch)).unwrap_or_default();
-                    let ready = alive && rec.pid.is_some_and(|p| app.tracked.ready.contains(&p));
+                    let ready = alive && rec.pid.is_some_and(|p| app.tracked.process(p).ready);
                     let t = traffic.and_then(|t| t.get(&rec.copy));
                     let sessions = t.map_or(0, |t| t.sessions);
                     if alive {
