@@ -148,25 +148,21 @@ impl Daemon {
 
 /// The memory watch: every [`limits::WATCH_EVERY`], the limited copies'
 /// memory (their cgroup's OOM kills, or their resident memory) is read off
-/// the lock and a copy over its limit is stopped.
+/// the lock and off the runtime's threads, and a copy over its limit is
+/// stopped.
 pub fn spawn_watch(shared: Shared, cgroups: Cgroups) {
+    let cgroups = std::sync::Arc::new(cgroups);
     tokio::spawn(async move {
         let mut every = tokio::time::interval(limits::WATCH_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
             let watched = shared.lock().watched();
-            // One scan of every process for the round, and only if a copy needs it.
-            let processes = std::cell::OnceCell::new();
-            let over: Vec<(Watched, MemoryStop)> = watched
-                .into_iter()
-                .filter_map(|w| {
-                    let leaf = limits::leaf(&w.app, w.copy);
-                    let cgroup: Option<CgroupSample> = if cgroups.holds_memory(w.pid, &leaf) { cgroups.memory_sample(&leaf) } else { None };
-                    let rss = if cgroup.is_some() { None } else { processes.get_or_init(procfs::Processes::read).tree_rss_bytes(w.pid) };
-                    limits::watch_verdict(&Sample { limit: w.limit, cgroup, rss }).map(|stop| (w, stop))
-                })
-                .collect();
+            if watched.is_empty() {
+                continue;
+            }
+            let cgroups = cgroups.clone();
+            let over = tokio::task::spawn_blocking(move || over_limit(&cgroups, watched)).await.unwrap_or_default();
             if !over.is_empty() {
                 let mut d = shared.lock();
                 for (w, stop) in &over {
@@ -175,6 +171,23 @@ pub fn spawn_watch(shared: Shared, cgroups: Cgroups) {
             }
         }
     });
+}
+
+/// The watched copies over their memory limit, each with what it used.
+/// Blocking (cgroup files, and one scan of /proc if a copy needs it): run
+/// it with `spawn_blocking`.
+fn over_limit(cgroups: &Cgroups, watched: Vec<Watched>) -> Vec<(Watched, MemoryStop)> {
+    // One scan of every process for the round, and only if a copy needs it.
+    let processes = std::cell::OnceCell::new();
+    watched
+        .into_iter()
+        .filter_map(|w| {
+            let leaf = limits::leaf(&w.app, w.copy);
+            let cgroup: Option<CgroupSample> = if cgroups.holds_memory(w.pid, &leaf) { cgroups.memory_sample(&leaf) } else { None };
+            let rss = if cgroup.is_some() { None } else { processes.get_or_init(procfs::Processes::read).tree_rss_bytes(w.pid) };
+            limits::watch_verdict(&Sample { limit: w.limit, cgroup, rss }).map(|stop| (w, stop))
+        })
+        .collect()
 }
 
 #[cfg(test)]
