@@ -8,8 +8,14 @@
 //! - `app`: an app in three parts: `Recorded`, `Tracked`, `Wake`.
 //! - `act`: starting, stopping and watching processes.
 //! - `record`: the files (state.json, registry.json, the lock, log rotation).
-//! - `api`: the routes on `api.sock`; `status`: what `status` shows.
+//! - `api`: the routes on `api.sock`, the one place outcomes become HTTP
+//!   replies; `status`: what `status` shows (`status_view` and the views).
 //! - `deploy`: apply, restart and rollback, which take and record releases.
+//! - `operate`: the operator's commands, as `Daemon`'s intent methods.
+//! - `error`: `Done` and `ServeError`, what the commands answer.
+//!
+//! The state is one [`Daemon`] behind [`Shared`], a `std::sync::Mutex`:
+//! its guard is not `Send`, so no task holds it across an `.await`.
 //! - `proxy_ctl`: the load balancer, from the daemon's side.
 //! - `sockets`: the apps' listening sockets, which the daemon holds.
 //! - `detach`: `serve -d`.
@@ -23,6 +29,7 @@ mod cycle;
 mod deploy;
 mod detach;
 pub mod disk_watch;
+mod error;
 mod event_loop;
 mod exposition;
 pub mod identity;
@@ -108,43 +115,45 @@ pub enum Event {
     Shutdown,
 }
 
-/// Everything the daemon holds, behind one lock.
+/// Everything the daemon holds, behind one lock ([`Shared`]). Its fields
+/// are private to `serve`; the API changes it only through intent methods
+/// (`apply`, `delete`, `stop_app`, `ask_wake`, `status_view` …).
 pub struct Daemon {
     /// The home folder.
-    pub home: Home,
+    home: Home,
     /// Every app, by name.
-    pub apps: BTreeMap<String, AppRt>,
+    apps: BTreeMap<String, AppRt>,
     /// Where events go.
-    pub events: mpsc::UnboundedSender<Event>,
+    events: mpsc::UnboundedSender<Event>,
     /// The load balancer's PID as the event loop last knew it (the loop
     /// alone holds `proxy_ctl::ProxyCtl` and talks to the load balancer,
     /// with this lock released).
-    pub proxy_pid: Option<u32>,
+    proxy_pid: Option<u32>,
     /// The last traffic figures from the load balancer, by app then copy.
-    pub traffic: HashMap<String, HashMap<u32, CopyTraffic>>,
+    traffic: HashMap<String, HashMap<u32, CopyTraffic>>,
     /// The requests the load balancer refuses for a while, by app (each was
     /// in flight when two copies died).
-    pub refusing: HashMap<String, Vec<Refusing>>,
+    refusing: HashMap<String, Vec<Refusing>>,
     /// The apps' listening sockets, held here and given to the load balancer.
-    pub sockets: sockets::Held,
+    sockets: sockets::Held,
     /// Copies the cycle decided to stop, signalled once the load balancer
     /// has a table without them (observe, decide, record, push, act).
-    pub stops: Vec<PendingStop>,
+    stops: Vec<PendingStop>,
     /// Launchers the cycles readied, run once the lock is released.
-    pub launches: Vec<PendingLaunch>,
+    launches: Vec<PendingLaunch>,
     /// The cgroups copies get for their limits (found at start).
-    pub cgroups: crate::limits::Cgroups,
+    cgroups: crate::limits::Cgroups,
     /// Restarts and wakes counted for metrics.
-    pub tallies: Tallies,
+    tallies: Tallies,
     /// Each running copy's CPU percent, as the sampler last read it.
-    pub cpu_percent: cpu::CpuPercent,
+    cpu_percent: cpu::CpuPercent,
     /// Each running copy's resident memory (its process tree), by PID, as
     /// the sampler last read it (every 5 s, off the lock): what the memory
     /// bound on growth counts.
-    pub copy_rss: HashMap<u32, u64>,
+    copy_rss: HashMap<u32, u64>,
     /// `shinyctl shutdown` asked the daemon to stop; `Some(true)` with
     /// `--all`: the copies and the load balancer are stopped first.
-    pub shutting_down: Option<bool>,
+    shutting_down: Option<bool>,
 }
 
 /// A copy's launcher, readied by a cycle (its record saved, its port
