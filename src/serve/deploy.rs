@@ -76,7 +76,7 @@ async fn take(home: &Home, spec: &AppSpec) -> Result<Taken, ServeError> {
     };
     match copied {
         Ok(Ok(pending)) => Ok(Taken { pending, id, deployed: spec.start.clone(), taken_ms }),
-        Ok(Err(why)) => Err(refused(why)),
+        Ok(Err(why)) => Err(refused(why.to_string())),
         Err(e) => Err(refused(format!("the copy stopped: {e}"))),
     }
 }

@@ -197,7 +197,9 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             d.probes(&due)
         };
         let facts = tokio::task::spawn_blocking(move || probe::Facts::find(probes)).await.unwrap_or_default();
-        let (table, launches) = {
+        // Stops are added by the cycles alone, so whether any wait is known
+        // here, without locking again after the push.
+        let (table, launches, stopping) = {
             let mut guard = shared.lock();
             let d = &mut *guard;
             d.proxy_pid = proxy.pid();
@@ -213,7 +215,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             for app in due {
                 d.cycle(&app, &facts);
             }
-            (d.table(), d.take_launches())
+            (d.table(), d.take_launches(), !d.stops.is_empty())
         };
         // The launchers the cycles readied run with the lock released: a
         // fork and exec wait on the scheduler, `status` does not.
@@ -234,11 +236,13 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         let pushed = proxy.push(&home, table).await;
         // What the load balancer still answers for the copies it no longer
         // has, asked after the push: a stop waits for those answers.
-        let waiting = pushed && !shared.lock().stops.is_empty();
-        let after = if waiting { proxy.stats(&home).await } else { None };
-        shared.lock().run_stops(pushed, after.as_ref());
-        // The old load balancer goes once the new one listens on every socket.
-        let listening = shared.lock().sockets.has_been_given(proxy.pid());
+        let after = if pushed && stopping { proxy.stats(&home).await } else { None };
+        let listening = {
+            let mut d = shared.lock();
+            d.run_stops(pushed, after.as_ref());
+            // The old load balancer goes once the new one listens on every socket.
+            d.sockets.has_been_given(proxy.pid())
+        };
         proxy.retire_old(&home, listening).await;
         shared.lock().resolve_wakes();
     }
