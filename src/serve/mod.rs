@@ -193,7 +193,18 @@ pub struct Launched {
 /// front door. The lock is a `std::sync::Mutex`, whose guard is not `Send`,
 /// so the compiler refuses a guard held across an `.await` in any spawned
 /// task; code that waits on another process or a socket copies out what it
-/// needs, lets go, waits, and locks again.
+/// needs, lets go, waits, and locks again:
+///
+/// ```compile_fail
+/// fn spawned<F: std::future::Future + Send>(_: F) {}
+/// fn holds_across_an_await(shared: shinyctl::serve::Shared) {
+///     spawned(async move {
+///         let d = shared.lock();
+///         tokio::task::yield_now().await;
+///         drop(d);
+///     });
+/// }
+/// ```
 #[derive(Clone)]
 pub struct Shared(Arc<std::sync::Mutex<Daemon>>);
 
@@ -210,12 +221,18 @@ impl Shared {
     /// is, logged once: the daemon keeps its copies running rather than
     /// stopping with them unwatched.
     pub fn lock(&self) -> std::sync::MutexGuard<'_, Daemon> {
-        self.0.lock().unwrap_or_else(|poisoned| {
-            tracing::error!("a task panicked while it held the daemon's lock; going on with the state it left");
-            self.0.clear_poison();
-            poisoned.into_inner()
-        })
+        lock_or_recover(&self.0)
     }
+}
+
+/// Locks `mutex`; one poisoned by a panic is taken back as it is, logged
+/// once (the poison is cleared).
+fn lock_or_recover<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| {
+        tracing::error!("a task panicked while it held the daemon's lock; going on with the state it left");
+        mutex.clear_poison();
+        poisoned.into_inner()
+    })
 }
 
 impl Daemon {
@@ -237,4 +254,22 @@ pub fn log_path(home: &Home, spec: &AppSpec, copy: u32) -> String {
 /// True when a path is the same file as another, by canonical path.
 pub fn same_path(a: &Path, b: &Path) -> bool {
     a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_lock_poisoned_by_a_panic_is_taken_back_with_its_data() {
+        let mutex = std::sync::Arc::new(std::sync::Mutex::new(1u32));
+        let held = mutex.clone();
+        let panicked = std::thread::spawn(move || {
+            let mut guard = held.lock().unwrap();
+            *guard = 2;
+            panic!("a bug while the lock is held");
+        })
+        .join();
+        assert!(panicked.is_err() && mutex.is_poisoned());
+        assert_eq!(*super::lock_or_recover(&mutex), 2, "the state the task left");
+        assert!(!mutex.is_poisoned(), "logged once: the poison is cleared");
+    }
 }
