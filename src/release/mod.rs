@@ -68,38 +68,83 @@ pub fn served(rel: &Release) -> bool {
     rel.served != Some(false)
 }
 
+/// Why there is no release to roll back to.
+#[derive(Debug, thiserror::Error)]
+pub enum RollbackError {
+    /// `--to` names a release the app does not keep.
+    #[error("{name} keeps no release {id}; it keeps {kept} (`shinyctl releases {name}` lists them)")]
+    NotKept {
+        /// The app.
+        name: String,
+        /// The release asked for.
+        id: String,
+        /// The releases it keeps, listed.
+        kept: String,
+    },
+    /// The releases before the current one never got ready.
+    #[error("{name} has no release that served before the current one: the ones before it never got ready")]
+    NeverServed {
+        /// The app.
+        name: String,
+    },
+    /// The current release is the first.
+    #[error("{name} has no release before the current one to roll back to: it has been deployed once{}", if *.untracked { " (or not since releases came)" } else { "" })]
+    NoneBefore {
+        /// The app.
+        name: String,
+        /// The state names no current release (deployed before releases).
+        untracked: bool,
+    },
+    /// The release asked for runs already.
+    #[error("{name} runs release {id} already")]
+    Current {
+        /// The app.
+        name: String,
+        /// The release.
+        id: String,
+    },
+    /// The release's folder is gone.
+    #[error("{name}: release {id} is gone from {}; nothing to roll back to", .dir.display())]
+    Gone {
+        /// The app.
+        name: String,
+        /// The release.
+        id: String,
+        /// Where it was kept.
+        dir: std::path::PathBuf,
+    },
+}
+
 /// Makes a kept release current again (`to`), or, without `to`, the last
 /// release that served deployed before the current one; the current one
 /// becomes the one before it. Returns the release now current, or why there
 /// is none to go back to.
-pub fn roll_back(state: &mut AppState, name: &str, to: Option<&str>) -> Result<Release, String> {
+pub fn roll_back(state: &mut AppState, name: &str, to: Option<&str>) -> Result<Release, RollbackError> {
     let current = state.release.clone();
+    let name = name.to_string();
     let rel = match to {
         Some(id) => find(state, id).cloned().ok_or_else(|| {
             let kept: Vec<&str> = state.releases.iter().map(|r| r.id.as_str()).collect();
-            format!("{name} keeps no release {id}; it keeps {} (`shinyctl releases {name}` lists them)", kept.join(", "))
+            RollbackError::NotKept { name: name.clone(), id: id.to_string(), kept: kept.join(", ") }
         })?,
         None => {
             let at = state.releases.iter().position(|r| Some(&r.id) == current.as_ref()).unwrap_or(state.releases.len());
             let Some(rel) = state.releases[..at].iter().rev().find(|r| served(r)).cloned() else {
                 let never = state.releases[..at].iter().any(|r| !served(r));
                 return Err(if never {
-                    format!("{name} has no release that served before the current one: the ones before it never got ready")
+                    RollbackError::NeverServed { name }
                 } else {
-                    format!(
-                        "{name} has no release before the current one to roll back to: it has been deployed once{}",
-                        if state.release.is_none() { " (or not since releases came)" } else { "" }
-                    )
+                    RollbackError::NoneBefore { name, untracked: state.release.is_none() }
                 });
             };
             rel
         }
     };
     if Some(&rel.id) == current.as_ref() {
-        return Err(format!("{name} runs release {} already", rel.id));
+        return Err(RollbackError::Current { name, id: rel.id });
     }
     if !rel.dir.is_dir() {
-        return Err(format!("{name}: release {} is gone from {}; nothing to roll back to", rel.id, rel.dir.display()));
+        return Err(RollbackError::Gone { name, id: rel.id, dir: rel.dir });
     }
     state.previous_release = current;
     // Back on the newest release, what runs is what the last deploy took.

@@ -85,23 +85,61 @@ pub fn partial_path(dest: &Path) -> PathBuf {
     dest.with_file_name(format!(".{name}.partial"))
 }
 
+/// Why a snapshot could not be taken; each message is one line for a person.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// working-dir cannot be read.
+    #[error("cannot read working-dir {}: {source}", .dir.display())]
+    WorkingDir {
+        /// working-dir as the manifest gives it.
+        dir: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// working-dir is not a folder.
+    #[error("working-dir {} is not a folder", .0.display())]
+    NotAFolder(PathBuf),
+    /// working-dir holds more than a release may (the message names its
+    /// largest entries and what to do).
+    #[error("{0}")]
+    TooLarge(String),
+    /// The release's folder has no parent.
+    #[error("{} has no parent folder", .0.display())]
+    NoParent(PathBuf),
+    /// A file or folder could not be read, made or copied.
+    #[error("cannot {what} {}: {source}", .path.display())]
+    Io {
+        /// What was being done ("read", "create", "copy" …).
+        what: &'static str,
+        /// To which path.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// The error of `what` (such as "read") failing on `path`.
+fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SnapshotError + 'a {
+    move |source| SnapshotError::Io { what, path: path.to_path_buf(), source }
+}
+
 /// Takes a snapshot of `src` for `dest` (which must not exist yet): refuses
 /// a working-dir larger than `limit` bytes, naming its largest entries;
 /// any failure removes what was copied. The error is one line for a person.
-pub fn take(src: &Source, dest: &Path, limit: u64) -> Result<Pending, String> {
+pub fn take(src: &Source, dest: &Path, limit: u64) -> Result<Pending, SnapshotError> {
     let started = Instant::now();
-    let root = src.dir.canonicalize().map_err(|e| format!("cannot read working-dir {}: {e}", src.dir.display()))?;
+    let root = src.dir.canonicalize().map_err(|source| SnapshotError::WorkingDir { dir: src.dir.clone(), source })?;
     if !root.is_dir() {
-        return Err(format!("working-dir {} is not a folder", src.dir.display()));
+        return Err(SnapshotError::NotAFolder(src.dir.clone()));
     }
     let walk = Walk { leave_out: src.leave_out.iter().map(|p| canonical_or_same(p)).collect() };
     let sizes = walk.top_sizes(&root)?;
     let total: u64 = sizes.iter().map(|(_, s)| s).sum();
     if total > limit {
-        return Err(too_large(&src.dir, total, limit, sizes));
+        return Err(SnapshotError::TooLarge(too_large(&src.dir, total, limit, sizes)));
     }
-    let parent = dest.parent().ok_or_else(|| format!("{} has no parent folder", dest.display()))?;
-    fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    let parent = dest.parent().ok_or_else(|| SnapshotError::NoParent(dest.to_path_buf()))?;
+    fs::create_dir_all(parent).map_err(io_error("create", parent))?;
     let mut pending =
         Pending { tmp: partial_path(dest), dest: dest.to_path_buf(), bytes: 0, files: 0, took: Duration::ZERO, committed: false };
     // A partial copy left by a daemon that died while taking it.
@@ -167,11 +205,11 @@ impl Walk {
     }
 
     /// The entries of a folder that belong in the release, with their names.
-    fn entries(&self, dir: &Path) -> Result<Vec<(PathBuf, String, fs::FileType)>, String> {
-        let read = fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    fn entries(&self, dir: &Path) -> Result<Vec<(PathBuf, String, fs::FileType)>, SnapshotError> {
+        let read = fs::read_dir(dir).map_err(io_error("read", dir))?;
         let mut out = Vec::new();
         for entry in read {
-            let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+            let entry = entry.map_err(io_error("read", dir))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
             if self.left_out(&path, &name) {
@@ -181,7 +219,7 @@ impl Walk {
                 Ok(t) => out.push((path, name, t)),
                 // Gone since the folder was read (a temporary file).
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+                Err(e) => return Err(io_error("read", &path)(e)),
             }
         }
         Ok(out)
@@ -189,7 +227,7 @@ impl Walk {
 
     /// The size of each top-level entry (folders summed, symlinks not
     /// followed).
-    fn top_sizes(&self, root: &Path) -> Result<Vec<(String, u64)>, String> {
+    fn top_sizes(&self, root: &Path) -> Result<Vec<(String, u64)>, SnapshotError> {
         self.entries(root)?
             .into_iter()
             .map(|(path, name, t)| {
@@ -199,7 +237,7 @@ impl Walk {
             .collect()
     }
 
-    fn size(&self, path: &Path, t: fs::FileType) -> Result<u64, String> {
+    fn size(&self, path: &Path, t: fs::FileType) -> Result<u64, SnapshotError> {
         if t.is_dir() {
             let mut sum = 0;
             for (p, _, t) in self.entries(path)? {
@@ -210,7 +248,7 @@ impl Walk {
             match fs::symlink_metadata(path) {
                 Ok(m) => Ok(m.len()),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
-                Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+                Err(e) => Err(io_error("read", path)(e)),
             }
         } else {
             Ok(0)
@@ -220,8 +258,8 @@ impl Walk {
     /// Copies a folder's release entries into `dst` (created here), then
     /// gives `dst` the mode of `src` (last, so a read-only folder can be
     /// filled first).
-    fn copy_dir(&self, src: &Path, dst: &Path, count: &mut Count) -> Result<(), String> {
-        fs::create_dir(dst).map_err(|e| format!("cannot create {}: {e}", dst.display()))?;
+    fn copy_dir(&self, src: &Path, dst: &Path, count: &mut Count) -> Result<(), SnapshotError> {
+        fs::create_dir(dst).map_err(io_error("create", dst))?;
         for (path, name, t) in self.entries(src)? {
             let to = dst.join(&name);
             if t.is_dir() {
@@ -230,9 +268,9 @@ impl Walk {
                 let target = match fs::read_link(&path) {
                     Ok(t) => t,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(format!("cannot read the symlink {}: {e}", path.display())),
+                    Err(e) => return Err(io_error("read the symlink", &path)(e)),
                 };
-                std::os::unix::fs::symlink(&target, &to).map_err(|e| format!("cannot create the symlink {}: {e}", to.display()))?;
+                std::os::unix::fs::symlink(&target, &to).map_err(io_error("create the symlink", &to))?;
                 count.files += 1;
             } else if t.is_file() {
                 match fs::copy(&path, &to) {
@@ -241,13 +279,13 @@ impl Walk {
                         count.files += 1;
                     }
                     Err(e) if e.kind() == io::ErrorKind::NotFound && !path.exists() => continue,
-                    Err(e) => return Err(format!("cannot copy {}: {e}", path.display())),
+                    Err(e) => return Err(io_error("copy", &path)(e)),
                 }
             }
             // Sockets, FIFOs and devices are not part of an app's code.
         }
-        let mode = fs::metadata(src).map_err(|e| format!("cannot read {}: {e}", src.display()))?.permissions();
-        fs::set_permissions(dst, mode).map_err(|e| format!("cannot set the mode of {}: {e}", dst.display()))
+        let mode = fs::metadata(src).map_err(io_error("read", src))?.permissions();
+        fs::set_permissions(dst, mode).map_err(io_error("set the mode of", dst))
     }
 }
 
@@ -338,7 +376,7 @@ mod tests {
         fs::write(app.join(".git/pack"), vec![b'x'; 100_000]).unwrap();
 
         let dest = t.0.join("releases/r1");
-        let err = take(&source(&app, &[]), &dest, 4000).unwrap_err();
+        let err = take(&source(&app, &[]), &dest, 4000).unwrap_err().to_string();
         assert!(err.contains("holds 4.0 KiB, more than the 3.9 KiB a release may hold"), "{err}");
         assert!(err.contains("Its largest entries: data/ (2.9 KiB), notes.txt (1000 B), app.R (100 B)."), "{err}");
         assert!(err.contains("Keep data outside working-dir") && err.contains("`env`"), "{err}");
@@ -365,7 +403,7 @@ mod tests {
         fs::create_dir_all(&deep).unwrap();
         fs::write(deep.join("x.R"), "2").unwrap();
         let dest = t.0.join("releases/r1");
-        let err = take(&source(&app, &[]), &dest, 1 << 20).unwrap_err();
+        let err = take(&source(&app, &[]), &dest, 1 << 20).unwrap_err().to_string();
         assert!(err.starts_with("cannot create") && err.contains("File name too long"), "{err}");
         assert!(!partial_path(&dest).exists(), "the partial copy is removed");
         assert!(!dest.exists());
@@ -387,7 +425,7 @@ mod tests {
         assert!(status.success(), "mount a 256k tmpfs");
         let _unmount = Unmount(small.clone());
         let dest = small.join("releases/r1");
-        let err = take(&source(&app, &[]), &dest, 1 << 30).unwrap_err();
+        let err = take(&source(&app, &[]), &dest, 1 << 30).unwrap_err().to_string();
         assert!(err.contains("No space left on device"), "{err}");
         assert!(listing(&small.join("releases")).is_empty(), "the partial copy is removed");
     }
@@ -435,7 +473,7 @@ mod tests {
         fs::write(app.join("secret.R"), "2").unwrap();
         fs::set_permissions(app.join("secret.R"), fs::Permissions::from_mode(0o000)).unwrap();
         let dest = t.0.join("releases/r1");
-        let err = take(&source(&app, &[]), &dest, 1 << 20).unwrap_err();
+        let err = take(&source(&app, &[]), &dest, 1 << 20).unwrap_err().to_string();
         assert!(err.contains("secret.R") && err.contains("Permission denied"), "{err}");
         assert!(!partial_path(&dest).exists() && !dest.exists());
     }

@@ -38,25 +38,25 @@ fn rollback_goes_to_the_last_release_that_served_before_the_current_one() {
     let tmp_dir = tempfile::tempdir().unwrap();
     let dir = tmp_dir.path().to_path_buf();
     let mut st = AppState::default();
-    assert!(roll_back(&mut st, "hello", None).unwrap_err().contains("no release before the current one"));
+    assert!(roll_back(&mut st, "hello", None).unwrap_err().to_string().contains("no release before the current one"));
     record(&mut st, rel("r1", &dir));
-    assert!(roll_back(&mut st, "hello", None).unwrap_err().contains("deployed once"));
+    assert!(roll_back(&mut st, "hello", None).unwrap_err().to_string().contains("deployed once"));
     record(&mut st, rel("r2", &dir));
     assert_eq!((st.release.as_deref(), st.previous_release.as_deref()), (Some("r2"), Some("r1")));
-    assert!(roll_back(&mut st, "hello", None).unwrap_err().contains("is gone from"), "its folder must exist");
+    assert!(roll_back(&mut st, "hello", None).unwrap_err().to_string().contains("is gone from"), "its folder must exist");
     assert_eq!(st.release.as_deref(), Some("r2"), "a refused rollback changes nothing");
 
     std::fs::create_dir_all(dir.join("r1")).unwrap();
     let back = roll_back(&mut st, "hello", None).unwrap();
     assert_eq!(back.deployed.env["V"], "r1", "it comes with the settings it was deployed with");
     assert_eq!((st.release.as_deref(), st.previous_release.as_deref(), st.rolled_back), (Some("r1"), Some("r2"), true));
-    assert!(roll_back(&mut st, "hello", None).unwrap_err().contains("deployed once"), "nothing served before r1");
+    assert!(roll_back(&mut st, "hello", None).unwrap_err().to_string().contains("deployed once"), "nothing served before r1");
     // --to: any kept release, forward too.
     std::fs::create_dir_all(dir.join("r2")).unwrap();
     roll_back(&mut st, "hello", Some("r2")).unwrap();
     assert_eq!((st.release.as_deref(), st.rolled_back), (Some("r2"), false), "back on the newest release: nothing differs");
-    assert!(roll_back(&mut st, "hello", Some("r9")).unwrap_err().contains("keeps no release r9; it keeps r1, r2"));
-    assert!(roll_back(&mut st, "hello", Some("r2")).unwrap_err().contains("runs release r2 already"));
+    assert!(roll_back(&mut st, "hello", Some("r9")).unwrap_err().to_string().contains("keeps no release r9; it keeps r1, r2"));
+    assert!(roll_back(&mut st, "hello", Some("r2")).unwrap_err().to_string().contains("runs release r2 already"));
 
     // A release that never served is stepped over, and said when it is all there is.
     let mut broken = rel("r3", &dir);
@@ -82,7 +82,7 @@ fn rollback_goes_to_the_last_release_that_served_before_the_current_one() {
     never.served = Some(false);
     record(&mut st, never);
     record(&mut st, rel("n2", &dir));
-    assert!(roll_back(&mut st, "hello", None).unwrap_err().contains("never got ready"));
+    assert!(roll_back(&mut st, "hello", None).unwrap_err().to_string().contains("never got ready"));
 }
 
 #[test]
@@ -137,7 +137,7 @@ fn a_copy_runs_its_release_with_its_settings_and_one_from_before_releases_runs_w
     record(&mut st, rel("r1", &dir));
     let err = run_dir(&spec, &st, &copy(2, Some("r1"), None)).unwrap_err();
     assert!(err.contains("is gone from") && err.contains("shinyctl restart hello"), "{err}");
-    assert!(run_dir(&spec, &st, &copy(2, Some("r9"), None)).unwrap_err().contains("not recorded"));
+    assert!(run_dir(&spec, &st, &copy(2, Some("r9"), None)).unwrap_err().to_string().contains("not recorded"));
 
     std::fs::create_dir_all(dir.join("r1")).unwrap();
     let (folder, run) = run_dir(&spec, &st, &copy(2, Some("r1"), None)).unwrap();

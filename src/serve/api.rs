@@ -13,17 +13,17 @@
 //! - `GET  /v1/metrics` (Prometheus text), `GET /v1/health` (see `metrics`)
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::Duration;
 
 use hyper::{Method, Request, StatusCode};
 
 use crate::api_client::VersionReply;
 use crate::home::Home;
-use crate::model::{ApplyRequest, LogsReply, RolloutReply, RolloutState, StandIn};
+use crate::model::{ApplyRequest, StandIn};
 use crate::uds;
 
-use super::reply::{error, not_found, ok, Reply};
-use super::{Event, Shared};
+use super::error::{Done, ServeError};
+use super::reply::{deployed, error, ok, Reply};
+use super::Shared;
 
 /// Binds api.sock (mode 0600), replacing a stale one.
 pub fn bind(home: &Home) -> anyhow::Result<tokio::net::UnixListener> {
@@ -65,20 +65,14 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
         (Method::GET, ["v1", "status"]) => {
             let app = query(&req, "app").map(str::to_string);
             // The load balancer's figures are fetched with the lock released.
-            let home = shared.lock().await.home.clone();
+            let home = shared.lock().home.clone();
             // So is what /proc says of the copies.
             let (stats, shown) = tokio::join!(
                 super::proxy_ctl::fetch_stats(&home, super::proxy_ctl::STATUS_TIMEOUT),
                 super::status::look_up(&shared, app.as_deref())
             );
-            let mut d = shared.lock().await;
-            if let Some(stats) = stats {
-                d.fold_traffic(stats);
-            }
-            match super::status::report(&d, app.as_deref(), &shown) {
-                Ok(r) => uds::json_response(StatusCode::OK, &r),
-                Err(e) => error(StatusCode::NOT_FOUND, e),
-            }
+            let view = shared.lock().status_view(app.as_deref(), &shown, stats);
+            json(view)
         }
         (Method::POST, ["v1", "apply"]) => {
             let body = match uds::read_body(req.into_body(), ApplyRequest::MAX_BODY).await {
@@ -96,72 +90,34 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let Ok(apply) = serde_json::from_slice::<ApplyRequest>(&body) else {
                 return error(StatusCode::BAD_REQUEST, "the body is not an apply request");
             };
-            super::deploy::apply(&shared, apply).await
+            answer(super::deploy::apply(&shared, apply).await)
         }
-        (Method::POST, ["v1", "apps", name, "restart"]) => super::deploy::restart(&shared, name, flag(&req, "now")).await,
+        (Method::POST, ["v1", "apps", name, "restart"]) => answer(super::deploy::restart(&shared, name, flag(&req, "now")).await),
         (Method::POST, ["v1", "apps", name, "rollback"]) => {
-            super::deploy::rollback(&shared, name, flag(&req, "now"), query(&req, "to")).await
+            answer(super::deploy::rollback(&shared, name, flag(&req, "now"), query(&req, "to")).await)
         }
-        (Method::GET, ["v1", "apps", name, "releases"]) => {
-            let d = shared.lock().await;
-            let Some(app) = d.apps.get(*name) else { return not_found(name) };
-            uds::json_response(StatusCode::OK, &crate::release::rows(&app.recorded.state))
-        }
-        (Method::DELETE, ["v1", "apps", name]) => {
-            let now = flag(&req, "now");
-            let mut d = shared.lock().await;
-            // Deleting again (with --now) hurries a delete that drains.
-            let Some(app) = d.apps.get_mut(*name).filter(|a| !a.recorded.deleting || now) else { return not_found(name) };
-            app.recorded.deleting = true;
-            app.recorded.state.stop_now = now;
-            let copies = app.recorded.state.copies.len();
-            if let Err(e) = d.save_registry() {
-                return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
-            }
-            let _ = d.events.send(Event::Changed { app: name.to_string() });
-            let how = match (copies, now) {
-                (1, true) => "its 1 copy stops now",
-                (1, false) => "its 1 copy stops once its sessions end",
-                (_, true) => "its {n} copies stop now",
-                (_, false) => "its {n} copies stop once their sessions end",
-            };
-            ok(format!("{name}: deleted; {}.", how.replace("{n}", &copies.to_string())))
-        }
+        (Method::GET, ["v1", "apps", name, "releases"]) => json(shared.lock().releases_view(name)),
+        (Method::DELETE, ["v1", "apps", name]) => answer(shared.lock().delete(name, flag(&req, "now"))),
         (Method::GET, ["v1", "apps", name, "logs"]) => {
             let copy = query(&req, "copy").and_then(|c| c.parse::<u32>().ok());
-            let d = shared.lock().await;
-            let Some(app) = d.apps.get(*name) else { return not_found(name) };
-            let copies = super::logs::of_app(&d.home, &app.recorded.spec, &app.recorded.state);
-            let path = match copy {
-                Some(n) => super::log_path(&d.home, &app.recorded.spec, n),
-                None => copies.first().map(|c| c.path.clone()).unwrap_or_else(|| super::log_path(&d.home, &app.recorded.spec, 1)),
-            };
-            uds::json_response(StatusCode::OK, &LogsReply { path, copies })
+            json(shared.lock().logs_view(name, copy))
         }
         (Method::GET, ["v1", "apps", name, "rollout"]) => {
             let Some(revision) = query(&req, "revision").and_then(|r| r.parse::<u64>().ok()) else {
                 return error(StatusCode::BAD_REQUEST, "rollout needs ?revision=N");
             };
-            let d = shared.lock().await;
-            let Some(app) = d.apps.get(*name).filter(|a| !a.recorded.deleting) else {
-                let gone = RolloutReply { state: RolloutState::Failed, message: format!("{name} was deleted") };
-                return uds::json_response(StatusCode::OK, &gone);
-            };
-            let (spec, state) = (&app.recorded.spec, &app.recorded.state);
-            let reply =
-                crate::reconcile::rollout(state, &spec.settings_hash(), spec.scale.replicas, &app.tracked.roles, revision, super::now_ms());
-            uds::json_response(StatusCode::OK, &reply)
+            uds::json_response(StatusCode::OK, &shared.lock().rollout_view(name, revision))
         }
-        (Method::POST, ["v1", "apps", name, "stop"]) => super::operate::stop(&shared, name).await,
-        (Method::POST, ["v1", "apps", name, "start"]) => super::operate::start(&shared, name).await,
+        (Method::POST, ["v1", "apps", name, "stop"]) => answer(shared.lock().stop_app(name)),
+        (Method::POST, ["v1", "apps", name, "start"]) => answer(shared.lock().start_app(name)),
         (Method::POST, ["v1", "apps", name, "scale"]) => {
             let Some(n) = query(&req, "replicas").and_then(|r| r.parse::<u32>().ok()) else {
                 return error(StatusCode::BAD_REQUEST, "scale needs ?replicas=N");
             };
-            super::operate::scale(&shared, name, n).await
+            answer(shared.lock().scale(name, n))
         }
-        (Method::POST, ["v1", "shutdown"]) => super::operate::shutdown(&shared, flag(&req, "all")).await,
-        (Method::POST, ["v1", "reload"]) => super::reload::reload(&shared).await,
+        (Method::POST, ["v1", "shutdown"]) => answer(Ok(shared.lock().shut_down(flag(&req, "all")))),
+        (Method::POST, ["v1", "reload"]) => uds::json_response(StatusCode::OK, &super::reload::reload(&shared).await),
         (Method::GET, ["v1", "metrics"]) => super::metrics::metrics(&shared, super::metrics::accept(&req)).await,
         (Method::GET, ["v1", "health"]) => super::metrics::health(&shared).await,
         (Method::POST, ["v1", "apps", name, "wake"]) => wake(&shared, name).await,
@@ -170,17 +126,37 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let Ok(ev) = serde_json::from_slice::<StandIn>(&body) else {
                 return error(StatusCode::BAD_REQUEST, "the body is not a stand-in report");
             };
-            let d = shared.lock().await;
-            if let Some(down) = ev.down {
-                tracing::warn!(app = name, down, stand_in = ?ev.stand_in, "copy refused a connection; the load balancer used a stand-in");
-            }
-            if ev.full {
-                tracing::info!(app = name, stand_in = ?ev.stand_in, "every active copy is full; the load balancer sent a new visitor to the spare");
-            }
-            let _ = d.events.send(Event::StandIn { app: name.to_string(), down: ev.down, full: ev.full });
+            shared.lock().note_stand_in(name, &ev);
             ok("noted")
         }
         _ => error(StatusCode::NOT_FOUND, format!("no such API route: {} {path}", req.method())),
+    }
+}
+
+/// The HTTP status a refusal or failure is answered with.
+fn status_of(e: &ServeError) -> StatusCode {
+    match e {
+        ServeError::NoSuchApp(_) => StatusCode::NOT_FOUND,
+        ServeError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        ServeError::Clash(_) | ServeError::Rollback(_) => StatusCode::CONFLICT,
+        ServeError::Registry(_) | ServeError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// A command's outcome as the API answers it: 200 with its message (and
+/// the revision a deploy started), or the error's status with its message.
+fn answer(outcome: Result<Done, ServeError>) -> Reply {
+    match outcome {
+        Ok(done) => deployed(done.message, done.revision),
+        Err(e) => error(status_of(&e), e.to_string()),
+    }
+}
+
+/// A view as the API answers it: 200 with it as JSON, or the error.
+fn json<T: serde::Serialize>(view: Result<T, ServeError>) -> Reply {
+    match view {
+        Ok(v) => uds::json_response(StatusCode::OK, &v),
+        Err(e) => error(status_of(&e), e.to_string()),
     }
 }
 
@@ -189,23 +165,49 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
 /// at request-timeout (504). Requests that arrive together share the wake.
 async fn wake(shared: &Shared, name: &str) -> Reply {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let timeout = {
-        let mut d = shared.lock().await;
-        let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
-        if app.recorded.state.asleep_since_ms.is_none() && app.tracked.has_active() {
-            return ok(format!("{name} is awake"));
-        }
-        app.wake.requested = true;
-        app.wake.asked_ms.get_or_insert(super::now_ms());
-        app.wake.waiters.push(tx);
-        let timeout = Duration::from_millis(app.recorded.spec.route.request_timeout_ms);
-        let _ = d.events.send(Event::Changed { app: name.to_string() });
-        timeout
+    let timeout = match shared.lock().ask_wake(name, tx) {
+        Ok(Some(timeout)) => timeout,
+        Ok(None) => return ok(format!("{name} is awake")),
+        Err(e) => return error(status_of(&e), e.to_string()),
     };
     match tokio::time::timeout(timeout, rx).await {
         Ok(Ok(Ok(()))) => ok(format!("{name} is awake")),
         Ok(Ok(Err(why))) => error(StatusCode::SERVICE_UNAVAILABLE, format!("{name} did not wake: {why}")),
         Ok(Err(_)) => error(StatusCode::SERVICE_UNAVAILABLE, format!("{name} did not wake")),
         Err(_) => error(StatusCode::GATEWAY_TIMEOUT, format!("{name} was not ready within its request-timeout")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::release::RollbackError;
+
+    #[test]
+    fn each_refusal_keeps_its_status_and_its_message() {
+        let cases = [
+            (ServeError::NoSuchApp("hello".into()), StatusCode::NOT_FOUND, "no app named hello; see `shinyctl status` for the apps there are"),
+            (
+                RollbackError::Current { name: "hello".into(), id: "r2".into() }.into(),
+                StatusCode::CONFLICT,
+                "hello runs release r2 already. Nothing changed.",
+            ),
+            (
+                RollbackError::NoneBefore { name: "hello".into(), untracked: true }.into(),
+                StatusCode::CONFLICT,
+                "hello has no release before the current one to roll back to: it has been deployed once (or not since releases came). Nothing changed.",
+            ),
+            (
+                ServeError::Registry(anyhow::anyhow!("No space left on device").context("cannot write /h/registry.json")),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "cannot write registry.json: cannot write /h/registry.json: No space left on device",
+            ),
+            (ServeError::Invalid("hello: 0 replicas".into()), StatusCode::UNPROCESSABLE_ENTITY, "hello: 0 replicas"),
+            (ServeError::Clash("8080 is already used".into()), StatusCode::CONFLICT, "8080 is already used"),
+            (ServeError::Failed("cannot put the release in place".into()), StatusCode::INTERNAL_SERVER_ERROR, "cannot put the release in place"),
+        ];
+        for (e, status, message) in cases {
+            assert_eq!((status_of(&e), e.to_string().as_str()), (status, message));
+        }
     }
 }

@@ -10,12 +10,12 @@
 //! - [`Wake`]: a wake asked for by the load balancer and the requests
 //!   waiting on it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use tokio::sync::oneshot;
 
 use crate::manifest::AppSpec;
-use crate::model::{AppState, Exit, MemoryStop, Role};
+use crate::model::{AppState, DiskStop, Exit, MemoryStop, Role};
 
 /// The daemon's in-memory view of one app.
 pub struct AppRt {
@@ -45,30 +45,13 @@ pub struct Recorded {
     pub deleting: bool,
 }
 
-/// What is tracked at run time, by PID of the processes the state names.
+/// What is tracked at run time: each process the state names, by PID,
+/// and what the last cycle decided.
 #[derive(Default)]
 pub struct Tracked {
-    /// Processes seen ready (port answers from their own socket), by PID.
-    pub ready: HashSet<u32>,
-    /// Processes with a readiness probe running.
-    pub probing: HashSet<u32>,
-    /// Processes with an exit watcher.
-    pub watched: HashSet<u32>,
-    /// Processes told to stop.
-    pub stopping: HashSet<u32>,
-    /// Exits seen and not yet folded into the state, by PID.
-    pub exits: HashMap<u32, Exit>,
-    /// Processes the memory watch stopped, by PID, with what they used:
-    /// their exits carry it.
-    pub memory_stops: HashMap<u32, MemoryStop>,
-    /// Processes the disk watch stopped, by PID, with what their disk
-    /// held: their exits carry it.
-    pub disk_stops: HashMap<u32, crate::model::DiskStop>,
-    /// Processes the disk watch has measured once, by PID; true for one
-    /// whose disk already held more than its size then (files kept from a
-    /// build before `sandbox.disk`, or a size made smaller): it is not
-    /// stopped for them, only its next deploy (an empty disk) is held to it.
-    pub disk_measured: HashMap<u32, bool>,
+    /// What is known of each process, by PID (one record per process:
+    /// forgotten whole once the state no longer needs news of it).
+    pub processes: HashMap<u32, TrackedProcess>,
     /// The last roles decided, for the copies table and status.
     pub roles: Vec<(u32, Role)>,
     /// When a timer in the last plan runs out.
@@ -84,13 +67,54 @@ pub struct Tracked {
     pub full: bool,
 }
 
+/// What the daemon knows at run time of one process the state names.
+#[derive(Default, Clone, Copy)]
+pub struct TrackedProcess {
+    /// Seen ready (its port answers from its own socket).
+    pub ready: bool,
+    /// A readiness probe runs for it.
+    pub probing: bool,
+    /// An exit watcher runs for it.
+    pub watched: bool,
+    /// Told to stop.
+    pub stopping: bool,
+    /// Its exit, seen and not yet folded into the state.
+    pub exit: Option<Exit>,
+    /// The memory watch stopped it, with what it used: its exit carries it.
+    pub memory_stop: Option<MemoryStop>,
+    /// The disk watch stopped it, with what its disk held: its exit
+    /// carries it.
+    pub disk_stop: Option<DiskStop>,
+    /// Measured once by the disk watch; `Some(true)` when its disk already
+    /// held more than its size then (files kept from a build before
+    /// `sandbox.disk`, or a size made smaller): it is not stopped for them,
+    /// only its next deploy (an empty disk) is held to it.
+    pub disk_measured: Option<bool>,
+}
+
 impl Tracked {
+    /// What is known of process `pid` (nothing, when it is not tracked).
+    pub fn process(&self, pid: u32) -> TrackedProcess {
+        self.processes.get(&pid).copied().unwrap_or_default()
+    }
+
+    /// The record of process `pid`, made empty if it had none.
+    pub fn process_mut(&mut self, pid: u32) -> &mut TrackedProcess {
+        self.processes.entry(pid).or_default()
+    }
+
+    /// Notes that `pid` is no longer ready (not until it answers again);
+    /// returns true when it was. A process not tracked stays untracked.
+    pub fn unready(&mut self, pid: u32) -> bool {
+        self.processes.get_mut(&pid).is_some_and(|p| std::mem::take(&mut p.ready))
+    }
+
     /// After a plan replaced the state: its exits are folded in, so forget
     /// them and the processes they were about, and the processes the state
     /// no longer names.
     pub fn fold(&mut self, before: &AppState, after: &AppState) {
         for pid in before.copies.iter().filter_map(|r| r.pid) {
-            if !after.copies.iter().any(|r| r.pid == Some(pid)) || self.exits.contains_key(&pid) {
+            if !after.copies.iter().any(|r| r.pid == Some(pid)) || self.process(pid).exit.is_some() {
                 self.forget(pid);
             }
         }
@@ -98,14 +122,7 @@ impl Tracked {
 
     /// Forgets a process once the state no longer needs news of it.
     pub fn forget(&mut self, pid: u32) {
-        self.exits.remove(&pid);
-        self.memory_stops.remove(&pid);
-        self.disk_stops.remove(&pid);
-        self.disk_measured.remove(&pid);
-        self.ready.remove(&pid);
-        self.probing.remove(&pid);
-        self.watched.remove(&pid);
-        self.stopping.remove(&pid);
+        self.processes.remove(&pid);
     }
 
     /// True when the last cycle gave a copy the active role.
@@ -160,5 +177,37 @@ impl Wake {
         for waiter in self.waiters.drain(..) {
             let _ = waiter.send(outcome.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::CopyRecord;
+
+    fn state(pids: &[u32]) -> AppState {
+        let copies = pids.iter().enumerate().map(|(i, p)| CopyRecord { copy: i as u32 + 1, pid: Some(*p), ..Default::default() }).collect();
+        AppState { copies, ..Default::default() }
+    }
+
+    #[test]
+    fn a_process_is_one_record_forgotten_whole_once_its_exit_is_folded_in() {
+        let mut tracked = Tracked::default();
+        let exit = Exit { at_ms: 1, code: Some(1), signal: None, memory: None, start_timeout_ms: None, disk: None };
+        for pid in [10, 20, 30] {
+            let p = tracked.process_mut(pid);
+            p.ready = true;
+            p.watched = true;
+            p.disk_measured = Some(false);
+        }
+        tracked.process_mut(20).exit = Some(exit);
+        // 20 exited, 30 is no longer named; 10 runs on.
+        tracked.fold(&state(&[10, 20, 30]), &state(&[10, 20]));
+        assert!(tracked.process(10).ready && tracked.process(10).watched, "a process still named keeps what is known of it");
+        assert_eq!(tracked.process(10).disk_measured, Some(false));
+        assert!(!tracked.processes.contains_key(&20), "an exit folded in: forgotten whole");
+        assert!(!tracked.processes.contains_key(&30), "no longer named: forgotten whole");
+        assert!(tracked.unready(10) && !tracked.process(10).ready, "unready reports that it was ready");
+        assert!(!tracked.unready(99) && !tracked.processes.contains_key(&99), "an untracked process stays untracked");
     }
 }

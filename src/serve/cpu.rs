@@ -47,7 +47,7 @@ pub fn spawn_sampler(shared: Shared) {
         loop {
             every.tick().await;
             let running: Vec<Key> = {
-                let d = shared.lock().await;
+                let d = shared.lock();
                 d.apps.values().flat_map(|a| a.recorded.state.copies.iter()).filter_map(|r| Some((r.pid?, r.pid_start?))).collect()
             };
             let read = tokio::task::spawn_blocking(move || {
@@ -69,7 +69,7 @@ pub fn spawn_sampler(shared: Shared) {
             // Only processes still running are kept: a PID reused later is
             // another start time, another key.
             last = readings.into_iter().map(|(k, s, at)| (k, (s, at))).collect();
-            let mut d = shared.lock().await;
+            let mut d = shared.lock();
             d.cpu_percent = CpuPercent(figures);
             d.copy_rss = rss;
         }

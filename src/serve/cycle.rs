@@ -43,7 +43,7 @@ impl Daemon {
         };
         for rec in &recorded.state.copies {
             let Some(pid) = rec.pid else { continue };
-            let gone = tracked.exits.get(&pid).copied().or_else(|| {
+            let gone = tracked.process(pid).exit.or_else(|| {
                 // Gone before its watcher reported: reap it here if it is our
                 // child; if it died while nobody watched, its status is unknown.
                 (!facts.alive(pid, rec.port, rec.pid_start)).then(|| {
@@ -61,11 +61,11 @@ impl Daemon {
                     // Seen once: the cycle folds this exit in.
                     counts.stopped_for_memory(name, rec.copy);
                 }
-                exit.disk = tracked.disk_stops.get(&pid).copied();
+                exit.disk = tracked.process(pid).disk_stop;
                 Process::Exited(exit)
             } else {
                 let owner = port_owner(name, rec, pid, tracked, facts);
-                let ready = tracked.ready.contains(&pid);
+                let ready = tracked.process(pid).ready;
                 // The daemon watches what it starts from the start, so a
                 // process first watched here is one it adopted.
                 let scratch = home.scratch_dir(&recorded.spec.group, &recorded.spec.name, rec.copy);
@@ -108,7 +108,7 @@ impl Daemon {
         for rec in &recorded.state.copies {
             let Some(pid) = rec.pid else { continue };
             if let Some(reconcile::Process::Exited(exit)) = observed.copies.get(&rec.copy).map(|s| s.process) {
-                let asked = tracked.stopping.contains(&pid) || recorded.state.asleep_since_ms.is_some();
+                let asked = tracked.process(pid).stopping || recorded.state.asleep_since_ms.is_some();
                 super::copy_end::note(cx.home, &recorded.spec, rec, &exit, asked);
             }
         }
@@ -328,7 +328,7 @@ fn act_on(
             Action::Stop(copy) => {
                 let Some(rec) = recorded.state.copies.iter().find(|r| r.copy == copy) else { continue };
                 let Some(pid) = rec.pid else { continue };
-                if tracked.stopping.insert(pid) {
+                if !std::mem::replace(&mut tracked.process_mut(pid).stopping, true) {
                     tracing::info!(app = name, copy, pid, "stopping copy");
                     let hurried_since = rec.drain_started_ms.filter(|_| rec.hurried);
                     stops.push(PendingStop::new(name, copy, pid, rec.pid_start, cx.now, hurried_since));
@@ -444,7 +444,7 @@ fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked, fac
         return procfs::PortOwner::Ours;
     }
     let owner = facts.owner(pid, rec.port);
-    if owner != procfs::PortOwner::Ours && tracked.ready.remove(&pid) {
+    if owner != procfs::PortOwner::Ours && tracked.unready(pid) {
         tracing::warn!(
             app = name,
             copy = rec.copy,
@@ -454,7 +454,7 @@ fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked, fac
             rec.copy,
             rec.port
         );
-        tracked.probing.remove(&pid);
+        tracked.process_mut(pid).probing = false;
     }
     if owner == procfs::PortOwner::Other {
         tracing::warn!(
@@ -483,11 +483,12 @@ fn follow(
     told: Option<std::os::fd::OwnedFd>,
 ) -> bool {
     let Some(pid) = rec.pid else { return false };
-    let new = tracked.watched.insert(pid);
+    let process = tracked.process_mut(pid);
+    let new = !std::mem::replace(&mut process.watched, true);
     if new {
         act::watch_exit(name.to_string(), pid, events.clone());
     }
-    if !ready && tracked.probing.insert(pid) {
+    if !ready && !std::mem::replace(&mut process.probing, true) {
         act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, scratch, events.clone(), told);
     }
     new

@@ -7,14 +7,12 @@
 
 use std::path::PathBuf;
 
-use hyper::StatusCode;
-
 use crate::home::Home;
 use crate::manifest::{self, AppSpec};
 use crate::model::{AppState, ApplyRequest, Release};
 use crate::release::{self, snapshot};
 
-use super::reply::{deployed, error, not_found, Reply};
+use super::error::{Done, ServeError};
 use super::{now_ms, record, sockets, AppRt, Daemon, Event, Shared};
 
 /// A release copied into its hidden folder, not yet recorded.
@@ -67,29 +65,26 @@ fn taken_line(rel: &Release) -> String {
 }
 
 /// Takes a release of the spec's working-dir, off the daemon's lock.
-async fn take(home: &Home, spec: &AppSpec) -> Result<Taken, Box<Reply>> {
+async fn take(home: &Home, spec: &AppSpec) -> Result<Taken, ServeError> {
     let taken_ms = now_ms();
     let id = release::new_id(taken_ms);
     let dest = home.release_dir(&spec.group, &spec.name, &id);
     let source = release::source(spec, home);
     let copied = tokio::task::spawn_blocking(move || snapshot::take(&source, &dest, release::LIMIT_BYTES)).await;
     let refused = |why: String| {
-        error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("{}: cannot take a release, so nothing was deployed and nothing that runs changed: {why}", spec.name),
-        )
+        ServeError::Invalid(format!("{}: cannot take a release, so nothing was deployed and nothing that runs changed: {why}", spec.name))
     };
     match copied {
         Ok(Ok(pending)) => Ok(Taken { pending, id, deployed: spec.start.clone(), taken_ms }),
-        Ok(Err(why)) => Err(Box::new(refused(why))),
-        Err(e) => Err(Box::new(refused(format!("the copy stopped: {e}")))),
+        Ok(Err(why)) => Err(refused(why.to_string())),
+        Err(e) => Err(refused(format!("the copy stopped: {e}"))),
     }
 }
 
 /// Checks a spec against the other apps (name, port, state-file) and an
 /// app of the same name being deleted. Returns the name of the app this
 /// manifest already is (the same manifest file), if any.
-fn check(d: &Daemon, spec: &AppSpec, lines: &manifest::KeyLines) -> Result<Option<String>, Box<Reply>> {
+fn check(d: &Daemon, spec: &AppSpec, lines: &manifest::KeyLines) -> Result<Option<String>, ServeError> {
     let here = |key: &str, message: String| {
         manifest::ManifestError { file: spec.manifest.clone(), line: lines.line(key), key: Some(key.into()), message }.to_string()
     };
@@ -99,57 +94,37 @@ fn check(d: &Daemon, spec: &AppSpec, lines: &manifest::KeyLines) -> Result<Optio
         .find(|(_, a)| !a.recorded.deleting && super::same_path(&a.recorded.spec.manifest, &spec.manifest))
         .map(|(n, _)| n.clone());
     if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.recorded.deleting) {
-        return Err(Box::new(error(
-            StatusCode::CONFLICT,
-            here(
-                "app-name",
-                format!("{} is being deleted; its copies stop once their sessions end. Apply again once `shinyctl status` no longer lists it, or use `shinyctl delete {} --now` first", spec.name, spec.name),
-            ),
-        )));
+        let name = &spec.name;
+        let why = format!("{name} is being deleted; its copies stop once their sessions end. Apply again once `shinyctl status` no longer lists it, or use `shinyctl delete {name} --now` first");
+        return Err(ServeError::Clash(here("app-name", why)));
     }
     for (name, other) in d.apps.iter().filter(|(n, a)| Some(*n) != existing.as_ref() && !a.recorded.deleting) {
         if *name == spec.name {
-            return Err(Box::new(error(
-                StatusCode::CONFLICT,
-                here(
-                    "app-name",
-                    format!("{name} is already the name of the app in {}; pick another name", other.recorded.spec.manifest.display()),
-                ),
+            return Err(ServeError::Clash(here(
+                "app-name",
+                format!("{name} is already the name of the app in {}; pick another name", other.recorded.spec.manifest.display()),
             )));
         }
         if other.recorded.spec.route.port == spec.route.port {
-            return Err(Box::new(error(
-                StatusCode::CONFLICT,
-                here(
-                    "port",
-                    format!(
-                        "{} is already used by app {name} ({}); pick another port",
-                        spec.route.port,
-                        other.recorded.spec.manifest.display()
-                    ),
+            return Err(ServeError::Clash(here(
+                "port",
+                format!(
+                    "{} is already used by app {name} ({}); pick another port",
+                    spec.route.port,
+                    other.recorded.spec.manifest.display()
                 ),
             )));
         }
         let (log, other_log) = (format!("{}-{}", spec.group, spec.name), format!("{}-{}", other.recorded.spec.group, name));
         if log == other_log {
-            return Err(Box::new(error(
-                StatusCode::CONFLICT,
-                here(
-                    "app-group",
-                    format!(
-                        "app-group {} with app-name {} would share the log file logs/{log}.log with app {name} of app-group {}; rename one of them",
-                        spec.group, spec.name, other.recorded.spec.group
-                    ),
-                ),
-            )));
+            let (group, other_group) = (&spec.group, &other.recorded.spec.group);
+            let why = format!("app-group {group} with app-name {} would share the log file logs/{log}.log with app {name} of app-group {other_group}; rename one of them", spec.name);
+            return Err(ServeError::Clash(here("app-group", why)));
         }
         if super::same_path(&other.recorded.spec.state_file, &spec.state_file) {
-            return Err(Box::new(error(
-                StatusCode::CONFLICT,
-                here(
-                    "state-file",
-                    format!("{} is already the state file of app {name}; set state-file to another path", spec.state_file.display()),
-                ),
+            return Err(ServeError::Clash(here(
+                "state-file",
+                format!("{} is already the state file of app {name}; set state-file to another path", spec.state_file.display()),
             )));
         }
     }
@@ -166,10 +141,10 @@ async fn claim(
     shared: &Shared,
     spec: &AppSpec,
     lines: &manifest::KeyLines,
-) -> Result<Option<(sockets::Addr, std::net::TcpListener)>, Box<Reply>> {
+) -> Result<Option<(sockets::Addr, std::net::TcpListener)>, ServeError> {
     let addr = (spec.route.host.to_string(), spec.route.port);
     let own_port = {
-        let d = shared.lock().await;
+        let d = shared.lock();
         if d.sockets.holds(&addr) {
             return Ok(None);
         }
@@ -183,7 +158,7 @@ async fn claim(
     let bound =
         tokio::task::spawn_blocking(move || sockets::bind(&host, port).map_err(|e| (e.raw_os_error(), sockets::explain(&host, port, &e))))
             .await
-            .map_err(|e| Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot bind the app's port: {e}"))))?;
+            .map_err(|e| ServeError::Failed(format!("cannot bind the app's port: {e}")))?;
     match bound {
         Ok(socket) => Ok(Some((addr, socket))),
         Err((Some(libc::EADDRINUSE), _)) if own_port => Ok(None),
@@ -195,7 +170,7 @@ async fn claim(
                 key: Some(key.into()),
                 message: format!("{why}. Nothing was applied"),
             };
-            Err(Box::new(error(StatusCode::CONFLICT, message.to_string())))
+            Err(ServeError::Clash(message.to_string()))
         }
     }
 }
@@ -209,12 +184,9 @@ fn deploys(app: Option<&AppRt>, spec: &AppSpec) -> bool {
 
 /// `POST /v1/apply`: parse and validate the manifest whole, check it
 /// against the other apps, take a release when it deploys, then record it.
-pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
+pub async fn apply(shared: &Shared, req: ApplyRequest) -> Result<Done, ServeError> {
     let path = PathBuf::from(&req.path);
-    let (spec, lines) = match manifest::parse_with_lines(&path, &req.text) {
-        Ok(s) => s,
-        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
-    };
+    let (spec, lines) = manifest::parse_with_lines(&path, &req.text).map_err(|e| ServeError::Invalid(e.to_string()))?;
     if let Err(why) = record::check_state_file(&spec.state_file) {
         let at = manifest::ManifestError {
             file: spec.manifest.clone(),
@@ -222,60 +194,38 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Reply {
             key: Some("state-file".into()),
             message: why,
         };
-        return error(StatusCode::UNPROCESSABLE_ENTITY, at.to_string());
+        return Err(ServeError::Invalid(at.to_string()));
     }
     let (home, needs) = {
-        let d = shared.lock().await;
-        let existing = match check(&d, &spec, &lines) {
-            Ok(e) => e,
-            Err(reply) => return *reply,
-        };
+        let d = shared.lock();
+        let existing = check(&d, &spec, &lines)?;
         (d.home.clone(), deploys(existing.and_then(|n| d.apps.get(&n)), &spec))
     };
-    let socket = match claim(shared, &spec, &lines).await {
-        Ok(s) => s,
-        Err(reply) => return *reply,
-    };
-    let taken = if needs {
-        match take(&home, &spec).await {
-            Ok(t) => Some(t),
-            Err(reply) => return *reply,
-        }
-    } else {
-        None
-    };
-    let mut d = shared.lock().await;
+    let socket = claim(shared, &spec, &lines).await?;
+    let taken = if needs { Some(take(&home, &spec).await?) } else { None };
+    let mut d = shared.lock();
     // The world may have changed while the release was copied.
-    let existing = match check(&d, &spec, &lines) {
-        Ok(e) => e,
-        Err(reply) => return *reply,
-    };
+    let existing = check(&d, &spec, &lines)?;
     if taken.is_none() && deploys(existing.as_ref().and_then(|n| d.apps.get(n)), &spec) {
-        return error(StatusCode::CONFLICT, format!("{}: changed while this apply ran; apply again", spec.name));
+        return Err(ServeError::Clash(format!("{}: changed while this apply ran; apply again", spec.name)));
     }
     if let Some((addr, socket)) = socket {
         d.sockets.insert(addr, socket);
     }
     let deployed_now = taken.is_some();
     let message = match existing {
-        Some(old_name) => update(&mut d, &home, old_name, &spec, taken, req.now),
-        None => add(&mut d, &home, &spec, taken),
+        Some(old_name) => update(&mut d, &home, old_name, &spec, taken, req.now)?,
+        None => add(&mut d, &home, &spec, taken)?,
     };
-    let message = match message {
-        Ok(m) => m,
-        Err(reply) => return *reply,
-    };
-    if let Err(e) = d.save_registry() {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
-    }
+    d.save_registry().map_err(ServeError::Registry)?;
     let _ = d.events.send(Event::Changed { app: spec.name.clone() });
     let revision = d.apps.get(&spec.name).map(|a| a.recorded.state.revision).filter(|_| deployed_now);
-    deployed(message, revision)
+    Ok(Done::deployed(message, revision))
 }
 
 /// apply on an app the daemon has: the new spec in place (under its new
 /// name, if it changed), a new revision when a release was taken.
-fn update(d: &mut Daemon, home: &Home, old_name: String, spec: &AppSpec, taken: Option<Taken>, now: bool) -> Result<String, Box<Reply>> {
+fn update(d: &mut Daemon, home: &Home, old_name: String, spec: &AppSpec, taken: Option<Taken>, now: bool) -> Result<String, ServeError> {
     let mut app = d.apps.remove(&old_name).expect("checked above");
     let was_rolled_back = app.recorded.state.rolled_back;
     let restarts = app.recorded.spec.settings_hash() != spec.settings_hash() || was_rolled_back;
@@ -284,7 +234,7 @@ fn update(d: &mut Daemon, home: &Home, old_name: String, spec: &AppSpec, taken: 
         Ok(rel) => rel,
         Err(why) => {
             d.apps.insert(old_name, app);
-            return Err(Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, why)));
+            return Err(ServeError::Failed(why));
         }
     };
     if rel.is_some() {
@@ -314,19 +264,20 @@ fn update(d: &mut Daemon, home: &Home, old_name: String, spec: &AppSpec, taken: 
 }
 
 /// apply of a new app: its first state and, when it deploys, its release.
-fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<Taken>) -> Result<String, Box<Reply>> {
+fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<Taken>) -> Result<String, ServeError> {
     // A new app: state.json from an earlier life names no process we
     // hold, so it starts afresh, at a revision after the old one.
     let old = record::load_state(&spec.state_file).unwrap_or_default();
     let mut state = AppState { app: spec.name.clone(), revision: old.revision + 1, next_copy: 1, ..Default::default() };
     let rel = match taken.map(|t| t.record(home, spec, &mut state)).transpose() {
         Ok(rel) => rel,
-        Err(why) => return Err(Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, why))),
+        Err(why) => return Err(ServeError::Failed(why)),
     };
     if let Err(e) = record::save_state(&spec.state_file, &state) {
-        return Err(Box::new(error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("{}: cannot write its state file {}: {e}; nothing was started", spec.name, spec.state_file.display()),
+        return Err(ServeError::Invalid(format!(
+            "{}: cannot write its state file {}: {e}; nothing was started",
+            spec.name,
+            spec.state_file.display()
         )));
     }
     d.apps.insert(spec.name.clone(), AppRt::new(spec.clone(), state));
@@ -352,13 +303,13 @@ fn with_release(line: String, rel: Option<&Release>) -> String {
 /// was applied from, as it is now, validates it like apply, takes a release
 /// and redeploys. A manifest that is gone, bad, or names another app is
 /// refused, and nothing changes.
-pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
+pub async fn restart(shared: &Shared, name: &str, now: bool) -> Result<Done, ServeError> {
     let (home, manifest_path) = {
-        let d = shared.lock().await;
-        let Some(app) = d.apps.get(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
+        let d = shared.lock();
+        let Some(app) = d.apps.get(name).filter(|a| !a.recorded.deleting) else { return Err(ServeError::NoSuchApp(name.to_string())) };
         (d.home.clone(), app.recorded.spec.manifest.clone())
     };
-    let refused = |why: String| error(StatusCode::UNPROCESSABLE_ENTITY, format!("{name}: not restarted, nothing changed: {why}"));
+    let refused = |why: String| Err(ServeError::Invalid(format!("{name}: not restarted, nothing changed: {why}")));
     let text = match tokio::fs::read_to_string(&manifest_path).await {
         Ok(t) => t,
         Err(e) => {
@@ -379,22 +330,14 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
             spec.name
         ));
     }
-    if let Err(reply) = check(&*shared.lock().await, &spec, &lines) {
-        return *reply;
-    }
-    let socket = match claim(shared, &spec, &lines).await {
-        Ok(s) => s,
-        Err(reply) => return *reply,
-    };
-    let taken = match take(&home, &spec).await {
-        Ok(t) => t,
-        Err(reply) => return *reply,
-    };
-    let mut d = shared.lock().await;
+    check(&shared.lock(), &spec, &lines)?;
+    let socket = claim(shared, &spec, &lines).await?;
+    let taken = take(&home, &spec).await?;
+    let mut d = shared.lock();
     match check(&d, &spec, &lines) {
         Ok(Some(existing)) if existing == name => {}
-        Ok(_) => return not_found(name),
-        Err(reply) => return *reply,
+        Ok(_) => return Err(ServeError::NoSuchApp(name.to_string())),
+        Err(e) => return Err(e),
     }
     if let Some((addr, socket)) = socket {
         d.sockets.insert(addr, socket);
@@ -402,37 +345,30 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Reply {
     let app = d.apps.get_mut(name).expect("checked above");
     let rel = match taken.record(&home, &spec, &mut app.recorded.state) {
         Ok(rel) => rel,
-        Err(why) => return error(StatusCode::INTERNAL_SERVER_ERROR, why),
+        Err(why) => return Err(ServeError::Failed(why)),
     };
     if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
         let _ = std::fs::remove_file(&app.recorded.spec.state_file);
     }
     app.recorded.spec = spec;
-    match redeploy(&mut d, name, now) {
-        Ok((rev, how)) => deployed(
-            with_release(
-                format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"),
-                Some(&rel),
-            ),
-            Some(rev),
-        ),
-        Err(reply) => *reply,
-    }
+    let (rev, how) = redeploy(&mut d, name, now)?;
+    Ok(Done::deployed(
+        with_release(format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"), Some(&rel)),
+        Some(rev),
+    ))
 }
 
 /// The end of restart and rollback, with the app's spec and release in
 /// place: a new revision (so every copy is outdated), saved, and the cycle
 /// told. Returns the revision and how the old copies go.
-fn redeploy(d: &mut Daemon, name: &str, now: bool) -> Result<(u64, &'static str), Box<Reply>> {
+fn redeploy(d: &mut Daemon, name: &str, now: bool) -> Result<(u64, &'static str), ServeError> {
     let app = d.apps.get_mut(name).expect("the caller holds the app");
     app.recorded.state.revision += 1;
     app.recorded.state.stop_now = now;
     let rev = app.recorded.state.revision;
     let asleep = app.recorded.state.asleep_since_ms.is_some();
     app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
-    if let Err(e) = d.save_registry() {
-        return Err(Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"))));
-    }
+    d.save_registry().map_err(ServeError::Registry)?;
     let _ = d.events.send(Event::Changed { app: name.to_string() });
     Ok((
         rev,
@@ -453,24 +389,18 @@ const ASLEEP_CHECK: &str = "but the app is asleep: one copy of the new version s
 /// one with the settings it was deployed with, through the same draining
 /// path, copying nothing. A second rollback goes back to where the first
 /// one came from.
-pub async fn rollback(shared: &Shared, name: &str, now: bool, to: Option<&str>) -> Reply {
-    let mut d = shared.lock().await;
-    let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
-    let rel = match release::roll_back(&mut app.recorded.state, name, to) {
-        Ok(rel) => rel,
-        Err(why) => return error(StatusCode::CONFLICT, format!("{why}. Nothing changed.")),
-    };
+pub async fn rollback(shared: &Shared, name: &str, now: bool, to: Option<&str>) -> Result<Done, ServeError> {
+    let mut d = shared.lock();
+    let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return Err(ServeError::NoSuchApp(name.to_string())) };
+    let rel = release::roll_back(&mut app.recorded.state, name, to)?;
     app.recorded.spec = app.recorded.spec.with_start(&rel.deployed);
-    let (rev, how) = match redeploy(&mut d, name, now) {
-        Ok(done) => done,
-        Err(reply) => return *reply,
-    };
-    deployed(
+    let (rev, how) = redeploy(&mut d, name, now)?;
+    Ok(Done::deployed(
         format!(
             "{name}: rolling back to release {} (taken {}) with the settings it was deployed with, at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}",
             rel.id,
             crate::procfs::local_rfc3339(rel.taken_ms)
         ),
         Some(rev),
-    )
+    ))
 }

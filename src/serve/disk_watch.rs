@@ -86,10 +86,8 @@ impl Daemon {
             for rec in &state.copies {
                 let sb = sandbox_of(spec, state, rec);
                 let (Some(pid), Some(pid_start), Some(limit)) = (rec.pid, rec.pid_start, sb.disk.bytes()) else { continue };
-                let busy = tracked.stopping.contains(&pid)
-                    || tracked.exits.contains_key(&pid)
-                    || tracked.disk_stops.contains_key(&pid)
-                    || tracked.disk_measured.get(&pid) == Some(&true);
+                let p = tracked.process(pid);
+                let busy = p.stopping || p.exit.is_some() || p.disk_stop.is_some() || p.disk_measured == Some(true);
                 if sb.mode == SandboxMode::Off || busy {
                     continue;
                 }
@@ -105,13 +103,14 @@ impl Daemon {
     /// Takes one measure of a watched copy (`before`: the bytes of files
     /// written before its process started): a process whose disk held
     /// more than its size before it started is exempt (see
-    /// `Tracked::disk_measured`); one past its size otherwise is stopped.
+    /// `TrackedProcess::disk_measured`); one past its size otherwise is stopped.
     fn measured(&mut self, w: &Watched, stop: DiskStop, before: u64) {
         let Some(app) = self.apps.get_mut(&w.app) else { return };
         let over = stop.used > stop.limit;
-        if let std::collections::hash_map::Entry::Vacant(first) = app.tracked.disk_measured.entry(w.pid) {
+        let process = app.tracked.process_mut(w.pid);
+        if process.disk_measured.is_none() {
             let exempt = before > stop.limit;
-            first.insert(exempt);
+            process.disk_measured = Some(exempt);
             if exempt {
                 tracing::warn!(
                     app = w.app,
@@ -137,7 +136,7 @@ impl Daemon {
             return;
         }
         tracing::warn!(app = w.app, copy = w.copy, pid = w.pid, "copy {} is stopped: {}", w.copy, stop.describe());
-        app.tracked.disk_stops.insert(w.pid, stop);
+        app.tracked.process_mut(w.pid).disk_stop = Some(stop);
         let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(w.pid as i32), nix::sys::signal::Signal::SIGKILL);
     }
 }
@@ -149,7 +148,7 @@ pub fn spawn_watch(shared: Shared) {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            let watched = shared.lock().await.disk_watched();
+            let watched = shared.lock().disk_watched();
             if watched.is_empty() {
                 continue;
             }
@@ -177,7 +176,7 @@ pub fn spawn_watch(shared: Shared) {
             })
             .await
             .unwrap_or_default();
-            let mut d = shared.lock().await;
+            let mut d = shared.lock();
             for (stop, before, w) in &over {
                 d.measured(w, *stop, *before);
             }

@@ -4,10 +4,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::mpsc;
 
 use crate::api_client::Client;
 use crate::home::Home;
@@ -42,7 +41,11 @@ pub fn run(home: Home) -> anyhow::Result<()> {
     use tracing_subscriber::fmt::writer::MakeWriterExt;
     let to_stderr = !same_file(Path::new("/proc/self/fd/2"), &home.api_log());
     crate::logging::init(writer.and(std::io::stderr.with_filter(move |_| to_stderr)), false)?;
-    let result = rt.block_on(run_async(home, notify_socket));
+    // The loop runs as a spawned task, so the compiler holds it to the rule
+    // the other tasks keep: no guard of the daemon's lock across an `.await`.
+    let result = rt.block_on(async move {
+        tokio::spawn(run_async(home, notify_socket)).await.unwrap_or_else(|e| Err(anyhow::anyhow!("the daemon's loop ended: {e}")))
+    });
     drop(lock);
     result
 }
@@ -55,7 +58,7 @@ async fn stop_everything(shared: &Shared, proxy_pid: Option<u32>) {
     tracing::info!("shinyctl serve stopping, with every copy and the load balancer (shutdown --all)");
     let mut procs: Vec<(u32, Option<u64>)> = Vec::new();
     {
-        let mut d = shared.lock().await;
+        let mut d = shared.lock();
         for app in d.apps.values_mut() {
             for rec in app.recorded.state.copies.iter_mut() {
                 if let Some(pid) = rec.pid.take() {
@@ -118,7 +121,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
     daemon.sockets.sync(&wanted);
     tracing::info!(pid = std::process::id(), apps = daemon.apps.len(), "shinyctl serve started");
     tracing::info!("{}", cgroups.describe());
-    let shared: Shared = Arc::new(Mutex::new(daemon));
+    let shared = Shared::new(daemon);
     tokio::spawn(api::serve(listener, shared.clone()));
     limits::spawn_watch(shared.clone(), cgroups);
     super::disk_watch::spawn_watch(shared.clone());
@@ -137,18 +140,18 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         let mut all = false;
         let mut proxy_exited = false;
         let wake = {
-            let d = shared.lock().await;
+            let d = shared.lock();
             d.next_wake(next_tick)
         };
         tokio::select! {
             ev = rx.recv() => {
                 let Some(ev) = ev else { break };
-                let mut d = shared.lock().await;
+                let mut d = shared.lock();
                 proxy_exited |= matches!(ev, Event::ProxyExit);
-                d.note_event(ev, &mut due, &mut all).await;
+                d.note_event(ev, &mut due, &mut all);
                 while let Ok(ev) = rx.try_recv() {
                     proxy_exited |= matches!(ev, Event::ProxyExit);
-                    d.note_event(ev, &mut due, &mut all).await;
+                    d.note_event(ev, &mut due, &mut all);
                 }
             }
             _ = tokio::time::sleep_until(wake) => {
@@ -156,7 +159,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
                     all = true;
                     next_tick = tokio::time::Instant::now() + TICK;
                 } else {
-                    let d = shared.lock().await;
+                    let d = shared.lock();
                     let now = now_ms();
                     due.extend(d.apps.iter().filter(|(_, a)| a.tracked.wake_at_ms.is_some_and(|w| w <= now)).map(|(n, _)| n.clone()));
                 }
@@ -171,7 +174,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         if proxy_exited {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        if stop_pending(&mut term, &mut int).await || shared.lock().await.shutting_down.is_some() {
+        if stop_pending(&mut term, &mut int).await || shared.lock().shutting_down.is_some() {
             break;
         }
         if proxy_exited {
@@ -181,22 +184,24 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         // balancer's start and figures off it; act on stops after the push.
         if all {
             proxy.ensure(&home, &tx).await;
-            let logs = shared.lock().await.log_paths();
+            let logs = shared.lock().log_paths();
             rotating.start(logs);
         }
         let stats = proxy.stats(&home).await;
         // What /proc says of the due apps' processes, looked up with the
         // lock released: `status` does not wait for it.
         let probes = {
-            let d = shared.lock().await;
+            let d = shared.lock();
             if all {
                 due.extend(d.apps.keys().cloned());
             }
             d.probes(&due)
         };
         let facts = tokio::task::spawn_blocking(move || probe::Facts::find(probes)).await.unwrap_or_default();
-        let (table, launches) = {
-            let mut guard = shared.lock().await;
+        // Stops are added by the cycles alone, so whether any wait is known
+        // here, without locking again after the push.
+        let (table, launches, stopping) = {
+            let mut guard = shared.lock();
             let d = &mut *guard;
             d.proxy_pid = proxy.pid();
             if let Some(stats) = stats {
@@ -211,7 +216,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             for app in due {
                 d.cycle(&app, &facts);
             }
-            (d.table(), d.take_launches())
+            (d.table(), d.take_launches(), !d.stops.is_empty())
         };
         // The launchers the cycles readied run with the lock released: a
         // fork and exec wait on the scheduler, `status` does not.
@@ -223,7 +228,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
                     tracing::error!("the copies' launchers could not be run: {e}");
                     Vec::new()
                 });
-            shared.lock().await.launched(ran);
+            shared.lock().launched(ran);
         }
         // The sockets first: a port the apps no longer name closes before
         // the table goes (no connection waits in a queue nobody reads);
@@ -232,16 +237,18 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         let pushed = proxy.push(&home, table).await;
         // What the load balancer still answers for the copies it no longer
         // has, asked after the push: a stop waits for those answers.
-        let waiting = pushed && !shared.lock().await.stops.is_empty();
-        let after = if waiting { proxy.stats(&home).await } else { None };
-        shared.lock().await.run_stops(pushed, after.as_ref());
-        // The old load balancer goes once the new one listens on every socket.
-        let listening = shared.lock().await.sockets.has_been_given(proxy.pid());
+        let after = if pushed && stopping { proxy.stats(&home).await } else { None };
+        let listening = {
+            let mut d = shared.lock();
+            d.run_stops(pushed, after.as_ref());
+            // The old load balancer goes once the new one listens on every socket.
+            d.sockets.has_been_given(proxy.pid())
+        };
         proxy.retire_old(&home, listening).await;
-        shared.lock().await.resolve_wakes();
+        shared.lock().resolve_wakes();
     }
     super::pool::stop();
-    if shared.lock().await.shutting_down == Some(true) {
+    if shared.lock().shutting_down == Some(true) {
         stop_everything(&shared, proxy.pid()).await;
     } else {
         tracing::info!("shinyctl serve stopping; the copies and the load balancer keep running");
@@ -280,14 +287,14 @@ async fn take_back_sockets(home: &Home) -> HashMap<sockets::Addr, std::net::TcpL
 async fn sync_sockets(shared: &Shared, home: &Home, proxy_pid: Option<u32>) {
     for _ in 0..2 {
         let give = {
-            let mut d = shared.lock().await;
+            let mut d = shared.lock();
             let wanted = d.listen_addrs();
             d.sockets.sync(&wanted);
             d.sockets.to_give(proxy_pid)
         };
         let Some((pid, set)) = give else { return };
         give_sockets(shared, home, pid, set).await;
-        if !shared.lock().await.sockets.has_failures() {
+        if !shared.lock().sockets.has_failures() {
             return;
         }
     }
@@ -301,7 +308,7 @@ async fn give_sockets(shared: &Shared, home: &Home, pid: u32, set: Vec<(sockets:
     match result {
         Ok(Ok((took, set))) if took == pid => {
             tracing::info!(pid, "gave the load balancer {} listening sockets", set.len());
-            shared.lock().await.sockets.given(pid, set.into_iter().map(|(a, _)| a).collect());
+            shared.lock().sockets.given(pid, set.into_iter().map(|(a, _)| a).collect());
         }
         Ok(Ok((took, _))) => tracing::warn!(pid, took, "handover.sock is served by another load balancer than the one the daemon runs"),
         Ok(Err(e)) => tracing::warn!(pid, "cannot give the load balancer its listening sockets: {e}; trying again"),
@@ -332,7 +339,7 @@ impl Daemon {
     }
 
     /// Folds an event into the in-memory view and marks its app due.
-    async fn note_event(&mut self, ev: Event, due: &mut HashSet<String>, all: &mut bool) {
+    fn note_event(&mut self, ev: Event, due: &mut HashSet<String>, all: &mut bool) {
         match ev {
             Event::Changed { app } => {
                 due.insert(app);
@@ -341,17 +348,18 @@ impl Daemon {
                 if let Some(a) = self.apps.get_mut(&app) {
                     // An exit the cycle already folded in (it reaped first) is old news.
                     if a.recorded.state.copies.iter().any(|r| r.pid == Some(pid)) {
-                        a.tracked.exits.insert(pid, exit);
+                        a.tracked.process_mut(pid).exit = Some(exit);
                     }
-                    a.tracked.ready.remove(&pid);
+                    a.tracked.unready(pid);
                 }
                 due.insert(app);
             }
             Event::Ready { app, pid } => {
                 super::status::log_missing_fences(self, &app, pid);
                 if let Some(a) = self.apps.get_mut(&app) {
-                    a.tracked.probing.remove(&pid);
-                    a.tracked.ready.insert(pid);
+                    let process = a.tracked.process_mut(pid);
+                    process.probing = false;
+                    process.ready = true;
                 }
                 due.insert(app);
             }
@@ -359,7 +367,7 @@ impl Daemon {
                 if let Some(a) = self.apps.get_mut(&app) {
                     // Not ready until it answers again (if it is alive at all).
                     if let Some(pid) = a.recorded.state.copies.iter().find(|r| Some(r.copy) == down).and_then(|r| r.pid) {
-                        a.tracked.ready.remove(&pid);
+                        a.tracked.unready(pid);
                     }
                     // Taken by the next cycle's decide: the app grows.
                     a.tracked.full |= full;

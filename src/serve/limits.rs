@@ -85,8 +85,8 @@ pub fn memory_stop_at_exit(
     pid: u32,
     limit: Option<u64>,
 ) -> Option<MemoryStop> {
-    if let Some(stop) = tracked.memory_stops.get(&pid) {
-        return Some(*stop);
+    if let Some(stop) = tracked.process(pid).memory_stop {
+        return Some(stop);
     }
     let limit = limit?;
     let cgroup = cgroups.memory_sample(&limits::leaf(name, rec.copy));
@@ -112,7 +112,8 @@ impl Daemon {
             for rec in &state.copies {
                 let sb = sandbox_of(spec, state, rec);
                 let (Some(pid), Some(pid_start), Some(limit)) = (rec.pid, rec.pid_start, sb.memory) else { continue };
-                let busy = tracked.stopping.contains(&pid) || tracked.exits.contains_key(&pid) || tracked.memory_stops.contains_key(&pid);
+                let p = tracked.process(pid);
+                let busy = p.stopping || p.exit.is_some() || p.memory_stop.is_some();
                 if sb.mode != SandboxMode::Off && !busy {
                     out.push(Watched { app: name.clone(), copy: rec.copy, pid, pid_start, limit });
                 }
@@ -140,40 +141,53 @@ impl Daemon {
             return;
         }
         tracing::warn!(app = w.app, copy = w.copy, pid = w.pid, "copy {} is stopped: {}", w.copy, stop.describe());
-        app.tracked.memory_stops.insert(w.pid, stop);
+        app.tracked.process_mut(w.pid).memory_stop = Some(stop);
         let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(w.pid as i32), nix::sys::signal::Signal::SIGKILL);
     }
 }
 
 /// The memory watch: every [`limits::WATCH_EVERY`], the limited copies'
 /// memory (their cgroup's OOM kills, or their resident memory) is read off
-/// the lock and a copy over its limit is stopped.
+/// the lock and off the runtime's threads, and a copy over its limit is
+/// stopped.
 pub fn spawn_watch(shared: Shared, cgroups: Cgroups) {
+    let cgroups = std::sync::Arc::new(cgroups);
     tokio::spawn(async move {
         let mut every = tokio::time::interval(limits::WATCH_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            let watched = shared.lock().await.watched();
-            // One scan of every process for the round, and only if a copy needs it.
-            let processes = std::cell::OnceCell::new();
-            let over: Vec<(Watched, MemoryStop)> = watched
-                .into_iter()
-                .filter_map(|w| {
-                    let leaf = limits::leaf(&w.app, w.copy);
-                    let cgroup: Option<CgroupSample> = if cgroups.holds_memory(w.pid, &leaf) { cgroups.memory_sample(&leaf) } else { None };
-                    let rss = if cgroup.is_some() { None } else { processes.get_or_init(procfs::Processes::read).tree_rss_bytes(w.pid) };
-                    limits::watch_verdict(&Sample { limit: w.limit, cgroup, rss }).map(|stop| (w, stop))
-                })
-                .collect();
+            let watched = shared.lock().watched();
+            if watched.is_empty() {
+                continue;
+            }
+            let cgroups = cgroups.clone();
+            let over = tokio::task::spawn_blocking(move || over_limit(&cgroups, watched)).await.unwrap_or_default();
             if !over.is_empty() {
-                let mut d = shared.lock().await;
+                let mut d = shared.lock();
                 for (w, stop) in &over {
                     d.stop_for_memory(w, *stop);
                 }
             }
         }
     });
+}
+
+/// The watched copies over their memory limit, each with what it used.
+/// Blocking (cgroup files, and one scan of /proc if a copy needs it): run
+/// it with `spawn_blocking`.
+fn over_limit(cgroups: &Cgroups, watched: Vec<Watched>) -> Vec<(Watched, MemoryStop)> {
+    // One scan of every process for the round, and only if a copy needs it.
+    let processes = std::cell::OnceCell::new();
+    watched
+        .into_iter()
+        .filter_map(|w| {
+            let leaf = limits::leaf(&w.app, w.copy);
+            let cgroup: Option<CgroupSample> = if cgroups.holds_memory(w.pid, &leaf) { cgroups.memory_sample(&leaf) } else { None };
+            let rss = if cgroup.is_some() { None } else { processes.get_or_init(procfs::Processes::read).tree_rss_bytes(w.pid) };
+            limits::watch_verdict(&Sample { limit: w.limit, cgroup, rss }).map(|stop| (w, stop))
+        })
+        .collect()
 }
 
 #[cfg(test)]

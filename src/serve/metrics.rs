@@ -98,7 +98,7 @@ pub struct View {
 /// /proc says of the copies is looked up before, with it released).
 async fn view(shared: &Shared) -> View {
     let shown = super::status::look_up(shared, None).await;
-    let d = shared.lock().await;
+    let d = shared.lock();
     let apps = super::status::report(&d, None, &shown).map(|r| r.apps).unwrap_or_default();
     let now = now_ms();
     let asleep_secs = apps
@@ -157,7 +157,7 @@ pub struct Health {
 /// `GET /v1/health`: 200 when the daemon and the load balancer are up, 503
 /// when the load balancer does not answer.
 pub async fn health(shared: &Shared) -> Reply {
-    let home = shared.lock().await.home.clone();
+    let home = shared.lock().home.clone();
     let proxy = proxy_metrics(&home).await;
     let up = proxy.is_some();
     let health = Health {

@@ -8,8 +8,14 @@
 //! - `app`: an app in three parts: `Recorded`, `Tracked`, `Wake`.
 //! - `act`: starting, stopping and watching processes.
 //! - `record`: the files (state.json, registry.json, the lock, log rotation).
-//! - `api`: the routes on `api.sock`; `status`: what `status` shows.
+//! - `api`: the routes on `api.sock`, the one place outcomes become HTTP
+//!   replies; `status`: what `status` shows (`status_view` and the views).
 //! - `deploy`: apply, restart and rollback, which take and record releases.
+//! - `operate`: the operator's commands, as `Daemon`'s intent methods.
+//! - `error`: `Done` and `ServeError`, what the commands answer.
+//!
+//! The state is one [`Daemon`] behind [`Shared`], a `std::sync::Mutex`:
+//! its guard is not `Send`, so no task holds it across an `.await`.
 //! - `proxy_ctl`: the load balancer, from the daemon's side.
 //! - `sockets`: the apps' listening sockets, which the daemon holds.
 //! - `detach`: `serve -d`.
@@ -23,6 +29,7 @@ mod cycle;
 mod deploy;
 mod detach;
 pub mod disk_watch;
+mod error;
 mod event_loop;
 mod exposition;
 pub mod identity;
@@ -52,7 +59,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::mpsc;
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
@@ -109,43 +116,45 @@ pub enum Event {
     Shutdown,
 }
 
-/// Everything the daemon holds, behind one lock.
+/// Everything the daemon holds, behind one lock ([`Shared`]). Its fields
+/// are private to `serve`; the API changes it only through intent methods
+/// (`apply`, `delete`, `stop_app`, `ask_wake`, `status_view` …).
 pub struct Daemon {
     /// The home folder.
-    pub home: Home,
+    home: Home,
     /// Every app, by name.
-    pub apps: BTreeMap<String, AppRt>,
+    apps: BTreeMap<String, AppRt>,
     /// Where events go.
-    pub events: mpsc::UnboundedSender<Event>,
+    events: mpsc::UnboundedSender<Event>,
     /// The load balancer's PID as the event loop last knew it (the loop
     /// alone holds `proxy_ctl::ProxyCtl` and talks to the load balancer,
     /// with this lock released).
-    pub proxy_pid: Option<u32>,
+    proxy_pid: Option<u32>,
     /// The last traffic figures from the load balancer, by app then copy.
-    pub traffic: HashMap<String, HashMap<u32, CopyTraffic>>,
+    traffic: HashMap<String, HashMap<u32, CopyTraffic>>,
     /// The requests the load balancer refuses for a while, by app (each was
     /// in flight when two copies died).
-    pub refusing: HashMap<String, Vec<Refusing>>,
+    refusing: HashMap<String, Vec<Refusing>>,
     /// The apps' listening sockets, held here and given to the load balancer.
-    pub sockets: sockets::Held,
+    sockets: sockets::Held,
     /// Copies the cycle decided to stop, signalled once the load balancer
     /// has a table without them (observe, decide, record, push, act).
-    pub stops: Vec<PendingStop>,
+    stops: Vec<PendingStop>,
     /// Launchers the cycles readied, run once the lock is released.
-    pub launches: Vec<PendingLaunch>,
+    launches: Vec<PendingLaunch>,
     /// The cgroups copies get for their limits (found at start).
-    pub cgroups: crate::limits::Cgroups,
+    cgroups: crate::limits::Cgroups,
     /// Restarts and wakes counted for metrics.
-    pub tallies: Tallies,
+    tallies: Tallies,
     /// Each running copy's CPU percent, as the sampler last read it.
-    pub cpu_percent: cpu::CpuPercent,
+    cpu_percent: cpu::CpuPercent,
     /// Each running copy's resident memory (its process tree), by PID, as
     /// the sampler last read it (every 5 s, off the lock): what the memory
     /// bound on growth counts.
-    pub copy_rss: HashMap<u32, u64>,
+    copy_rss: HashMap<u32, u64>,
     /// `shinyctl shutdown` asked the daemon to stop; `Some(true)` with
     /// `--all`: the copies and the load balancer are stopped first.
-    pub shutting_down: Option<bool>,
+    shutting_down: Option<bool>,
 }
 
 /// A copy's launcher, readied by a cycle (its record saved, its port
@@ -181,8 +190,51 @@ pub struct Launched {
     pub result: anyhow::Result<act::Spawned>,
 }
 
-/// The daemon as shared between the loop and the API.
-pub type Shared = Arc<Mutex<Daemon>>;
+/// The daemon as shared between the loop, the API and the watches: its one
+/// front door. The lock is a `std::sync::Mutex`, whose guard is not `Send`,
+/// so the compiler refuses a guard held across an `.await` in any spawned
+/// task; code that waits on another process or a socket copies out what it
+/// needs, lets go, waits, and locks again:
+///
+/// ```compile_fail
+/// fn spawned<F: std::future::Future + Send>(_: F) {}
+/// fn holds_across_an_await(shared: shinyctl::serve::Shared) {
+///     spawned(async move {
+///         let d = shared.lock();
+///         tokio::task::yield_now().await;
+///         drop(d);
+///     });
+/// }
+/// ```
+#[derive(Clone)]
+pub struct Shared(Arc<std::sync::Mutex<Daemon>>);
+
+impl Shared {
+    /// The daemon, shared.
+    pub fn new(daemon: Daemon) -> Shared {
+        Shared(Arc::new(std::sync::Mutex::new(daemon)))
+    }
+
+    /// Locks the daemon. Hold the guard for in-memory work only: never
+    /// across a `/proc` scan, a fork and exec, or a release's copy.
+    ///
+    /// A lock poisoned by a panic while held (a bug) is taken back as it
+    /// is, logged once: the daemon keeps its copies running rather than
+    /// stopping with them unwatched.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Daemon> {
+        lock_or_recover(&self.0)
+    }
+}
+
+/// Locks `mutex`; one poisoned by a panic is taken back as it is, logged
+/// once (the poison is cleared).
+fn lock_or_recover<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| {
+        tracing::error!("a task panicked while it held the daemon's lock; going on with the state it left");
+        mutex.clear_poison();
+        poisoned.into_inner()
+    })
+}
 
 impl Daemon {
     /// The addresses the apps listen on (an app being deleted no longer does).
@@ -203,4 +255,22 @@ pub fn log_path(home: &Home, spec: &AppSpec, copy: u32) -> String {
 /// True when a path is the same file as another, by canonical path.
 pub fn same_path(a: &Path, b: &Path) -> bool {
     a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_lock_poisoned_by_a_panic_is_taken_back_with_its_data() {
+        let mutex = std::sync::Arc::new(std::sync::Mutex::new(1u32));
+        let held = mutex.clone();
+        let panicked = std::thread::spawn(move || {
+            let mut guard = held.lock().unwrap();
+            *guard = 2;
+            panic!("a bug while the lock is held");
+        })
+        .join();
+        assert!(panicked.is_err() && mutex.is_poisoned());
+        assert_eq!(*super::lock_or_recover(&mutex), 2, "the state the task left");
+        assert!(!mutex.is_poisoned(), "logged once: the poison is cleared");
+    }
 }

@@ -1,81 +1,138 @@
 //! The operator's commands on a running app and on the daemon (README,
-//! "Stop and start"): `stop`, `start`, `scale` and `shutdown [--all]`.
+//! "Stop and start"), as the daemon's intent methods: `stop_app`,
+//! `start_app`, `scale`, `delete`, `shut_down`, and `ask_wake`, the load
+//! balancer's wake. Each changes the daemon's state under its lock (no
+//! waiting inside) and tells the loop.
 
-use hyper::StatusCode;
+use tokio::sync::oneshot;
 
-use super::reply::{error, not_found, ok, Reply};
-use super::{record, Event, Shared};
+use super::app::WakeOutcome;
+use super::error::{Done, ServeError};
+use super::{record, AppRt, Daemon, Event};
 
-/// `POST /v1/apps/NAME/stop`: the app's copies stop (requests in flight
-/// get up to a second, as with `--now`), its port stays held and answers
-/// that the app is stopped; no request wakes it. Kept in state.json, so a
-/// restarted daemon keeps it stopped.
-pub async fn stop(shared: &Shared, name: &str) -> Reply {
-    let mut d = shared.lock().await;
-    let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
-    if app.recorded.state.stopped_since_ms.is_some() {
-        return ok(format!("{name}: already stopped; `shinyctl start {name}` starts it."));
+impl Daemon {
+    /// An app that is not being deleted, by name.
+    fn live_app(&mut self, name: &str) -> Result<&mut AppRt, ServeError> {
+        self.apps.get_mut(name).filter(|a| !a.recorded.deleting).ok_or_else(|| ServeError::NoSuchApp(name.to_string()))
     }
-    app.recorded.state.stopped_since_ms = Some(super::now_ms());
-    app.recorded.state.stop_now = true;
-    let copies = app.recorded.state.copies.iter().filter(|r| r.pid.is_some()).count();
-    app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
-    let _ = d.events.send(Event::Changed { app: name.to_string() });
-    let port = d.apps.get(name).map_or(0, |a| a.recorded.spec.route.port);
-    ok(format!(
-        "{name}: stopping {copies} {}; port {port} stays held and answers that {name} is stopped. `shinyctl start {name}` starts it again.",
-        if copies == 1 { "copy" } else { "copies" }
-    ))
-}
 
-/// `POST /v1/apps/NAME/start`: undoes `stop`; the copies start (awake).
-pub async fn start(shared: &Shared, name: &str) -> Reply {
-    let mut d = shared.lock().await;
-    let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
-    if app.recorded.state.stopped_since_ms.take().is_none() {
-        return ok(format!("{name}: not stopped; nothing to start."));
+    /// Tells the loop that app `name` changed: its cycle runs at once.
+    fn changed(&self, name: &str) {
+        let _ = self.events.send(Event::Changed { app: name.to_string() });
     }
-    app.recorded.state.asleep_since_ms = None;
-    app.recorded.state.awake_since_ms = None;
-    let n = app.recorded.spec.scale.replicas + app.recorded.spec.scale.warm_replicas;
-    app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
-    let _ = d.events.send(Event::Changed { app: name.to_string() });
-    ok(format!("{name}: starting {n} {}. Watch: shinyctl status {name}", if n == 1 { "copy" } else { "copies" }))
-}
 
-/// `POST /v1/apps/NAME/scale?replicas=N`: sets `replicas` (the active
-/// copies) without a redeploy, until the manifest is applied again.
-pub async fn scale(shared: &Shared, name: &str, replicas: u32) -> Reply {
-    let max = crate::manifest::MAX_COPIES;
-    if replicas == 0 || u64::from(replicas) > max {
-        return error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("{name}: {replicas} replicas is not allowed; allowed: 1 to {max} (`shinyctl stop {name}` stops every copy)"),
-        );
+    /// `POST /v1/apps/NAME/stop`: the app's copies stop (requests in flight
+    /// get up to a second, as with `--now`), its port stays held and answers
+    /// that the app is stopped; no request wakes it. Kept in state.json, so a
+    /// restarted daemon keeps it stopped.
+    pub(super) fn stop_app(&mut self, name: &str) -> Result<Done, ServeError> {
+        let app = self.live_app(name)?;
+        if app.recorded.state.stopped_since_ms.is_some() {
+            return Ok(Done::said(format!("{name}: already stopped; `shinyctl start {name}` starts it.")));
+        }
+        app.recorded.state.stopped_since_ms = Some(super::now_ms());
+        app.recorded.state.stop_now = true;
+        let copies = app.recorded.state.copies.iter().filter(|r| r.pid.is_some()).count();
+        app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
+        let port = app.recorded.spec.route.port;
+        self.changed(name);
+        Ok(Done::said(format!(
+            "{name}: stopping {copies} {}; port {port} stays held and answers that {name} is stopped. `shinyctl start {name}` starts it again.",
+            if copies == 1 { "copy" } else { "copies" }
+        )))
     }
-    let mut d = shared.lock().await;
-    let Some(app) = d.apps.get_mut(name).filter(|a| !a.recorded.deleting) else { return not_found(name) };
-    let was = std::mem::replace(&mut app.recorded.spec.scale.replicas, replicas);
-    if let Err(e) = d.save_registry() {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write registry.json: {e:#}"));
-    }
-    let _ = d.events.send(Event::Changed { app: name.to_string() });
-    ok(format!(
-        "{name}: replicas {was} -> {replicas}, until its manifest is applied again (set replicas: {replicas} there to keep it). Watch: shinyctl status {name}"
-    ))
-}
 
-/// `POST /v1/shutdown[?all=1]`: the daemon stops once it has answered; the
-/// load balancer and the copies run on (a new daemon adopts them), or with
-/// `all` are stopped too, first.
-pub async fn shutdown(shared: &Shared, all: bool) -> Reply {
-    let mut d = shared.lock().await;
-    d.shutting_down = Some(all);
-    let _ = d.events.send(Event::Shutdown);
-    let pid = std::process::id();
-    ok(if all {
-        format!("shinyctl serve (pid {pid}) stops its apps' copies and the load balancer, then itself.")
-    } else {
-        format!("shinyctl serve (pid {pid}) stops; the load balancer and the copies keep running, and a new daemon adopts them.")
-    })
+    /// `POST /v1/apps/NAME/start`: undoes `stop`; the copies start (awake).
+    pub(super) fn start_app(&mut self, name: &str) -> Result<Done, ServeError> {
+        let app = self.live_app(name)?;
+        if app.recorded.state.stopped_since_ms.take().is_none() {
+            return Ok(Done::said(format!("{name}: not stopped; nothing to start.")));
+        }
+        app.recorded.state.asleep_since_ms = None;
+        app.recorded.state.awake_since_ms = None;
+        let n = app.recorded.spec.scale.replicas + app.recorded.spec.scale.warm_replicas;
+        app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
+        self.changed(name);
+        Ok(Done::said(format!("{name}: starting {n} {}. Watch: shinyctl status {name}", if n == 1 { "copy" } else { "copies" })))
+    }
+
+    /// `POST /v1/apps/NAME/scale?replicas=N`: sets `replicas` (the active
+    /// copies) without a redeploy, until the manifest is applied again.
+    pub(super) fn scale(&mut self, name: &str, replicas: u32) -> Result<Done, ServeError> {
+        let max = crate::manifest::MAX_COPIES;
+        if replicas == 0 || u64::from(replicas) > max {
+            return Err(ServeError::Invalid(format!(
+                "{name}: {replicas} replicas is not allowed; allowed: 1 to {max} (`shinyctl stop {name}` stops every copy)"
+            )));
+        }
+        let app = self.live_app(name)?;
+        let was = std::mem::replace(&mut app.recorded.spec.scale.replicas, replicas);
+        self.save_registry().map_err(ServeError::Registry)?;
+        self.changed(name);
+        Ok(Done::said(format!(
+            "{name}: replicas {was} -> {replicas}, until its manifest is applied again (set replicas: {replicas} there to keep it). Watch: shinyctl status {name}"
+        )))
+    }
+
+    /// `DELETE /v1/apps/NAME[?now=1]`: the app is left out of registry.json
+    /// and its copies stop (drained, or at once with `now`); forgotten once
+    /// they are gone. Deleting again with `now` hurries a delete that drains.
+    pub(super) fn delete(&mut self, name: &str, now: bool) -> Result<Done, ServeError> {
+        let app = self.apps.get_mut(name).filter(|a| !a.recorded.deleting || now).ok_or_else(|| ServeError::NoSuchApp(name.to_string()))?;
+        app.recorded.deleting = true;
+        app.recorded.state.stop_now = now;
+        let copies = app.recorded.state.copies.len();
+        self.save_registry().map_err(ServeError::Registry)?;
+        self.changed(name);
+        let how = match (copies, now) {
+            (1, true) => "its 1 copy stops now",
+            (1, false) => "its 1 copy stops once its sessions end",
+            (_, true) => "its {n} copies stop now",
+            (_, false) => "its {n} copies stop once their sessions end",
+        };
+        Ok(Done::said(format!("{name}: deleted; {}.", how.replace("{n}", &copies.to_string()))))
+    }
+
+    /// `POST /v1/shutdown[?all=1]`: the daemon stops once it has answered; the
+    /// load balancer and the copies run on (a new daemon adopts them), or with
+    /// `all` are stopped too, first.
+    pub(super) fn shut_down(&mut self, all: bool) -> Done {
+        self.shutting_down = Some(all);
+        let _ = self.events.send(Event::Shutdown);
+        let pid = std::process::id();
+        Done::said(if all {
+            format!("shinyctl serve (pid {pid}) stops its apps' copies and the load balancer, then itself.")
+        } else {
+            format!("shinyctl serve (pid {pid}) stops; the load balancer and the copies keep running, and a new daemon adopts them.")
+        })
+    }
+
+    /// The load balancer asks to wake app `name`: the waiter gets the wake's
+    /// outcome. `Ok(None)` when the app is awake already (the waiter is
+    /// dropped); otherwise how long the request may wait (its
+    /// request-timeout).
+    pub(super) fn ask_wake(&mut self, name: &str, waiter: oneshot::Sender<WakeOutcome>) -> Result<Option<std::time::Duration>, ServeError> {
+        let app = self.live_app(name)?;
+        if app.recorded.state.asleep_since_ms.is_none() && app.tracked.has_active() {
+            return Ok(None);
+        }
+        app.wake.requested = true;
+        app.wake.asked_ms.get_or_insert(super::now_ms());
+        app.wake.waiters.push(waiter);
+        let timeout = std::time::Duration::from_millis(app.recorded.spec.route.request_timeout_ms);
+        self.changed(name);
+        Ok(Some(timeout))
+    }
+
+    /// The load balancer's report of a stand-in: logged, and the app's cycle
+    /// runs at once.
+    pub(super) fn note_stand_in(&self, name: &str, stand_in: &crate::model::StandIn) {
+        if let Some(down) = stand_in.down {
+            tracing::warn!(app = name, down, stand_in = ?stand_in.stand_in, "copy refused a connection; the load balancer used a stand-in");
+        }
+        if stand_in.full {
+            tracing::info!(app = name, stand_in = ?stand_in.stand_in, "every active copy is full; the load balancer sent a new visitor to the spare");
+        }
+        let _ = self.events.send(Event::StandIn { app: name.to_string(), down: stand_in.down, full: stand_in.full });
+    }
 }

@@ -6,18 +6,14 @@
 
 use std::path::PathBuf;
 
-use http_body_util::BodyExt;
+use crate::model::{ApplyRequest, ReloadReply, Reloaded};
 
-use crate::model::{ActionReply, ApiError, ApplyRequest, ReloadReply, Reloaded};
-use crate::uds;
-
-use super::reply::Reply;
 use super::Shared;
 
 /// Applies every registered manifest again; answers what became of each.
-pub async fn reload(shared: &Shared) -> Reply {
+pub async fn reload(shared: &Shared) -> ReloadReply {
     let apps: Vec<(String, PathBuf)> = {
-        let d = shared.lock().await;
+        let d = shared.lock();
         d.apps.iter().filter(|(_, a)| !a.recorded.deleting).map(|(n, a)| (n.clone(), a.recorded.spec.manifest.clone())).collect()
     };
     let mut reply = ReloadReply::default();
@@ -25,7 +21,7 @@ pub async fn reload(shared: &Shared) -> Reply {
         let outcome = match tokio::fs::read_to_string(&path).await {
             Ok(text) => {
                 let req = ApplyRequest { path: path.display().to_string(), text, now: false };
-                outcome_of(super::deploy::apply(shared, req).await).await
+                super::deploy::apply(shared, req).await.map(|done| done.message).map_err(|e| e.to_string())
             }
             Err(e) => Err(format!("cannot read {} ({e}); if it moved, apply it from where it is now", path.display())),
         };
@@ -36,16 +32,5 @@ pub async fn reload(shared: &Shared) -> Reply {
         let message = outcome.unwrap_or_else(|why| format!("{app}: not reloaded from {}; it runs on as it was: {why}", path.display()));
         reply.apps.push(Reloaded { app, manifest: path.display().to_string(), ok, message });
     }
-    uds::json_response(hyper::StatusCode::OK, &reply)
-}
-
-/// apply's message when it applied, its error when it refused.
-async fn outcome_of(reply: Reply) -> Result<String, String> {
-    let status = reply.status();
-    let body = reply.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-    if status.is_success() {
-        Ok(serde_json::from_slice::<ActionReply>(&body).map(|r| r.message).unwrap_or_default())
-    } else {
-        Err(serde_json::from_slice::<ApiError>(&body).map(|e| e.error).unwrap_or_else(|_| format!("apply answered {status}")))
-    }
+    reply
 }

@@ -1,5 +1,5 @@
-//! The API's answers, shared by the router (`api.rs`) and the deploys it
-//! hands on (`deploy.rs`), so neither imports the other.
+//! The API's HTTP answers, built by the router (`api.rs`) from the
+//! daemon's outcomes, and by the metrics server.
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -25,9 +25,4 @@ pub fn ok(msg: impl Into<String>) -> Reply {
 /// `--wait` follows), or none when no copy restarts.
 pub fn deployed(msg: impl Into<String>, revision: Option<u64>) -> Reply {
     uds::json_response(StatusCode::OK, &ActionReply { message: msg.into(), revision })
-}
-
-/// The answer for an app that doesn't exist.
-pub fn not_found(name: &str) -> Reply {
-    error(StatusCode::NOT_FOUND, format!("no app named {name}; see `shinyctl status` for the apps there are"))
 }

@@ -11,6 +11,7 @@ use crate::procfs;
 use crate::reconcile::{self, Observed, Process, Seen};
 use crate::release;
 
+use super::error::ServeError;
 use super::probe::{Shown, ShownCopies};
 use super::{now_ms, Daemon, Shared};
 
@@ -31,20 +32,66 @@ pub fn log_missing_fences(d: &Daemon, app: &str, pid: u32) {
 /// looked up with the daemon's lock released.
 pub async fn look_up(shared: &Shared, only: Option<&str>) -> ShownCopies {
     let probes = {
-        let d = shared.lock().await;
+        let d = shared.lock();
         let names: Vec<String> = d.apps.keys().filter(|n| only.is_none_or(|o| o == n.as_str())).cloned().collect();
         d.probes(&names)
     };
     tokio::task::spawn_blocking(move || ShownCopies::find(probes)).await.unwrap_or_default()
 }
 
+impl Daemon {
+    /// `GET /v1/status`: what status shows of app `only` (or of every app),
+    /// the load balancer's figures `stats` (fetched with the lock released)
+    /// folded in first.
+    pub(super) fn status_view(
+        &mut self,
+        only: Option<&str>,
+        shown: &ShownCopies,
+        stats: Option<crate::model::ProxyStats>,
+    ) -> Result<StatusReport, ServeError> {
+        if let Some(stats) = stats {
+            self.fold_traffic(stats);
+        }
+        report(self, only, shown)
+    }
+
+    /// `GET /v1/apps/NAME/releases`: the app's kept releases.
+    pub(super) fn releases_view(&self, name: &str) -> Result<Vec<crate::model::ReleaseRow>, ServeError> {
+        let app = self.apps.get(name).ok_or_else(|| ServeError::NoSuchApp(name.to_string()))?;
+        Ok(release::rows(&app.recorded.state))
+    }
+
+    /// `GET /v1/apps/NAME/logs[?copy=N]`: the app's logs, and the path of
+    /// copy N's (or of the first copy's).
+    pub(super) fn logs_view(&self, name: &str, copy: Option<u32>) -> Result<crate::model::LogsReply, ServeError> {
+        let app = self.apps.get(name).ok_or_else(|| ServeError::NoSuchApp(name.to_string()))?;
+        let (home, spec) = (&self.home, &app.recorded.spec);
+        let copies = super::logs::of_app(home, spec, &app.recorded.state);
+        let path = match copy {
+            Some(n) => super::log_path(home, spec, n),
+            None => copies.first().map(|c| c.path.clone()).unwrap_or_else(|| super::log_path(home, spec, 1)),
+        };
+        Ok(crate::model::LogsReply { path, copies })
+    }
+
+    /// `GET /v1/apps/NAME/rollout?revision=N`: how the deploy at `revision`
+    /// goes (what `--wait` follows); failed once the app is deleted.
+    pub(super) fn rollout_view(&self, name: &str, revision: u64) -> crate::model::RolloutReply {
+        let Some(app) = self.apps.get(name).filter(|a| !a.recorded.deleting) else {
+            return crate::model::RolloutReply { state: crate::model::RolloutState::Failed, message: format!("{name} was deleted") };
+        };
+        let (spec, state) = (&app.recorded.spec, &app.recorded.state);
+        reconcile::rollout(state, &spec.settings_hash(), spec.scale.replicas, &app.tracked.roles, revision, now_ms())
+    }
+}
+
 /// The status of every app, or of one.
 // A little over a screen: one pass over every app and copy that fills each
 // row from the cycle's view, /proc and the load balancer's figures at once.
-pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<StatusReport, String> {
+pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<StatusReport, ServeError> {
     if let Some(name) = only {
         if !d.apps.contains_key(name) {
-            return Err(format!("no app named {name}; see `shinyctl status` for the apps there are"));
+            return Err(ServeError::NoSuchApp(name.to_string()));
         }
     }
     let now = now_ms();
@@ -65,7 +112,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                     let scratch = d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy);
                     let Shown { alive, report, mem_bytes, cpu_secs } =
                         rec.pid.map(|p| shown.get(p, rec.pid_start, &scratch)).unwrap_or_default();
-                    let ready = alive && rec.pid.is_some_and(|p| app.tracked.ready.contains(&p));
+                    let ready = alive && rec.pid.is_some_and(|p| app.tracked.process(p).ready);
                     let t = traffic.and_then(|t| t.get(&rec.copy));
                     let sessions = t.map_or(0, |t| t.sessions);
                     if alive {
