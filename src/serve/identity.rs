@@ -70,7 +70,7 @@ impl Scheme {
         }
         let who = name.map_or_else(|| uid.to_string(), str::to_string);
         let fix = format!(
-            "`sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {who}` (a range no other user has) and `sudo apt install uidmap`, then restart shinyctl serve"
+            "`sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {who}` (a range no other user has; `sudo touch /etc/subuid /etc/subgid` first where they do not exist) and `sudo apt install uidmap`, then restart shinyctl serve"
         );
         let own = |u: &(String, u32, u32)| u.0 == uid.to_string() || Some(u.0.as_str()) == name;
         let ranges =

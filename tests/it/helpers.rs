@@ -89,6 +89,13 @@ impl TestUser {
                 .collect()
         };
         if ranges().is_empty() {
+            // usermod refuses the flags when the files are missing (a
+            // container image may lack what Debian's login package makes).
+            for file in ["/etc/subuid", "/etc/subgid"] {
+                if !Path::new(file).exists() {
+                    std::fs::write(file, "").unwrap();
+                }
+            }
             let first = 1_500_000_000 + (std::process::id() % 1000) * 70_000;
             let range = format!("{first}-{}", first + 65_535);
             let out = Command::new("usermod").args(["--add-subuids", &range, "--add-subgids", &range, &self.name]).output().unwrap();
