@@ -25,6 +25,10 @@
 # and what the image takes of the host's disk when empty. Not root: the
 # copy writes to the host's disk, so only the host's figure is printed.
 #
+# Then a request through the load balancer, fenced against `mode: off`:
+# the hello app twice in one daemon, GET / in turn (REQS each, 200 by
+# default), p50 and p90 of each.
+#
 # The launcher is run here as the daemon runs it (`shinyctl launch`, the
 # same arguments), not through the daemon: the daemon's readiness poll
 # (every 100 ms) would hide what is measured. Uses a temporary folder and a
@@ -143,4 +147,51 @@ if os.path.ismount(scratch):
 else:
     print(f"disk writes ({write_mib} MiB, conv=fsync, median of 3): the host's {host_rate:.0f} MiB/s; "
           f"the copy has no disk of its own here (not root: the daemon watches sandbox.disk)")
+PY
+
+# Then a request through the load balancer, fenced against `mode: off`: the
+# hello app twice in one daemon (one copy each, never asleep), GET / on a
+# new connection to each app's port in turn, REQS times each.
+REQS=${REQS:-$(pick 5 200)}
+export SHINYCTL_HOME=$tmp/lbhome
+homes+=("$SHINYCTL_HOME")
+fenced_port=$(free_port)
+off_port=$(free_port)
+for app in fenced off; do
+    mkdir -p "$tmp/$app"
+    cp examples/hello/app.R "$tmp/$app/"
+done
+printf 'app-name: fenced\nport: %s\nhost: 127.0.0.1\nwarm-replicas: 0\nidle-timeout: 0\n' "$fenced_port" >"$tmp/fenced/app.yaml"
+printf 'app-name: off\nport: %s\nhost: 127.0.0.1\nwarm-replicas: 0\nidle-timeout: 0\nsandbox:\n  mode: off\n' "$off_port" >"$tmp/off/app.yaml"
+bench_apply "$tmp/fenced/app.yaml"
+bench_apply "$tmp/off/app.yaml"
+wait_copies fenced 1
+wait_copies off 1
+python3 - "$REQS" "$fenced_port" "$off_port" <<'PY'
+import http.client, statistics, sys, time
+reqs, ports = int(sys.argv[1]), {"fenced": int(sys.argv[2]), "off": int(sys.argv[3])}
+times = {k: [] for k in ports}
+def get(port):
+    t0 = time.perf_counter()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/")
+    r = c.getresponse()
+    r.read()
+    c.close()
+    if r.status != 200:
+        sys.exit(f"bench/fence.sh: GET / on {port} answered {r.status}")
+    return (time.perf_counter() - t0) * 1000
+for port in ports.values():
+    get(port)  # each copy's first page, before the timed ones
+for i in range(reqs):
+    order = list(ports) if i % 2 == 0 else list(reversed(list(ports)))
+    for k in order:
+        times[k].append(get(ports[k]))
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+p50 = {k: statistics.median(v) for k, v in times.items()}
+print(f"GET / through the load balancer, new connection each, {reqs} each in turn: "
+      f"fenced p50 {p50['fenced']:.1f} ms p90 {pct(times['fenced'], 0.9):.1f} ms, "
+      f"mode off p50 {p50['off']:.1f} ms p90 {pct(times['off'], 0.9):.1f} ms (fenced/off p50 {p50['fenced'] / p50['off']:.2f})")
 PY
