@@ -289,7 +289,14 @@ pub fn main(args: &[OsString]) -> i32 {
         Err(e) => return fail(&format!("{e:#}")),
     };
     let mut cold = launch.cold.clone();
-    if let Some(socket) = &launch.pool {
+    // A claimed R is found through the report: without room for it, cold.
+    let no_report = !report.as_ref().is_some_and(report::Writer::reserved);
+    if let (Some(_), true) = (&launch.pool, no_report) {
+        let why = "its report beside the scratch disk cannot be written (a full disk?), and a claimed copy is found through it".to_string();
+        log(&format!("--- shinyctl: not claimed from the pool, R starts cold: {why} ---"));
+        cold = Some(why);
+    }
+    if let Some(socket) = launch.pool.as_ref().filter(|_| !no_report) {
         host::block_signals();
         match claim::claim(&launch, &plan, who.as_ref(), &fences, socket) {
             Ok(claimed) => claimed.wait(&launch, report, who.as_ref()),

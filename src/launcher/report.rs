@@ -80,14 +80,30 @@ pub struct Writer {
     start: Option<String>,
     /// A claimed copy's fork of the zygote.
     fork: Option<u32>,
+    /// Room for the report was taken on the disk when it was opened, so
+    /// writing it cannot fail for want of space (see [`Writer::open`]).
+    reserved: bool,
 }
 
+/// The room a report takes at most.
+const RESERVED: i64 = 16 << 10;
+
 impl Writer {
-    /// Opens and empties the report file.
+    /// Opens and empties the report file, and takes its room on the disk
+    /// at once: a claimed copy's R is found through its report (its fork is
+    /// not below the launcher), so a copy started on a full disk, whose
+    /// report could not be written, starts cold instead ([`Writer::reserved`]).
     pub fn open(path: &Path) -> std::io::Result<Writer> {
+        use std::os::fd::AsRawFd;
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-        Ok(Writer { file, start: None, fork: None })
+        let reserved = nix::fcntl::fallocate(file.as_raw_fd(), nix::fcntl::FallocateFlags::empty(), 0, RESERVED).is_ok();
+        Ok(Writer { file, start: None, fork: None, reserved })
+    }
+
+    /// True when the report's room on the disk was taken.
+    pub fn reserved(&self) -> bool {
+        self.reserved
     }
 
     /// Writes the report for this process, whose R is `r_pid`, or which
@@ -99,7 +115,10 @@ impl Writer {
         isolation.start = self.start.take();
         let report = Report { pid: std::process::id(), r_pid, refused: refused.map(str::to_string), fork: self.fork, isolation };
         if let Ok(bytes) = serde_json::to_vec(&report) {
-            let _ = self.file.write_all(&bytes);
+            // Into the room taken, then cut to the report's length.
+            if self.file.write_all(&bytes).is_ok() {
+                let _ = self.file.set_len(bytes.len() as u64);
+            }
         }
     }
 }
