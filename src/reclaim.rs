@@ -16,6 +16,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
 use crate::launcher::users::{NEWGIDMAP, NEWUIDMAP};
+use crate::serve::disk_watch::Usage;
 
 /// Removes `path` (a folder with what it holds) through `shinyctl reclaim`
 /// with the subordinate ids `first..=last` mapped. Blocking: call it from a
@@ -40,7 +41,7 @@ pub fn remove(path: &Path, (first, last): (u32, u32)) -> std::io::Result<()> {
 /// (README, "Limits"): the bytes below them, and of those the bytes of files
 /// last written before `started_ms`, counted where the range is mapped.
 /// Blocking: call it from a thread of its own.
-pub fn measure(paths: &[PathBuf], started_ms: u64, (first, last): (u32, u32)) -> std::io::Result<(u64, u64)> {
+pub fn measure(paths: &[PathBuf], started_ms: u64, (first, last): (u32, u32)) -> std::io::Result<Usage> {
     let out = Command::new(std::env::current_exe()?)
         .arg("reclaim")
         .args([first.to_string(), (last - first + 1).to_string(), "--du".to_string(), started_ms.to_string()])
@@ -50,7 +51,7 @@ pub fn measure(paths: &[PathBuf], started_ms: u64, (first, last): (u32, u32)) ->
     let text = String::from_utf8_lossy(&out.stdout);
     let mut n = text.split_whitespace().filter_map(|w| w.parse::<u64>().ok());
     match (out.status.success(), n.next(), n.next()) {
-        (true, Some(used), Some(before)) => Ok((used, before)),
+        (true, Some(used), Some(before)) => Ok(Usage { used, before }),
         _ => Err(std::io::Error::other(format!("shinyctl reclaim --du: {}", String::from_utf8_lossy(&out.stderr).trim()))),
     }
 }
@@ -155,8 +156,7 @@ fn in_namespace(ready: std::os::fd::OwnedFd, go: std::os::fd::OwnedFd, work: &Wo
         return Err("the ids were not mapped".into());
     }
     if let Work::Measure(ms) = work {
-        let used: u64 = paths.iter().map(|p| crate::serve::disk_watch::used_below(p)).sum();
-        let before: u64 = paths.iter().map(|p| crate::serve::disk_watch::used_before(p, *ms)).sum();
+        let Usage { used, before } = crate::serve::disk_watch::usage(paths, *ms);
         println!("{used} {before}");
         return Ok(());
     }

@@ -5,7 +5,7 @@
 //! lock, on a blocking thread, and a copy past its size is stopped. Its exit
 //! carries the stop, so status and the copy's log say why.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::manifest::SandboxMode;
@@ -34,46 +34,41 @@ struct Watched {
     folders: [PathBuf; 3],
 }
 
-/// The bytes the files below `dir` last written before `ms` (Unix ms)
-/// take on disk, as [`used_below`] counts them.
-pub fn used_before(dir: &Path, ms: u64) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(top) = std::fs::symlink_metadata(dir) else { return 0 };
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let Ok(m) = e.metadata() else { continue };
-            if m.is_dir() && m.dev() == top.dev() {
-                stack.push(e.path());
-            } else if m.is_file() && (m.mtime().max(0) as u64) * 1000 < ms {
-                total += m.blocks() * 512;
-            }
-        }
-    }
-    total
+/// What the files below some folders take on disk (their blocks), not
+/// following symlinks nor crossing into another filesystem: `used` in all,
+/// and `before` for the regular files last written before a time. What
+/// cannot be read (gone meanwhile, another user's folder) counts as nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Every file's and folder's blocks, in bytes.
+    pub used: u64,
+    /// The regular files' last written before the time asked, in bytes.
+    pub before: u64,
 }
 
-/// The bytes the files below `dir` take on disk (their blocks), not
-/// following symlinks nor crossing into another filesystem. What cannot be
-/// read (gone meanwhile, another user's folder) counts as nothing.
-pub fn used_below(dir: &Path) -> u64 {
+/// The [`Usage`] of `dirs`, `before` being the files last written before
+/// `ms` (Unix ms): one walk of each.
+pub fn usage(dirs: &[PathBuf], ms: u64) -> Usage {
     use std::os::unix::fs::MetadataExt;
-    let Ok(top) = std::fs::symlink_metadata(dir) else { return 0 };
-    let mut total = top.blocks() * 512;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let Ok(m) = e.metadata() else { continue };
-            total += m.blocks() * 512;
-            if m.is_dir() && m.dev() == top.dev() {
-                stack.push(e.path());
+    let mut u = Usage::default();
+    for dir in dirs {
+        let Ok(top) = std::fs::symlink_metadata(dir) else { continue };
+        u.used += top.blocks() * 512;
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else { continue };
+            for e in entries.flatten() {
+                let Ok(m) = e.metadata() else { continue };
+                u.used += m.blocks() * 512;
+                if m.is_dir() && m.dev() == top.dev() {
+                    stack.push(e.path());
+                } else if m.is_file() && (m.mtime().max(0) as u64) * 1000 < ms {
+                    u.before += m.blocks() * 512;
+                }
             }
         }
     }
-    total
+    u
 }
 
 impl Daemon {
@@ -152,25 +147,21 @@ pub fn spawn_watch(shared: Shared) {
             if watched.is_empty() {
                 continue;
             }
+            // A copy of a subordinate id writes folders its daemon's user
+            // cannot walk: they are counted where its ids are mapped.
+            let subordinate = match super::identity::Scheme::current() {
+                super::identity::Scheme::Subordinate { first, last } => Some((*first, *last)),
+                _ => None,
+            };
             let over = tokio::task::spawn_blocking(move || {
                 watched
                     .into_iter()
                     .filter(|w| !crate::launcher::disk::is_mount_point(&w.folders[0]))
                     .map(|w| {
-                        // A copy of a subordinate id writes folders its daemon's
-                        // user cannot walk: they are counted where its ids are mapped.
-                        let subordinate = match super::identity::Scheme::current() {
-                            super::identity::Scheme::Subordinate { first, last } => Some((*first, *last)),
-                            _ => None,
-                        };
-                        let (used, before) = match subordinate.and_then(|r| crate::reclaim::measure(&w.folders, w.started_ms, r).ok()) {
-                            Some(got) => got,
-                            None => (
-                                w.folders.iter().map(|f| used_below(f)).sum(),
-                                w.folders.iter().map(|f| used_before(f, w.started_ms)).sum(),
-                            ),
-                        };
-                        (DiskStop { used, limit: w.limit }, before, w)
+                        let u = subordinate
+                            .and_then(|r| crate::reclaim::measure(&w.folders, w.started_ms, r).ok())
+                            .unwrap_or_else(|| usage(&w.folders, w.started_ms));
+                        (DiskStop { used: u.used, limit: w.limit }, u.before, w)
                     })
                     .collect::<Vec<_>>()
             })
@@ -192,6 +183,7 @@ mod tests {
     fn the_use_below_a_folder_counts_its_files_and_sub_folders() {
         let dir = std::env::temp_dir().join(format!("shinyctl-disk-watch-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("a/b")).unwrap();
+        let used_below = |d: &std::path::Path| usage(&[d.to_path_buf()], 0).used;
         let empty = used_below(&dir);
         std::fs::write(dir.join("a/b/data"), vec![7u8; 1 << 20]).unwrap();
         std::fs::write(dir.join("top"), vec![7u8; 1 << 20]).unwrap();
