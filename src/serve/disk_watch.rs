@@ -8,11 +8,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::manifest::SandboxMode;
 use crate::model::DiskStop;
-use crate::procfs;
 
-use super::limits::sandbox_of;
 use super::{Daemon, Shared};
 
 /// How often the watched disks are summed: a walk of every file, so less
@@ -75,24 +72,21 @@ impl Daemon {
     /// The running copies with a disk size that no filesystem of their own
     /// keeps, that the watch has not stopped and nothing else is stopping.
     fn disk_watched(&self) -> Vec<Watched> {
-        let mut out = Vec::new();
-        for (name, app) in &self.apps {
-            let (spec, state, tracked) = (&app.recorded.spec, &app.recorded.state, &app.tracked);
-            for rec in &state.copies {
-                let sb = sandbox_of(spec, state, rec);
-                let (Some(pid), Some(pid_start), Some(limit)) = (rec.pid, rec.pid_start, sb.disk.bytes()) else { continue };
-                let p = tracked.process(pid);
-                let busy = p.stopping || p.exit.is_some() || p.disk_stop.is_some() || p.disk_measured == Some(true);
-                if sb.mode == SandboxMode::Off || busy {
-                    continue;
-                }
-                let scratch = self.home.scratch_dir(&spec.group, &spec.name, rec.copy);
-                let folders = crate::launcher::disk::folders(&scratch);
-                let started_ms = rec.started_ms.unwrap_or(0);
-                out.push(Watched { app: name.clone(), copy: rec.copy, pid, pid_start, limit, started_ms, folders });
-            }
-        }
-        out
+        self.fenced_running()
+            .filter(|c| c.process.disk_stop.is_none() && c.process.disk_measured != Some(true))
+            .filter_map(|c| {
+                let scratch = self.home.scratch_dir(&c.spec.group, &c.spec.name, c.rec.copy);
+                Some(Watched {
+                    app: c.app.to_string(),
+                    copy: c.rec.copy,
+                    pid: c.pid,
+                    pid_start: c.pid_start,
+                    limit: c.sandbox.disk.bytes()?,
+                    started_ms: c.rec.started_ms.unwrap_or(0),
+                    folders: crate::launcher::disk::folders(&scratch),
+                })
+            })
+            .collect()
     }
 
     /// Takes one measure of a watched copy (`before`: the bytes of files
@@ -126,13 +120,9 @@ impl Daemon {
     /// it writes meanwhile lands on the host's disk), kept for its exit,
     /// which counts as a crash.
     fn stop_for_disk(&mut self, w: &Watched, stop: DiskStop) {
-        let Some(app) = self.apps.get_mut(&w.app) else { return };
-        if !app.recorded.state.copies.iter().any(|r| r.pid == Some(w.pid)) || !procfs::is_alive(w.pid, w.pid_start) {
-            return;
+        if let Some(process) = self.stop_past_limit(&w.app, w.copy, w.pid, w.pid_start, &stop.describe()) {
+            process.disk_stop = Some(stop);
         }
-        tracing::warn!(app = w.app, copy = w.copy, pid = w.pid, "copy {} is stopped: {}", w.copy, stop.describe());
-        app.tracked.process_mut(w.pid).disk_stop = Some(stop);
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(w.pid as i32), nix::sys::signal::Signal::SIGKILL);
     }
 }
 

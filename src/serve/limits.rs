@@ -9,7 +9,7 @@ use crate::manifest::{AppSpec, Sandbox, SandboxMode};
 use crate::model::{AppState, CopyRecord};
 use crate::procfs;
 
-use super::app::Tracked;
+use super::app::{Tracked, TrackedProcess};
 use super::{Daemon, Shared};
 
 /// The fence a copy was started with: its release's deployed settings, or
@@ -93,6 +93,24 @@ pub fn memory_stop_at_exit(
     limits::watch_verdict(&Sample { limit, cgroup: Some(cgroup?), rss: None })
 }
 
+/// A fenced copy whose process runs (see `Daemon::fenced_running`).
+pub(super) struct FencedCopy<'a> {
+    /// Its app's name.
+    pub app: &'a str,
+    /// Its app's spec.
+    pub spec: &'a AppSpec,
+    /// Its record.
+    pub rec: &'a CopyRecord,
+    /// The fence it was started with (its release's).
+    pub sandbox: &'a Sandbox,
+    /// Its process.
+    pub pid: u32,
+    /// That process's start time, against a reused PID.
+    pub pid_start: u64,
+    /// What the daemon tracks of that process.
+    pub process: TrackedProcess,
+}
+
 /// One copy the watch looks at.
 struct Watched {
     app: String,
@@ -106,20 +124,45 @@ impl Daemon {
     /// The running copies with a memory limit that the watch has not
     /// stopped and nothing else is stopping.
     fn watched(&self) -> Vec<Watched> {
-        let mut out = Vec::new();
-        for (name, app) in &self.apps {
+        self.fenced_running()
+            .filter(|c| c.process.memory_stop.is_none())
+            .filter_map(|c| {
+                Some(Watched { app: c.app.to_string(), copy: c.rec.copy, pid: c.pid, pid_start: c.pid_start, limit: c.sandbox.memory? })
+            })
+            .collect()
+    }
+
+    /// Every fenced copy whose process runs and that nothing is stopping
+    /// yet (neither a stop nor its exit under way), with the fence it was
+    /// started with: what the memory and disk watches look at.
+    pub(super) fn fenced_running(&self) -> impl Iterator<Item = FencedCopy<'_>> {
+        self.apps.iter().flat_map(|(name, app)| {
             let (spec, state, tracked) = (&app.recorded.spec, &app.recorded.state, &app.tracked);
-            for rec in &state.copies {
-                let sb = sandbox_of(spec, state, rec);
-                let (Some(pid), Some(pid_start), Some(limit)) = (rec.pid, rec.pid_start, sb.memory) else { continue };
-                let p = tracked.process(pid);
-                let busy = p.stopping || p.exit.is_some() || p.memory_stop.is_some();
-                if sb.mode != SandboxMode::Off && !busy {
-                    out.push(Watched { app: name.clone(), copy: rec.copy, pid, pid_start, limit });
-                }
-            }
+            state.copies.iter().filter_map(move |rec| {
+                let sandbox = sandbox_of(spec, state, rec);
+                let (pid, pid_start) = (rec.pid?, rec.pid_start?);
+                let process = tracked.process(pid);
+                let busy = process.stopping || process.exit.is_some();
+                (sandbox.mode != SandboxMode::Off && !busy).then_some(FencedCopy { app: name, spec, rec, sandbox, pid, pid_start, process })
+            })
+        })
+    }
+
+    /// Stops a copy past one of its limits, said in api.log with `why`:
+    /// SIGKILL to its process group (a limit passed leaves no time for a
+    /// grace period). Returns its process's record, for the stop to be kept
+    /// for its exit (which the cycle counts as a crash), or none when the
+    /// copy's process is no longer the one watched.
+    pub(super) fn stop_past_limit(&mut self, app: &str, copy: u32, pid: u32, pid_start: u64, why: &str) -> Option<&mut TrackedProcess> {
+        let a = self.apps.get_mut(app)?;
+        if !a.recorded.state.copies.iter().any(|r| r.pid == Some(pid)) || !procfs::is_alive(pid, pid_start) {
+            return None;
         }
-        out
+        tracing::warn!(app, copy, pid, "copy {copy} is stopped: {why}");
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+        // Under the lock: the exit this kill brings is folded in after the
+        // stop is kept.
+        Some(a.tracked.process_mut(pid))
     }
 
     /// Removes the copies' cgroups that no running copy uses (at each tick).
@@ -136,13 +179,9 @@ impl Daemon {
     /// (growing memory leaves no time for a grace period), and the stop is
     /// kept for its exit, which the cycle counts as a crash.
     fn stop_for_memory(&mut self, w: &Watched, stop: MemoryStop) {
-        let Some(app) = self.apps.get_mut(&w.app) else { return };
-        if !app.recorded.state.copies.iter().any(|r| r.pid == Some(w.pid)) || !procfs::is_alive(w.pid, w.pid_start) {
-            return;
+        if let Some(process) = self.stop_past_limit(&w.app, w.copy, w.pid, w.pid_start, &stop.describe()) {
+            process.memory_stop = Some(stop);
         }
-        tracing::warn!(app = w.app, copy = w.copy, pid = w.pid, "copy {} is stopped: {}", w.copy, stop.describe());
-        app.tracked.process_mut(w.pid).memory_stop = Some(stop);
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(w.pid as i32), nix::sys::signal::Signal::SIGKILL);
     }
 }
 
