@@ -89,6 +89,31 @@ pub struct ProxyApp {
     pub copies: Vec<ProxyCopy>,
 }
 
+#[cfg(test)]
+impl ProxyApp {
+    /// For the load balancer's own tests: app `name` on 127.0.0.1:8080 with
+    /// `policy`, awake and listening, the default timeout, no caps.
+    pub(crate) fn for_tests(name: &str, policy: LbPolicy, copies: Vec<ProxyCopy>) -> ProxyApp {
+        ProxyApp {
+            name: name.into(),
+            route: crate::manifest::RouteSpec {
+                host: std::net::Ipv4Addr::LOCALHOST.into(),
+                port: 8080,
+                lb_policy: policy,
+                request_timeout_ms: 30_000,
+                max_connections: 0,
+                trusted_proxies: Vec::new(),
+            },
+            asleep: false,
+            listening: true,
+            stopped: false,
+            max_sessions: None,
+            max_replicas: 0,
+            copies,
+        }
+    }
+}
+
 /// A table from a daemon that did not send `listening` listens on every app.
 fn listening_by_default() -> bool {
     true

@@ -353,25 +353,7 @@ mod tests {
     /// makes it.
     fn app(policy: LbPolicy, copies: &[(u32, Role)]) -> Arc<LiveApp> {
         let copies = copies.iter().map(|&(copy, role)| ProxyCopy { copy, port: 20000 + copy as u16, role, pid: copy }).collect();
-        let source = ProxyTable {
-            apps: vec![ProxyApp {
-                name: "web".into(),
-                route: crate::manifest::RouteSpec {
-                    host: "127.0.0.1".parse().unwrap(),
-                    port: 8080,
-                    lb_policy: policy,
-                    request_timeout_ms: 30_000,
-                    max_connections: 0,
-                    trusted_proxies: Vec::new(),
-                },
-                asleep: false,
-                stopped: false,
-                listening: true,
-                max_sessions: None,
-                max_replicas: 0,
-                copies,
-            }],
-        };
+        let source = ProxyTable { apps: vec![ProxyApp::for_tests("web", policy, copies)] };
         Table::build(source, &KEY, &Table::default()).apps[0].clone()
     }
 

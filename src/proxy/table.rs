@@ -556,23 +556,11 @@ mod tests {
 
     fn table(copies: &[(u32, u16, u32)]) -> ProxyTable {
         ProxyTable {
-            apps: vec![ProxyApp {
-                name: "hello".into(),
-                route: crate::manifest::RouteSpec {
-                    host: "127.0.0.1".parse().unwrap(),
-                    port: 8080,
-                    lb_policy: LbPolicy::LeastConn,
-                    request_timeout_ms: 30_000,
-                    max_connections: 0,
-                    trusted_proxies: Vec::new(),
-                },
-                asleep: false,
-                stopped: false,
-                listening: true,
-                max_sessions: None,
-                max_replicas: 0,
-                copies: copies.iter().map(|&(copy, port, pid)| ProxyCopy { copy, port, role: Role::Active, pid }).collect(),
-            }],
+            apps: vec![ProxyApp::for_tests(
+                "hello",
+                LbPolicy::LeastConn,
+                copies.iter().map(|&(copy, port, pid)| ProxyCopy { copy, port, role: Role::Active, pid }).collect(),
+            )],
         }
     }
 

@@ -76,23 +76,7 @@ mod tests {
     fn table_of(active: &TcpListener, spare: &TcpListener) -> ProxyTable {
         let copy = |copy: u32, l: &TcpListener, role| ProxyCopy { copy, port: l.local_addr().unwrap().port(), role, pid: 4_000_000 + copy };
         ProxyTable {
-            apps: vec![ProxyApp {
-                name: "web".into(),
-                route: crate::manifest::RouteSpec {
-                    host: "127.0.0.1".parse().unwrap(),
-                    port: 8080,
-                    lb_policy: LbPolicy::First,
-                    request_timeout_ms: 30_000,
-                    max_connections: 0,
-                    trusted_proxies: Vec::new(),
-                },
-                asleep: false,
-                stopped: false,
-                listening: true,
-                max_sessions: None,
-                max_replicas: 0,
-                copies: vec![copy(1, active, Role::Active), copy(2, spare, Role::Warm)],
-            }],
+            apps: vec![ProxyApp::for_tests("web", LbPolicy::First, vec![copy(1, active, Role::Active), copy(2, spare, Role::Warm)])],
         }
     }
 
