@@ -171,19 +171,9 @@ fn a_daemon_that_is_not_root_stops_a_copy_past_its_disk_size_and_says_why() {
     let manifest = env.app_running(DISK_R, &app, port, "warm-replicas: 0\nidle-timeout: 0\nsandbox:\n  disk: 20M\n");
     let chown = std::process::Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(&env.dir).status().unwrap();
     assert!(chown.success());
-    let mut child = std::process::Command::new("setpriv")
-        .args([&format!("--reuid={uid}"), &format!("--regid={gid}"), "--init-groups"])
-        .args([bin(), "serve"])
-        .env("SHINYCTL_HOME", env.home())
-        .env("HOME", &env.dir)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("setpriv (util-linux)");
-    env.track(child.id());
-    std::thread::spawn(move || child.wait());
-    wait_until(Duration::from_secs(20), "the daemon to answer", || env.run(&["status"]).status.success().then_some(()));
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args([&format!("--reuid={uid}"), &format!("--regid={gid}"), "--init-groups"]).args([bin(), "serve"]).env("HOME", &env.dir);
+    env.start_daemon(cmd);
     env.apply(&manifest);
     env.wait_roles(&app, "1:active", Duration::from_secs(60));
     let first = env.pid_of(&app, 1);
