@@ -71,7 +71,8 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
                 super::proxy_ctl::fetch_stats(&home, super::proxy_ctl::STATUS_TIMEOUT),
                 super::status::look_up(&shared, app.as_deref())
             );
-            let view = shared.lock().status_view(app.as_deref(), &shown, stats);
+            let mut stats = stats;
+            let view = shared.read_as_pushed(|d| d.status_view(app.as_deref(), &shown, stats.take())).await;
             json(view)
         }
         (Method::POST, ["v1", "apply"]) => {
@@ -106,7 +107,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let Some(revision) = query(&req, "revision").and_then(|r| r.parse::<u64>().ok()) else {
                 return error(StatusCode::BAD_REQUEST, "rollout needs ?revision=N");
             };
-            uds::json_response(StatusCode::OK, &shared.lock().rollout_view(name, revision))
+            uds::json_response(StatusCode::OK, &shared.read_as_pushed(|d| d.rollout_view(name, revision)).await)
         }
         (Method::POST, ["v1", "apps", name, "stop"]) => answer(shared.lock().stop_app(name)),
         (Method::POST, ["v1", "apps", name, "start"]) => answer(shared.lock().start_app(name)),

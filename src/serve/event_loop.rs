@@ -110,6 +110,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         copy_rss: Default::default(),
         cgroups: cgroups.clone(),
         shutting_down: None,
+        table_generations: Default::default(),
     };
     daemon.load()?;
     // Copies started by a daemon that ended before it recorded them.
@@ -200,7 +201,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         let facts = tokio::task::spawn_blocking(move || probe::Facts::find(probes)).await.unwrap_or_default();
         // Stops are added by the cycles alone, so whether any wait is known
         // here, without locking again after the push.
-        let (table, launches, stopping) = {
+        let (table, generation, launches, stopping) = {
             let mut guard = shared.lock();
             let d = &mut *guard;
             d.proxy_pid = proxy.pid();
@@ -216,7 +217,9 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             for app in due {
                 d.cycle(&app, &facts);
             }
-            (d.table(), d.take_launches(), !d.stops.is_empty())
+            let table = d.table();
+            let generation = d.table_generations.made(&table);
+            (table, generation, d.take_launches(), !d.stops.is_empty())
         };
         // The launchers the cycles readied run with the lock released: a
         // fork and exec wait on the scheduler, `status` does not.
@@ -240,6 +243,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         let after = if pushed && stopping { proxy.stats(&home).await } else { None };
         let listening = {
             let mut d = shared.lock();
+            d.table_generations.pushed(generation);
             d.run_stops(pushed, after.as_ref());
             // The old load balancer goes once the new one listens on every socket.
             d.sockets.has_been_given(proxy.pid())

@@ -19,6 +19,8 @@
 //! - `proxy_ctl`: the load balancer, from the daemon's side.
 //! - `sockets`: the apps' listening sockets, which the daemon holds.
 //! - `detach`: `serve -d`.
+//! - `table_sync`: status and a deploy's progress wait for the push of
+//!   the table of the state they read.
 
 mod act;
 mod api;
@@ -50,6 +52,7 @@ mod reply;
 mod sockets;
 mod status;
 mod stops;
+mod table_sync;
 mod tallies;
 #[cfg(test)]
 mod upgrade_tests;
@@ -155,6 +158,9 @@ pub struct Daemon {
     /// `shinyctl shutdown` asked the daemon to stop; `Some(true)` with
     /// `--all`: the copies and the load balancer are stopped first.
     shutting_down: Option<bool>,
+    /// The copies tables the cycles made and the newest pushed, so status
+    /// and a deploy's progress answer from what the load balancer routes by.
+    table_generations: table_sync::TableGenerations,
 }
 
 /// A copy's launcher, readied by a cycle (its record saved, its port

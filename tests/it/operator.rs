@@ -65,6 +65,68 @@ fn a_broken_edit_deployed_to_a_sleeping_app_never_reaches_a_visitor_and_wait_say
     assert!(out.contains("nothing to wait for"), "{out}");
 }
 
+/// The copies `proxy/table.json` (what the load balancer was last given)
+/// names active for `app`.
+fn active_in_table(env: &Env, app: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(env.home().join("proxy").join("table.json")).unwrap_or_default();
+    let table: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    let Some(entry) = table["apps"].as_array().into_iter().flatten().find(|a| a["name"] == app) else { return Vec::new() };
+    entry["copies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["role"] == "active")
+        .filter_map(|c| c["copy"].as_u64())
+        .map(|c| c as u32)
+        .collect()
+}
+
+#[test]
+fn apply_wait_and_status_say_a_copy_serves_only_once_the_load_balancer_routes_to_it() {
+    let env = Env::new("opsync");
+    let app = unique("opsync");
+    let port = free_port();
+    let manifest = env.app_running(&versioned("v1"), &app, port, "warm-replicas: 0\n");
+    env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait=90s"]);
+    assert_eq!(version_served(port), "v1");
+    // A load balancer slow to take a table: stopped 200 ms in every 203,
+    // so a push most often waits for it (well within the push's own
+    // timeout), as the daemon's figures do: the cycle that records the
+    // new copy's role is not held up waiting for them as well.
+    let balancer = env.status()["proxy_pid"].as_u64().expect("a load balancer") as u32;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pausing = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                signal(balancer, libc::SIGSTOP);
+                std::thread::sleep(Duration::from_millis(200));
+                signal(balancer, libc::SIGCONT);
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        })
+    };
+    let app_r = manifest.with_file_name("app.R");
+    let mut seen = Vec::new();
+    for version in ["v2", "v3"] {
+        std::fs::write(&app_r, versioned(version)).unwrap();
+        let out = env.run(&["restart", &app, "--wait=90s"]);
+        // What the load balancer has, looked at the moment --wait returns.
+        let table = active_in_table(&env, &app);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let active: Vec<u32> = env.copies(&app).iter().filter(|c| c.role == "active").map(|c| c.copy).collect();
+        seen.push((version, table.clone(), active.clone()));
+        assert!(
+            !active.is_empty() && active.iter().all(|c| table.contains(c)),
+            "--wait and status say {active:?} serve {version}; the load balancer's table names {table:?}"
+        );
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    pausing.join().unwrap();
+    signal(balancer, libc::SIGCONT);
+    assert_eq!(version_served(port), "v3", "{seen:?}");
+}
+
 /// Writes an app folder of these files (name, text) and its manifest, with
 /// no entrypoint-file: the folder's layout decides.
 fn layout_app(env: &Env, name: &str, port: u16, files: &[(&str, &str)]) -> std::path::PathBuf {
