@@ -156,10 +156,12 @@ impl Daemon {
             }
         }
         release::prune(cx.home, &recorded.spec, &mut recorded.state);
-        if recorded.state != before || tracked.state_error.is_some() {
-            tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
-        }
-        if act_on(&cx, plan.actions, recorded, tracked, &taken, stops, launches) {
+        // Recorded once, after the starts are readied (their ports): each
+        // save waits for the disk (fsync, 2–16 ms here), and a wake's
+        // launcher waits for this cycle. Nothing runs or stops before the
+        // cycle ends, so no moment between the two needs its own record.
+        let acted = act_on(&cx, plan.actions, recorded, tracked, &taken, stops, launches);
+        if acted || recorded.state != before || tracked.state_error.is_some() {
             tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
         }
         if recorded.deleting && recorded.state.copies.is_empty() {
