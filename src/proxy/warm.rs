@@ -4,8 +4,9 @@
 //! visitor fails over to it. Measured with the hello app under load: a
 //! copy's second page took 100–160 ms where the ones after took 40–80 ms,
 //! and that second page was a failover's worst (the readiness probe asks
-//! for no page: these are a spare's first). Active copies are not warmed: they have visitors, and
-//! a woken copy's first visitor must not wait behind a warm-up.
+//! for no page: these are a spare's first). Active copies are not warmed:
+//! they have visitors, and a woken copy's first visitor must not wait
+//! behind a warm-up.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
