@@ -13,6 +13,18 @@
 # sample of each, and the differences of the medians. A pool wake whose
 # copy was not claimed fails the bench.
 #
+# Then each wake's steps side by side, cold and with the pool (medians, ms
+# since the load balancer first held the request): the daemon told, its
+# cycle ending the sleep, the launcher forked, R listening (the copy's
+# init says so), the daemon seeing the copy ready, the table pushed, the
+# held request sent to the copy, the copy's answer. They come from two
+# lines of api.log: the daemon's `APP woke in N ms: …` (with `asked_ms`)
+# and the load balancer's `a request held for the wake of APP: …` (with
+# `held_ms`); a wake without both fails the bench. Last, R's listen from
+# its start, the cold copy's (from its launcher's fork: the launcher and
+# the fence) beside R alone's (from its spawn: the first connection its
+# port accepted).
+#
 #   bench/wake.sh                    # 10 rounds, release build
 #   BENCH_SHORT=1 bench/wake.sh      # 1 round, a debug build
 #
@@ -67,10 +79,13 @@ measure() {
     python3 - "$@" <<'PY'
 import os, signal, socket, subprocess, sys, time
 
+connected = []  # when a connection was first accepted: R listens
+
 def get_status(port, timeout):
     """The status of a GET / on a new connection, read to its end; 0 if none."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
+            connected.append(time.perf_counter())
             c.settimeout(timeout)
             c.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             got = b""
@@ -106,13 +121,38 @@ else:
     finally:
         os.killpg(p.pid, signal.SIGTERM)
         p.wait()
-    print(f"{ms:.0f}")
+    print(f"{ms:.0f} {(connected[0] - t0) * 1000:.0f}")
+PY
+}
+
+# The steps of app $1's last wake, from the two lines of api.log, as one
+# JSON line: each step's ms since the load balancer first held the request.
+steps_of() {
+    python3 - "$1" "$SHINYCTL_HOME/api.log" <<'PY'
+import json, re, sys
+app, log = sys.argv[1], open(sys.argv[2]).read()
+woke = re.findall(r"woke in \d+ ms: (.*?) app=\"?%s\"? asked_ms=(\d+)" % re.escape(app), log)
+held = re.findall(r"a request held for the wake of %s: sent to copy \d+ \+(\d+) ms, answered (\d+) \+(\d+).*? held_ms=(\d+)" % re.escape(app), log)
+if not woke or not held:
+    sys.exit(f"bench/wake.sh: no wake steps of {app} in api.log")
+(said, asked), (sent, status, answered, held_ms) = woke[-1], held[-1]
+base = int(asked) - int(held_ms)
+steps = {"daemon told": base}
+for part in said.split(", "):
+    name, at = re.match(r"(.*) \+(\d+)", part).groups()
+    steps[name] = base + int(at)
+steps["request sent to the copy"] = int(sent)
+steps["the copy's answer (head)"] = int(answered)
+print(json.dumps(steps))
 PY
 }
 
 : >"$tmp/pool.ms"
 : >"$tmp/cold.ms"
 : >"$tmp/r.ms"
+: >"$tmp/r.listen"
+: >"$tmp/pool.steps"
+: >"$tmp/cold.steps"
 r_port=$(free_port)
 orders=("pool cold r" "cold r pool" "r pool cold")
 for round in $(seq 1 "$ROUNDS"); do
@@ -121,6 +161,7 @@ for round in $(seq 1 "$ROUNDS"); do
         pool)
             wait_asleep wake
             measure wake "$port" >>"$tmp/pool.ms"
+            steps_of wake >>"$tmp/pool.steps"
             how=$(start_of wake)
             case "$how" in claimed*) ;; *)
                 echo "bench/wake.sh: the pool's wake was not claimed: $how" >&2
@@ -131,8 +172,14 @@ for round in $(seq 1 "$ROUNDS"); do
         cold)
             wait_asleep wakecold
             measure wake "$cold_port" >>"$tmp/cold.ms"
+            steps_of wakecold >>"$tmp/cold.steps"
             ;;
-        r) measure r "$r_port" "$tmp/app" >>"$tmp/r.ms" ;;
+        r)
+            read -r ms listen < <(measure r "$r_port" "$tmp/app") || true
+            [ -n "${listen:-}" ] || exit 1 # measure said why
+            echo "$ms" >>"$tmp/r.ms"
+            echo "$listen" >>"$tmp/r.listen"
+            ;;
         esac
     done
 done
@@ -146,3 +193,24 @@ line "asleep, cold: request to 200" "$tmp/cold.ms"
 line "R's own cold start to its first 200" "$tmp/r.ms"
 awk -v p="$(median <"$tmp/pool.ms")" -v w="$(median <"$tmp/cold.ms")" -v r="$(median <"$tmp/r.ms")" \
     'BEGIN {printf "against R'"'"'s own start (medians): the pool %+.0f ms, a cold wake %+.0f ms\n", p - r, w - r}'
+echo "the steps of a wake, ms since the load balancer held the request (medians):"
+python3 - "$tmp/cold.steps" "$tmp/pool.steps" "$(median <"$tmp/cold.ms")" "$(median <"$tmp/pool.ms")" "$(median <"$tmp/r.ms")" "$(median <"$tmp/r.listen")" <<'PY'
+import json, statistics, sys
+runs = [[json.loads(l) for l in open(f) if l.strip()] for f in sys.argv[1:3]]
+order = ["daemon told", "cycle", "launcher forked", "R listening", "ready seen", "table pushed",
+         "request sent to the copy", "the copy's answer (head)"]
+def med(rs, k):
+    xs = [r[k] for r in rs if k in r]
+    return f"{statistics.median(xs):.0f}" if xs else "-"
+print(f"  {'step':<34} {'cold':>6} {'pool':>6}")
+for k in order:
+    print(f"  {k:<34} {med(runs[0], k):>6} {med(runs[1], k):>6}")
+print(f"  {'200 whole, at the client':<34} {sys.argv[3]:>6} {sys.argv[4]:>6}")
+print(f"  {'R alone, to its first 200':<34} {sys.argv[5]:>6}")
+# The fence's and the launcher's cost to R's start: R's listen from the
+# launcher's fork (cold) beside R alone's from its spawn.
+fenced = [r["R listening"] - r["launcher forked"] for r in runs[0] if "R listening" in r and "launcher forked" in r]
+if fenced:
+    print(f"  {'R listening, from its start':<34} {statistics.median(fenced):>6.0f}   (cold: from the launcher's fork;"
+          f" R alone: {float(sys.argv[6]):.0f}, from its spawn)")
+PY

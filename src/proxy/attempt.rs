@@ -40,6 +40,9 @@ pub struct Attempt {
     pub wake: Option<WakeWatch>,
     /// A wake ended with the app awake: no other is asked for.
     pub woken: bool,
+    /// When (Unix ms) the request was first held for a wake: its send is
+    /// said in the log with the moments of its steps ([`Attempt::say_woken`]).
+    pub held_for_wake_ms: Option<u64>,
     /// Sends so far (new connections, stand-ins and retries).
     pub sends: u32,
     /// It was lost once and sent again: never a second time.
@@ -61,11 +64,31 @@ impl Attempt {
             hold: None,
             wake: None,
             woken: false,
+            held_for_wake_ms: None,
             sends: 0,
             retried: false,
             deaths: 0,
             avoid: None,
         }
+    }
+
+    /// Says in the log when a request held for a wake of `app` was sent to
+    /// `copy` (Unix ms `sent_ms`) and answered (now, `status`), with when it
+    /// was first held: the load balancer's side of the daemon's `woke in`
+    /// line, whose `asked_ms` it lines up with. Nothing for a request that
+    /// was not held for a wake.
+    pub fn say_woken(&self, app: &str, copy: u32, sent_ms: u64, status: hyper::StatusCode) {
+        let Some(held) = self.held_for_wake_ms else { return };
+        let answered = now_ms();
+        tracing::info!(
+            app,
+            copy,
+            held_ms = held,
+            "a request held for the wake of {app}: sent to copy {copy} +{} ms, answered {} +{}",
+            sent_ms.saturating_sub(held),
+            status.as_u16(),
+            answered.saturating_sub(held)
+        );
     }
 
     /// The request as deaths remember it: `GET /path?query`.

@@ -107,8 +107,14 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
         // must not delay the daemon making it active.
         shared.daemon.report_stand_in(&app.name, attempt.notice.take(), (copy.role == Role::Warm).then_some(copy.copy));
         attempt.sends += 1;
+        let sent_ms = attempt.held_for_wake_ms.map(|_| now_ms());
         req = match send(copy, req, client_upgrade.is_some()).await {
-            Ok(sent) => return respond(shared, &app, copy, claimed, sent, client_upgrade),
+            Ok(sent) => {
+                if let Some(at) = sent_ms {
+                    attempt.say_woken(&app.name, copy.copy, at, sent.resp.status());
+                }
+                return respond(shared, &app, copy, claimed, sent, client_upgrade);
+            }
             Err(failure) => {
                 let died = matches!(failure, Failure::Lost(_)) && upstream::died(copy.pid).await;
                 match attempt.failed(shared, &app, copy, failure, replay.as_ref(), died) {
@@ -169,6 +175,7 @@ async fn wait_for_copy(
         };
         shared.daemon.report_stand_in(&app.name, attempt.notice.take(), None);
         if app.asleep && attempt.wake.is_none() && !attempt.woken {
+            attempt.held_for_wake_ms.get_or_insert_with(now_ms);
             attempt.wake = Some(shared.daemon.ask_wake(&app.counters.wake, &app.name, app.wake_hold));
         }
         let (until, waking) = *attempt.hold.get_or_insert_with(|| {

@@ -1,11 +1,12 @@
 //! Warming a spare: a warm copy gets a few `GET /` from the load balancer
 //! once, when a table first names its process as warm, so the R code behind
 //! its page has run (and R's byte-code compiler has compiled it) before a
-//! visitor fails over to it. Measured with the hello app under load: the
-//! readiness probe is a copy's first request, its second took 100–160 ms
-//! where the ones after took 40–80 ms, and that second request was a
-//! failover's worst. Active copies are not warmed: they have visitors, and
-//! a woken copy's first visitor must not wait behind a warm-up.
+//! visitor fails over to it. Measured with the hello app under load: a
+//! copy's second page took 100–160 ms where the ones after took 40–80 ms,
+//! and that second page was a failover's worst (the readiness probe asks
+//! for no page: these are a spare's first). Active copies are not warmed:
+//! they have visitors, and a woken copy's first visitor must not wait
+//! behind a warm-up.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

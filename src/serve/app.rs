@@ -147,6 +147,57 @@ pub struct Wake {
     pub asked_ms: Option<u64>,
     /// The requests waiting for the wake's outcome.
     pub waiters: Vec<oneshot::Sender<WakeOutcome>>,
+    /// The moments of the wake in progress, said in one line when it ends.
+    pub steps: WakeSteps,
+}
+
+/// The moments (Unix ms) of one wake's steps in the daemon, from the load
+/// balancer's ask to the table that lets the held requests go: said in one
+/// line of api.log when the wake ends ([`WakeSteps::describe`]), so a slow
+/// wake shows where it spent its time (`bench/wake.sh` reads it).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WakeSteps {
+    /// The first ask reached the daemon.
+    pub asked: Option<u64>,
+    /// The cycle ended the sleep (the processes put to sleep were gone).
+    pub woke: Option<u64>,
+    /// The first copy's launcher was forked.
+    pub forked: Option<u64>,
+    /// Its init said R listens (none for a copy without the ports fence).
+    pub listening: Option<u64>,
+    /// The daemon folded in that the copy answers HTTP from its own socket.
+    pub ready: Option<u64>,
+    /// The table with the copy active was pushed to the load balancer.
+    pub pushed: Option<u64>,
+}
+
+impl WakeSteps {
+    /// `cycle +1 ms, launcher forked +12, R listening +640, ready seen +650,
+    /// table pushed +655`: each step since the ask, in order; a step not
+    /// seen is left out.
+    pub fn describe(&self) -> String {
+        let Some(asked) = self.asked else { return String::new() };
+        let steps = [
+            ("cycle", self.woke),
+            ("launcher forked", self.forked),
+            ("R listening", self.listening),
+            ("ready seen", self.ready),
+            ("table pushed", self.pushed),
+        ];
+        let mut out = Vec::new();
+        for (name, at) in steps {
+            if let Some(at) = at {
+                let unit = if out.is_empty() { " ms" } else { "" };
+                out.push(format!("{name} +{}{unit}", at.saturating_sub(asked)));
+            }
+        }
+        out.join(", ")
+    }
+
+    /// Notes a moment once: the first copy's counts.
+    pub fn note(step: &mut Option<u64>, at: u64) {
+        step.get_or_insert(at);
+    }
 }
 
 impl Wake {
@@ -161,15 +212,28 @@ impl Wake {
             // Not asleep (a copy on its way up): no wake to time.
             self.requested = false;
             self.asked_ms = None;
+            self.steps = WakeSteps::default();
         } else if state.copies.iter().all(|r| r.pid.is_none() || r.checking) {
             // A copy checking a version deployed while asleep goes on; the
             // wake does not wait for it.
             state.asleep_since_ms = None;
             self.requested = false;
             self.woke_ms = Some(now);
+            WakeSteps::note(&mut self.steps.woke, now);
             return true;
         }
         false
+    }
+
+    /// Notes a copy's readiness (and when its init said R listens) in the
+    /// steps of the wake in progress, if one is.
+    pub fn note_ready(&mut self, listening_ms: Option<u64>, now: u64) {
+        if self.steps.asked.is_some() {
+            if let Some(at) = listening_ms {
+                WakeSteps::note(&mut self.steps.listening, at);
+            }
+            WakeSteps::note(&mut self.steps.ready, now);
+        }
     }
 
     /// Answers every waiting request with the same outcome.
@@ -184,6 +248,24 @@ impl Wake {
 mod tests {
     use super::*;
     use crate::model::CopyRecord;
+
+    #[test]
+    fn a_wakes_steps_are_said_since_its_ask_in_order_and_only_while_it_goes_on() {
+        let mut wake = Wake::default();
+        wake.note_ready(Some(5), 9);
+        assert_eq!(wake.steps, WakeSteps::default(), "no wake asked: nothing noted");
+        wake.steps.asked = Some(1000);
+        wake.steps.woke = Some(1001);
+        wake.steps.forked = Some(1012);
+        wake.note_ready(Some(1640), 1650);
+        // A second copy's readiness does not move the first's moments.
+        wake.note_ready(Some(1700), 1710);
+        wake.steps.pushed = Some(1655);
+        assert_eq!(wake.steps.describe(), "cycle +1 ms, launcher forked +12, R listening +640, ready seen +650, table pushed +655");
+        // A copy without the ports fence never says it listens.
+        let quiet = WakeSteps { listening: None, ..wake.steps.clone() };
+        assert_eq!(quiet.describe(), "cycle +1 ms, launcher forked +12, ready seen +650, table pushed +655");
+    }
 
     fn state(pids: &[u32]) -> AppState {
         let copies = pids.iter().enumerate().map(|(i, p)| CopyRecord { copy: i as u32 + 1, pid: Some(*p), ..Default::default() }).collect();

@@ -15,7 +15,7 @@ use crate::procfs;
 use crate::reconcile::{self, Action, Observed, Process, Seen};
 use crate::release;
 
-use super::app::{AppRt, Recorded, Tracked, WakeOutcome};
+use super::app::{AppRt, Recorded, Tracked, WakeOutcome, WakeSteps};
 use super::probe::Facts;
 use super::{act, limits, log_path, now_ms, record, stops, tallies, Daemon, Event, Launched, PendingLaunch, PendingStop};
 
@@ -156,10 +156,12 @@ impl Daemon {
             }
         }
         release::prune(cx.home, &recorded.spec, &mut recorded.state);
-        if recorded.state != before || tracked.state_error.is_some() {
-            tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
-        }
-        if act_on(&cx, plan.actions, recorded, tracked, &taken, stops, launches) {
+        // Recorded once, after the starts are readied (their ports): each
+        // save waits for the disk (fsync, 2–16 ms here), and a wake's
+        // launcher waits for this cycle. Nothing runs or stops before the
+        // cycle ends, so no moment between the two needs its own record.
+        let acted = act_on(&cx, plan.actions, recorded, tracked, &taken, stops, launches);
+        if acted || recorded.state != before || tracked.state_error.is_some() {
             tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
         }
         if recorded.deleting && recorded.state.copies.is_empty() {
@@ -172,11 +174,14 @@ impl Daemon {
 
     /// Answers the requests waiting for a wake, once the table the load
     /// balancer has shows an active copy, or every copy of the wake exited.
-    pub(super) fn resolve_wakes(&mut self) {
+    pub(super) fn resolve_wakes(&mut self, pushed_ms: u64) {
         for (name, app) in self.apps.iter_mut().filter(|(_, a)| !a.wake.waiters.is_empty()) {
             if let Some(outcome) = wake_outcome(&self.home, app) {
+                let mut steps = std::mem::take(&mut app.wake.steps);
                 if let (Some(asked), true) = (app.wake.asked_ms.take(), outcome.is_ok()) {
                     self.tallies.wake_ended(name, std::time::Duration::from_millis(now_ms().saturating_sub(asked)));
+                    steps.pushed = Some(pushed_ms);
+                    say_wake(name, &steps);
                 }
                 if outcome.is_err() {
                     self.tallies.wake_failed(name);
@@ -392,7 +397,7 @@ impl Daemon {
                     .iter()
                     .any(|r| r.copy == copy && r.revision == revision && r.pid.is_none() && r.stop_started_ms.is_none())
             });
-            let Some(AppRt { recorded, tracked, .. }) = app.filter(|_| waiting) else {
+            let Some(AppRt { recorded, tracked, wake }) = app.filter(|_| waiting) else {
                 if let Ok(act::Spawned { pid, .. }) = result {
                     tracing::info!(app = name, copy, pid, "stopping a copy that was no longer wanted once it started");
                     // Watched, so the daemon reaps its child when it ends.
@@ -405,6 +410,9 @@ impl Daemon {
                 Ok(act::Spawned { pid, told }) => {
                     let rec = recorded.state.copies.iter_mut().find(|r| r.copy == copy).expect("checked above");
                     act::started(rec, pid);
+                    if wake.steps.asked.is_some() {
+                        WakeSteps::note(&mut wake.steps.forked, rec.started_ms.unwrap_or(now));
+                    }
                     tracing::info!(app = name, copy, pid, port = rec.port, "started copy");
                     let scratch = cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, copy);
                     follow(&name, rec, false, tracked, cx.events, scratch, told);
@@ -414,6 +422,15 @@ impl Daemon {
             tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
         }
     }
+}
+
+/// Says in api.log where a wake that ended with a copy active spent its
+/// time: `hello woke in 702 ms: cycle +1 ms, launcher forked +9, …` with
+/// the moment it was asked (Unix ms), which lines up the load balancer's
+/// line for a held request (`proxy::forward`).
+fn say_wake(name: &str, steps: &WakeSteps) {
+    let (Some(asked), Some(pushed)) = (steps.asked, steps.pushed) else { return };
+    tracing::info!(app = name, asked_ms = asked, "{name} woke in {} ms: {}", pushed.saturating_sub(asked), steps.describe());
 }
 
 /// How a wake ended, if it has: `Ok` once a copy is active, `Err` when the

@@ -238,6 +238,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         // a new one waits until the table names it.
         sync_sockets(&shared, &home, proxy.pid()).await;
         let pushed = proxy.push(&home, table).await;
+        let pushed_ms = now_ms();
         // What the load balancer still answers for the copies it no longer
         // has, asked after the push: a stop waits for those answers.
         let after = if pushed && stopping { proxy.stats(&home).await } else { None };
@@ -249,7 +250,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             d.sockets.has_been_given(proxy.pid())
         };
         proxy.retire_old(&home, listening).await;
-        shared.lock().resolve_wakes();
+        shared.lock().resolve_wakes(pushed_ms);
     }
     super::pool::stop();
     if shared.lock().shutting_down == Some(true) {
@@ -358,9 +359,10 @@ impl Daemon {
                 }
                 due.insert(app);
             }
-            Event::Ready { app, pid } => {
+            Event::Ready { app, pid, listening_ms } => {
                 super::status::log_missing_fences(self, &app, pid);
                 if let Some(a) = self.apps.get_mut(&app) {
+                    a.wake.note_ready(listening_ms, now_ms());
                     let process = a.tracked.process_mut(pid);
                     process.probing = false;
                     process.ready = true;

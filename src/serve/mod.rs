@@ -103,6 +103,8 @@ pub enum Event {
         app: String,
         /// The copy's process.
         pid: u32,
+        /// When (Unix ms) its init said R listens, if it did.
+        listening_ms: Option<u64>,
     },
     /// The load balancer saw a copy refuse a connection.
     StandIn {

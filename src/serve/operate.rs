@@ -117,7 +117,9 @@ impl Daemon {
             return Ok(None);
         }
         app.wake.requested = true;
-        app.wake.asked_ms.get_or_insert(super::now_ms());
+        let now = super::now_ms();
+        app.wake.asked_ms.get_or_insert(now);
+        super::app::WakeSteps::note(&mut app.wake.steps.asked, now);
         app.wake.waiters.push(waiter);
         let timeout = std::time::Duration::from_millis(app.recorded.spec.route.request_timeout_ms);
         self.changed(name);

@@ -49,6 +49,17 @@ fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     assert_eq!(r.status, 200, "held while the app woke: {r:?}");
     assert!(r.copy().is_some(), "served by a copy: {r:?}");
     assert_eq!(between(&r.body, "scratch=", ";"), Some("kept"), "the copy's disk stayed through the sleep");
+    // Where the wake spent its time, in api.log: the daemon's steps since
+    // it was asked, and the load balancer's for the request it held.
+    let (woke, held) = wait_until(Duration::from_secs(10), "the wake's two lines in api.log", || {
+        let log = std::fs::read_to_string(env.home().join("api.log")).ok()?;
+        let line = |what: &str| log.lines().find(|l| l.contains(what)).map(str::to_string);
+        Some((line(&format!("{nap} woke in "))?, line(&format!("a request held for the wake of {nap}: sent to copy "))?))
+    });
+    for step in ["cycle +", "launcher forked +", "R listening +", "ready seen +", "table pushed +", "asked_ms="] {
+        assert!(woke.contains(step), "the daemon's line names each step ({step}): {woke}");
+    }
+    assert!(held.contains(", answered 200 +") && held.contains("held_ms="), "{held}");
     env.wait_roles(nap, "1:active 2:warm", START);
     let after = env.copies(nap);
     let numbers_and_ports = |copies: &[Copy]| copies.iter().map(|c| (c.copy, c.copy_port)).collect::<Vec<_>>();
