@@ -4,19 +4,15 @@
 
 pub mod api_client;
 pub mod cli;
-pub mod clock;
-pub mod fmt;
 pub mod home;
 pub mod launcher;
-pub mod limits;
 pub mod logging;
 pub mod manifest;
 pub mod model;
-pub mod peer;
-pub mod procfs;
 pub mod proxy;
 pub mod reclaim;
 pub mod reconcile;
 pub mod release;
 pub mod serve;
+pub mod sys;
 pub mod uds;

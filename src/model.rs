@@ -508,7 +508,7 @@ pub struct DiskStop {
 impl DiskStop {
     /// "its disk held 70M of its 64M (sandbox.disk)".
     pub fn describe(&self) -> String {
-        let show = |b| crate::fmt::size(b, crate::fmt::SizeStyle::Manifest);
+        let show = |b| crate::sys::fmt::size(b, crate::sys::fmt::SizeStyle::Manifest);
         format!("its disk (scratch, /tmp, /dev/shm) held {} of its {} (sandbox.disk)", show(self.used), show(self.limit))
     }
 }
@@ -542,7 +542,7 @@ impl Exit {
         if let Some(limit) = self.start_timeout_ms {
             return format!(
                 "was stopped: not ready within start-timeout {}",
-                crate::fmt::duration(std::time::Duration::from_millis(limit), crate::fmt::DurationStyle::Span)
+                crate::sys::fmt::duration(std::time::Duration::from_millis(limit), crate::sys::fmt::DurationStyle::Span)
             );
         }
         match (self.code, self.signal) {
@@ -556,7 +556,7 @@ impl Exit {
 impl MemoryStop {
     /// "2.1G, over its memory limit of 2G".
     pub fn describe(&self) -> String {
-        use crate::fmt::{size, SizeStyle::Manifest};
+        use crate::sys::fmt::{size, SizeStyle::Manifest};
         format!("{}, over its memory limit of {}", size(self.used, Manifest), size(self.limit, Manifest))
     }
 }
@@ -590,7 +590,7 @@ impl ApplyRequest {
         if body_len <= Self::MAX_BODY {
             return Ok(());
         }
-        let show = |n: usize| crate::fmt::size(n as u64, crate::fmt::SizeStyle::Manifest);
+        let show = |n: usize| crate::sys::fmt::size(n as u64, crate::sys::fmt::SizeStyle::Manifest);
         Err(format!(
             "{}: the manifest is too large to apply: {} ({} as the API's request), and the API takes at most {} ({} bytes). \
              A manifest holds settings; keep data in the app's folder.",

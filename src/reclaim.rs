@@ -15,8 +15,8 @@ use std::process::Command;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
-use crate::launcher::users::{NEWGIDMAP, NEWUIDMAP};
 use crate::serve::disk_watch::Usage;
+use crate::sys::users::{NEWGIDMAP, NEWUIDMAP};
 
 /// Removes `path` (a folder with what it holds) through `shinyctl reclaim`
 /// with the subordinate ids `first..=last` mapped. Blocking: call it from a

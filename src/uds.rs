@@ -171,7 +171,7 @@ where
 /// Why a peer on a control socket (api.sock, proxy.sock, handover.sock) is
 /// refused, or none. Only processes of this process's own user, and root,
 /// may talk to it (SO_PEERCRED, the credentials at connect); and never an
-/// app's copy or a process inside one, whatever its uid ([`crate::peer`]):
+/// app's copy or a process inside one, whatever its uid ([`crate::sys::peer`]):
 /// a root daemon's copy, or a `run-as` copy of a user who runs a shinyctl
 /// of their own, would otherwise pass the uid check. The sockets' modes and
 /// the copies' mount namespaces keep others away first; this holds where
@@ -181,7 +181,7 @@ pub fn peer_refused(stream: &tokio::net::UnixStream) -> Option<String> {
     let own = nix::unistd::geteuid().as_raw();
     // Taken first: it pins the peer, so its PID cannot name another
     // process by the time /proc is read.
-    let pidfd = crate::peer::peer_pidfd(stream.as_raw_fd());
+    let pidfd = crate::sys::peer::peer_pidfd(stream.as_raw_fd());
     let cred = match stream.peer_cred() {
         Ok(cred) => cred,
         Err(e) => return Some(format!("refused: the peer's credentials cannot be read: {e}")),
@@ -197,10 +197,10 @@ pub fn peer_refused(stream: &tokio::net::UnixStream) -> Option<String> {
     let Some(pid) = pid else {
         return Some("refused: the peer's process is not visible from here (another PID namespace)".to_string());
     };
-    if let Some(why) = crate::peer::copy_refusal(pid) {
+    if let Some(why) = crate::sys::peer::copy_refusal(pid) {
         return Some(format!("refused: {why}"));
     }
-    match pidfd.map(|fd| crate::peer::pidfd_pid(&fd)) {
+    match pidfd.map(|fd| crate::sys::peer::pidfd_pid(&fd)) {
         Some(Some(now)) if now != pid => Some(format!("refused: the peer (pid {pid}) is gone")),
         Some(None) => Some(format!("refused: the peer (pid {pid}) is gone")),
         _ => None,

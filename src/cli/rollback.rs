@@ -44,8 +44,8 @@ pub fn table(rows: &[ReleaseRow]) -> String {
         out.push_str(&format!(
             "{:<22} {:<26} {:>10}  {state}\n",
             r.id,
-            crate::fmt::local_rfc3339(r.taken_ms),
-            crate::fmt::size(r.bytes, crate::fmt::SizeStyle::Prose)
+            crate::sys::fmt::local_rfc3339(r.taken_ms),
+            crate::sys::fmt::size(r.bytes, crate::sys::fmt::SizeStyle::Prose)
         ));
     }
     out

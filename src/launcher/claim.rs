@@ -29,8 +29,8 @@ use super::fences::{self, Fences};
 use super::init::Handoff;
 use super::mount::Plan;
 use super::report::Writer;
-use super::users::Identity;
 use super::{host, Launch, EXIT_LAUNCH_FAILED};
+use crate::sys::users::Identity;
 
 /// The largest message (a claim with its environment and plan).
 const MAX_MESSAGE: usize = 1 << 18;

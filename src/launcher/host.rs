@@ -20,8 +20,8 @@ use super::fences::{self, Fences};
 use super::init::{self, Init};
 use super::mount::Plan;
 use super::report::Writer;
-use super::users::Identity;
 use super::{Launch, EXIT_LAUNCH_FAILED};
+use crate::sys::users::Identity;
 
 /// The signals the launcher and the init wait for: the three forwarded to
 /// R, and SIGCHLD.
@@ -206,7 +206,7 @@ pub(super) fn map_ids(child: Pid, who: Option<&Identity>) -> anyhow::Result<()> 
 /// (both ids mapped: the init works as the launcher's user first, then
 /// hands the app's folders to `w` and takes it).
 fn map_subordinate(child: Pid, (uid, gid): (u32, u32), w: &Identity) -> anyhow::Result<()> {
-    for (tool, own, app) in [(super::users::NEWUIDMAP, uid, w.uid), (super::users::NEWGIDMAP, gid, w.gid)] {
+    for (tool, own, app) in [(crate::sys::users::NEWUIDMAP, uid, w.uid), (crate::sys::users::NEWGIDMAP, gid, w.gid)] {
         let out = std::process::Command::new(tool)
             .arg(child.to_string())
             .args([own, own, 1, app, app, 1].map(|n| n.to_string()))

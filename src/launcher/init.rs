@@ -20,8 +20,8 @@ use nix::unistd::{fork, ForkResult, Pid};
 use super::fences::{self, Fences};
 use super::mount::{self, Plan};
 use super::sources::Sources;
-use super::users::Identity;
 use super::{Launch, Seen, APP_DIR, EXIT_LAUNCH_FAILED, SCRATCH_DIR};
+use crate::sys::users::Identity;
 
 /// What the init needs, as the host-side launcher left it before clone.
 pub struct Init<'a> {
@@ -145,7 +145,7 @@ pub(super) fn world(
     // user now, before the mounts, so what it makes is theirs (with root
     // unmapped here, the change costs no capability in the namespace).
     if let (Some(who), true) = (who, fences.has(fences::USER_NS)) {
-        super::users::set_user(who).map_err(|e| format!("cannot become {}: {e}", who.name))?;
+        crate::sys::users::set_user(who).map_err(|e| format!("cannot become {}: {e}", who.name))?;
     }
     if fences.has(fences::UTS_NS) {
         let name = launch.app.as_bytes();
@@ -281,7 +281,7 @@ fn ready(listener: &OwnedFd, signals: &nix::sys::signalfd::SignalFd) -> Ready {
 fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: Seen, mut fences: Fences, ready: OwnedFd, sup: OwnedFd) -> ! {
     super::host::unblock_signals();
     if let Some(who) = who {
-        if let Err(e) = super::users::set_user(who) {
+        if let Err(e) = crate::sys::users::set_user(who) {
             super::fail(&format!("cannot become {}: {e}", who.name));
             std::process::exit(EXIT_LAUNCH_FAILED);
         }

@@ -26,7 +26,6 @@
 mod allowed;
 mod claim;
 mod confine;
-pub mod disk;
 mod fds;
 pub mod fences;
 mod host;
@@ -40,7 +39,6 @@ mod report;
 mod rlimits;
 mod seccomp;
 mod sources;
-pub mod users;
 pub mod zygote;
 
 use std::ffi::OsString;
@@ -53,12 +51,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::manifest::{SandboxMode, StartSpec};
 pub use crate::model::{Isolation, IsolationKind};
+use crate::sys::disk;
+use crate::sys::users::{self, Identity};
 pub use confine::{confine, Applied, ConfineError, Confinement, SeccompApplied};
 use fences::Fences;
 pub use landlock::LandlockApplied;
 pub use report::{read_report, report_path, Report};
 pub use rlimits::RlimitsApplied;
-use users::Identity;
 
 /// Where the app folder is inside the copy's mount namespace (its working
 /// directory there).
@@ -175,7 +174,7 @@ impl Launch {
 /// gigabytes must not hold up the daemon's cycle, which calls this under
 /// its lock. The returned threads are for tests to wait on.
 pub fn remove_scratch(scratch: &Path) -> Vec<std::thread::JoinHandle<()>> {
-    let beside = [scratch.to_path_buf(), landlock::tmp_path(scratch), plan::shm_path(scratch)];
+    let beside = [scratch.to_path_buf(), disk::tmp_path(scratch), disk::shm_path(scratch)];
     // A disk of its own is unmounted first (a mount point cannot be
     // renamed); its image goes with the rest.
     let mut threads: Vec<_> = beside.iter().flat_map(|p| disk::detach_below(p)).collect();
@@ -320,9 +319,9 @@ fn own_disk(launch: &Launch, who: Option<&Identity>) {
     if !nix::unistd::geteuid().is_root() {
         return;
     }
-    let (tmp, shm) = (landlock::tmp_path(&launch.scratch), plan::shm_path(&launch.scratch));
+    let (tmp, shm) = (disk::tmp_path(&launch.scratch), disk::shm_path(&launch.scratch));
     let owner = who.map(|w| (w.uid, w.gid));
-    let shown = crate::fmt::size(size, crate::fmt::SizeStyle::Manifest);
+    let shown = crate::sys::fmt::size(size, crate::sys::fmt::SizeStyle::Manifest);
     match disk::attach(&launch.scratch, &tmp, &shm, size, owner) {
         Ok(disk::Attached::Mounted(device)) => {
             log(&format!("--- shinyctl: the copy's disk (scratch, /tmp, /dev/shm) is a filesystem of its own of {shown} on {device} ---"))
@@ -393,7 +392,7 @@ fn run_as(launch: &Launch) -> Result<Option<Identity>, String> {
 /// owner's.
 pub fn hand_over(launch: &Launch, who: &Identity) -> Result<(), String> {
     let release = Some(launch.app_dir.clone()).filter(|d| d.starts_with(launch.home.join("releases")));
-    for dir in [launch.scratch.clone(), landlock::tmp_path(&launch.scratch), plan::shm_path(&launch.scratch)].into_iter().chain(release) {
+    for dir in [launch.scratch.clone(), disk::tmp_path(&launch.scratch), disk::shm_path(&launch.scratch)].into_iter().chain(release) {
         if dir.exists() {
             users::give_all_to(&dir, who).map_err(|e| format!("cannot give {} to the app's uid {}: {e}", dir.display(), who.uid))?;
         }
@@ -405,7 +404,7 @@ pub fn hand_over(launch: &Launch, who: &Identity) -> Result<(), String> {
 /// off`): Landlock where it can be had, then exec, in a child. The
 /// launcher stays R's parent and a subreaper, so whatever R starts, even
 /// with `setsid` and a double fork, keeps the launcher among its ancestors
-/// (the mark by which the control sockets know a copy, `crate::peer`), and
+/// (the mark by which the control sockets know a copy, `crate::sys::peer`), and
 /// is ended with R. The fences say why there are no namespaces.
 fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, who: Option<&Identity>) -> i32 {
     // Without a user namespace a launcher that is not root has no way to
@@ -780,7 +779,7 @@ mod tests {
         let tmp_dir = tempfile::tempdir().unwrap();
         let dir = tmp_dir.path().to_path_buf();
         let scratch = dir.join("3");
-        for d in [scratch.join("sub"), landlock::tmp_path(&scratch), plan::shm_path(&scratch), dir.join("4")] {
+        for d in [scratch.join("sub"), disk::tmp_path(&scratch), disk::shm_path(&scratch), dir.join("4")] {
             std::fs::create_dir_all(d).unwrap();
         }
         std::fs::write(report_path(&scratch), "{}").unwrap();

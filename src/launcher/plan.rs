@@ -6,17 +6,11 @@
 use std::path::{Path, PathBuf};
 
 use super::mount::Plan;
-use super::users::Identity;
 use super::Launch;
+use crate::sys::users::Identity;
 
 /// The folders below a user's home that a copy never sees.
 pub const SECRETS: [&str; 3] = [".ssh", ".gnupg", ".aws"];
-
-/// `<scratch>.shm`, beside the scratch disk: the copy's /dev/shm.
-pub fn shm_path(scratch: &Path) -> PathBuf {
-    let name = scratch.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    scratch.with_file_name(format!("{name}.shm"))
-}
 
 /// The copy's root for `launch`, run by `who` (a root daemon's run-as).
 pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<Plan> {
@@ -24,8 +18,8 @@ pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<Plan> 
         .map_err(|e| anyhow::anyhow!("the app folder {} cannot be opened: {e}", launch.app_dir.display()))?;
     let scratch = std::fs::canonicalize(&launch.scratch)
         .map_err(|e| anyhow::anyhow!("the scratch disk {} cannot be opened: {e}", launch.scratch.display()))?;
-    let tmp = own_folder(&super::landlock::tmp_path(&scratch), who)?;
-    let shm = own_folder(&shm_path(&scratch), who)?;
+    let tmp = own_folder(&crate::sys::disk::tmp_path(&scratch), who)?;
+    let shm = own_folder(&crate::sys::disk::shm_path(&scratch), who)?;
     let mut homes: Vec<PathBuf> = std::env::var_os("HOME").map(PathBuf::from).into_iter().collect();
     homes.extend(Identity::current().map(|i| i.home));
     homes.extend(who.map(|w| w.home.clone()));

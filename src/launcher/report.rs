@@ -52,7 +52,7 @@ pub fn read_report(scratch: &Path, pid: u32) -> Option<Report> {
     }
     // A claimed copy's processes count as its launcher's (`procfs`).
     if let Some(fork) = report.fork {
-        crate::procfs::adopt(fork, pid);
+        crate::sys::procfs::adopt(fork, pid);
     }
     Some(report)
 }

@@ -24,8 +24,8 @@ use super::claim::{self, Claim, Msg};
 use super::fences::Fences;
 use super::host;
 use super::sources::Sources;
-use super::users::Identity;
 use super::{Launch, EXIT_LAUNCH_FAILED};
+use crate::sys::users::Identity;
 
 /// The environment variable through which a claimed copy's R gets its
 /// program ([`claim::r_program`]); R reads and removes it.
@@ -296,7 +296,7 @@ fn init(conn: OwnedFd, claim: Claim, launch: Launch, sources: Vec<(PathBuf, Owne
 /// mask back, and the copy's environment alone with its program.
 fn become_app(conn: OwnedFd, claim: &Claim, launch: &Launch, mut seen: super::Seen, mut fences: Fences, sup: OwnedFd, r_mask: SigSet) {
     if let Some(who) = &claim.who {
-        if let Err(e) = super::users::set_user(who) {
+        if let Err(e) = crate::sys::users::set_user(who) {
             super::fail(&format!("cannot become {}: {e}", who.name));
             end(EXIT_LAUNCH_FAILED);
         }

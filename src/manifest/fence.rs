@@ -72,7 +72,7 @@ fn memory(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
     let allowed = format!(
         "a size such as 512M, 2G or 1.5G (K, M, G, T: powers of 1024) or a whole number of bytes, at least {}; \
          leave the key out for no limit",
-        crate::fmt::size(MIN_MEMORY, crate::fmt::SizeStyle::Manifest)
+        crate::sys::fmt::size(MIN_MEMORY, crate::sys::fmt::SizeStyle::Manifest)
     );
     let bytes = match v {
         Value::Number(n) => n.as_u64(),
@@ -91,7 +91,7 @@ fn disk(cx: &Cx, v: &Value) -> Result<Disk, ManifestError> {
     let allowed = format!(
         "a size such as 1G, 512M or 2.5G (K, M, G, T: powers of 1024) or a whole number of bytes, at least {}, \
          or unlimited; leave the key out for 1G",
-        crate::fmt::size(MIN_DISK, crate::fmt::SizeStyle::Manifest)
+        crate::sys::fmt::size(MIN_DISK, crate::sys::fmt::SizeStyle::Manifest)
     );
     let bytes = match v {
         Value::Number(n) => n.as_u64(),

@@ -16,7 +16,7 @@ use super::retry::{self, Lost};
 use super::shared::{ErrorSource, Shared};
 use super::table::{LiveApp, LiveCopy};
 use super::upstream::{Failure, Replay};
-use crate::clock::{mono_ms, now_ms};
+use crate::sys::clock::{mono_ms, now_ms};
 
 /// Sends of one request at most (new connections, stand-ins, a retry).
 const MAX_SENDS: u32 = 5;

@@ -138,7 +138,7 @@ impl Control {
         ProxyStats {
             build: BUILD.to_string(),
             pid: std::process::id(),
-            rss_bytes: crate::procfs::rss_bytes(std::process::id()).unwrap_or(0),
+            rss_bytes: crate::sys::procfs::rss_bytes(std::process::id()).unwrap_or(0),
             apps: self.shared.table.load().traffic(),
             settings: ProxySettings {
                 header_timeout_ms: HEADER_TIMEOUT.as_millis() as u64,

@@ -27,8 +27,8 @@ use super::shared::{ErrorSource, Shared};
 use super::table::{LiveApp, LiveCopy};
 use super::upstream::{self, send, Failure, Replay, Sent};
 use super::{pages, websocket};
-use crate::clock::{mono_ms, now_ms};
 use crate::model::{LbPolicy, Role};
+use crate::sys::clock::{mono_ms, now_ms};
 
 pub use super::client::Client;
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
 use super::table::{CopyState, Table};
-use crate::procfs;
-use crate::serve::pidfd::Pidfd;
+use crate::sys::pidfd::Pidfd;
+use crate::sys::procfs;
 
 /// How often a copy's process is looked for when no pidfd can be had.
 const POLL: Duration = Duration::from_millis(500);

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::shared::ErrorSource;
 use super::table::CopyState;
-use crate::clock::mono_ms;
+use crate::sys::clock::mono_ms;
 
 /// How long one probe waits for the copy's answer before asking again on
 /// a new connection.

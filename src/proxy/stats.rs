@@ -111,7 +111,7 @@ pub fn metrics(shared: &Shared) -> ProxyMetrics {
     let tunnels: u64 = traffic.iter().flat_map(|a| &a.copies).map(|c| c.sessions).sum();
     ProxyMetrics {
         pid: std::process::id(),
-        rss_bytes: crate::procfs::rss_bytes(std::process::id()).unwrap_or(0),
+        rss_bytes: crate::sys::procfs::rss_bytes(std::process::id()).unwrap_or(0),
         open_connections: shared.open() as u64 + tunnels,
         traffic,
         requests: shared.requests.report(&names),

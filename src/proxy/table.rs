@@ -19,9 +19,9 @@ use super::cookie;
 use super::daemon::WakeSlot;
 use super::pool::Pool;
 use super::retry::Deaths;
-use crate::clock::mono_ms;
 use crate::manifest::{Cidr, DEFAULT_MAX_CONNECTIONS};
 use crate::model::{AppTraffic, CopyTraffic, LbPolicy, LeavingCopy, ProxyTable, Refusing, Role};
+use crate::sys::clock::mono_ms;
 
 /// The longest a request is held while no copy can take it
 /// (README, "Staying up": "a request waits up to 15 seconds").
@@ -55,11 +55,11 @@ pub struct CopyState {
     pub pool: Pool,
     /// Requests sent and not yet answered (not counting those abandoned).
     pub pending: AtomicU64,
-    /// [`crate::clock::mono_ms`] since when a request has been waiting for the copy's answer
+    /// [`crate::sys::clock::mono_ms`] since when a request has been waiting for the copy's answer
     /// (0: none waits). A request abandoned unanswered leaves it set, until
     /// the copy answers something (another request, or the probe).
     pub waiting_since_ms: AtomicU64,
-    /// [`crate::clock::mono_ms`] of the copy's last answer (its first
+    /// [`crate::sys::clock::mono_ms`] of the copy's last answer (its first
     /// byte), 0 if none.
     pub last_answer_ms: AtomicU64,
     /// A probe is asking the stalled copy whether it answers again.
@@ -73,7 +73,7 @@ pub struct CopyState {
     pub gone: AtomicBool,
     /// A watcher of its process runs.
     pub watched: AtomicBool,
-    /// When visitors were placed on it ([`crate::clock::mono_ms`]), oldest
+    /// When visitors were placed on it ([`crate::sys::clock::mono_ms`]), oldest
     /// first, whose WebSocket has not opened yet: each counts toward
     /// `max-sessions` until then, or for [`PLACED_FOR_MS`].
     pub placements: std::sync::Mutex<std::collections::VecDeque<u64>>,
@@ -128,7 +128,7 @@ impl CopyState {
 }
 
 impl CopyState {
-    /// A request is about to be sent at `now` ([`crate::clock::mono_ms`],
+    /// A request is about to be sent at `now` ([`crate::sys::clock::mono_ms`],
     /// as for every time below).
     /// True when it started the waiting clock (nothing was waiting).
     pub fn sent(&self, now: u64) -> bool {

@@ -20,7 +20,7 @@ use super::pool::UpBody;
 use super::quickack::QuickAck;
 use super::shared::ErrorSource;
 use super::table::{CopyState, LiveCopy};
-use crate::clock::mono_ms;
+use crate::sys::clock::mono_ms;
 
 /// A connection to a copy that is refused or times out within this marks
 /// the copy down.
@@ -188,7 +188,7 @@ pub async fn died(pid: u32) -> bool {
     if !running(pid) {
         return true;
     }
-    if let Ok(fd) = crate::serve::pidfd::Pidfd::open(pid, None) {
+    if let Ok(fd) = crate::sys::pidfd::Pidfd::open(pid, None) {
         // SAFETY: the AsyncFd owns the OwnedFd, which stays open and the
         // same until the AsyncFd drops (as in liveness.rs).
         if let Ok(afd) = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd.fd, tokio::io::Interest::READABLE) } {

@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::fmt::{duration, DurationStyle};
 use crate::manifest::{AppSpec, RestartPolicy, ScaleSpec};
 use crate::model::{AppState, CopyRecord, Exit, Role};
+use crate::sys::fmt::{duration, DurationStyle};
 
 pub mod capacity;
 mod rollout;

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use crate::fmt::{duration, DurationStyle};
 use crate::model::{AppState, CopyRecord, Role, RolloutReply, RolloutState};
+use crate::sys::fmt::{duration, DurationStyle};
 
 /// Where the deploy of `revision` stands: serving once `replicas` of its
 /// copies are active (or, deployed while the app slept, once its check has

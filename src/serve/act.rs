@@ -17,10 +17,10 @@ use crate::home::Home;
 use crate::launcher::{self, Launch};
 use crate::manifest::{AppSpec, SandboxMode};
 use crate::model::{CopyRecord, Exit};
-use crate::procfs;
+use crate::sys::procfs;
 
-use super::pidfd::Pidfd;
 use super::Event;
+use crate::sys::pidfd::Pidfd;
 
 /// The copies' port range on 127.0.0.1.
 pub const COPY_PORTS: std::ops::RangeInclusive<u16> = 20000..=29999;
@@ -28,7 +28,7 @@ pub const COPY_PORTS: std::ops::RangeInclusive<u16> = 20000..=29999;
 /// How long a stopping copy gets after SIGTERM before SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
-pub use crate::clock::now_ms;
+pub use crate::sys::clock::now_ms;
 
 /// Picks the copy's port: the one it had if it is still free, else a free
 /// one in 20000–29999 that no other copy holds.
@@ -109,7 +109,7 @@ pub fn prepare_start(
     // before it had one is handed over there, off the daemon's lock).
     let owned: Vec<&std::path::PathBuf> = if uid.is_some() { vec![&log_path] } else { vec![&scratch, &log_path] };
     for p in owned {
-        launcher::users::give_to(p, spec.start.run_as.as_deref(), uid)
+        crate::sys::users::give_to(p, spec.start.run_as.as_deref(), uid)
             .map_err(|e| anyhow::anyhow!("cannot give {} to the copy's user: {e}", p.display()))?;
     }
     {
@@ -143,9 +143,9 @@ pub fn prepare_start(
     }
     let mut cmd = launch.command()?;
     // A fenced copy gets a clean environment: only what R needs of the
-    // daemon's (launcher::users::kept), then the manifest's env.
+    // daemon's (crate::sys::users::kept), then the manifest's env.
     if spec.start.sandbox.mode != SandboxMode::Off {
-        cmd.env_clear().envs(launcher::users::kept_env(std::env::vars_os()));
+        cmd.env_clear().envs(crate::sys::users::kept_env(std::env::vars_os()));
     }
     // A fenced copy's init says when R listens: the launcher gets a pipe's
     // write end as its stdin (both ends close-on-exec). With the fence off

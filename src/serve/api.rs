@@ -81,7 +81,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
                     let limit = ApplyRequest::MAX_BODY;
                     let message = format!(
                         "the apply request is too large: this API takes at most {} ({limit} bytes) of JSON, the manifest's text and path",
-                        crate::fmt::size(limit as u64, crate::fmt::SizeStyle::Manifest)
+                        crate::sys::fmt::size(limit as u64, crate::sys::fmt::SizeStyle::Manifest)
                     );
                     return error(StatusCode::PAYLOAD_TOO_LARGE, message);
                 }

@@ -40,7 +40,7 @@ pub fn note(home: &Home, spec: &AppSpec, rec: &CopyRecord, exit: &Exit, asked: b
     let line = format!(
         "--- shinyctl: copy {} (R's PID {r_pid}) ended at {}: it {how} ({why}) ---",
         rec.copy,
-        crate::procfs::local_rfc3339(exit.at_ms)
+        crate::sys::procfs::local_rfc3339(exit.at_ms)
     );
     append_line(&home.copy_log(&spec.group, &spec.name, rec.copy), &line);
 }

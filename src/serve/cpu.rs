@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::procfs::Processes;
+use crate::sys::procfs::Processes;
 
 use super::Shared;
 

@@ -11,9 +11,9 @@ use tokio::sync::mpsc;
 
 use crate::home::Home;
 use crate::model::{CopyRecord, Exit, ProxyApp, ProxyCopy, ProxyTable};
-use crate::procfs;
 use crate::reconcile::{self, Action, Observed, Process, Seen};
 use crate::release;
+use crate::sys::procfs;
 
 use super::app::{AppRt, Recorded, Tracked, WakeOutcome};
 use super::probe::Facts;
@@ -126,15 +126,15 @@ impl Daemon {
         // A copy stopped for start-timeout: said in its own log, with the time.
         for rec in recorded.state.copies.iter().filter(|r| r.start_timed_out.is_some()) {
             if !before.copies.iter().any(|b| b.copy == rec.copy && b.start_timed_out.is_some()) {
-                let limit = crate::fmt::duration(
+                let limit = crate::sys::fmt::duration(
                     std::time::Duration::from_millis(rec.start_timed_out.unwrap_or_default()),
-                    crate::fmt::DurationStyle::Span,
+                    crate::sys::fmt::DurationStyle::Span,
                 );
                 tracing::warn!(app = name, copy = rec.copy, pid = ?rec.pid, "copy not ready within start-timeout {limit}; stopping it");
                 let line = format!(
                     "--- shinyctl: copy {} was not ready within start-timeout {limit}; stopping it (counted as a crash) at {} ---",
                     rec.copy,
-                    crate::procfs::local_rfc3339(now)
+                    crate::sys::procfs::local_rfc3339(now)
                 );
                 append_line(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, rec.copy), &line);
             }
@@ -152,7 +152,7 @@ impl Daemon {
         // at its next start).
         for rec in before.copies.iter().filter(|r| r.pid.is_some()) {
             if !recorded.state.copies.iter().any(|n| n.copy == rec.copy && n.pid == rec.pid) {
-                cx.cgroups.remove(&crate::limits::leaf(name, rec.copy));
+                cx.cgroups.remove(&crate::sys::cgroup::leaf(name, rec.copy));
             }
         }
         release::prune(cx.home, &recorded.spec, &mut recorded.state);
@@ -268,7 +268,7 @@ struct Cx<'a> {
     /// The cycle's time, Unix ms.
     now: u64,
     /// The cgroups copies start in.
-    cgroups: &'a crate::limits::Cgroups,
+    cgroups: &'a crate::sys::cgroup::Cgroups,
 }
 
 /// Act: starts and stops the processes the plan names, and tracks them.

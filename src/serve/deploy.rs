@@ -58,9 +58,9 @@ fn taken_line(rel: &Release) -> String {
     format!(
         "Release {}: {} in {} files, taken in {}.",
         rel.id,
-        crate::fmt::size(rel.bytes, crate::fmt::SizeStyle::Prose),
+        crate::sys::fmt::size(rel.bytes, crate::sys::fmt::SizeStyle::Prose),
         rel.files,
-        crate::fmt::duration(std::time::Duration::from_millis(rel.took_ms), crate::fmt::DurationStyle::Took)
+        crate::sys::fmt::duration(std::time::Duration::from_millis(rel.took_ms), crate::sys::fmt::DurationStyle::Took)
     )
 }
 
@@ -399,7 +399,7 @@ pub async fn rollback(shared: &Shared, name: &str, now: bool, to: Option<&str>) 
         format!(
             "{name}: rolling back to release {} (taken {}) with the settings it was deployed with, at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}",
             rel.id,
-            crate::procfs::local_rfc3339(rel.taken_ms)
+            crate::sys::procfs::local_rfc3339(rel.taken_ms)
         ),
         Some(rev),
     ))

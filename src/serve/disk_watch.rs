@@ -83,7 +83,7 @@ impl Daemon {
                     pid_start: c.pid_start,
                     limit: c.sandbox.disk.bytes()?,
                     started_ms: c.rec.started_ms.unwrap_or(0),
-                    folders: crate::launcher::disk::folders(&scratch),
+                    folders: crate::sys::disk::folders(&scratch),
                 })
             })
             .collect()
@@ -146,7 +146,7 @@ pub fn spawn_watch(shared: Shared) {
             let over = tokio::task::spawn_blocking(move || {
                 watched
                     .into_iter()
-                    .filter(|w| !crate::launcher::disk::is_mount_point(&w.folders[0]))
+                    .filter(|w| !crate::sys::disk::is_mount_point(&w.folders[0]))
                     .map(|w| {
                         let u = subordinate
                             .and_then(|r| crate::reclaim::measure(&w.folders, w.started_ms, r).ok())

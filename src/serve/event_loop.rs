@@ -68,7 +68,7 @@ async fn stop_everything(shared: &Shared, proxy_pid: Option<u32>) {
             let _ = record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
         }
     }
-    procs.extend(proxy_pid.map(|p| (p, crate::procfs::start_ticks(p))));
+    procs.extend(proxy_pid.map(|p| (p, crate::sys::procfs::start_ticks(p))));
     let stops: Vec<_> =
         procs.into_iter().map(|(pid, start)| tokio::task::spawn_blocking(move || super::act::stop_and_wait(pid, start))).collect();
     for s in stops {
@@ -92,7 +92,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
     // released, so status and the API answer while it starts or is slow.
     let mut proxy = proxy_ctl::ProxyCtl::new(&home)?;
     // Before any process is started: a v2 daemon moves itself into its leaf.
-    let cgroups = crate::limits::Cgroups::discover(&crate::limits::home_tag(&home.root));
+    let cgroups = crate::sys::cgroup::Cgroups::discover(&crate::sys::cgroup::home_tag(&home.root));
     super::pool::start(&home, &cgroups);
     let sockets = sockets::Held::adopt(take_back_sockets(&home).await);
     let mut daemon = Daemon {

@@ -108,7 +108,7 @@ impl Scheme {
 
 /// True when `newuidmap` and `newgidmap` are where the launcher runs them.
 fn map_tools_found() -> bool {
-    [crate::launcher::users::NEWUIDMAP, crate::launcher::users::NEWGIDMAP].iter().all(|t| Path::new(t).exists())
+    [crate::sys::users::NEWUIDMAP, crate::sys::users::NEWGIDMAP].iter().all(|t| Path::new(t).exists())
 }
 
 /// True when the app's copies run as its own uid: fenced, without

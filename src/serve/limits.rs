@@ -1,13 +1,13 @@
-//! The daemon's side of a copy's limits (`crate::limits`): the cgroups a
+//! The daemon's side of a copy's limits (`crate::sys::cgroup`): the cgroups a
 //! copy starts in, the memory watch every 250 ms, what an exit says about
 //! memory, and removing a copy's cgroups once it is gone.
 
 use std::path::PathBuf;
 
-use crate::limits::{self, CgroupSample, Cgroups, MemoryStop, Sample};
 use crate::manifest::{AppSpec, Sandbox, SandboxMode};
 use crate::model::{AppState, CopyRecord};
-use crate::procfs;
+use crate::sys::cgroup::{self, CgroupSample, Cgroups, MemoryStop, Sample};
+use crate::sys::procfs;
 
 use super::app::{Tracked, TrackedProcess};
 use super::{Daemon, Shared};
@@ -49,7 +49,7 @@ pub fn cgroups_for(cgroups: &Cgroups, spec: &AppSpec, copy: u32) -> anyhow::Resu
         let why = cgroups.missing.as_deref().unwrap_or("unknown");
         return Err(Refused(format!("sandbox mode strict and fences are missing: {what} ({why})")).into());
     }
-    match cgroups.prepare(&limits::leaf(&spec.name, copy), sb.memory, sb.tasks) {
+    match cgroups.prepare(&cgroup::leaf(&spec.name, copy), sb.memory, sb.tasks) {
         Ok(dirs) => Ok(dirs),
         Err(e) if sb.mode == SandboxMode::Strict => Err(Refused(format!("sandbox mode strict and fences are missing: {e}")).into()),
         Err(e) => {
@@ -89,8 +89,8 @@ pub fn memory_stop_at_exit(
         return Some(stop);
     }
     let limit = limit?;
-    let cgroup = cgroups.memory_sample(&limits::leaf(name, rec.copy));
-    limits::watch_verdict(&Sample { limit, cgroup: Some(cgroup?), rss: None })
+    let cgroup = cgroups.memory_sample(&cgroup::leaf(name, rec.copy));
+    cgroup::watch_verdict(&Sample { limit, cgroup: Some(cgroup?), rss: None })
 }
 
 /// A fenced copy whose process runs (see `Daemon::fenced_running`).
@@ -170,7 +170,7 @@ impl Daemon {
         let running = self
             .apps
             .iter()
-            .flat_map(|(name, a)| a.recorded.state.copies.iter().filter(|r| r.pid.is_some()).map(|r| limits::leaf(name, r.copy)))
+            .flat_map(|(name, a)| a.recorded.state.copies.iter().filter(|r| r.pid.is_some()).map(|r| cgroup::leaf(name, r.copy)))
             .collect();
         self.cgroups.sweep(&running);
     }
@@ -185,14 +185,14 @@ impl Daemon {
     }
 }
 
-/// The memory watch: every [`limits::WATCH_EVERY`], the limited copies'
+/// The memory watch: every [`cgroup::WATCH_EVERY`], the limited copies'
 /// memory (their cgroup's OOM kills, or their resident memory) is read off
 /// the lock and off the runtime's threads, and a copy over its limit is
 /// stopped.
 pub fn spawn_watch(shared: Shared, cgroups: Cgroups) {
     let cgroups = std::sync::Arc::new(cgroups);
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(limits::WATCH_EVERY);
+        let mut every = tokio::time::interval(cgroup::WATCH_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
@@ -221,10 +221,10 @@ fn over_limit(cgroups: &Cgroups, watched: Vec<Watched>) -> Vec<(Watched, MemoryS
     watched
         .into_iter()
         .filter_map(|w| {
-            let leaf = limits::leaf(&w.app, w.copy);
+            let leaf = cgroup::leaf(&w.app, w.copy);
             let cgroup: Option<CgroupSample> = if cgroups.holds_memory(w.pid, &leaf) { cgroups.memory_sample(&leaf) } else { None };
             let rss = if cgroup.is_some() { None } else { processes.get_or_init(procfs::Processes::read).tree_rss_bytes(w.pid) };
-            limits::watch_verdict(&Sample { limit: w.limit, cgroup, rss }).map(|stop| (w, stop))
+            cgroup::watch_verdict(&Sample { limit: w.limit, cgroup, rss }).map(|stop| (w, stop))
         })
         .collect()
 }
@@ -232,7 +232,7 @@ fn over_limit(cgroups: &Cgroups, watched: Vec<Watched>) -> Vec<(Watched, MemoryS
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::cgroup::Kind;
+    use crate::sys::cgroup::hierarchy::Kind;
 
     /// The spec of an app with `extra` manifest lines, parsed beside an
     /// app.R in a folder of its own, removed once parsed.

@@ -40,7 +40,6 @@ mod metrics;
 mod notify;
 mod operate;
 mod orphans;
-pub mod pidfd;
 pub mod pool;
 mod probe;
 mod proxy_ctl;
@@ -143,7 +142,7 @@ pub struct Daemon {
     /// Launchers the cycles readied, run once the lock is released.
     launches: Vec<PendingLaunch>,
     /// The cgroups copies get for their limits (found at start).
-    cgroups: crate::limits::Cgroups,
+    cgroups: crate::sys::cgroup::Cgroups,
     /// Restarts and wakes counted for metrics.
     tallies: Tallies,
     /// Each running copy's CPU percent, as the sampler last read it.

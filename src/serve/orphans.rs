@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
 use crate::launcher::Launch;
-use crate::procfs;
+use crate::sys::procfs;
 
 use super::{act, now_ms, Daemon};
 

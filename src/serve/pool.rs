@@ -19,9 +19,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::home::Home;
-use crate::launcher::{self, zygote};
-use crate::limits::Cgroups;
+use crate::launcher::zygote;
 use crate::manifest::{AppSpec, SandboxMode};
+use crate::sys::cgroup::Cgroups;
 
 /// The daemon's environment variable that switches the pool off (`off`).
 pub const POOL_ENV: &str = "SHINYCTL_POOL";
@@ -159,7 +159,7 @@ fn keep(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) {
 fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::Result<std::process::Child> {
     let listener = bind(socket)?;
     let log = std::fs::OpenOptions::new().create(true).append(true).open(home.root.join("pool").join("zygote.log"))?;
-    let mut given: Vec<(std::ffi::OsString, std::ffi::OsString)> = launcher::users::kept_env(std::env::vars_os());
+    let mut given: Vec<(std::ffi::OsString, std::ffi::OsString)> = crate::sys::users::kept_env(std::env::vars_os());
     // No user environment file or profile: a claimed copy reads the app's.
     given.push(("R_ENVIRON_USER".into(), "/nonexistent".into()));
     let root = nix::unistd::geteuid().is_root();
@@ -177,7 +177,7 @@ fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::R
     if let Some(uid) = uid {
         // As an app's identity has it (README, "Identities"), so R's HOME
         // is the claimed copy's.
-        let who = launcher::users::of_app(uid);
+        let who = crate::sys::users::of_app(uid);
         given.retain(|(k, _)| !matches!(k.to_str(), Some("HOME" | "USER" | "LOGNAME")));
         given.extend([
             ("HOME".into(), who.home.into_os_string()),
@@ -300,7 +300,11 @@ pub fn report() -> crate::model::PoolReport {
     let zygotes: Vec<crate::model::ZygoteReport> = s
         .zygote
         .iter()
-        .map(|&pid| crate::model::ZygoteReport { pid, rss_bytes: crate::procfs::rss_bytes(pid).unwrap_or(0), ready: listening(&s.socket) })
+        .map(|&pid| crate::model::ZygoteReport {
+            pid,
+            rss_bytes: crate::sys::procfs::rss_bytes(pid).unwrap_or(0),
+            ready: listening(&s.socket),
+        })
         .collect();
     crate::model::PoolReport { on: s.off.is_none(), off: s.off.clone(), size: 1, memory_max_bytes: s.memory_max, zygotes }
 }
@@ -320,7 +324,7 @@ fn listening(path: &Path) -> bool {
 /// The zygotes' resident memory, counted in capacity's memory bound.
 pub fn memory_used() -> u64 {
     let pid = lock().zygote;
-    pid.and_then(crate::procfs::rss_bytes).unwrap_or(0)
+    pid.and_then(crate::sys::procfs::rss_bytes).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::launcher::{self, Report};
-use crate::procfs::{self, PortOwner, Processes};
+use crate::sys::procfs::{self, PortOwner, Processes};
 
 use super::Daemon;
 

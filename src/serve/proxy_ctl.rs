@@ -146,7 +146,7 @@ impl ProxyCtl {
         let Some(current) = self.pid else { return };
         let mut old: Vec<(u32, u64)> = Vec::new();
         for pid in self.retiring.take().into_iter().chain(lock_holder(home)) {
-            let Some(start) = crate::procfs::start_ticks(pid) else { continue };
+            let Some(start) = crate::sys::procfs::start_ticks(pid) else { continue };
             if pid != current && !old.contains(&(pid, start)) && !self.retired.contains(&(pid, start)) && is_balancer_of(home, pid) {
                 old.push((pid, start));
             }
@@ -156,13 +156,13 @@ impl ProxyCtl {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
         for (pid, start) in old {
-            if crate::procfs::is_alive(pid, start) {
+            if crate::sys::procfs::is_alive(pid, start) {
                 tracing::info!(pid, "stopping the load balancer {pid}, which {current} replaced");
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
             }
             self.retired.push((pid, start));
         }
-        self.retired.retain(|&(pid, start)| crate::procfs::is_alive(pid, start));
+        self.retired.retain(|&(pid, start)| crate::sys::procfs::is_alive(pid, start));
     }
 
     /// Reads the load balancer's stats; `None` when it doesn't answer.

@@ -15,7 +15,7 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::procfs;
+use crate::sys::procfs;
 
 /// Accept queue length of each listening socket: what waits while no load
 /// balancer accepts.

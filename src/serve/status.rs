@@ -7,9 +7,9 @@ use crate::launcher;
 use std::collections::HashMap;
 
 use crate::model::{AppStatus, CopyStatus, CopyTraffic, Refusing, StatusReport};
-use crate::procfs;
 use crate::reconcile::{self, Observed, Process, Seen};
 use crate::release;
+use crate::sys::procfs;
 
 use super::error::ServeError;
 use super::probe::{Shown, ShownCopies};
@@ -159,7 +159,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                         cpu_percent: rec.pid.filter(|_| alive).and_then(|p| d.cpu_percent.get(p, rec.pid_start)),
                         memory_limit_bytes: memory_limit(&app.recorded, rec),
                         disk_bytes: disk_size(&app.recorded, rec),
-                        disk_own_filesystem: launcher::disk::is_mount_point(&d.home.scratch_dir(
+                        disk_own_filesystem: crate::sys::disk::is_mount_point(&d.home.scratch_dir(
                             &app.recorded.spec.group,
                             &app.recorded.spec.name,
                             rec.copy,

@@ -274,7 +274,7 @@ mod tests {
     fn tz_is_honoured() {
         let me = std::env::current_exe().expect("the test binary");
         let out = std::process::Command::new(me)
-            .args(["fmt::tests::local_time_in_india", "--exact", "--ignored", "--test-threads=1"])
+            .args(["sys::fmt::tests::local_time_in_india", "--exact", "--ignored", "--test-threads=1"])
             .env("TZ", "Asia/Kolkata")
             .output()
             .expect("run the test binary");

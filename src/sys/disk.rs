@@ -28,10 +28,22 @@ pub fn image_path(scratch: &Path) -> PathBuf {
     scratch.with_file_name(format!("{name}.img"))
 }
 
+/// `<scratch>.tmp`: the copy's /tmp (the launcher's `landlock::own_tmp` makes it).
+pub fn tmp_path(scratch: &Path) -> PathBuf {
+    let name = scratch.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    scratch.with_file_name(format!("{name}.tmp"))
+}
+
+/// `<scratch>.shm`, beside the scratch disk: the copy's /dev/shm.
+pub fn shm_path(scratch: &Path) -> PathBuf {
+    let name = scratch.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    scratch.with_file_name(format!("{name}.shm"))
+}
+
 /// A copy's scratch folder, /tmp and /dev/shm on the host: what its disk
 /// holds.
 pub fn folders(scratch: &Path) -> [PathBuf; 3] {
-    [scratch.to_path_buf(), super::landlock::tmp_path(scratch), super::plan::shm_path(scratch)]
+    [scratch.to_path_buf(), tmp_path(scratch), shm_path(scratch)]
 }
 
 /// What [`attach`] found or did.
@@ -271,7 +283,7 @@ fn detach(p: &Path) {
 /// The mount points at or below `dir`, deepest first, from
 /// /proc/self/mountinfo (its octal escapes undone).
 pub fn mounts_below(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = crate::procfs::mounts().into_iter().map(|m| m.point).filter(|p| p.starts_with(dir)).collect();
+    let mut found: Vec<PathBuf> = crate::sys::procfs::mounts().into_iter().map(|m| m.point).filter(|p| p.starts_with(dir)).collect();
     found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     found.dedup();
     found

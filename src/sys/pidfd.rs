@@ -6,7 +6,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::procfs;
+use crate::sys::procfs;
 
 /// pidfd_send_signal's flag: signal the process group the pidfd's process
 /// leads (Linux 6.9).

@@ -17,12 +17,12 @@
 //! watch), and the exit carries a [`MemoryStop`], which `reconcile::decide`
 //! counts as a crash. [`watch_verdict`] is the watch's decision, pure.
 
-pub mod cgroup;
+pub mod hierarchy;
 
 use std::time::Duration;
 
 pub use crate::model::MemoryStop;
-pub use cgroup::Cgroups;
+pub use hierarchy::Cgroups;
 
 /// How often the daemon looks at the memory of limited copies (and at the
 /// OOM counters of their cgroups).

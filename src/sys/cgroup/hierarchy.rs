@@ -383,7 +383,7 @@ fn v1_path(own: &str, controller: &str) -> Option<String> {
 /// The cgroup mounts in the text of /proc/self/mountinfo, their paths with
 /// the kernel's octal escapes undone.
 fn parse_mountinfo(text: &str) -> Vec<Mount> {
-    crate::procfs::parse_mountinfo(text)
+    crate::sys::procfs::parse_mountinfo(text)
         .into_iter()
         .filter(|m| matches!(m.fs_type.as_str(), "cgroup" | "cgroup2"))
         .map(|m| Mount {

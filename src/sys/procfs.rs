@@ -552,10 +552,10 @@ fn unescape(field: &[u8]) -> PathBuf {
 }
 
 // ---------------------------------------------------------------------------
-// Times (in `crate::fmt`; named here too for the daemon's callers)
+// Times (in `crate::sys::fmt`; named here too for the daemon's callers)
 // ---------------------------------------------------------------------------
 
-pub use crate::fmt::local_rfc3339;
+pub use crate::sys::fmt::local_rfc3339;
 
 #[cfg(test)]
 mod tests {
