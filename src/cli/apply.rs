@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use crate::api_client::Client;
 use crate::home::Home;
-use crate::model::ApplyRequest;
+use crate::wire::api_client::Client;
+use crate::wire::ApplyRequest;
 
 /// Reads and checks the manifest here (so a bad one starts nothing), starts
 /// the daemon when it isn't running, and hands the manifest to it.

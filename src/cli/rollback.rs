@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use crate::api_client::Client;
 use crate::home::Home;
-use crate::model::ReleaseRow;
+use crate::wire::api_client::Client;
+use crate::wire::ReleaseRow;
 
 /// Asks for the last release that served before the current one (or `to`)
 /// to be redeployed; returns at once, or with `wait` once its copies serve

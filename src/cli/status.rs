@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use crate::api_client::Client;
 use crate::home::Home;
-use crate::model::{Role, StatusReport};
 use crate::sys::fmt::{duration, size, DurationStyle, SizeStyle};
+use crate::wire::api_client::Client;
+use crate::wire::{Role, StatusReport};
 
 /// The columns, as documented.
 const COLUMNS: [&str; 11] = ["NAME", "COPY", "ROLE", "PORT", "PID", "STATUS", "READY", "MEM", "SESSIONS", "CRASHES", "STARTED"];
@@ -136,7 +136,7 @@ fn memory_line(report: &StatusReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{AppStatus, CopyStatus};
+    use crate::wire::{AppStatus, CopyStatus};
 
     const M: u64 = 1 << 20;
 

@@ -6,9 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::api_client::Client;
 use crate::home::Home;
-use crate::model::{ActionReply, RolloutState};
+use crate::wire::api_client::Client;
+use crate::wire::{ActionReply, RolloutState};
 
 /// How long `--wait` waits when no TIMEOUT is given.
 pub const DEFAULT_TIMEOUT: &str = "5m";

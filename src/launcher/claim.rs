@@ -25,12 +25,12 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-use super::fences::{self, Fences};
 use super::init::Handoff;
 use super::mount::Plan;
-use super::report::Writer;
 use super::{host, Launch, EXIT_LAUNCH_FAILED};
 use crate::sys::users::Identity;
+use crate::wire::fences::{self, Fences};
+use crate::wire::launch_report::Writer;
 
 /// The largest message (a claim with its environment and plan).
 const MAX_MESSAGE: usize = 1 << 18;

@@ -16,12 +16,12 @@ use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
-use super::fences::{self, Fences};
 use super::init::{self, Init};
 use super::mount::Plan;
-use super::report::Writer;
 use super::{Launch, EXIT_LAUNCH_FAILED};
 use crate::sys::users::Identity;
+use crate::wire::fences::{self, Fences};
+use crate::wire::launch_report::Writer;
 
 /// The signals the launcher and the init wait for: the three forwarded to
 /// R, and SIGCHLD.

@@ -17,11 +17,11 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
-use super::fences::{self, Fences};
 use super::mount::{self, Plan};
 use super::sources::Sources;
 use super::{Launch, Seen, APP_DIR, EXIT_LAUNCH_FAILED, SCRATCH_DIR};
 use crate::sys::users::Identity;
+use crate::wire::fences::{self, Fences};
 
 /// What the init needs, as the host-side launcher left it before clone.
 pub struct Init<'a> {

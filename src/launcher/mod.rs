@@ -27,7 +27,6 @@ mod allowed;
 mod claim;
 mod confine;
 mod fds;
-pub mod fences;
 mod host;
 mod init;
 mod landlock;
@@ -35,7 +34,6 @@ mod legacy;
 mod mount;
 mod plan;
 mod ports;
-mod report;
 mod rlimits;
 mod seccomp;
 mod sources;
@@ -50,13 +48,13 @@ use std::process::{Command, Stdio};
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::{SandboxMode, StartSpec};
-pub use crate::model::{Isolation, IsolationKind};
 use crate::sys::disk;
 use crate::sys::users::{self, Identity};
+use crate::wire::fences::{self, Fences};
+use crate::wire::launch_report::{self as report, report_path};
+pub use crate::wire::{Isolation, IsolationKind};
 pub use confine::{confine, Applied, ConfineError, Confinement, SeccompApplied};
-use fences::Fences;
 pub use landlock::LandlockApplied;
-pub use report::{read_report, report_path, Report};
 pub use rlimits::RlimitsApplied;
 
 /// Where the app folder is inside the copy's mount namespace (its working

@@ -3,7 +3,7 @@
 //! a round-robin counter and a random number) and gets an index back. No
 //! clock, no socket, no lock.
 
-use crate::model::{LbPolicy, Role};
+use crate::wire::{LbPolicy, Role};
 
 /// One copy as the balancer sees it, in table order (oldest first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

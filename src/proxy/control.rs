@@ -14,15 +14,15 @@ use tokio::sync::{watch, Mutex, Notify};
 
 use super::cookie::KEY_LEN;
 use super::daemon::DaemonLink;
-use super::handover::Sockets;
 use super::limits::{self, Gate};
 use super::listeners::Listeners;
 use super::pool;
 use super::shared::Shared;
 use super::table;
 use super::workers::{Worker, WORKERS};
-use crate::model::{ActionReply, ApiError, ProxySettings, ProxyStats, ProxyTable, BUILD};
-use crate::uds;
+use crate::wire::handover::Sockets;
+use crate::wire::uds;
+use crate::wire::{ActionReply, ApiError, ProxySettings, ProxyStats, ProxyTable, BUILD};
 
 /// How long requests in flight may take to finish once told to stop.
 pub const DRAIN: Duration = Duration::from_secs(5);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use hyper::{Method, StatusCode};
 use tokio::sync::watch;
 
-use crate::model::StandIn;
+use crate::wire::StandIn;
 
 /// How a wake asked of the daemon ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,10 +61,10 @@ impl DaemonLink {
     /// Sends a stand-in report in the background; errors are ignored.
     fn post_stand_in(&self, app: &str, report: StandIn) {
         let sock = self.api_sock.clone();
-        let path = crate::api_client::routes::stand_in(app);
+        let path = crate::wire::api_client::routes::stand_in(app);
         let body = serde_json::to_vec(&report).unwrap_or_default();
         tokio::spawn(async move {
-            match crate::uds::request(&sock, Method::POST, &path, Some(body), Duration::from_secs(1)).await {
+            match crate::wire::uds::request(&sock, Method::POST, &path, Some(body), Duration::from_secs(1)).await {
                 Ok((status, _)) if status.is_success() => {}
                 Ok((status, _)) => tracing::debug!("the daemon answered {status} to {path}"),
                 Err(e) => tracing::debug!("cannot tell the daemon ({path}): {e:#}"),
@@ -86,10 +86,10 @@ impl DaemonLink {
         let name = app.to_string();
         tracing::info!(app = %name, "asking the daemon to wake {name}");
         tokio::spawn(async move {
-            let path = crate::api_client::routes::wake(&name);
+            let path = crate::wire::api_client::routes::wake(&name);
             // The daemon answers by the app's request-timeout itself; the
             // margins only cover it being slow to.
-            let ask = crate::uds::request(&sock, Method::POST, &path, None, limit + Duration::from_secs(5));
+            let ask = crate::wire::uds::request(&sock, Method::POST, &path, None, limit + Duration::from_secs(5));
             let outcome = match tokio::time::timeout(limit + Duration::from_secs(1), ask).await {
                 Ok(Ok((status, _))) if status.is_success() => Wake::Awake,
                 Ok(Ok((StatusCode::GATEWAY_TIMEOUT, _))) => Wake::TimedOut,

@@ -27,8 +27,8 @@ use super::shared::{ErrorSource, Shared};
 use super::table::{LiveApp, LiveCopy};
 use super::upstream::{self, send, Failure, Replay, Sent};
 use super::{pages, websocket};
-use crate::model::{LbPolicy, Role};
 use crate::sys::clock::{mono_ms, now_ms};
+use crate::wire::{LbPolicy, Role};
 
 pub use super::client::Client;
 
@@ -345,7 +345,7 @@ fn random() -> u64 {
 mod tests {
     use super::super::table::Table;
     use super::*;
-    use crate::model::{ProxyApp, ProxyCopy, ProxyTable};
+    use crate::wire::{ProxyApp, ProxyCopy, ProxyTable};
 
     const KEY: [u8; 32] = [3; 32];
 

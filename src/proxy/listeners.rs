@@ -22,9 +22,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use super::forward::{self, Client};
-use super::handover::Sockets;
 use super::shared::{ErrorSource, Shared};
 use super::table::Table;
+use crate::wire::handover::Sockets;
 
 /// Once told to stop, how long a connection may still bring a request (a
 /// new connection's first one, or the next on a busy keep-alive one)

@@ -15,7 +15,7 @@
 //!   flight get up to 5 s).
 //!
 //! It asks the daemon, on `api.sock`, `POST /v1/apps/<app>/stand-in`
-//! ([`crate::model::StandIn`]) when a copy refuses a connection, and
+//! ([`crate::wire::StandIn`]) when a copy refuses a connection, and
 //! `POST /v1/apps/<app>/wake` when a request comes for a sleeping app. It
 //! keeps working with the table it has when the daemon is down
 //! (`daemon.rs`).
@@ -44,7 +44,6 @@ mod cookie;
 mod counted;
 mod daemon;
 mod forward;
-pub mod handover;
 mod headers;
 mod limits;
 mod listeners;
@@ -74,8 +73,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::home::Home;
-use crate::model::{AppTraffic, ProxyTable, BUILD};
-use crate::uds;
+use crate::wire::{handover, uds};
+use crate::wire::{AppTraffic, ProxyTable, BUILD};
 use control::Control;
 /// Length of the sticky cookie's key, `proxy/cookie.key`.
 pub use cookie::KEY_LEN as COOKIE_KEY_LEN;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use hyper::StatusCode;
 
 use super::shared::Shared;
-use crate::model::{AppRequests, ProxyMetrics, LATENCY_BOUNDS};
+use crate::wire::{AppRequests, ProxyMetrics, LATENCY_BOUNDS};
 
 /// One app's counters; atomics, so a request counts without a lock.
 #[derive(Default)]

@@ -20,8 +20,8 @@ use super::daemon::WakeSlot;
 use super::pool::Pool;
 use super::retry::Deaths;
 use crate::manifest::{Cidr, DEFAULT_MAX_CONNECTIONS};
-use crate::model::{AppTraffic, CopyTraffic, LbPolicy, LeavingCopy, ProxyTable, Refusing, Role};
 use crate::sys::clock::mono_ms;
+use crate::wire::{AppTraffic, CopyTraffic, LbPolicy, LeavingCopy, ProxyTable, Refusing, Role};
 
 /// The longest a request is held while no copy can take it
 /// (README, "Staying up": "a request waits up to 15 seconds").
@@ -552,7 +552,7 @@ impl LiveTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ProxyApp, ProxyCopy};
+    use crate::wire::{ProxyApp, ProxyCopy};
 
     fn table(copies: &[(u32, u16, u32)]) -> ProxyTable {
         ProxyTable {

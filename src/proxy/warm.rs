@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::table::Table;
-use crate::model::Role;
+use crate::wire::Role;
 
 /// Requests a spare gets: its second request is the slow one, a third
 /// covers code that compiles on its second run.
@@ -69,7 +69,7 @@ async fn get(port: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{LbPolicy, ProxyApp, ProxyCopy, ProxyTable};
+    use crate::wire::{LbPolicy, ProxyApp, ProxyCopy, ProxyTable};
     use tokio::net::TcpListener;
 
     /// App `web` with an active copy on `active` and a warm one on `spare`.

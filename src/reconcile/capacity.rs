@@ -12,7 +12,7 @@
 
 use super::MemoryRoom;
 use crate::manifest::AppSpec;
-use crate::model::{AppState, CapacityStatus, Role};
+use crate::wire::{AppState, CapacityStatus, Role};
 
 /// What capacity decided this cycle.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::manifest::{AppSpec, RestartPolicy, ScaleSpec};
-use crate::model::{AppState, CopyRecord, Exit, Role};
 use crate::sys::fmt::{duration, DurationStyle};
+use crate::wire::{AppState, CopyRecord, Exit, Role};
 
 pub mod capacity;
 mod rollout;
@@ -566,7 +566,7 @@ fn fold_observation(
             if let Some(why) = refused {
                 // Not a crash: trying again refuses again, until the machine
                 // or the manifest changes (a deploy, or `restart`).
-                rec.left_down = Some(crate::model::refused(why));
+                rec.left_down = Some(crate::wire::refused(why));
                 return true;
             }
             rec.crashes += 1;

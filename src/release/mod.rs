@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
-use crate::model::{AppState, CopyRecord, Release};
+use crate::wire::{AppState, CopyRecord, Release};
 
 /// The largest working-dir a release may hold (each deploy copies it).
 pub const LIMIT_BYTES: u64 = 2 << 30;
@@ -156,11 +156,11 @@ pub fn roll_back(state: &mut AppState, name: &str, to: Option<&str>) -> Result<R
 }
 
 /// The kept releases as `releases APP` lists them.
-pub fn rows(state: &AppState) -> Vec<crate::model::ReleaseRow> {
+pub fn rows(state: &AppState) -> Vec<crate::wire::ReleaseRow> {
     state
         .releases
         .iter()
-        .map(|r| crate::model::ReleaseRow {
+        .map(|r| crate::wire::ReleaseRow {
             id: r.id.clone(),
             taken_ms: r.taken_ms,
             bytes: r.bytes,

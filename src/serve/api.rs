@@ -16,10 +16,10 @@ use std::os::unix::fs::PermissionsExt;
 
 use hyper::{Method, Request, StatusCode};
 
-use crate::api_client::VersionReply;
 use crate::home::Home;
-use crate::model::{ApplyRequest, StandIn};
-use crate::uds;
+use crate::wire::api_client::VersionReply;
+use crate::wire::uds;
+use crate::wire::{ApplyRequest, StandIn};
 
 use super::error::{Done, ServeError};
 use super::reply::{deployed, error, ok, Reply};
@@ -60,7 +60,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (req.method().clone(), parts.as_slice()) {
         (Method::GET, ["v1", "version"]) => {
-            uds::json_response(StatusCode::OK, &VersionReply { version: crate::model::BUILD.to_string(), pid: std::process::id() })
+            uds::json_response(StatusCode::OK, &VersionReply { version: crate::wire::BUILD.to_string(), pid: std::process::id() })
         }
         (Method::GET, ["v1", "status"]) => {
             let app = query(&req, "app").map(str::to_string);

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use tokio::sync::oneshot;
 
 use crate::manifest::AppSpec;
-use crate::model::{AppState, DiskStop, Exit, MemoryStop, Role};
+use crate::wire::{AppState, DiskStop, Exit, MemoryStop, Role};
 
 /// The daemon's in-memory view of one app.
 pub struct AppRt {
@@ -183,7 +183,7 @@ impl Wake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::CopyRecord;
+    use crate::wire::CopyRecord;
 
     fn state(pids: &[u32]) -> AppState {
         let copies = pids.iter().enumerate().map(|(i, p)| CopyRecord { copy: i as u32 + 1, pid: Some(*p), ..Default::default() }).collect();

@@ -4,7 +4,7 @@
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
-use crate::model::{CopyRecord, Exit};
+use crate::wire::{CopyRecord, Exit};
 
 /// Why a copy ended, as its log says it.
 pub fn reason(rec: &CopyRecord, exit: &Exit, asked: bool) -> &'static str {
@@ -30,7 +30,7 @@ pub fn note(home: &Home, spec: &AppSpec, rec: &CopyRecord, exit: &Exit, asked: b
     let launcher = rec.pid.unwrap_or_default();
     let scratch = home.scratch_dir(&spec.group, &spec.name, rec.copy);
     // The launcher's report names R; a copy without one is R itself.
-    let r_pid = crate::launcher::read_report(&scratch, launcher).and_then(|r| r.r_pid).unwrap_or(launcher);
+    let r_pid = crate::wire::launch_report::read_report(&scratch, launcher).and_then(|r| r.r_pid).unwrap_or(launcher);
     let how = exit.describe();
     if why == "crash" {
         tracing::warn!(app = spec.name, copy = rec.copy, r_pid, launcher, "copy {} {how} ({why})", rec.copy);
@@ -67,7 +67,7 @@ mod tests {
         assert_eq!(reason(&drained, &exit, true), "drained");
         let timed = Exit { start_timeout_ms: Some(60_000), ..exit };
         assert_eq!(reason(&rec, &timed, true), "not ready within start-timeout");
-        let memory = Exit { memory: Some(crate::model::MemoryStop { used: 2, limit: 1 }), ..exit };
+        let memory = Exit { memory: Some(crate::wire::MemoryStop { used: 2, limit: 1 }), ..exit };
         assert_eq!(reason(&rec, &memory, true), "over its memory limit");
     }
 }

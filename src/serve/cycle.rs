@@ -10,10 +10,10 @@
 use tokio::sync::mpsc;
 
 use crate::home::Home;
-use crate::model::{CopyRecord, Exit, ProxyApp, ProxyCopy, ProxyTable};
 use crate::reconcile::{self, Action, Observed, Process, Seen};
 use crate::release;
 use crate::sys::procfs;
+use crate::wire::{CopyRecord, Exit, ProxyApp, ProxyCopy, ProxyTable};
 
 use super::app::{AppRt, Recorded, Tracked, WakeOutcome};
 use super::probe::Facts;
@@ -219,7 +219,7 @@ impl Daemon {
     /// shows no answer to them under way. One it cannot reach holds a stop
     /// up for [`STOP_WAITS_FOR_PUSH_MS`] at most; answers under way, for
     /// [`super::STOP_WAITS_FOR_ANSWERS_MS`] (a `--now`, its grace).
-    pub(super) fn run_stops(&mut self, pushed: bool, after: Option<&crate::model::ProxyStats>) {
+    pub(super) fn run_stops(&mut self, pushed: bool, after: Option<&crate::wire::ProxyStats>) {
         let now = now_ms();
         self.stops.retain_mut(|s| {
             let requests = after.map(|a| stops::leaving_requests(a, &s.app, s.pid));
@@ -346,7 +346,7 @@ fn refusal(home: &crate::home::Home, spec: &crate::manifest::AppSpec, copy: u32,
     if exit.code != Some(crate::launcher::EXIT_REFUSED) || exit.signal.is_some() {
         return None;
     }
-    crate::launcher::read_report(&home.scratch_dir(&spec.group, &spec.name, copy), pid)?.refused
+    crate::wire::launch_report::read_report(&home.scratch_dir(&spec.group, &spec.name, copy), pid)?.refused
 }
 
 /// A copy whose launcher could not be readied or run: the reason in the
@@ -360,7 +360,7 @@ fn not_started(cx: &Cx, recorded: &mut Recorded, copy: u32, e: &anyhow::Error) {
     let refused = e.downcast_ref::<limits::Refused>();
     if let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) {
         if let Some(why) = refused {
-            rec.left_down = Some(crate::model::refused(&why.0));
+            rec.left_down = Some(crate::wire::refused(&why.0));
             let _ = cx.events.send(Event::Changed { app: cx.name.to_string() });
             return;
         }

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use crate::home::Home;
 use crate::manifest::{self, AppSpec};
-use crate::model::{AppState, ApplyRequest, Release};
 use crate::release::{self, snapshot};
+use crate::wire::{AppState, ApplyRequest, Release};
 
 use super::error::{Done, ServeError};
 use super::{now_ms, record, sockets, AppRt, Daemon, Event, Shared};

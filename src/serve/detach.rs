@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::api_client::Client;
 use crate::home::Home;
+use crate::wire::api_client::Client;
 
 use super::act;
 

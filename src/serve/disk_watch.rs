@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::model::DiskStop;
+use crate::wire::DiskStop;
 
 use super::{Daemon, Shared};
 

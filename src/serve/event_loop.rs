@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::api_client::Client;
 use crate::home::Home;
+use crate::wire::api_client::Client;
 
 use super::{
     api, limits, metrics, notify, now_ms, orphans, probe, proxy_ctl, record, sockets, Daemon, Event, PendingLaunch, Shared, Tallies, TICK,
@@ -263,11 +263,11 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
 /// The listening sockets of the load balancer that runs, if one does (a
 /// daemon that restarts): asked for on `handover.sock`, off the runtime.
 async fn take_back_sockets(home: &Home) -> HashMap<sockets::Addr, std::net::TcpListener> {
-    let path = crate::proxy::handover::path(home);
+    let path = crate::wire::handover::path(home);
     if !path.exists() {
         return HashMap::new();
     }
-    match tokio::task::spawn_blocking(move || crate::proxy::handover::ask(&path)).await {
+    match tokio::task::spawn_blocking(move || crate::wire::handover::ask(&path)).await {
         Ok(Ok(got)) => {
             tracing::info!("took back {} listening sockets from the running load balancer", got.len());
             got
@@ -303,7 +303,7 @@ async fn sync_sockets(shared: &Shared, home: &Home, proxy_pid: Option<u32>) {
 /// Gives the load balancer `pid` the set of listening sockets, off the
 /// daemon's lock (the exchange waits on the load balancer), and notes it.
 async fn give_sockets(shared: &Shared, home: &Home, pid: u32, set: Vec<(sockets::Addr, std::net::TcpListener)>) {
-    let path = crate::proxy::handover::path(home);
+    let path = crate::wire::handover::path(home);
     let result = tokio::task::spawn_blocking(move || sockets::give(&path, &set).map(|took| (took, set))).await;
     match result {
         Ok(Ok((took, set))) if took == pid => {
@@ -387,7 +387,7 @@ impl Daemon {
 
     /// Folds in the open connections and sessions per copy the load
     /// balancer reported.
-    pub(super) fn fold_traffic(&mut self, stats: crate::model::ProxyStats) {
+    pub(super) fn fold_traffic(&mut self, stats: crate::wire::ProxyStats) {
         for a in &stats.apps {
             if let Some(app) = self.apps.get_mut(&a.name) {
                 app.tracked.last_request_ms = app.tracked.last_request_ms.max(a.last_request_ms);

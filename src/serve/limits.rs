@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 
 use crate::manifest::{AppSpec, Sandbox, SandboxMode};
-use crate::model::{AppState, CopyRecord};
 use crate::sys::cgroup::{self, CgroupSample, Cgroups, MemoryStop, Sample};
 use crate::sys::procfs;
+use crate::wire::{AppState, CopyRecord};
 
 use super::app::{Tracked, TrackedProcess};
 use super::{Daemon, Shared};

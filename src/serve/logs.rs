@@ -4,7 +4,7 @@
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
-use crate::model::{AppState, CopyLogFile};
+use crate::wire::{AppState, CopyLogFile};
 
 /// Every copy's log of the app.
 pub fn of_app(home: &Home, spec: &AppSpec, state: &AppState) -> Vec<CopyLogFile> {

@@ -20,8 +20,8 @@ use prometheus_client::registry::{Registry, Unit};
 use serde::Serialize;
 
 use crate::home::Home;
-use crate::model::{AppStatus, ProxyMetrics, LATENCY_BOUNDS};
-use crate::uds;
+use crate::wire::uds;
+use crate::wire::{AppStatus, ProxyMetrics, LATENCY_BOUNDS};
 
 use super::exposition::{self, Format};
 use super::reply::{error, Reply};
@@ -230,7 +230,7 @@ pub fn render(view: &View, proxy: Option<&ProxyMetrics>) -> Result<String, std::
         "1, with this daemon's version and build as labels",
         None,
         MetricType::Gauge,
-        vec![(vec![("version", env!("CARGO_PKG_VERSION").to_string()), ("build", crate::model::BUILD.to_string())], Value::Gauge(1.0))],
+        vec![(vec![("version", env!("CARGO_PKG_VERSION").to_string()), ("build", crate::wire::BUILD.to_string())], Value::Gauge(1.0))],
     );
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &reg)?;
@@ -238,7 +238,7 @@ pub fn render(view: &View, proxy: Option<&ProxyMetrics>) -> Result<String, std::
 }
 
 /// The pool's series: its zygotes ready, their memory and its bound.
-fn add_pool(reg: &mut Registry, pool: &crate::model::PoolReport) {
+fn add_pool(reg: &mut Registry, pool: &crate::wire::PoolReport) {
     let ready = pool.zygotes.iter().filter(|z| z.ready).count() as f64;
     let rss = pool.zygotes.iter().map(|z| z.rss_bytes).sum::<u64>() as f64;
     let one = |v: f64| vec![(Labels::new(), Value::Gauge(v))];
@@ -373,7 +373,7 @@ const APP_STATES: [&str; 5] = ["running", "asleep", "stopped", "rolled-back", "b
 
 /// The load balancer's counts per app beside its requests by class: 502,
 /// 503 and 504 apart, sessions opened, bytes in and out.
-fn add_balancer_counts(reg: &mut Registry, requests: &[&crate::model::AppRequests]) {
+fn add_balancer_counts(reg: &mut Registry, requests: &[&crate::wire::AppRequests]) {
     let app = |name: &str| -> Labels { vec![("app", name.to_string())] };
     let mut gateway = Vec::new();
     for r in requests {
@@ -381,7 +381,7 @@ fn add_balancer_counts(reg: &mut Registry, requests: &[&crate::model::AppRequest
             gateway.push((vec![("app", r.name.clone()), ("code", code.to_string())], Value::Counter(n)));
         }
     }
-    let per_app = |f: fn(&crate::model::AppRequests) -> u64| requests.iter().map(|r| (app(&r.name), Value::Counter(f(r)))).collect();
+    let per_app = |f: fn(&crate::wire::AppRequests) -> u64| requests.iter().map(|r| (app(&r.name), Value::Counter(f(r)))).collect();
     let c = MetricType::Counter;
     add(reg, "gateway_errors", "Answers 502, 503 and 504 apart (also in requests' 5xx)", None, c, gateway);
     add(
@@ -400,7 +400,7 @@ fn add_balancer_counts(reg: &mut Registry, requests: &[&crate::model::AppRequest
 /// copies wanted and active, the open sessions and the room for them, and
 /// how many times it grew and shrank.
 fn add_capacity(reg: &mut Registry, view: &View) {
-    let of = |f: fn(&crate::model::CapacityStatus) -> Option<Value>| -> Vec<(Labels, Value)> {
+    let of = |f: fn(&crate::wire::CapacityStatus) -> Option<Value>| -> Vec<(Labels, Value)> {
         view.apps.iter().filter_map(|a| Some((vec![("app", a.name.clone())], f(a.capacity.as_ref()?)?))).collect()
     };
     let gauge = MetricType::Gauge;
@@ -470,7 +470,7 @@ pub async fn serve_tcp_from_env(shared: Shared) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{AppRequests, AppTraffic, CopyStatus, CopyTraffic, Role};
+    use crate::wire::{AppRequests, AppTraffic, CopyStatus, CopyTraffic, Role};
 
     #[test]
     fn a_scrape_has_a_series_per_copy_and_app_and_none_for_what_is_gone() {
@@ -573,7 +573,7 @@ mod tests {
 
     #[test]
     fn an_apps_capacity_has_its_series() {
-        let capacity = crate::model::CapacityStatus {
+        let capacity = crate::wire::CapacityStatus {
             max_sessions: Some(20),
             max_replicas: 6,
             active_wanted: 4,

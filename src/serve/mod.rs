@@ -62,7 +62,7 @@ use tokio::sync::mpsc;
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
-use crate::model::{CopyTraffic, Exit, Refusing};
+use crate::wire::{CopyTraffic, Exit, Refusing};
 pub use stops::{PendingStop, STOP_WAITS_FOR_ANSWERS_MS, STOP_WAITS_FOR_PUSH_MS};
 
 pub use act::now_ms;

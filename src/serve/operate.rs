@@ -126,7 +126,7 @@ impl Daemon {
 
     /// The load balancer's report of a stand-in: logged, and the app's cycle
     /// runs at once.
-    pub(super) fn note_stand_in(&self, name: &str, stand_in: &crate::model::StandIn) {
+    pub(super) fn note_stand_in(&self, name: &str, stand_in: &crate::wire::StandIn) {
         if let Some(down) = stand_in.down {
             tracing::warn!(app = name, down, stand_in = ?stand_in.stand_in, "copy refused a connection; the load balancer used a stand-in");
         }

@@ -295,18 +295,18 @@ pub fn route(spec: &AppSpec, dir: &Path) -> Result<PathBuf, String> {
 }
 
 /// The pool as status and metrics show it.
-pub fn report() -> crate::model::PoolReport {
+pub fn report() -> crate::wire::PoolReport {
     let s = lock();
-    let zygotes: Vec<crate::model::ZygoteReport> = s
+    let zygotes: Vec<crate::wire::ZygoteReport> = s
         .zygote
         .iter()
-        .map(|&pid| crate::model::ZygoteReport {
+        .map(|&pid| crate::wire::ZygoteReport {
             pid,
             rss_bytes: crate::sys::procfs::rss_bytes(pid).unwrap_or(0),
             ready: listening(&s.socket),
         })
         .collect();
-    crate::model::PoolReport { on: s.off.is_none(), off: s.off.clone(), size: 1, memory_max_bytes: s.memory_max, zygotes }
+    crate::wire::PoolReport { on: s.off.is_none(), off: s.off.clone(), size: 1, memory_max_bytes: s.memory_max, zygotes }
 }
 
 /// True when the Unix socket at `path` listens (the zygote has loaded

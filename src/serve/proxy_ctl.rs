@@ -8,10 +8,10 @@ use hyper::Method;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::home::{write_atomic, Home};
-use crate::model::{ProxyStats, ProxyTable, BUILD};
+use crate::wire::{ProxyStats, ProxyTable, BUILD};
 
 use crate::proxy::TAKEOVER_ENV;
-use crate::uds;
+use crate::wire::uds;
 
 use super::Event;
 

@@ -12,7 +12,7 @@ use nix::fcntl::{Flock, FlockArg};
 
 use crate::home::{write_atomic, Home};
 use crate::manifest::AppSpec;
-use crate::model::AppState;
+use crate::wire::AppState;
 
 use super::{AppRt, Daemon, LOG_ROTATE_BYTES};
 

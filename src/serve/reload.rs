@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::model::{ApplyRequest, ReloadReply, Reloaded};
+use crate::wire::{ApplyRequest, ReloadReply, Reloaded};
 
 use super::Shared;
 

@@ -123,7 +123,7 @@ impl Held {
 /// Sends `set` to the load balancer on `path`; returns the PID that took it.
 pub fn give(path: &std::path::Path, set: &[(Addr, TcpListener)]) -> io::Result<u32> {
     let held: Vec<(String, u16, RawFd)> = set.iter().map(|((h, p), s)| (h.clone(), *p, s.as_raw_fd())).collect();
-    crate::proxy::handover::give(path, &held)
+    crate::wire::handover::give(path, &held)
 }
 
 /// The socket address `host` names (`*` and empty are every address).

@@ -3,13 +3,12 @@
 //! (looked up before, with the lock released: `probe::ShownCopies`), and
 //! the load balancer's traffic figures.
 
-use crate::launcher;
 use std::collections::HashMap;
 
-use crate::model::{AppStatus, CopyStatus, CopyTraffic, Refusing, StatusReport};
 use crate::reconcile::{self, Observed, Process, Seen};
 use crate::release;
 use crate::sys::procfs;
+use crate::wire::{AppStatus, CopyStatus, CopyTraffic, Refusing, StatusReport};
 
 use super::error::ServeError;
 use super::probe::{Shown, ShownCopies};
@@ -21,7 +20,7 @@ pub fn log_missing_fences(d: &Daemon, app: &str, pid: u32) {
     let Some(a) = d.apps.get(app) else { return };
     let Some(rec) = a.recorded.state.copies.iter().find(|r| r.pid == Some(pid)) else { return };
     let scratch = d.home.scratch_dir(&a.recorded.spec.group, &a.recorded.spec.name, rec.copy);
-    let Some(report) = launcher::read_report(&scratch, pid) else { return };
+    let Some(report) = crate::wire::launch_report::read_report(&scratch, pid) else { return };
     for f in report.isolation.missing() {
         let (reason, fix) = (f.reason.as_deref().unwrap_or("-"), f.fix.as_deref().unwrap_or("-"));
         tracing::warn!(app, copy = rec.copy, fence = f.name.as_str(), reason, fix, "the copy runs without this fence");
@@ -47,7 +46,7 @@ impl Daemon {
         &mut self,
         only: Option<&str>,
         shown: &ShownCopies,
-        stats: Option<crate::model::ProxyStats>,
+        stats: Option<crate::wire::ProxyStats>,
     ) -> Result<StatusReport, ServeError> {
         if let Some(stats) = stats {
             self.fold_traffic(stats);
@@ -56,14 +55,14 @@ impl Daemon {
     }
 
     /// `GET /v1/apps/NAME/releases`: the app's kept releases.
-    pub(super) fn releases_view(&self, name: &str) -> Result<Vec<crate::model::ReleaseRow>, ServeError> {
+    pub(super) fn releases_view(&self, name: &str) -> Result<Vec<crate::wire::ReleaseRow>, ServeError> {
         let app = self.apps.get(name).ok_or_else(|| ServeError::NoSuchApp(name.to_string()))?;
         Ok(release::rows(&app.recorded.state))
     }
 
     /// `GET /v1/apps/NAME/logs[?copy=N]`: the app's logs, and the path of
     /// copy N's (or of the first copy's).
-    pub(super) fn logs_view(&self, name: &str, copy: Option<u32>) -> Result<crate::model::LogsReply, ServeError> {
+    pub(super) fn logs_view(&self, name: &str, copy: Option<u32>) -> Result<crate::wire::LogsReply, ServeError> {
         let app = self.apps.get(name).ok_or_else(|| ServeError::NoSuchApp(name.to_string()))?;
         let (home, spec) = (&self.home, &app.recorded.spec);
         let copies = super::logs::of_app(home, spec, &app.recorded.state);
@@ -71,14 +70,14 @@ impl Daemon {
             Some(n) => super::log_path(home, spec, n),
             None => copies.first().map(|c| c.path.clone()).unwrap_or_else(|| super::log_path(home, spec, 1)),
         };
-        Ok(crate::model::LogsReply { path, copies })
+        Ok(crate::wire::LogsReply { path, copies })
     }
 
     /// `GET /v1/apps/NAME/rollout?revision=N`: how the deploy at `revision`
     /// goes (what `--wait` follows); failed once the app is deleted.
-    pub(super) fn rollout_view(&self, name: &str, revision: u64) -> crate::model::RolloutReply {
+    pub(super) fn rollout_view(&self, name: &str, revision: u64) -> crate::wire::RolloutReply {
         let Some(app) = self.apps.get(name).filter(|a| !a.recorded.deleting) else {
-            return crate::model::RolloutReply { state: crate::model::RolloutState::Failed, message: format!("{name} was deleted") };
+            return crate::wire::RolloutReply { state: crate::wire::RolloutState::Failed, message: format!("{name} was deleted") };
         };
         let (spec, state) = (&app.recorded.spec, &app.recorded.state);
         reconcile::rollout(state, &spec.settings_hash(), spec.scale.replicas, &app.tracked.roles, revision, now_ms())
@@ -124,7 +123,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                     let role = app.tracked.roles.iter().find(|(c, _)| *c == rec.copy).map(|(_, r)| *r).filter(|_| ready);
                     let status = if app.recorded.state.asleep_since_ms.is_some() && !alive {
                         "asleep"
-                    } else if rec.left_down.as_deref().is_some_and(|w| w.starts_with(crate::model::REFUSED)) {
+                    } else if rec.left_down.as_deref().is_some_and(|w| w.starts_with(crate::wire::REFUSED)) {
                         "refused"
                     } else if rec.left_down.is_some() {
                         "exited"
@@ -172,9 +171,8 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 reconcile::CopyLog { last_error: last_error_line(&path), path: path.display().to_string() }
             });
             notes.extend(release::notes(name, &app.recorded.state, &|r| observed.copies.contains_key(&r.copy)));
-            let fenced: Vec<(u32, &crate::model::Isolation)> =
-                copies.iter().filter_map(|c| Some((c.copy, c.isolation.as_ref()?))).collect();
-            notes.extend(launcher::fences::notes(name, &app.recorded.spec.start.sandbox, &fenced));
+            let fenced: Vec<(u32, &crate::wire::Isolation)> = copies.iter().filter_map(|c| Some((c.copy, c.isolation.as_ref()?))).collect();
+            notes.extend(crate::wire::fences::notes(name, &app.recorded.spec.start.sandbox, &fenced));
             if let Some(why) = &app.tracked.state_error {
                 notes.push(format!(
                     "{name}: cannot write its state file {}: {why}; the previous one is kept and the copies keep running",
@@ -230,14 +228,14 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
 
 /// The memory limit a copy runs under: its release's `sandbox.memory`,
 /// unless the fence is off (then nothing enforces it).
-fn memory_limit(recorded: &super::app::Recorded, rec: &crate::model::CopyRecord) -> Option<u64> {
+fn memory_limit(recorded: &super::app::Recorded, rec: &crate::wire::CopyRecord) -> Option<u64> {
     let sandbox = super::limits::sandbox_of(&recorded.spec, &recorded.state, rec);
     sandbox.memory.filter(|_| sandbox.mode != crate::manifest::SandboxMode::Off)
 }
 
 /// The size of a copy's disk: its release's `sandbox.disk`, unless the
 /// fence is off (then nothing keeps it).
-fn disk_size(recorded: &super::app::Recorded, rec: &crate::model::CopyRecord) -> Option<u64> {
+fn disk_size(recorded: &super::app::Recorded, rec: &crate::wire::CopyRecord) -> Option<u64> {
     let sandbox = super::limits::sandbox_of(&recorded.spec, &recorded.state, rec);
     sandbox.disk.bytes().filter(|_| sandbox.mode != crate::manifest::SandboxMode::Off)
 }

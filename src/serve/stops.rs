@@ -4,8 +4,8 @@
 //! has begun (a spare that stood in for a dead copy may be answering a
 //! request the cycle's figures, read before the push, did not see).
 
-use crate::model::ProxyStats;
 use crate::reconcile::NOW_GRACE_MS;
+use crate::wire::ProxyStats;
 
 /// How long a stop waits for a load balancer that cannot be reached: drain,
 /// sleep and delete must still end.
@@ -80,7 +80,7 @@ pub fn leaving_requests(stats: &ProxyStats, app: &str, pid: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{AppTraffic, LeavingCopy};
+    use crate::wire::{AppTraffic, LeavingCopy};
 
     fn stats(requests: u64) -> ProxyStats {
         let leaving = vec![LeavingCopy { copy: 3, pid: 300, requests }];

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::model::AppState;
+use crate::wire::AppState;
 
 /// Why a copy was started again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +137,7 @@ pub fn restart_reason(before: &AppState, after: &AppState, copy: u32, waking: bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::CopyRecord;
+    use crate::wire::CopyRecord;
 
     fn rec(copy: u32, revision: u64, crashes: u32) -> CopyRecord {
         CopyRecord { copy, revision, crashes, settings: "s".into(), ..Default::default() }

@@ -69,8 +69,8 @@ fn copy_json(env: &Env, app: &str, copy: u32) -> serde_json::Value {
 /// The daemon's metrics scrape.
 fn metrics(env: &Env) -> String {
     let api = env.home().join("api.sock");
-    let (_, body) =
-        shinyctl::uds::request_blocking(&api, hyper::Method::GET, "/v1/metrics", None, Duration::from_secs(10)).expect("api.sock answers");
+    let (_, body) = shinyctl::wire::uds::request_blocking(&api, hyper::Method::GET, "/v1/metrics", None, Duration::from_secs(10))
+        .expect("api.sock answers");
     String::from_utf8_lossy(&body).into_owned()
 }
 

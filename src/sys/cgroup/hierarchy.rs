@@ -112,7 +112,7 @@ impl Cgroups {
     }
 
     /// What `status --json` says of the limits.
-    pub fn report(&self) -> crate::model::LimitsReport {
+    pub fn report(&self) -> crate::wire::LimitsReport {
         let (memory, tasks) = match &self.kind {
             Kind::V2 { .. } => ("cgroup v2", "cgroup v2"),
             Kind::V1 { memory, pids } => {
@@ -120,7 +120,7 @@ impl Cgroups {
             }
             Kind::None => ("watch", "not kept"),
         };
-        crate::model::LimitsReport { memory: memory.into(), tasks: tasks.into(), missing: self.missing.as_ref().map(|_| self.describe()) }
+        crate::wire::LimitsReport { memory: memory.into(), tasks: tasks.into(), missing: self.missing.as_ref().map(|_| self.describe()) }
     }
 
     /// One line for api.log: what the copies' limits go through.

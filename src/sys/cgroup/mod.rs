@@ -21,7 +21,7 @@ pub mod hierarchy;
 
 use std::time::Duration;
 
-pub use crate::model::MemoryStop;
+pub use crate::wire::MemoryStop;
 pub use hierarchy::Cgroups;
 
 /// How often the daemon looks at the memory of limited copies (and at the

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::{Sandbox, SandboxMode};
-use crate::model::{Fence, FenceState, Isolation};
+use crate::wire::{Fence, FenceState, Isolation};
 
 /// The user namespace: the copy keeps no capability on the host.
 pub const USER_NS: &str = "user-ns";
@@ -194,7 +194,7 @@ mod tests {
         let mut f = Fences::wanted(SandboxMode::On);
         f.missing(MOUNT_NS, "user namespaces are not allowed here", Some(FIX_USERNS_EPERM));
         f.missing(PID_NS, "user namespaces are not allowed here", Some(FIX_USERNS_EPERM));
-        let iso = Isolation { kind: crate::model::IsolationKind::Landlock, reason: None, fences: f.list, user: None, start: None };
+        let iso = Isolation { kind: crate::wire::IsolationKind::Landlock, reason: None, fences: f.list, user: None, start: None };
         let copies = [(1, &iso), (2, &iso)];
         assert!(notes("a", &Sandbox::default(), &copies).is_empty(), "nothing asked for");
         let asked = Sandbox { writable_paths: vec!["/srv".into()], ..Sandbox::default() };

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Isolation;
+use crate::wire::Isolation;
 
 /// The report file as written: the isolation, the PID it is about (the
 /// launcher's, which the daemon records) and R's PID as the host sees it.
@@ -126,7 +126,7 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::IsolationKind;
+    use crate::wire::IsolationKind;
 
     #[test]
     fn the_report_sits_beside_the_scratch_disk() {

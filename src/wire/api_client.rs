@@ -11,7 +11,7 @@ use hyper::Method;
 use serde::{Deserialize, Serialize};
 
 use crate::home::Home;
-use crate::model::{ActionReply, ApiError, ApplyRequest, LogsReply, ReloadReply, RolloutReply, StatusReport};
+use crate::wire::{ActionReply, ApiError, ApplyRequest, LogsReply, ReloadReply, RolloutReply, StatusReport};
 
 /// The paths of the API's routes, the one place they are written.
 pub mod routes {
@@ -186,7 +186,7 @@ impl Client {
     }
 
     /// `GET /v1/apps/NAME/releases`.
-    pub fn releases(&self, app: &str) -> anyhow::Result<Vec<crate::model::ReleaseRow>> {
+    pub fn releases(&self, app: &str) -> anyhow::Result<Vec<crate::wire::ReleaseRow>> {
         self.json(Method::GET, &routes::releases(app), None)
     }
 
@@ -234,10 +234,10 @@ impl Client {
     /// Calls a route and returns the body of a 2xx answer; any other answer
     /// becomes an error carrying the daemon's message.
     fn call(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> anyhow::Result<Bytes> {
-        let (status, bytes) = crate::uds::request_blocking(&self.sock, method, path, body, self.timeout).map_err(|e| {
+        let (status, bytes) = crate::wire::uds::request_blocking(&self.sock, method, path, body, self.timeout).map_err(|e| {
             // Only a socket nothing listens on means the daemon is not
             // running; any other failure is said as it is.
-            if e.downcast_ref::<crate::uds::NotListening>().is_some() {
+            if e.downcast_ref::<crate::wire::uds::NotListening>().is_some() {
                 anyhow::anyhow!(
                     "shinyctl serve is not running (nothing answers on {}). Start it with `shinyctl serve -d`; `shinyctl apply` starts it too.",
                     self.sock.display()

@@ -1,0 +1,18 @@
+//! Every protocol between shinyctl's processes, as plain data and the code
+//! that reads and writes it on the wire: the API of `api.sock` (its request
+//! and reply types, the typed client), HTTP/JSON over Unix sockets, the
+//! copies table and the statistics on `proxy/proxy.sock`, the handover of
+//! sockets between the daemon and the load balancers, the launcher's
+//! arguments and its report, and the records of `state.json` and
+//! `registry.json`. Both ends of each protocol import it from here, so no
+//! process imports another's room (ARCHITECTURE.md, "The map"). It stands
+//! on `sys` and `manifest` only.
+
+pub mod api;
+pub mod api_client;
+pub mod fences;
+pub mod handover;
+pub mod launch_report;
+pub mod uds;
+
+pub use api::*;
