@@ -29,8 +29,8 @@ use super::init::Handoff;
 use super::mount::Plan;
 use super::{host, Launch, EXIT_LAUNCH_FAILED};
 use crate::sys::users::Identity;
-use crate::wire::fences::{self, Fences};
-use crate::wire::launch_report::Writer;
+use crate::wire::launch::fences::{self, Fences};
+use crate::wire::launch::report::Writer;
 
 /// The largest message (a claim with its environment and plan).
 const MAX_MESSAGE: usize = 1 << 18;

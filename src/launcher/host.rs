@@ -20,8 +20,8 @@ use super::init::{self, Init};
 use super::mount::Plan;
 use super::{Launch, EXIT_LAUNCH_FAILED};
 use crate::sys::users::Identity;
-use crate::wire::fences::{self, Fences};
-use crate::wire::launch_report::Writer;
+use crate::wire::launch::fences::{self, Fences};
+use crate::wire::launch::report::Writer;
 
 /// The signals the launcher and the init wait for: the three forwarded to
 /// R, and SIGCHLD.

@@ -21,7 +21,7 @@ use super::mount::{self, Plan};
 use super::sources::Sources;
 use super::{Launch, Seen, APP_DIR, EXIT_LAUNCH_FAILED, SCRATCH_DIR};
 use crate::sys::users::Identity;
-use crate::wire::fences::{self, Fences};
+use crate::wire::launch::fences::{self, Fences};
 
 /// What the init needs, as the host-side launcher left it before clone.
 pub struct Init<'a> {

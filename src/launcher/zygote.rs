@@ -21,33 +21,12 @@ use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::unistd::{fork, ForkResult, Pid};
 
 use super::claim::{self, Claim, Msg};
-use super::fences::Fences;
 use super::host;
 use super::sources::Sources;
 use super::{Launch, EXIT_LAUNCH_FAILED};
 use crate::sys::users::Identity;
-
-/// The environment variable through which a claimed copy's R gets its
-/// program ([`claim::r_program`]); R reads and removes it.
-pub const PROGRAM_ENV: &str = "SHINYCTL_CLAIM_R";
-
-/// The variable naming (comma-separated) the variables the daemon gave
-/// the zygote, which a claimed copy's R drops before it takes the copy's.
-pub const GIVEN_ENV: &str = "SHINYCTL_ZYGOTE_ENV";
-
-/// The `-e` expression of the zygote's R: shiny loaded, and what its first
-/// page loads (bslib, sass, jquerylib: 0.2 s of a copy's first request),
-/// none of it an app's; then the wait for claims in `library` (fd 3 is its socket); in a claimed copy, the call
-/// returns and R runs the copy's program.
-pub fn r_expr(library: &std::path::Path) -> String {
-    format!(
-        "suppressPackageStartupMessages(library(shiny)); \
-         invisible(htmltools::renderTags(shiny::fluidPage(shiny::textOutput('o'), shiny::textInput('i', 'i')))); \
-         dyn.load({}); invisible(.C('shinyctl_zygote', 3L)); \
-         local({{ p <- Sys.getenv('{PROGRAM_ENV}'); Sys.unsetenv('{PROGRAM_ENV}'); eval(parse(text = p), envir = globalenv()) }})",
-        super::r_string(&library.to_string_lossy())
-    )
-}
+use crate::wire::launch::fences::Fences;
+use crate::wire::launch::zygote::{GIVEN_ENV, PROGRAM_ENV};
 
 /// R's `.C` entry: waits for claims on the listening socket `*fd` (bound
 /// by the daemon); returns only in a claimed copy's R, with its world made

@@ -14,9 +14,9 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::home::Home;
-use crate::launcher::Launch;
 use crate::manifest::{AppSpec, SandboxMode};
 use crate::sys::procfs;
+use crate::wire::launch::Launch;
 use crate::wire::{CopyRecord, Exit};
 
 use super::Event;
@@ -374,7 +374,7 @@ pub fn probe_ready(
             }
             // The report names R (looked at before the whole tree) and a
             // claimed copy's processes' root (`procfs::adopt`).
-            let r = crate::wire::launch_report::read_report(&scratch, pid).and_then(|r| r.r_pid);
+            let r = crate::wire::launch::report::read_report(&scratch, pid).and_then(|r| r.r_pid);
             if answers_http(port).await && procfs::owner_among(&procfs::listening(port), pid, r) == procfs::PortOwner::Ours {
                 tracing::debug!(app, pid, "ready");
                 let _ = events.send(Event::Ready { app, pid });

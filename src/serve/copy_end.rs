@@ -30,7 +30,7 @@ pub fn note(home: &Home, spec: &AppSpec, rec: &CopyRecord, exit: &Exit, asked: b
     let launcher = rec.pid.unwrap_or_default();
     let scratch = home.scratch_dir(&spec.group, &spec.name, rec.copy);
     // The launcher's report names R; a copy without one is R itself.
-    let r_pid = crate::wire::launch_report::read_report(&scratch, launcher).and_then(|r| r.r_pid).unwrap_or(launcher);
+    let r_pid = crate::wire::launch::report::read_report(&scratch, launcher).and_then(|r| r.r_pid).unwrap_or(launcher);
     let how = exit.describe();
     if why == "crash" {
         tracing::warn!(app = spec.name, copy = rec.copy, r_pid, launcher, "copy {} {how} ({why})", rec.copy);

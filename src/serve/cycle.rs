@@ -146,7 +146,7 @@ impl Daemon {
         // A forgotten copy's own disk goes with it, so a later copy with the
         // same number (a redeploy, a new app of the same name) starts empty.
         for gone in before.copies.iter().filter(|r| !recorded.state.copies.iter().any(|n| n.copy == r.copy)) {
-            drop(crate::launcher::remove_scratch(&cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, gone.copy)));
+            drop(crate::wire::launch::remove_scratch(&cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, gone.copy)));
         }
         // A copy whose process is gone has its cgroups removed (made anew
         // at its next start).
@@ -343,10 +343,10 @@ fn act_on(
 /// with `exit`) refused to start R: its exit status says a refusal and its
 /// report, written by that same process, says why.
 fn refusal(home: &crate::home::Home, spec: &crate::manifest::AppSpec, copy: u32, pid: u32, exit: &Exit) -> Option<String> {
-    if exit.code != Some(crate::launcher::EXIT_REFUSED) || exit.signal.is_some() {
+    if exit.code != Some(crate::wire::launch::EXIT_REFUSED) || exit.signal.is_some() {
         return None;
     }
-    crate::wire::launch_report::read_report(&home.scratch_dir(&spec.group, &spec.name, copy), pid)?.refused
+    crate::wire::launch::report::read_report(&home.scratch_dir(&spec.group, &spec.name, copy), pid)?.refused
 }
 
 /// A copy whose launcher could not be readied or run: the reason in the

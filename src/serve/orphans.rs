@@ -11,8 +11,8 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
-use crate::launcher::Launch;
 use crate::sys::procfs;
+use crate::wire::launch::Launch;
 
 use super::{act, now_ms, Daemon};
 

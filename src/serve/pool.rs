@@ -19,9 +19,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::home::Home;
-use crate::launcher::zygote;
 use crate::manifest::{AppSpec, SandboxMode};
 use crate::sys::cgroup::Cgroups;
+use crate::wire::launch::zygote;
 
 /// The daemon's environment variable that switches the pool off (`off`).
 pub const POOL_ENV: &str = "SHINYCTL_POOL";

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::sys::procfs::{self, PortOwner, Processes};
-use crate::wire::launch_report::Report;
+use crate::wire::launch::report::Report;
 
 use super::Daemon;
 
@@ -60,7 +60,7 @@ impl Facts {
             .map(|p| {
                 let alive = p.pid_start.is_some_and(|s| procfs::is_alive(p.pid, s));
                 let owner = (alive && p.check_port).then(|| {
-                    let r = crate::wire::launch_report::read_report(&p.scratch, p.pid).and_then(|r| r.r_pid);
+                    let r = crate::wire::launch::report::read_report(&p.scratch, p.pid).and_then(|r| r.r_pid);
                     procfs::owner_among(listening.get(&p.port).map_or(&[], Vec::as_slice), p.pid, r)
                 });
                 ((p.pid, p.port), Fact { alive, owner })
@@ -132,7 +132,7 @@ impl ShownCopies {
 fn shown(pid: u32, start: Option<u64>, scratch: &Path, processes: &OnceCell<Processes>) -> Shown {
     let launcher_alive = start.is_some_and(|s| procfs::is_alive(pid, s));
     // The launcher's report (keyed by the recorded PID) names R's PID.
-    let report = if launcher_alive { crate::wire::launch_report::read_report(scratch, pid) } else { None };
+    let report = if launcher_alive { crate::wire::launch::report::read_report(scratch, pid) } else { None };
     let alive = launcher_alive && report.as_ref().and_then(|r| r.r_pid).is_none_or(procfs::running);
     let (mem_bytes, cpu_secs) = if alive {
         let processes = processes.get_or_init(Processes::read);

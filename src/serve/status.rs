@@ -20,7 +20,7 @@ pub fn log_missing_fences(d: &Daemon, app: &str, pid: u32) {
     let Some(a) = d.apps.get(app) else { return };
     let Some(rec) = a.recorded.state.copies.iter().find(|r| r.pid == Some(pid)) else { return };
     let scratch = d.home.scratch_dir(&a.recorded.spec.group, &a.recorded.spec.name, rec.copy);
-    let Some(report) = crate::wire::launch_report::read_report(&scratch, pid) else { return };
+    let Some(report) = crate::wire::launch::report::read_report(&scratch, pid) else { return };
     for f in report.isolation.missing() {
         let (reason, fix) = (f.reason.as_deref().unwrap_or("-"), f.fix.as_deref().unwrap_or("-"));
         tracing::warn!(app, copy = rec.copy, fence = f.name.as_str(), reason, fix, "the copy runs without this fence");
@@ -172,7 +172,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
             });
             notes.extend(release::notes(name, &app.recorded.state, &|r| observed.copies.contains_key(&r.copy)));
             let fenced: Vec<(u32, &crate::wire::Isolation)> = copies.iter().filter_map(|c| Some((c.copy, c.isolation.as_ref()?))).collect();
-            notes.extend(crate::wire::fences::notes(name, &app.recorded.spec.start.sandbox, &fenced));
+            notes.extend(crate::wire::launch::fences::notes(name, &app.recorded.spec.start.sandbox, &fenced));
             if let Some(why) = &app.tracked.state_error {
                 notes.push(format!(
                     "{name}: cannot write its state file {}: {why}; the previous one is kept and the copies keep running",
@@ -276,7 +276,7 @@ fn last_error_line(path: &std::path::Path) -> Option<String> {
     f.read_to_end(&mut tail).ok()?;
     let text = String::from_utf8_lossy(&tail);
     // The launcher's own refusal (`mode: strict`, a mount that failed) too.
-    let line = text.lines().rev().find(|l| l.starts_with("Error") || l.starts_with(crate::launcher::LAUNCH_FAILED_LINE))?.trim();
+    let line = text.lines().rev().find(|l| l.starts_with("Error") || l.starts_with(crate::wire::launch::LAUNCH_FAILED_LINE))?.trim();
     Some(if line.chars().count() > 200 { line.chars().take(200).chain("…".chars()).collect() } else { line.to_string() })
 }
 

@@ -10,9 +10,8 @@
 
 pub mod api;
 pub mod api_client;
-pub mod fences;
 pub mod handover;
-pub mod launch_report;
+pub mod launch;
 pub mod uds;
 
 pub use api::*;
