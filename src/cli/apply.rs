@@ -18,7 +18,7 @@ pub fn run(home: &Home, file: &Path, now: bool, wait: Option<std::time::Duration
     let spec = crate::manifest::parse(&path, &req.text)?;
     if !Client::answers(home) {
         eprintln!("shinyctl serve is not running; starting it.");
-        crate::serve::spawn_daemon(home)?;
+        crate::wire::api_client::spawn_daemon(home)?;
     }
     super::wait::print_and_follow(home, &spec.name, Client::new(home).apply(&req)?, wait)
 }

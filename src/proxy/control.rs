@@ -12,7 +12,6 @@ use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::{watch, Mutex, Notify};
 
-use super::cookie::KEY_LEN;
 use super::daemon::DaemonLink;
 use super::limits::{self, Gate};
 use super::listeners::Listeners;
@@ -21,6 +20,7 @@ use super::shared::Shared;
 use super::table;
 use super::workers::{Worker, WORKERS};
 use crate::wire::handover::Sockets;
+use crate::wire::lb_start::COOKIE_KEY_LEN;
 use crate::wire::uds;
 use crate::wire::{ActionReply, ApiError, ProxySettings, ProxyStats, ProxyTable, BUILD};
 
@@ -69,7 +69,7 @@ impl Control {
     /// reporting to `daemon`, signing cookies with `key`, listening on the
     /// `given` sockets for the apps they were bound for.
     /// With `watch_copies`, a copy whose process exits gets no visitor.
-    pub fn new(daemon: DaemonLink, key: [u8; KEY_LEN], workers: Vec<Worker>, given: Sockets, watch_copies: bool) -> Arc<Control> {
+    pub fn new(daemon: DaemonLink, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>, given: Sockets, watch_copies: bool) -> Arc<Control> {
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_header_size(MAX_HEAD).max_buf_size(MAX_HEAD);
         let shared = Arc::new(Shared {

@@ -9,9 +9,6 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-/// Length of the cookie key in `proxy/cookie.key`.
-pub const KEY_LEN: usize = 32;
-
 /// The cookie's name for an app's public port: `lb_8080`.
 pub fn name(port: u16) -> String {
     format!("lb_{port}")

@@ -73,16 +73,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::home::Home;
+use crate::wire::lb_start::{COOKIE_KEY_LEN, TAKEOVER_ENV};
 use crate::wire::{handover, uds};
 use crate::wire::{AppTraffic, ProxyTable, BUILD};
 use control::Control;
-/// Length of the sticky cookie's key, `proxy/cookie.key`.
-pub use cookie::KEY_LEN as COOKIE_KEY_LEN;
 use workers::{start_worker, Worker, WORKERS};
-
-/// The environment variable that asks a new load balancer to start beside
-/// a running one (which holds `proxy/lock`) instead of exiting.
-pub const TAKEOVER_ENV: &str = "SHINYCTL_PROXY_TAKEOVER";
 
 /// True when this process was asked to take over from a running one.
 fn takeover_asked() -> bool {

@@ -10,8 +10,8 @@ use tokio::sync::watch;
 use super::daemon::DaemonLink;
 use super::limits::Gate;
 use super::pump::Pump;
+use super::table;
 use super::workers::Worker;
-use super::{cookie, table};
 
 /// Which side of the load balancer an error came from, for the logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub struct Shared {
     /// Where stand-ins are reported and wakes asked for.
     pub daemon: DaemonLink,
     /// The sticky cookie's HMAC key.
-    pub key: [u8; cookie::KEY_LEN],
+    pub key: [u8; crate::wire::lb_start::COOKIE_KEY_LEN],
     /// The live copies table.
     pub table: table::LiveTable,
     /// How visitors' connections are served (timeouts, limits).

@@ -5,7 +5,6 @@
 use std::fs::OpenOptions;
 use std::net::TcpListener;
 use std::os::fd::OwnedFd;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -158,7 +157,7 @@ pub fn prepare_start(
         }
     };
     cmd.envs(&spec.start.env).env("SHINYCTL_COPY", rec.copy.to_string()).stdin(stdin).stdout(log.try_clone()?).stderr(log);
-    own_session(&mut cmd);
+    crate::sys::spawn::own_session(&mut cmd);
     rec.port = port;
     Ok(Launching { cmd, told })
 }
@@ -171,40 +170,6 @@ pub fn started(rec: &mut CopyRecord, pid: u32) {
     rec.left_down = None;
     // A new process: held to start-timeout until it is ready once.
     rec.ever_ready = false;
-}
-
-/// Makes the command's process lead a session of its own (setsid): it does
-/// not die with the daemon, and its whole process group can be signalled.
-pub fn own_session(cmd: &mut Command) -> &mut Command {
-    // SAFETY: setsid is async-signal-safe, as pre_exec requires.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            Ok(())
-        })
-    }
-}
-
-/// Starts this binary with one subcommand (`serve`, `proxy`) and extra
-/// environment in its own session, in `/`, its output appended to api.log.
-pub fn spawn_self(home: &Home, subcommand: &str, env: &[(&str, &str)]) -> anyhow::Result<std::process::Child> {
-    let log = OpenOptions::new().create(true).append(true).open(home.api_log())?;
-    // Run our own binary through /proc/self/exe: after install.sh renames a
-    // new binary over ours, the path names another file (or none). argv[0]
-    // stays the installed path, so the documented `pkill -f
-    // '(^|/)shinyctl serve$'` still matches.
-    let exe = std::env::current_exe()?;
-    let installed = exe.to_string_lossy();
-    let mut cmd = Command::new("/proc/self/exe");
-    cmd.arg0(installed.strip_suffix(" (deleted)").unwrap_or(&installed))
-        .arg(subcommand)
-        .envs(env.iter().copied())
-        .env("SHINYCTL_HOME", &home.root)
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    Ok(own_session(&mut cmd).spawn()?)
 }
 
 /// Stops a process and its group: SIGTERM, then SIGKILL after the grace

@@ -299,13 +299,13 @@ fn act_on(
                 let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
                 let prepared = run.map_err(anyhow::Error::msg).and_then(|(dir, spec)| {
                     let cgroups = limits::cgroups_for(cx.cgroups, &spec, copy)?;
-                    let range = super::identity::Scheme::current().range().filter(|_| super::identity::wanted(&spec));
+                    let range = crate::sys::ids::Scheme::current().range().filter(|_| super::identity::wanted(&spec));
                     let uid = match (uid, range) {
                         (_, None) => None,
                         (Some(uid), Some(_)) => Some(uid),
                         (None, Some(range)) => {
-                            let file = super::identity::ids_file();
-                            let given = super::identity::of_app(&file, range, &cx.home.root, &spec.group, &spec.name)?;
+                            let file = crate::sys::ids::ids_file();
+                            let given = crate::sys::ids::of_app(&file, range, &cx.home.root, &spec.group, &spec.name)?;
                             tracing::info!(app = name, uid = given, "the app's own uid");
                             Some(given)
                         }

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::sys::disk::usage;
 use crate::wire::DiskStop;
 
 use super::{Daemon, Shared};
@@ -29,43 +30,6 @@ struct Watched {
     started_ms: u64,
     /// Its scratch folder, /tmp and /dev/shm on the host.
     folders: [PathBuf; 3],
-}
-
-/// What the files below some folders take on disk (their blocks), not
-/// following symlinks nor crossing into another filesystem: `used` in all,
-/// and `before` for the regular files last written before a time. What
-/// cannot be read (gone meanwhile, another user's folder) counts as nothing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    /// Every file's and folder's blocks, in bytes.
-    pub used: u64,
-    /// The regular files' last written before the time asked, in bytes.
-    pub before: u64,
-}
-
-/// The [`Usage`] of `dirs`, `before` being the files last written before
-/// `ms` (Unix ms): one walk of each.
-pub fn usage(dirs: &[PathBuf], ms: u64) -> Usage {
-    use std::os::unix::fs::MetadataExt;
-    let mut u = Usage::default();
-    for dir in dirs {
-        let Ok(top) = std::fs::symlink_metadata(dir) else { continue };
-        u.used += top.blocks() * 512;
-        let mut stack = vec![dir.to_path_buf()];
-        while let Some(d) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&d) else { continue };
-            for e in entries.flatten() {
-                let Ok(m) = e.metadata() else { continue };
-                u.used += m.blocks() * 512;
-                if m.is_dir() && m.dev() == top.dev() {
-                    stack.push(e.path());
-                } else if m.is_file() && (m.mtime().max(0) as u64) * 1000 < ms {
-                    u.before += m.blocks() * 512;
-                }
-            }
-        }
-    }
-    u
 }
 
 impl Daemon {
@@ -139,8 +103,8 @@ pub fn spawn_watch(shared: Shared) {
             }
             // A copy of a subordinate id writes folders its daemon's user
             // cannot walk: they are counted where its ids are mapped.
-            let subordinate = match super::identity::Scheme::current() {
-                super::identity::Scheme::Subordinate { first, last } => Some((*first, *last)),
+            let subordinate = match crate::sys::ids::Scheme::current() {
+                crate::sys::ids::Scheme::Subordinate { first, last } => Some((*first, *last)),
                 _ => None,
             };
             let over = tokio::task::spawn_blocking(move || {
@@ -149,7 +113,7 @@ pub fn spawn_watch(shared: Shared) {
                     .filter(|w| !crate::sys::disk::is_mount_point(&w.folders[0]))
                     .map(|w| {
                         let u = subordinate
-                            .and_then(|r| crate::reclaim::measure(&w.folders, w.started_ms, r).ok())
+                            .and_then(|r| crate::wire::reclaim::measure(&w.folders, w.started_ms, r).ok())
                             .unwrap_or_else(|| usage(&w.folders, w.started_ms));
                         (DiskStop { used: u.used, limit: w.limit }, u.before, w)
                     })

@@ -67,7 +67,7 @@ pub use stops::{PendingStop, STOP_WAITS_FOR_ANSWERS_MS, STOP_WAITS_FOR_PUSH_MS};
 
 pub use act::now_ms;
 pub use app::{AppRt, Recorded, Tracked, Wake};
-pub use detach::{detach, spawn_daemon};
+pub use detach::detach;
 pub use event_loop::run;
 pub use tallies::{RestartReason, Tallies};
 

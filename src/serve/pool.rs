@@ -164,9 +164,9 @@ fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::R
     given.push(("R_ENVIRON_USER".into(), "/nonexistent".into()));
     let root = nix::unistd::geteuid().is_root();
     let uid = if root {
-        Some(super::identity::of_app(
-            &super::identity::ids_file(),
-            (super::identity::FIRST, super::identity::LAST),
+        Some(crate::sys::ids::of_app(
+            &crate::sys::ids::ids_file(),
+            (crate::sys::ids::FIRST, crate::sys::ids::LAST),
             &home.root,
             ".pool",
             "zygote",

@@ -10,7 +10,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::home::{write_atomic, Home};
 use crate::wire::{ProxyStats, ProxyTable, BUILD};
 
-use crate::proxy::TAKEOVER_ENV;
+use crate::wire::lb_start::TAKEOVER_ENV;
 use crate::wire::uds;
 
 use super::Event;
@@ -79,7 +79,7 @@ impl ProxyCtl {
                 return;
             }
             let env: &[(&str, &str)] = if self.retiring.is_some() { &[(TAKEOVER_ENV, "1")] } else { &[] };
-            let mut child = match super::act::spawn_self(home, "proxy", env) {
+            let mut child = match crate::sys::spawn::spawn_self(home, "proxy", env) {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::error!("cannot start the load balancer: {e:#}");
@@ -241,17 +241,17 @@ pub async fn fetch_stats(home: &Home, timeout: Duration) -> Option<ProxyStats> {
 pub fn ensure_cookie_key(home: &Home) -> anyhow::Result<()> {
     let path = home.cookie_key();
     match std::fs::read(&path) {
-        Ok(bytes) if bytes.len() == crate::proxy::COOKIE_KEY_LEN => return Ok(()),
+        Ok(bytes) if bytes.len() == crate::wire::lb_start::COOKIE_KEY_LEN => return Ok(()),
         Ok(bytes) => tracing::warn!(
             "{} is {} bytes, not {}; making a new key (visitors are placed anew)",
             path.display(),
             bytes.len(),
-            crate::proxy::COOKIE_KEY_LEN
+            crate::wire::lb_start::COOKIE_KEY_LEN
         ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
     }
-    let mut key = [0u8; crate::proxy::COOKIE_KEY_LEN];
+    let mut key = [0u8; crate::wire::lb_start::COOKIE_KEY_LEN];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut key))
         .map_err(|e| anyhow::anyhow!("cannot read /dev/urandom: {e}"))?;
@@ -271,14 +271,14 @@ mod tests {
         let path = home.cookie_key();
         ensure_cookie_key(&home).unwrap();
         let made = std::fs::read(&path).unwrap();
-        assert_eq!(made.len(), crate::proxy::COOKIE_KEY_LEN);
+        assert_eq!(made.len(), crate::wire::lb_start::COOKIE_KEY_LEN);
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         ensure_cookie_key(&home).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), made, "a good key is kept: visitors stay placed");
         std::fs::write(&path, b"short").unwrap();
         ensure_cookie_key(&home).unwrap();
         let replaced = std::fs::read(&path).unwrap();
-        assert_eq!(replaced.len(), crate::proxy::COOKIE_KEY_LEN);
+        assert_eq!(replaced.len(), crate::wire::lb_start::COOKIE_KEY_LEN);
         assert_ne!(replaced, made);
         let _ = std::fs::remove_dir_all(&home.root);
     }

@@ -308,6 +308,43 @@ pub fn detach_below(dir: &Path) -> Vec<std::thread::JoinHandle<()>> {
     vec![std::thread::spawn(move || drop(held))]
 }
 
+/// What the files below some folders take on disk (their blocks), not
+/// following symlinks nor crossing into another filesystem: `used` in all,
+/// and `before` for the regular files last written before a time. What
+/// cannot be read (gone meanwhile, another user's folder) counts as nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Every file's and folder's blocks, in bytes.
+    pub used: u64,
+    /// The regular files' last written before the time asked, in bytes.
+    pub before: u64,
+}
+
+/// The [`Usage`] of `dirs`, `before` being the files last written before
+/// `ms` (Unix ms): one walk of each.
+pub fn usage(dirs: &[PathBuf], ms: u64) -> Usage {
+    use std::os::unix::fs::MetadataExt;
+    let mut u = Usage::default();
+    for dir in dirs {
+        let Ok(top) = std::fs::symlink_metadata(dir) else { continue };
+        u.used += top.blocks() * 512;
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else { continue };
+            for e in entries.flatten() {
+                let Ok(m) = e.metadata() else { continue };
+                u.used += m.blocks() * 512;
+                if m.is_dir() && m.dev() == top.dev() {
+                    stack.push(e.path());
+                } else if m.is_file() && (m.mtime().max(0) as u64) * 1000 < ms {
+                    u.before += m.blocks() * 512;
+                }
+            }
+        }
+    }
+    u
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -256,6 +256,24 @@ impl Client {
     }
 }
 
+/// Starts the daemon in the background (its command line is exactly
+/// `…/shinyctl serve`) and waits until its API answers.
+pub fn spawn_daemon(home: &Home) -> anyhow::Result<()> {
+    home.ensure()?;
+    let mut child = crate::sys::spawn::spawn_self(home, "serve", &[])?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
+        if Client::answers(home) {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            anyhow::bail!("shinyctl serve exited at start ({status}); see {}", home.api_log().display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    anyhow::bail!("shinyctl serve did not answer within 15 s; see {}", home.api_log().display())
+}
+
 #[cfg(test)]
 mod tests {
     use super::routes;

@@ -12,6 +12,8 @@ pub mod api;
 pub mod api_client;
 pub mod handover;
 pub mod launch;
+pub mod lb_start;
+pub mod reclaim;
 pub mod uds;
 
 pub use api::*;
