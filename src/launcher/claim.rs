@@ -26,7 +26,8 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
 use super::init::Handoff;
-use super::mount::Plan;
+use super::plan::Plan;
+use super::signals;
 use super::{host, Launch, EXIT_LAUNCH_FAILED};
 use crate::sys::users::Identity;
 use crate::wire::launch::fences::{self, Fences};
@@ -282,7 +283,7 @@ impl Claimed {
         if let Some(r) = report.as_mut() {
             r.claimed(self.fork);
         }
-        let sfd = SignalFd::with_flags(&host::forwarded_signals(), SfdFlags::SFD_CLOEXEC).ok();
+        let sfd = SignalFd::with_flags(&signals::forwarded_signals(), SfdFlags::SFD_CLOEXEC).ok();
         let (mut init, mut pending, mut end) = (None::<Pid>, None::<Signal>, None::<String>);
         let _ = nix::sys::socket::setsockopt(&self.conn, nix::sys::socket::sockopt::ReceiveTimeout, &nix::sys::time::TimeVal::new(0, 0));
         loop {

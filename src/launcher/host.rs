@@ -17,31 +17,12 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
 use super::init::{self, Init};
-use super::mount::Plan;
+use super::plan::Plan;
+use super::signals::{block_signals, forwarded_signals, unblock_signals};
 use super::{Launch, EXIT_LAUNCH_FAILED};
 use crate::sys::users::Identity;
 use crate::wire::launch::fences::{self, Fences};
 use crate::wire::launch::report::Writer;
-
-/// The signals the launcher and the init wait for: the three forwarded to
-/// R, and SIGCHLD.
-pub fn forwarded_signals() -> SigSet {
-    let mut set = SigSet::empty();
-    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD] {
-        set.add(s);
-    }
-    set
-}
-
-/// Blocks [`forwarded_signals`], to be taken with sigwait.
-pub fn block_signals() {
-    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded_signals()), None);
-}
-
-/// Unblocks every signal (before exec: R starts with none blocked).
-pub fn unblock_signals() {
-    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-}
 
 /// The namespaces a fenced copy gets.
 pub(super) fn all_namespaces() -> CloneFlags {

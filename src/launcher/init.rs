@@ -17,7 +17,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
-use super::mount::{self, Plan};
+use super::mount;
+use super::plan::Plan;
 use super::sources::Sources;
 use super::{Launch, Seen, APP_DIR, EXIT_LAUNCH_FAILED, SCRATCH_DIR};
 use crate::sys::users::Identity;
@@ -162,7 +163,7 @@ pub(super) fn world(
     }
     // The root is built; R must not hold the host's folders.
     drop(sources);
-    Ok(Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: mount::r_libs_user(plan) })
+    Ok(Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: super::plan::r_libs_user(plan) })
 }
 
 /// A socket pair (close-on-exec) between the init and the process that
@@ -177,7 +178,7 @@ pub fn supervision_pair() -> nix::Result<(OwnedFd, OwnedFd)> {
 /// copy on `port`); returns R's end as `exit N` or `signal N`.
 pub fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16) -> String {
     let mut told = false;
-    let set = super::host::forwarded_signals();
+    let set = super::signals::forwarded_signals();
     // Signals through a descriptor, so one poll waits for both.
     let mut signals = nix::sys::signalfd::SignalFd::with_flags(&set, nix::sys::signalfd::SfdFlags::SFD_CLOEXEC).ok();
     loop {
@@ -279,7 +280,7 @@ fn ready(listener: &OwnedFd, signals: &nix::sys::signalfd::SignalFd) -> Ready {
 /// listener of its `bind` and `listen` sent to the init over `sup`), the
 /// report of the fences to the host side, and exec. Never returns.
 fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: Seen, mut fences: Fences, ready: OwnedFd, sup: OwnedFd) -> ! {
-    super::host::unblock_signals();
+    super::signals::unblock_signals();
     if let Some(who) = who {
         if let Err(e) = crate::sys::users::set_user(who) {
             super::fail(&format!("cannot become {}: {e}", who.name));

@@ -35,6 +35,7 @@ mod plan;
 mod ports;
 mod rlimits;
 mod seccomp;
+mod signals;
 mod sources;
 pub mod zygote;
 
@@ -158,7 +159,7 @@ pub fn main(args: &[OsString]) -> i32 {
         cold = Some(why);
     }
     if let Some(socket) = launch.pool.as_ref().filter(|_| !no_report) {
-        host::block_signals();
+        signals::block_signals();
         match claim::claim(&launch, &plan, who.as_ref(), &fences, socket) {
             Ok(claimed) => claimed.wait(&launch, report, who.as_ref()),
             Err(why) => {
@@ -288,7 +289,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
         (Ok(a), Ok(s)) => (a, s),
         (Err(e), _) | (_, Err(e)) => return fail(&e),
     };
-    host::block_signals();
+    signals::block_signals();
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         return fail(&format!("cannot stay the parent of what the copy starts (PR_SET_CHILD_SUBREAPER): {e}"));
     }
@@ -307,7 +308,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
             drop(fences_in);
-            host::unblock_signals();
+            signals::unblock_signals();
             if let Some(who) = who {
                 if let Err(e) = users::set_user(who) {
                     std::process::exit(fail(&format!("cannot become {}: {e}", who.name)));

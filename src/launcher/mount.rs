@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
+use super::plan::{under, Plan, R_LIBS_DIR};
 use super::sources::Sources;
 use super::{APP_DIR, SCRATCH_DIR};
 
@@ -38,44 +39,6 @@ const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 /// interrupts, buses, filesystems' settings): bound read-only over itself,
 /// as bubblewrap and runc do.
 const PROC_READ_ONLY: [&str; 5] = ["sys", "sysrq-trigger", "irq", "bus", "fs"];
-
-/// What the copy's root holds; every path is the host's, canonical, and
-/// exists (the launcher checked before entering the namespace).
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct Plan {
-    /// The folder the copy runs (its release): read-only at [`APP_DIR`] and
-    /// at its own path.
-    pub app_dir: PathBuf,
-    /// The copy's scratch disk: writable at [`SCRATCH_DIR`] and at its own
-    /// path.
-    pub scratch: PathBuf,
-    /// The folder that is the copy's /tmp.
-    pub tmp: PathBuf,
-    /// The folder that is the copy's /dev/shm.
-    pub shm: PathBuf,
-    /// Paths covered by an empty read-only tmpfs (folders) or an empty
-    /// file (files): SHINYCTL_HOME, ~/.ssh, ~/.gnupg, ~/.aws, hidden-paths.
-    pub hidden: Vec<PathBuf>,
-    /// Paths bound writable (writable-paths).
-    pub writable: Vec<PathBuf>,
-    /// Paths bound read-only at their own place because the copy needs them
-    /// and they would be hidden (an r-path below /tmp or a hidden path).
-    pub needed: Vec<PathBuf>,
-    /// The daemon's user's own R libraries, for a copy that runs as the
-    /// app's own uid: bound read-only at [`R_LIBS_DIR`]`/N` (that uid
-    /// cannot walk a home of mode 0700 to them), and named in R_LIBS_USER.
-    pub libraries: Vec<PathBuf>,
-}
-
-/// Where a copy running as the app's own uid finds its daemon user's own R
-/// libraries (see [`Plan::libraries`]).
-pub const R_LIBS_DIR: &str = "/shinyctl/rlib";
-
-/// R_LIBS_USER for the copy: the libraries at their places inside.
-pub fn r_libs_user(plan: &Plan) -> Option<String> {
-    let inside: Vec<String> = (0..plan.libraries.len()).map(|i| format!("{R_LIBS_DIR}/{i}")).collect();
-    (!inside.is_empty()).then(|| inside.join(":"))
-}
 
 /// What the copy's root turned out to have.
 #[derive(Debug, Clone, Default)]
@@ -99,11 +62,6 @@ pub fn build(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
     let tmpfs_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     mount(Some("tmpfs"), BASE, Some("tmpfs"), tmpfs_flags, Some("mode=0755")).context("a tmpfs cannot be mounted here")?;
     build_root(plan, sources)
-}
-
-/// `p` (a host path) under `base`.
-pub(super) fn under(base: &str, p: &Path) -> PathBuf {
-    Path::new(base).join(p.strip_prefix("/").unwrap_or(p))
 }
 
 /// Builds the copy's root on the tmpfs at [`BASE`] and pivots into it.

@@ -5,9 +5,51 @@
 
 use std::path::{Path, PathBuf};
 
-use super::mount::Plan;
 use super::Launch;
 use crate::sys::users::Identity;
+
+/// What the copy's root holds; every path is the host's, canonical, and
+/// exists (the launcher checked before entering the namespace).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Plan {
+    /// The folder the copy runs (its release): read-only at [`APP_DIR`] and
+    /// at its own path.
+    pub app_dir: PathBuf,
+    /// The copy's scratch disk: writable at [`SCRATCH_DIR`] and at its own
+    /// path.
+    pub scratch: PathBuf,
+    /// The folder that is the copy's /tmp.
+    pub tmp: PathBuf,
+    /// The folder that is the copy's /dev/shm.
+    pub shm: PathBuf,
+    /// Paths covered by an empty read-only tmpfs (folders) or an empty
+    /// file (files): SHINYCTL_HOME, ~/.ssh, ~/.gnupg, ~/.aws, hidden-paths.
+    pub hidden: Vec<PathBuf>,
+    /// Paths bound writable (writable-paths).
+    pub writable: Vec<PathBuf>,
+    /// Paths bound read-only at their own place because the copy needs them
+    /// and they would be hidden (an r-path below /tmp or a hidden path).
+    pub needed: Vec<PathBuf>,
+    /// The daemon's user's own R libraries, for a copy that runs as the
+    /// app's own uid: bound read-only at [`R_LIBS_DIR`]`/N` (that uid
+    /// cannot walk a home of mode 0700 to them), and named in R_LIBS_USER.
+    pub libraries: Vec<PathBuf>,
+}
+
+/// Where a copy running as the app's own uid finds its daemon user's own R
+/// libraries (see [`Plan::libraries`]).
+pub const R_LIBS_DIR: &str = "/shinyctl/rlib";
+
+/// R_LIBS_USER for the copy: the libraries at their places inside.
+pub fn r_libs_user(plan: &Plan) -> Option<String> {
+    let inside: Vec<String> = (0..plan.libraries.len()).map(|i| format!("{R_LIBS_DIR}/{i}")).collect();
+    (!inside.is_empty()).then(|| inside.join(":"))
+}
+
+/// `p` (a host path) under `base`.
+pub(super) fn under(base: &str, p: &Path) -> PathBuf {
+    Path::new(base).join(p.strip_prefix("/").unwrap_or(p))
+}
 
 /// The folders below a user's home that a copy never sees.
 pub const SECRETS: [&str; 3] = [".ssh", ".gnupg", ".aws"];

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use super::mount::Plan;
+use super::plan::Plan;
 
 /// Open folders and files of the host, by the path the plan names them.
 #[derive(Debug, Default)]
@@ -64,7 +64,7 @@ impl Sources {
     pub fn from(&self, old_root: &str, p: &Path) -> PathBuf {
         match self.opened.iter().find(|(q, _)| q == p) {
             Some((_, fd)) => PathBuf::from(format!("{old_root}/proc/self/fd/{}", fd.as_raw_fd())),
-            None => super::mount::under(old_root, p),
+            None => super::plan::under(old_root, p),
         }
     }
 }

@@ -22,6 +22,7 @@ use nix::unistd::{fork, ForkResult, Pid};
 
 use super::claim::{self, Claim, Msg};
 use super::host;
+use super::signals;
 use super::sources::Sources;
 use super::{Launch, EXIT_LAUNCH_FAILED};
 use crate::sys::users::Identity;
@@ -162,7 +163,7 @@ fn first(listen: RawFd, conn: OwnedFd, claim: Claim, log: OwnedFd, told: Option<
     // the copy's.
     let _ = nix::unistd::setsid();
     let mut r_mask = SigSet::empty();
-    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&host::forwarded_signals()), Some(&mut r_mask));
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&signals::forwarded_signals()), Some(&mut r_mask));
     if let Err(e) = nix::sched::unshare(host::all_namespaces()) {
         refuse(format!("the copy's namespaces cannot be made from the zygote ({e})"));
     }
@@ -195,7 +196,7 @@ fn first(listen: RawFd, conn: OwnedFd, claim: Claim, log: OwnedFd, told: Option<
 /// the init with it: its parent-death signal).
 fn stay(conn: OwnedFd, init: Pid) -> ! {
     use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-    let sfd = nix::sys::signalfd::SignalFd::with_flags(&host::forwarded_signals(), nix::sys::signalfd::SfdFlags::SFD_CLOEXEC).ok();
+    let sfd = nix::sys::signalfd::SignalFd::with_flags(&signals::forwarded_signals(), nix::sys::signalfd::SfdFlags::SFD_CLOEXEC).ok();
     loop {
         let mut fds = [
             libc::pollfd { fd: conn.as_raw_fd(), events: libc::POLLIN, revents: 0 },

@@ -10,10 +10,11 @@ use tokio::time::Instant;
 
 use super::body::DownBody;
 use super::daemon::WakeWatch;
+use super::error_source::ErrorSource;
 use super::pages;
 use super::pool::UpBody;
 use super::retry::{self, Lost};
-use super::shared::{ErrorSource, Shared};
+use super::shared::Shared;
 use super::table::{LiveApp, LiveCopy};
 use super::upstream::{Failure, Replay};
 use crate::sys::clock::{mono_ms, now_ms};

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use hyper::header::HeaderValue;
 
+use super::error_source::ErrorSource;
 use super::limits::{self, Counts, Verdict};
-use super::shared::{ErrorSource, Shared};
+use super::shared::Shared;
 use super::stats;
 use super::table::AppCounters;
 

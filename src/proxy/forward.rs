@@ -20,10 +20,11 @@ use super::attempt::Attempt;
 use super::balance::{self, Capacity, Need, Placement};
 use super::body::DownBody;
 use super::daemon::{wake_outcome, Wake};
+use super::error_source::ErrorSource;
 use super::headers;
 use super::pool::UpBody;
 use super::progress::Idle;
-use super::shared::{ErrorSource, Shared};
+use super::shared::Shared;
 use super::table::{LiveApp, LiveCopy};
 use super::upstream::{self, send, Failure, Replay, Sent};
 use super::{pages, websocket};
@@ -298,7 +299,7 @@ fn respond(
         (Some(upstream), Some(client)) => {
             parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             shared.requests.session_opened(&app.name);
-            let session = websocket::Session::new(copy.state.clone(), Some(shared.requests.of(&app.name)));
+            let session = super::pump::Session::new(copy.state.clone(), Some(shared.requests.of(&app.name)));
             websocket::tunnel(&shared.pump, client, upstream, session, app.name.clone(), copy.copy);
             drop(lease);
             Response::from_parts(parts, DownBody::empty())

@@ -21,8 +21,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+use super::error_source::ErrorSource;
 use super::forward::{self, Client};
-use super::shared::{ErrorSource, Shared};
+use super::shared::Shared;
 use super::table::Table;
 use crate::wire::handover::Sockets;
 

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 
-use super::table::{CopyState, Table};
+use super::copy_state::CopyState;
+use super::table::Table;
 use crate::sys::pidfd::Pidfd;
 use crate::sys::procfs;
 

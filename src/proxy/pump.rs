@@ -21,8 +21,34 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use super::copy_state::CopyState;
 use super::stats::AppCounters;
-use super::websocket::Session;
+
+/// One open WebSocket, counted on its copy (a connection and a session)
+/// until dropped.
+pub struct Session {
+    /// The copy's counters.
+    state: Arc<CopyState>,
+    /// The app's counters, where the pump counts the session's bytes.
+    pub app: Option<Arc<AppCounters>>,
+}
+
+impl Session {
+    /// Counts a new session on the copy; its bytes go to `app`'s counters.
+    pub fn new(state: Arc<CopyState>, app: Option<Arc<AppCounters>>) -> Session {
+        state.session_opened();
+        state.connections.fetch_add(1, Ordering::Relaxed);
+        state.sessions.fetch_add(1, Ordering::Relaxed);
+        Session { state, app }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.state.sessions.fetch_sub(1, Ordering::Relaxed);
+        self.state.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Each worker thread's buffer: what one read moves at most.
 const BUF_LEN: usize = 16 * 1024;

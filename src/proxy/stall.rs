@@ -1,6 +1,6 @@
 //! A stalled copy: its kernel still accepts connections, but the R process
 //! does not answer (a long computation, SIGSTOP, a deadlock), so only the
-//! time to a first byte shows it. After `table::STALL_AFTER_MS` without an
+//! time to a first byte shows it. After `copy_state::STALL_AFTER_MS` without an
 //! answer while a request waits, it gets no new visitors (`balance.rs`)
 //! and one probe at a time asks it for a page until it answers; then it
 //! gets visitors again.
@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::shared::ErrorSource;
-use super::table::CopyState;
+use super::copy_state::CopyState;
+use super::error_source::ErrorSource;
 use crate::sys::clock::mono_ms;
 
 /// How long one probe waits for the copy's answer before asking again on

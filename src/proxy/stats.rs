@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use hyper::StatusCode;
 
-use super::shared::Shared;
-use crate::wire::{AppRequests, ProxyMetrics, LATENCY_BOUNDS};
+use crate::wire::{AppRequests, LATENCY_BOUNDS};
 
 /// One app's counters; atomics, so a request counts without a lock.
 #[derive(Default)]
@@ -80,7 +79,7 @@ impl Requests {
 
     /// The counts of the apps in `keep` (others are forgotten: deleted apps
     /// leave no series behind).
-    fn report(&self, keep: &[String]) -> Vec<AppRequests> {
+    pub fn report(&self, keep: &[String]) -> Vec<AppRequests> {
         let mut apps = self.apps.write().unwrap_or_else(|e| e.into_inner());
         apps.retain(|name, _| keep.contains(name));
         let mut out: Vec<AppRequests> = apps
@@ -98,23 +97,6 @@ impl Requests {
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
-    }
-}
-
-/// What `GET /metrics` answers.
-pub fn metrics(shared: &Shared) -> ProxyMetrics {
-    let table = shared.table.load();
-    let names: Vec<String> = table.source.apps.iter().map(|a| a.name.clone()).collect();
-    let traffic = table.traffic();
-    // An upgraded connection (a WebSocket) has left hyper's count and is a
-    // session of its copy.
-    let tunnels: u64 = traffic.iter().flat_map(|a| &a.copies).map(|c| c.sessions).sum();
-    ProxyMetrics {
-        pid: std::process::id(),
-        rss_bytes: crate::sys::procfs::rss_bytes(std::process::id()).unwrap_or(0),
-        open_connections: shared.open() as u64 + tunnels,
-        traffic,
-        requests: shared.requests.report(&names),
     }
 }
 

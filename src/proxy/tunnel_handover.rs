@@ -31,11 +31,11 @@ use serde::{Deserialize, Serialize};
 use tokio::io::Interest;
 use tokio::net::UnixStream;
 
+use super::copy_state::CopyState;
 use super::handover::{self, Message, Received};
+use super::pump::Session;
 use super::pump::{Tunnel, Way};
 use super::shared::Shared;
-use super::table::CopyState;
-use super::websocket::Session;
 
 /// The message's kind.
 pub const KIND: &str = "tunnels";

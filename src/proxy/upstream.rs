@@ -14,12 +14,13 @@ use hyper::{Method, Request, Response, Uri, Version};
 use hyper_util::rt::TokioIo;
 
 use super::body::Lease;
+use super::copy_state::CopyState;
+use super::error_source::ErrorSource;
 use super::limits;
 use super::pool::Sender;
 use super::pool::UpBody;
 use super::quickack::QuickAck;
-use super::shared::ErrorSource;
-use super::table::{CopyState, LiveCopy};
+use super::table::LiveCopy;
 use crate::sys::clock::mono_ms;
 
 /// A connection to a copy that is refused or times out within this marks

@@ -13,11 +13,9 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::counted::Counted;
+use super::error_source::ErrorSource;
 use super::pump::{Live, Pump, Way};
 use super::quickack::QuickAck;
-use super::shared::ErrorSource;
-use super::stats::AppCounters;
-use super::table::CopyState;
 
 /// True for a request that asks to switch to the WebSocket protocol
 /// (`Connection: upgrade` and `Upgrade: websocket`, in any case, among
@@ -73,37 +71,11 @@ fn has_token(h: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
     h.get_all(name).iter().any(|v| v.to_str().unwrap_or("").split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
 
-/// One open WebSocket, counted on its copy (a connection and a session)
-/// until dropped.
-pub struct Session {
-    /// The copy's counters.
-    state: Arc<CopyState>,
-    /// The app's counters, where the pump counts the session's bytes.
-    pub app: Option<Arc<AppCounters>>,
-}
-
-impl Session {
-    /// Counts a new session on the copy; its bytes go to `app`'s counters.
-    pub fn new(state: Arc<CopyState>, app: Option<Arc<AppCounters>>) -> Session {
-        state.session_opened();
-        state.connections.fetch_add(1, Ordering::Relaxed);
-        state.sessions.fetch_add(1, Ordering::Relaxed);
-        Session { state, app }
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.state.sessions.fetch_sub(1, Ordering::Relaxed);
-        self.state.connections.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// Once the visitor's and the copy's connections have both switched
 /// protocols, carries bytes between them until both sides have closed (a
 /// close is passed on) or either fails: in the pump, on the raw sockets,
 /// with the bytes hyper read past each head going first.
-pub fn tunnel(pump: &Arc<Pump>, client: OnUpgrade, upstream: OnUpgrade, session: Session, app: String, copy: u32) {
+pub fn tunnel(pump: &Arc<Pump>, client: OnUpgrade, upstream: OnUpgrade, session: super::pump::Session, app: String, copy: u32) {
     let slot = pump.slot();
     tokio::spawn(async move {
         let (client, upstream) = match tokio::join!(client, upstream) {
