@@ -22,7 +22,7 @@ use super::workers::{Worker, WORKERS};
 use crate::wire::handover::Sockets;
 use crate::wire::lb_start::COOKIE_KEY_LEN;
 use crate::wire::uds;
-use crate::wire::{ActionReply, ApiError, ProxyMetrics, ProxySettings, ProxyStats, ProxyTable, BUILD};
+use crate::wire::{ActionReply, ApiError, ProxySettings, ProxyStats, ProxyTable, BUILD};
 
 /// How long requests in flight may take to finish once told to stop.
 pub const DRAIN: Duration = Duration::from_secs(5);
@@ -133,13 +133,21 @@ impl Control {
         }
     }
 
-    /// What `GET /stats` answers.
+    /// What `GET /stats` and `GET /metrics` answer.
     fn stats(&self) -> ProxyStats {
+        let table = self.shared.table.load();
+        let names: Vec<String> = table.source.apps.iter().map(|a| a.name.clone()).collect();
+        let apps = table.traffic();
+        // An upgraded connection (a WebSocket) has left hyper's count and is a
+        // session of its copy.
+        let tunnels: u64 = apps.iter().flat_map(|a| &a.copies).map(|c| c.sessions).sum();
         ProxyStats {
             build: BUILD.to_string(),
             pid: std::process::id(),
             rss_bytes: crate::sys::procfs::rss_bytes(std::process::id()).unwrap_or(0),
-            apps: self.shared.table.load().traffic(),
+            open_connections: self.shared.open() as u64 + tunnels,
+            requests: self.shared.requests.report(&names),
+            apps,
             settings: ProxySettings {
                 header_timeout_ms: HEADER_TIMEOUT.as_millis() as u64,
                 max_header_bytes: MAX_HEAD,
@@ -169,8 +177,7 @@ pub async fn handle(req: Request<hyper::body::Incoming>, ctl: &Control) -> Respo
             uds::json_response(StatusCode::OK, &ActionReply { message: format!("table of {apps} apps in place"), revision: None })
         }
         (&Method::GET, "/table") => uds::json_response(StatusCode::OK, &ctl.shared.table.load().source),
-        (&Method::GET, "/stats") => uds::json_response(StatusCode::OK, &ctl.stats()),
-        (&Method::GET, "/metrics") => uds::json_response(StatusCode::OK, &metrics(&ctl.shared)),
+        (&Method::GET, "/stats" | "/metrics") => uds::json_response(StatusCode::OK, &ctl.stats()),
         (&Method::POST, "/shutdown") => {
             ctl.stop.notify_one();
             uds::json_response(StatusCode::OK, &ActionReply { message: "stopping".into(), revision: None })
@@ -184,21 +191,4 @@ pub async fn handle(req: Request<hyper::body::Incoming>, ctl: &Control) -> Respo
 
 fn error(status: StatusCode, error: String) -> Response<Full<Bytes>> {
     uds::json_response(status, &ApiError { error })
-}
-
-/// What `GET /metrics` answers.
-pub fn metrics(shared: &Shared) -> ProxyMetrics {
-    let table = shared.table.load();
-    let names: Vec<String> = table.source.apps.iter().map(|a| a.name.clone()).collect();
-    let traffic = table.traffic();
-    // An upgraded connection (a WebSocket) has left hyper's count and is a
-    // session of its copy.
-    let tunnels: u64 = traffic.iter().flat_map(|a| &a.copies).map(|c| c.sessions).sum();
-    ProxyMetrics {
-        pid: std::process::id(),
-        rss_bytes: crate::sys::procfs::rss_bytes(std::process::id()).unwrap_or(0),
-        open_connections: shared.open() as u64 + tunnels,
-        traffic,
-        requests: shared.requests.report(&names),
-    }
 }

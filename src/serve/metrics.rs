@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::home::Home;
 use crate::wire::uds;
-use crate::wire::{AppStatus, ProxyMetrics, LATENCY_BOUNDS};
+use crate::wire::{AppStatus, ProxyStats, LATENCY_BOUNDS};
 
 use super::exposition::{self, Format};
 use super::reply::{error, Reply};
@@ -112,7 +112,7 @@ async fn view(shared: &Shared) -> View {
 }
 
 /// Asks the load balancer for its figures; `None` when it does not answer.
-pub async fn proxy_metrics(home: &Home) -> Option<ProxyMetrics> {
+pub async fn proxy_metrics(home: &Home) -> Option<ProxyStats> {
     let (status, body) = uds::request(&home.proxy_sock(), Method::GET, "/metrics", None, PROXY_TIMEOUT).await.ok()?;
     status.is_success().then(|| serde_json::from_slice(&body).ok()).flatten()
 }
@@ -185,12 +185,12 @@ fn buckets(bounds: &[f64], counts: &[u64]) -> Vec<(f64, u64)> {
 }
 
 /// The whole scrape, as Prometheus text.
-pub fn render(view: &View, proxy: Option<&ProxyMetrics>) -> Result<String, std::fmt::Error> {
+pub fn render(view: &View, proxy: Option<&ProxyStats>) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::with_prefix("shinyctl");
     add_copies(&mut reg, view, proxy);
     add_apps(&mut reg, view, proxy);
     add_capacity(&mut reg, view);
-    let lb = |f: fn(&ProxyMetrics) -> f64| proxy.map(|p| vec![(Labels::new(), Value::Gauge(f(p)))]).unwrap_or_default();
+    let lb = |f: fn(&ProxyStats) -> f64| proxy.map(|p| vec![(Labels::new(), Value::Gauge(f(p)))]).unwrap_or_default();
     add(
         &mut reg,
         "load_balancer_up",
@@ -252,10 +252,10 @@ fn add_pool(reg: &mut Registry, pool: &crate::wire::PoolReport) {
 /// time, crashes, start time, sessions, open connections. Sessions and
 /// connections are the load balancer's figures of this moment when it
 /// answers, else the daemon's last ones.
-fn add_copies(reg: &mut Registry, view: &View, proxy: Option<&ProxyMetrics>) {
+fn add_copies(reg: &mut Registry, view: &View, proxy: Option<&ProxyStats>) {
     let mut f = CopyFamilies::default();
     for a in &view.apps {
-        let traffic = proxy.and_then(|p| p.traffic.iter().find(|t| t.name == a.name));
+        let traffic = proxy.and_then(|p| p.apps.iter().find(|t| t.name == a.name));
         for c in &a.copies {
             let labels = || -> Labels { vec![("app", a.name.clone()), ("copy", c.copy.to_string())] };
             let with = |k: &'static str, v: &str| -> Labels { labels().into_iter().chain([(k, v.to_string())]).collect() };
@@ -317,7 +317,7 @@ struct CopyFamilies {
 }
 
 /// The series per app: requests, latency, restarts, wakes, time asleep.
-fn add_apps(reg: &mut Registry, view: &View, proxy: Option<&ProxyMetrics>) {
+fn add_apps(reg: &mut Registry, view: &View, proxy: Option<&ProxyStats>) {
     let app = |name: &str| -> Labels { vec![("app", name.to_string())] };
     let known = |name: &str| view.apps.iter().any(|a| a.name == name);
     let requests = proxy.map(|p| p.requests.iter().filter(|r| known(&r.name)).collect::<Vec<_>>()).unwrap_or_default();
@@ -499,11 +499,11 @@ mod tests {
         classes[1] = 7;
         let mut latency_counts = vec![0; LATENCY_BOUNDS.len() + 1];
         latency_counts[0] = 7;
-        let proxy = ProxyMetrics {
+        let proxy = ProxyStats {
             pid: 1,
             rss_bytes: 5,
             open_connections: 2,
-            traffic: vec![AppTraffic {
+            apps: vec![AppTraffic {
                 name: "web".into(),
                 last_request_ms: 0,
                 refusing: Vec::new(),
@@ -523,6 +523,7 @@ mod tests {
                 },
                 AppRequests { name: "old".into(), classes, latency_counts, latency_sum: 0.01, ..Default::default() },
             ],
+            ..ProxyStats::default()
         };
         let text = render(&view, Some(&proxy)).unwrap();
         for line in [

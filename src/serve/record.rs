@@ -2,8 +2,6 @@
 //! temporary file, fsync, rename), registry.json, the daemon's lock, and log
 //! rotation.
 
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -11,18 +9,9 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::home::{write_atomic, Home};
-use crate::manifest::AppSpec;
-use crate::wire::AppState;
+use crate::wire::{AppState, Registry};
 
 use super::{AppRt, Daemon, LOG_ROTATE_BYTES};
-
-/// `registry.json`: every app the daemon manages. Only the daemon reads and
-/// writes it, so it lives here beside the code that does.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Registry {
-    /// The applied spec of each app, by app name.
-    pub apps: BTreeMap<String, AppSpec>,
-}
 
 /// Takes an exclusive, non-blocking flock on `path`; held until the
 /// returned lock drops.

@@ -14,6 +14,16 @@ pub mod handover;
 pub mod launch;
 pub mod lb_start;
 pub mod reclaim;
+pub mod state;
+pub mod stats;
+pub mod table;
 pub mod uds;
 
 pub use api::*;
+pub use state::*;
+pub use stats::*;
+pub use table::*;
+
+/// The build identity of this binary (the version and a hash of its
+/// sources): a load balancer of another build is replaced on upgrade.
+pub const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("SHINYCTL_BUILD_ID"));
