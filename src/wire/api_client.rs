@@ -13,8 +13,12 @@ use serde::{Deserialize, Serialize};
 use crate::home::Home;
 use crate::wire::{ActionReply, ApiError, ApplyRequest, LogsReply, ReloadReply, RolloutReply, StatusReport};
 
-/// The paths of the API's routes, the one place they are written.
+/// The paths of the API's routes, as the client calls them: each written
+/// by [`ApiRequest::target`](super::request::ApiRequest::target), which the
+/// daemon's parse reads back.
 pub mod routes {
+    use crate::wire::request::ApiRequest as R;
+
     /// `GET`: the daemon's build and PID ([`super::VersionReply`]).
     pub const VERSION: &str = "/v1/version";
     /// `POST`: apply a manifest (`ApplyRequest`).
@@ -24,86 +28,72 @@ pub mod routes {
 
     /// `GET`: every app's status, or one app's.
     pub fn status(app: Option<&str>) -> String {
-        match app {
-            Some(a) => format!("/v1/status?app={a}"),
-            None => "/v1/status".to_string(),
-        }
+        R::Status { app: app.map(str::to_string) }.target()
     }
 
     /// `POST`: redeploy an app; with `now`, the old copies stop as soon as
     /// the new ones are ready.
     pub fn restart(app: &str, now: bool) -> String {
-        format!("/v1/apps/{app}/restart{}", now_query(now))
+        R::Restart { app: app.into(), now }.target()
     }
 
     /// `POST`: redeploy the last release that served before the current
     /// one, or release `to`; with `now`, the old copies stop as soon as the
     /// new ones are ready.
     pub fn rollback(app: &str, now: bool, to: Option<&str>) -> String {
-        let mut q: Vec<String> = Vec::new();
-        if now {
-            q.push("now=1".into());
-        }
-        if let Some(id) = to {
-            q.push(format!("to={id}"));
-        }
-        let q = if q.is_empty() { String::new() } else { format!("?{}", q.join("&")) };
-        format!("/v1/apps/{app}/rollback{q}")
+        R::Rollback { app: app.into(), now, to: to.map(str::to_string) }.target()
     }
 
     /// `GET`: the kept releases (`ReleaseRow`s).
     pub fn releases(app: &str) -> String {
-        format!("/v1/apps/{app}/releases")
+        R::Releases { app: app.into() }.target()
     }
 
     /// `DELETE`: stop an app's copies and forget it; with `now`, at once.
     pub fn delete(app: &str, now: bool) -> String {
-        format!("/v1/apps/{app}{}", now_query(now))
+        R::Delete { app: app.into(), now }.target()
     }
 
     /// `GET`: where the copies' logs are (`LogsReply`).
     pub fn logs(app: &str) -> String {
-        format!("/v1/apps/{app}/logs")
+        R::Logs { app: app.into(), copy: None }.target()
     }
 
     /// `POST` (from the load balancer): a copy refused a connection and a
     /// warm copy stood in (`StandIn`).
     pub fn stand_in(app: &str) -> String {
-        format!("/v1/apps/{app}/stand-in")
+        R::StandIn { app: app.into() }.target()
     }
 
     /// `POST`: an operator's command on an app: `stop`, `start`.
     pub fn operate(app: &str, what: &str) -> String {
-        format!("/v1/apps/{app}/{what}")
+        match what {
+            "start" => R::Start { app: app.into() }.target(),
+            "stop" => R::Stop { app: app.into() }.target(),
+            // No such route: the daemon answers 404 naming it.
+            other => format!("/v1/apps/{app}/{other}"),
+        }
     }
 
     /// `POST`: set an app's replicas.
     pub fn scale(app: &str, replicas: u32) -> String {
-        format!("/v1/apps/{app}/scale?replicas={replicas}")
+        R::Scale { app: app.into(), replicas }.target()
     }
 
     /// `POST`: stop the daemon; with `all`, its copies and load balancer first.
     pub fn shutdown(all: bool) -> String {
-        format!("/v1/shutdown{}", if all { "?all=1" } else { "" })
+        R::Shutdown { all }.target()
     }
 
     /// `GET`: how the deploy of `revision` is going (`RolloutReply`).
     pub fn rollout(app: &str, revision: u64) -> String {
-        format!("/v1/apps/{app}/rollout?revision={revision}")
+        R::Rollout { app: app.into(), revision }.target()
     }
 
     /// `POST` (from the load balancer): wake a sleeping app; answers once a
     /// copy is active.
     pub fn wake(app: &str) -> String {
-        format!("/v1/apps/{app}/wake")
-    }
-
-    fn now_query(now: bool) -> &'static str {
-        if now {
-            "?now=1"
-        } else {
-            ""
-        }
+        R::Wake { app: app.into() }.target()
     }
 }
 
@@ -288,5 +278,13 @@ mod tests {
         assert_eq!(routes::logs("a"), "/v1/apps/a/logs");
         assert_eq!(routes::stand_in("a"), "/v1/apps/a/stand-in");
         assert_eq!(routes::wake("a"), "/v1/apps/a/wake");
+        assert_eq!(routes::rollback("a", true, Some("r1")), "/v1/apps/a/rollback?now=1&to=r1");
+        assert_eq!(routes::operate("a", "stop"), "/v1/apps/a/stop");
+        use crate::wire::request::ApiRequest;
+        for (path, req) in
+            [(routes::VERSION, ApiRequest::Version), (routes::APPLY, ApiRequest::Apply), (routes::RELOAD, ApiRequest::Reload)]
+        {
+            assert_eq!(path, req.target());
+        }
     }
 }

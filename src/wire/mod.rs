@@ -14,6 +14,7 @@ pub mod handover;
 pub mod launch;
 pub mod lb_start;
 pub mod reclaim;
+pub mod request;
 pub mod state;
 pub mod stats;
 pub mod table;
