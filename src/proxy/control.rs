@@ -12,13 +12,13 @@ use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::{watch, Mutex, Notify};
 
-use super::daemon::DaemonLink;
-use super::limits::{self, Gate};
-use super::listeners::Listeners;
-use super::pool;
 use super::shared::Shared;
-use super::table;
 use super::workers::{Worker, WORKERS};
+use crate::proxy::copies::idle_connections;
+use crate::proxy::copies::table;
+use crate::proxy::daemon_link::DaemonLink;
+use crate::proxy::visitors::caps::{self, Gate};
+use crate::proxy::visitors::listeners::Listeners;
 use crate::wire::handover::Sockets;
 use crate::wire::lb_start::COOKIE_KEY_LEN;
 use crate::wire::uds;
@@ -35,10 +35,10 @@ const MAX_HEAD: usize = 64 * 1024;
 const MAX_TABLE: usize = 16 * 1024 * 1024;
 
 /// Every so often, closes the idle connections to copies that expired
-/// ([`pool::POOL_IDLE`]), so a quiet app holds none; ends with the load
+/// ([`idle_connections::POOL_IDLE`]), so a quiet app holds none; ends with the load
 /// balancer.
 async fn expire_pools(control: std::sync::Weak<Control>) {
-    let mut tick = tokio::time::interval(pool::POOL_IDLE / 3);
+    let mut tick = tokio::time::interval(idle_connections::POOL_IDLE / 3);
     loop {
         tick.tick().await;
         let Some(control) = control.upgrade() else { return };
@@ -82,7 +82,7 @@ impl Control {
             workers,
             pump: Arc::default(),
             requests: Default::default(),
-            gate: Gate::new(limits::connection_budget(limits::open_files_limit())),
+            gate: Gate::new(caps::connection_budget(caps::open_files_limit())),
         });
         let control = Arc::new(Control { shared, listeners: Mutex::new(Listeners::with(given)), stop: Notify::new(), watch_copies });
         tokio::spawn(expire_pools(Arc::downgrade(&control)));
@@ -101,8 +101,8 @@ impl Control {
             shared.table.swap(next);
             let live = shared.table.load();
             if self.watch_copies {
-                super::liveness::watch(&live);
-                super::warm::warm(&live);
+                crate::proxy::copies::liveness::watch(&live);
+                crate::proxy::copies::warm::warm(&live);
             }
             listeners.apply(&live, shared).await;
         }

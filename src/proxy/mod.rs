@@ -35,36 +35,16 @@
 //! of death costs at most two copies); `stall.rs` watches a copy that
 //! stops answering.
 
-mod attempt;
-mod balance;
-mod body;
-mod client;
 mod control;
-mod cookie;
-mod copy_state;
-mod counted;
-mod daemon;
+mod copies;
+mod counters;
+mod daemon_link;
 mod error_source;
-mod forward;
-mod headers;
-mod limits;
-mod listeners;
-mod liveness;
 mod lock;
-mod pages;
-mod pool;
-mod progress;
-mod pump;
-mod quickack;
-mod retry;
+mod requests;
 mod shared;
-mod stall;
-mod stats;
-mod table;
-mod tunnel_handover;
-mod upstream;
-mod warm;
-mod websocket;
+mod tunnels;
+mod visitors;
 mod workers;
 
 use std::fs;
@@ -112,8 +92,8 @@ pub fn run(home: Home) -> anyhow::Result<()> {
     };
     let key = read_key(&home.cookie_key())?;
     // Every visitor's connection is a descriptor, and most one more to a copy.
-    match limits::raise_open_files() {
-        Ok(n) => tracing::info!("open files: up to {n}, so up to {} visitors' connections", limits::connection_budget(n)),
+    match visitors::caps::raise_open_files() {
+        Ok(n) => tracing::info!("open files: up to {n}, so up to {} visitors' connections", visitors::caps::connection_budget(n)),
         Err(e) => tracing::warn!("cannot raise the open-files limit: {e}"),
     }
     let workers = (0..WORKERS).map(start_worker).collect::<io::Result<Vec<_>>>()?;
@@ -170,7 +150,7 @@ fn remove_own(path: &Path, ino: u64) {
     }
 }
 
-pub use tunnel_handover::Handed;
+pub use tunnels::tunnel_handover::Handed;
 
 /// What an in-process load balancer ([`Proxy::start`]) is given.
 pub struct Settings {
@@ -201,7 +181,7 @@ impl Proxy {
             let addr = l.local_addr()?;
             given.insert((addr.ip().to_string(), addr.port()), l);
         }
-        let daemon = daemon::DaemonLink { api_sock: settings.api_sock };
+        let daemon = daemon_link::DaemonLink { api_sock: settings.api_sock };
         let control = Control::new(daemon, settings.key, vec![Worker::current()], given, false);
         control.push(table).await;
         Ok(Proxy { control })
@@ -230,10 +210,10 @@ impl Proxy {
     /// and lost (this is the last thing a load balancer does).
     pub async fn hand_tunnels_over(&self, to: &Proxy) -> io::Result<Handed> {
         let (ours, theirs) = tokio::net::UnixStream::pair()?;
-        let reader = tokio::spawn(tunnel_handover::take_in(theirs, to.control.shared.clone()));
+        let reader = tokio::spawn(tunnels::tunnel_handover::take_in(theirs, to.control.shared.clone()));
         let tunnels = self.control.shared.pump.take_all(Duration::from_secs(1)).await;
         let handed = Handed::of(&tunnels);
-        tunnel_handover::send(&ours, tunnels, tunnel_handover::PER_FRAME).await?;
+        tunnels::tunnel_handover::send(&ours, tunnels, tunnels::tunnel_handover::PER_FRAME).await?;
         drop(ours);
         reader.await.map_err(io::Error::other)?;
         Ok(handed)
@@ -252,7 +232,7 @@ async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>) -> a
     let (handover_listener, handover_ino) = bind_unix(&handover_sock)?;
     let sock = home.proxy_sock();
     let (listener, ino) = bind_unix(&sock)?;
-    let control = Control::new(daemon::DaemonLink { api_sock: home.api_sock() }, key, workers, handover::Sockets::new(), true);
+    let control = Control::new(daemon_link::DaemonLink { api_sock: home.api_sock() }, key, workers, handover::Sockets::new(), true);
     let ctl = control.clone();
     let control_task = tokio::spawn(uds::serve(listener, move |req| {
         let ctl = ctl.clone();
@@ -273,7 +253,7 @@ async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>) -> a
     tracing::info!("stopping ({why}): no new connections; requests in flight get up to {:?}", control::DRAIN);
     handover_task.abort();
     control.stop_serving().await;
-    tunnel_handover::pass_on(&handover_sock, handover_ino, &control.shared).await;
+    tunnels::tunnel_handover::pass_on(&handover_sock, handover_ino, &control.shared).await;
     control_task.abort();
     remove_own(&sock, ino);
     remove_own(&handover_sock, handover_ino);
@@ -340,10 +320,10 @@ async fn hand_over_one(stream: std::os::unix::net::UnixStream, ctl: &Control) ->
             ctl.give(sockets).await;
             handover::send(&stream, &Message::Ack { pid: std::process::id() }, &[])
         }
-        Ok(Received::Message(Message::Tunnels { version }, _)) if version == tunnel_handover::VERSION => {
+        Ok(Received::Message(Message::Tunnels { version }, _)) if version == tunnels::tunnel_handover::VERSION => {
             handover::send(&stream, &Message::Ack { pid: std::process::id() }, &[])?;
             stream.set_nonblocking(true)?;
-            tokio::spawn(tunnel_handover::take_in(tokio::net::UnixStream::from_std(stream)?, ctl.shared.clone()));
+            tokio::spawn(tunnels::tunnel_handover::take_in(tokio::net::UnixStream::from_std(stream)?, ctl.shared.clone()));
             Ok(())
         }
         Ok(other) => {

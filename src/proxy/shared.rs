@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::daemon::DaemonLink;
-use super::limits::Gate;
-use super::pump::Pump;
-use super::table;
 use super::workers::Worker;
+use crate::proxy::copies::table;
+use crate::proxy::daemon_link::DaemonLink;
+use crate::proxy::tunnels::pump::Pump;
+use crate::proxy::visitors::caps::Gate;
 
 /// What every connection of the load balancer shares.
 pub struct Shared {
@@ -33,7 +33,7 @@ pub struct Shared {
     /// The open WebSocket tunnels.
     pub pump: Arc<Pump>,
     /// Answers counted per app, for metrics.
-    pub requests: super::stats::Requests,
+    pub requests: crate::proxy::counters::Requests,
     /// Visitors' connections counted under the caps that span apps.
     pub gate: Gate,
 }

@@ -18,8 +18,8 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::SendRequest;
 
-use super::progress::{self, BoxError, Idle};
-use super::workers::{worker_index, WORKERS};
+use crate::proxy::requests::progress::{self, BoxError, Idle};
+use crate::proxy::workers::{worker_index, WORKERS};
 
 /// Idle connections kept per copy.
 const POOL_MAX: usize = 256;

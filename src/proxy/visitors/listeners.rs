@@ -21,10 +21,10 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use super::error_source::ErrorSource;
-use super::forward::{self, Client};
-use super::shared::Shared;
-use super::table::Table;
+use crate::proxy::copies::table::Table;
+use crate::proxy::error_source::ErrorSource;
+use crate::proxy::requests::forward::{self, Client};
+use crate::proxy::shared::Shared;
 use crate::wire::handover::Sockets;
 
 /// Once told to stop, how long a connection may still bring a request (a
@@ -186,7 +186,7 @@ async fn serve_client(stream: std::net::TcpStream, peer: SocketAddr, port: u16, 
     let Some(client) = Client::admit(&stream, peer, port, &shared) else { return };
     let counters = client.stats.clone();
     let svc = hyper::service::service_fn(move |req| forward::handle(req, client.clone()));
-    let stream = super::counted::Counted::new(stream, counters);
+    let stream = crate::proxy::visitors::counted::Counted::new(stream, counters);
     let conn = shared.http.serve_connection(TokioIo::new(stream), svc).with_upgrades();
     tokio::pin!(conn);
     let mut shutdown = shared.shutdown.subscribe();

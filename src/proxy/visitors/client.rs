@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use hyper::header::HeaderValue;
 
-use super::error_source::ErrorSource;
-use super::limits::{self, Counts, Verdict};
-use super::shared::Shared;
-use super::stats;
-use super::table::AppCounters;
+use crate::proxy::copies::table::AppCounters;
+use crate::proxy::counters;
+use crate::proxy::error_source::ErrorSource;
+use crate::proxy::shared::Shared;
+use crate::proxy::visitors::caps::{self, Counts, Verdict};
 
 /// A client connection's own facts, shared by its requests.
 pub struct Client {
@@ -28,7 +28,7 @@ pub struct Client {
     pub busy: bool,
     /// The metrics of the app its port served when it was accepted: its
     /// answers and bytes count there (looked up once, not per request).
-    pub stats: Option<Arc<stats::AppCounters>>,
+    pub stats: Option<Arc<counters::AppCounters>>,
     /// Counted under the per-address cap (not loopback, not a trusted
     /// proxy): the address to uncount.
     counted_address: Option<IpAddr>,
@@ -41,14 +41,14 @@ impl Client {
     /// dead and stalled peers, counted under the caps. `None`: far past a
     /// cap, close it at once.
     pub fn admit(stream: &tokio::net::TcpStream, peer: SocketAddr, port: u16, shared: &Arc<Shared>) -> Option<Arc<Client>> {
-        limits::watch_socket(stream);
+        caps::watch_socket(stream);
         let ip = peer.ip().to_canonical();
         let app = shared.table.app(port);
         let exempt = ip.is_loopback() || app.as_ref().is_some_and(|a| a.trusts(ip));
         let counted_address = (!exempt).then_some(ip);
         let (total, address) = shared.gate.enter(counted_address);
         let (app_open, app_max) = app.as_ref().map_or((0, usize::MAX), |a| (a.counters.open.load(Ordering::Relaxed), a.max_connections));
-        let verdict = limits::verdict(Counts { total, budget: shared.gate.budget, app: app_open, app_max, address });
+        let verdict = caps::verdict(Counts { total, budget: shared.gate.budget, app: app_open, app_max, address });
         let mut client = Client {
             shared: shared.clone(),
             port,

@@ -16,22 +16,23 @@ use hyper::http::request;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
-use super::attempt::Attempt;
-use super::balance::{self, Capacity, Need, Placement};
-use super::body::DownBody;
-use super::daemon::{wake_outcome, Wake};
-use super::error_source::ErrorSource;
-use super::headers;
-use super::pool::UpBody;
-use super::progress::Idle;
-use super::shared::Shared;
-use super::table::{LiveApp, LiveCopy};
-use super::upstream::{self, send, Failure, Replay, Sent};
-use super::{pages, websocket};
+use crate::proxy::copies::balance::{self, Capacity, Need, Placement};
+use crate::proxy::copies::idle_connections::UpBody;
+use crate::proxy::copies::table::{LiveApp, LiveCopy};
+use crate::proxy::daemon_link::{wake_outcome, Wake};
+use crate::proxy::error_source::ErrorSource;
+use crate::proxy::requests::attempt::Attempt;
+use crate::proxy::requests::body::DownBody;
+use crate::proxy::requests::progress::Idle;
+use crate::proxy::requests::upstream::{self, send, Failure, Replay, Sent};
+use crate::proxy::shared::Shared;
+use crate::proxy::tunnels::websocket;
+use crate::proxy::visitors::headers;
+use crate::proxy::visitors::pages;
 use crate::sys::clock::{mono_ms, now_ms};
 use crate::wire::{LbPolicy, Role};
 
-pub use super::client::Client;
+pub use crate::proxy::visitors::client::Client;
 
 /// The hyper service: every request of a visitor's connection.
 pub async fn handle(req: Request<Incoming>, client: Arc<Client>) -> Result<Response<DownBody>, Infallible> {
@@ -299,7 +300,7 @@ fn respond(
         (Some(upstream), Some(client)) => {
             parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             shared.requests.session_opened(&app.name);
-            let session = super::pump::Session::new(copy.state.clone(), Some(shared.requests.of(&app.name)));
+            let session = crate::proxy::tunnels::pump::Session::new(copy.state.clone(), Some(shared.requests.of(&app.name)));
             websocket::tunnel(&shared.pump, client, upstream, session, app.name.clone(), copy.copy);
             drop(lease);
             Response::from_parts(parts, DownBody::empty())
@@ -344,8 +345,8 @@ fn random() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::table::Table;
     use super::*;
+    use crate::proxy::copies::table::Table;
     use crate::wire::{ProxyApp, ProxyCopy, ProxyTable};
 
     const KEY: [u8; 32] = [3; 32];

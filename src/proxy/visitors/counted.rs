@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::stats::AppCounters;
+use crate::proxy::counters::AppCounters;
 
 /// A visitor's connection and the counters of the app its port serves
 /// (none for a port no app has).

@@ -31,11 +31,11 @@ use serde::{Deserialize, Serialize};
 use tokio::io::Interest;
 use tokio::net::UnixStream;
 
-use super::copy_state::CopyState;
-use super::handover::{self, Message, Received};
-use super::pump::Session;
-use super::pump::{Tunnel, Way};
-use super::shared::Shared;
+use crate::proxy::copies::copy_state::CopyState;
+use crate::proxy::handover::{self, Message, Received};
+use crate::proxy::shared::Shared;
+use crate::proxy::tunnels::pump::Session;
+use crate::proxy::tunnels::pump::{Tunnel, Way};
 
 /// The message's kind.
 pub const KIND: &str = "tunnels";

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::copy_state::CopyState;
-use super::error_source::ErrorSource;
+use crate::proxy::copies::copy_state::CopyState;
+use crate::proxy::error_source::ErrorSource;
 use crate::sys::clock::mono_ms;
 
 /// How long one probe waits for the copy's answer before asking again on

@@ -21,8 +21,8 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::copy_state::CopyState;
-use super::stats::AppCounters;
+use crate::proxy::copies::copy_state::CopyState;
+use crate::proxy::counters::AppCounters;
 
 /// One open WebSocket, counted on its copy (a connection and a session)
 /// until dropped.

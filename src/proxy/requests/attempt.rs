@@ -8,15 +8,15 @@ use hyper::http::request;
 use hyper::{Method, Request, Response, Uri};
 use tokio::time::Instant;
 
-use super::body::DownBody;
-use super::daemon::WakeWatch;
-use super::error_source::ErrorSource;
-use super::pages;
-use super::pool::UpBody;
-use super::retry::{self, Lost};
-use super::shared::Shared;
-use super::table::{LiveApp, LiveCopy};
-use super::upstream::{Failure, Replay};
+use crate::proxy::copies::idle_connections::UpBody;
+use crate::proxy::copies::retry::{self, Lost};
+use crate::proxy::copies::table::{LiveApp, LiveCopy};
+use crate::proxy::daemon_link::WakeWatch;
+use crate::proxy::error_source::ErrorSource;
+use crate::proxy::requests::body::DownBody;
+use crate::proxy::requests::upstream::{Failure, Replay};
+use crate::proxy::shared::Shared;
+use crate::proxy::visitors::pages;
 use crate::sys::clock::{mono_ms, now_ms};
 
 /// Sends of one request at most (new connections, stand-ins, a retry).

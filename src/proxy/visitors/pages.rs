@@ -4,7 +4,7 @@ use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 
-use super::body::DownBody;
+use crate::proxy::requests::body::DownBody;
 
 /// 503 while an app has no copy that can take a request: a page that says
 /// so and reloads itself every 5 seconds.
@@ -145,13 +145,13 @@ pub fn not_allowed() -> Response<DownBody> {
 
 /// 400 for a malformed WebSocket handshake, or 426 naming version 13 for
 /// one of another version (RFC 6455, 4.2.2).
-pub fn bad_handshake(bad: super::websocket::BadHandshake) -> Response<DownBody> {
+pub fn bad_handshake(bad: crate::proxy::tunnels::websocket::BadHandshake) -> Response<DownBody> {
     match bad {
-        super::websocket::BadHandshake::Malformed(why) => page(
+        crate::proxy::tunnels::websocket::BadHandshake::Malformed(why) => page(
             StatusCode::BAD_REQUEST,
             format!("<!doctype html>\n<html><body><h1>Bad WebSocket handshake</h1><p>{}</p></body></html>\n", escape(why)),
         ),
-        super::websocket::BadHandshake::Version => {
+        crate::proxy::tunnels::websocket::BadHandshake::Version => {
             let mut resp = page(
                 StatusCode::UPGRADE_REQUIRED,
                 "<!doctype html>\n<html><body><h1>Only WebSocket version 13</h1></body></html>\n".to_string(),

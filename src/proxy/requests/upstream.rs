@@ -13,14 +13,14 @@ use hyper::http::request;
 use hyper::{Method, Request, Response, Uri, Version};
 use hyper_util::rt::TokioIo;
 
-use super::body::Lease;
-use super::copy_state::CopyState;
-use super::error_source::ErrorSource;
-use super::limits;
-use super::pool::Sender;
-use super::pool::UpBody;
-use super::quickack::QuickAck;
-use super::table::LiveCopy;
+use crate::proxy::copies::copy_state::CopyState;
+use crate::proxy::copies::idle_connections::Sender;
+use crate::proxy::copies::idle_connections::UpBody;
+use crate::proxy::copies::table::LiveCopy;
+use crate::proxy::error_source::ErrorSource;
+use crate::proxy::requests::body::Lease;
+use crate::proxy::visitors::caps;
+use crate::proxy::visitors::quickack::QuickAck;
 use crate::sys::clock::mono_ms;
 
 /// A connection to a copy that is refused or times out within this marks
@@ -107,7 +107,7 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
     let _ = stream.set_nodelay(true);
     // A copy that dies without a word (its machine side, a frozen process
     // under a WebSocket) is found by keepalive, never by a quiet spell.
-    limits::watch_socket(&stream);
+    caps::watch_socket(&stream);
     // R writes a response's head and body apart: acknowledge at once, so
     // the body never waits for a delayed ACK (quickack.rs).
     let (mut s, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(QuickAck::new(stream))).await {
@@ -226,7 +226,7 @@ fn running(pid: u32) -> bool {
 /// out, aborted): only that marks a copy down. Anything else, such as
 /// EMFILE or ENOBUFS, is the load balancer's own trouble.
 fn blames_copy(e: &io::Error) -> bool {
-    !limits::is_local(e)
+    !caps::is_local(e)
         && matches!(
             e.kind(),
             io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::TimedOut

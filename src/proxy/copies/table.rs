@@ -14,12 +14,12 @@ use std::time::Duration;
 use hyper::header::HeaderValue;
 use tokio::sync::watch;
 
-use super::balance::Candidate;
-use super::cookie;
-use super::copy_state::{CopyState, STALL_AFTER_MS};
-use super::daemon::WakeSlot;
-use super::retry::Deaths;
 use crate::manifest::{Cidr, DEFAULT_MAX_CONNECTIONS};
+use crate::proxy::copies::balance::Candidate;
+use crate::proxy::copies::copy_state::{CopyState, STALL_AFTER_MS};
+use crate::proxy::copies::retry::Deaths;
+use crate::proxy::daemon_link::WakeSlot;
+use crate::proxy::visitors::cookie;
 use crate::sys::clock::mono_ms;
 use crate::wire::{AppTraffic, CopyTraffic, LbPolicy, LeavingCopy, ProxyTable, Refusing, Role};
 
@@ -59,7 +59,7 @@ impl LiveCopy {
     pub fn candidate(&self, now: u64) -> Candidate {
         let stalled = self.state.silent_ms(mono_ms()) >= STALL_AFTER_MS;
         if stalled {
-            super::stall::probe(&self.state, self.port);
+            crate::proxy::copies::stall::probe(&self.state, self.port);
         }
         Candidate {
             role: self.role,
@@ -438,7 +438,7 @@ mod tests {
         let key = [1u8; 32];
         let t1 = Table::build(table(&[(1, 20001, 100), (2, 20002, 200)]), &key, &Table::default());
         // A request begun on copy 2 (its answer streams), and a session on it.
-        let lease = crate::proxy::body::Lease::new(t1.apps[0].copies[1].state.clone());
+        let lease = crate::proxy::requests::body::Lease::new(t1.apps[0].copies[1].state.clone());
         t1.apps[0].copies[1].state.sessions.fetch_add(1, Ordering::Relaxed);
         t1.apps[0].copies[1].state.connections.fetch_add(1, Ordering::Relaxed);
         let t2 = Table::build(table(&[(1, 20001, 100)]), &key, &t1);

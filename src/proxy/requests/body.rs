@@ -11,10 +11,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use super::copy_state::CopyState;
-use super::error_source::ErrorSource;
-use super::pool::Sender;
-use super::progress::{self, BoxError, Idle};
+use crate::proxy::copies::copy_state::CopyState;
+use crate::proxy::copies::idle_connections::Sender;
+use crate::proxy::error_source::ErrorSource;
+use crate::proxy::requests::progress::{self, BoxError, Idle};
 
 /// A request counted against a copy until its answer is read to the end;
 /// then its connection goes back to the pool.

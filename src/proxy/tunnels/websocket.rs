@@ -12,10 +12,10 @@ use hyper::upgrade::{OnUpgrade, Parts, Upgraded};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::counted::Counted;
-use super::error_source::ErrorSource;
-use super::pump::{Live, Pump, Way};
-use super::quickack::QuickAck;
+use crate::proxy::error_source::ErrorSource;
+use crate::proxy::tunnels::pump::{Live, Pump, Way};
+use crate::proxy::visitors::counted::Counted;
+use crate::proxy::visitors::quickack::QuickAck;
 
 /// True for a request that asks to switch to the WebSocket protocol
 /// (`Connection: upgrade` and `Upgrade: websocket`, in any case, among
@@ -75,7 +75,14 @@ fn has_token(h: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
 /// protocols, carries bytes between them until both sides have closed (a
 /// close is passed on) or either fails: in the pump, on the raw sockets,
 /// with the bytes hyper read past each head going first.
-pub fn tunnel(pump: &Arc<Pump>, client: OnUpgrade, upstream: OnUpgrade, session: super::pump::Session, app: String, copy: u32) {
+pub fn tunnel(
+    pump: &Arc<Pump>,
+    client: OnUpgrade,
+    upstream: OnUpgrade,
+    session: crate::proxy::tunnels::pump::Session,
+    app: String,
+    copy: u32,
+) {
     let slot = pump.slot();
     tokio::spawn(async move {
         let (client, upstream) = match tokio::join!(client, upstream) {

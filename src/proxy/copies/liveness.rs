@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 
-use super::copy_state::CopyState;
-use super::table::Table;
+use crate::proxy::copies::copy_state::CopyState;
+use crate::proxy::copies::table::Table;
 use crate::sys::pidfd::Pidfd;
 use crate::sys::procfs;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::table::Table;
+use crate::proxy::copies::table::Table;
 use crate::wire::Role;
 
 /// Requests a spare gets: its second request is the slow one, a third

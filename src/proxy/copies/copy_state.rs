@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::pool::Pool;
+use crate::proxy::copies::idle_connections::Pool;
 
 /// A copy marked down is tried again after this long even if the table
 /// did not change, so a copy that refused once by mistake comes back by
