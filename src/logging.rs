@@ -75,8 +75,8 @@ mod tests {
         assert!(targets(Some("debug")).unwrap().would_enable("shinyctl::proxy::requests::forward", &Level::DEBUG));
         let t = targets(Some("warn,shinyctl::proxy=debug")).unwrap();
         assert!(t.would_enable("shinyctl::proxy::requests::forward", &Level::DEBUG));
-        assert!(!t.would_enable("shinyctl::serve::cycle", &Level::INFO));
-        assert!(t.would_enable("shinyctl::serve::cycle", &Level::WARN));
+        assert!(!t.would_enable("shinyctl::serve::copies::cycle", &Level::INFO));
+        assert!(t.would_enable("shinyctl::serve::copies::cycle", &Level::WARN));
     }
 
     #[test]

@@ -51,7 +51,7 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             // So is what /proc says of the copies.
             let (stats, shown) = tokio::join!(
                 super::proxy_ctl::fetch_stats(&home, super::proxy_ctl::STATUS_TIMEOUT),
-                super::status::look_up(&shared, app.as_deref())
+                crate::serve::views::status_view::look_up(&shared, app.as_deref())
             );
             let view = shared.lock().status_view(app.as_deref(), &shown, stats);
             json(view)
@@ -72,10 +72,10 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let Ok(apply) = serde_json::from_slice::<ApplyRequest>(&body) else {
                 return error(StatusCode::BAD_REQUEST, "the body is not an apply request");
             };
-            answer(super::deploy::apply(&shared, apply).await)
+            answer(crate::serve::deploys::deploy::apply(&shared, apply).await)
         }
-        ApiRequest::Restart { app, now } => answer(super::deploy::restart(&shared, &app, now).await),
-        ApiRequest::Rollback { app, now, to } => answer(super::deploy::rollback(&shared, &app, now, to.as_deref()).await),
+        ApiRequest::Restart { app, now } => answer(crate::serve::deploys::deploy::restart(&shared, &app, now).await),
+        ApiRequest::Rollback { app, now, to } => answer(crate::serve::deploys::deploy::rollback(&shared, &app, now, to.as_deref()).await),
         ApiRequest::Releases { app } => json(shared.lock().releases_view(&app)),
         ApiRequest::Delete { app, now } => answer(shared.lock().delete(&app, now)),
         ApiRequest::Logs { app, copy } => json(shared.lock().logs_view(&app, copy)),
@@ -84,9 +84,9 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
         ApiRequest::Start { app } => answer(shared.lock().start_app(&app)),
         ApiRequest::Scale { app, replicas } => answer(shared.lock().scale(&app, replicas)),
         ApiRequest::Shutdown { all } => answer(Ok(shared.lock().shut_down(all))),
-        ApiRequest::Reload => uds::json_response(StatusCode::OK, &super::reload::reload(&shared).await),
-        ApiRequest::Metrics => super::metrics::metrics(&shared, super::metrics::accept(&req)).await,
-        ApiRequest::Health => super::metrics::health(&shared).await,
+        ApiRequest::Reload => uds::json_response(StatusCode::OK, &crate::serve::deploys::reload::reload(&shared).await),
+        ApiRequest::Metrics => crate::serve::views::metrics::metrics(&shared, crate::serve::views::metrics::accept(&req)).await,
+        ApiRequest::Health => crate::serve::views::metrics::health(&shared).await,
         ApiRequest::Wake { app } => wake(&shared, &app).await,
         ApiRequest::StandIn { app } => {
             let body = uds::read_body(req.into_body(), 64 << 10).await.unwrap_or_default();

@@ -20,38 +20,21 @@
 //! - `sockets`: the apps' listening sockets, which the daemon holds.
 //! - `detach`: `serve -d`.
 
-mod act;
 mod api;
 mod app;
-mod copy_end;
-mod cpu;
-mod cycle;
-mod deploy;
+mod copies;
+mod deploys;
 mod detach;
-pub mod disk_watch;
 mod error;
 mod event_loop;
-mod exposition;
-pub mod identity;
-mod limits;
-mod logs;
-mod memory_bound;
-mod metrics;
 mod notify;
-mod operate;
-mod orphans;
-pub mod pool;
-mod probe;
 mod proxy_ctl;
-mod record;
-mod reload;
 mod reply;
-mod sockets;
-mod status;
-mod stops;
-mod tallies;
+mod state_files;
 #[cfg(test)]
 mod upgrade_tests;
+mod views;
+mod watches;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -63,13 +46,13 @@ use tokio::sync::mpsc;
 use crate::home::Home;
 use crate::manifest::AppSpec;
 use crate::wire::{CopyTraffic, Exit, Refusing};
-pub use stops::{PendingStop, STOP_WAITS_FOR_ANSWERS_MS, STOP_WAITS_FOR_PUSH_MS};
+pub use copies::stops::{PendingStop, STOP_WAITS_FOR_ANSWERS_MS, STOP_WAITS_FOR_PUSH_MS};
 
-pub use act::now_ms;
 pub use app::{AppRt, Recorded, Tracked, Wake};
+pub use copies::act::now_ms;
+pub use copies::tallies::{RestartReason, Tallies};
 pub use detach::detach;
 pub use event_loop::run;
-pub use tallies::{RestartReason, Tallies};
 
 /// How often the cycle runs when nothing happens.
 pub const TICK: Duration = Duration::from_secs(5);
@@ -135,7 +118,7 @@ pub struct Daemon {
     /// in flight when two copies died).
     refusing: HashMap<String, Vec<Refusing>>,
     /// The apps' listening sockets, held here and given to the load balancer.
-    sockets: sockets::Held,
+    sockets: deploys::sockets::Held,
     /// Copies the cycle decided to stop, signalled once the load balancer
     /// has a table without them (observe, decide, record, push, act).
     stops: Vec<PendingStop>,
@@ -146,7 +129,7 @@ pub struct Daemon {
     /// Restarts and wakes counted for metrics.
     tallies: Tallies,
     /// Each running copy's CPU percent, as the sampler last read it.
-    cpu_percent: cpu::CpuPercent,
+    cpu_percent: watches::cpu::CpuPercent,
     /// Each running copy's resident memory (its process tree), by PID, as
     /// the sampler last read it (every 5 s, off the lock): what the memory
     /// bound on growth counts.
@@ -167,7 +150,7 @@ pub struct PendingLaunch {
     /// for it.
     pub revision: u64,
     /// The launcher, ready to run.
-    pub launching: act::Launching,
+    pub launching: copies::act::Launching,
 }
 
 impl PendingLaunch {
@@ -186,7 +169,7 @@ pub struct Launched {
     /// The copy's revision, as readied.
     pub revision: u64,
     /// The launcher's PID, and where it says R listens.
-    pub result: anyhow::Result<act::Spawned>,
+    pub result: anyhow::Result<copies::act::Spawned>,
 }
 
 /// The daemon as shared between the loop, the API and the watches: its one
@@ -237,7 +220,7 @@ fn lock_or_recover<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
 
 impl Daemon {
     /// The addresses the apps listen on (an app being deleted no longer does).
-    pub fn listen_addrs(&self) -> Vec<sockets::Addr> {
+    pub fn listen_addrs(&self) -> Vec<deploys::sockets::Addr> {
         self.apps
             .values()
             .filter(|a| !a.recorded.deleting)

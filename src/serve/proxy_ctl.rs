@@ -118,7 +118,7 @@ impl ProxyCtl {
             // The load balancer is no copy; its exit watcher reports as one
             // of a pseudo-app and is turned into ProxyExit.
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-            super::act::watch_exit(String::new(), pid, tx);
+            crate::serve::copies::act::watch_exit(String::new(), pid, tx);
             tokio::spawn(async move {
                 if rx.recv().await.is_some() {
                     let _ = events.send(Event::ProxyExit);

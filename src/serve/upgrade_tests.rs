@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::record::{load_registry, load_state};
 use crate::home::Home;
 use crate::release;
+use crate::serve::state_files::{load_registry, load_state};
 
 /// Each fixture app's settings hash as the code before the split computed it.
 const HASHES_BEFORE: [(&str, &str); 5] = [

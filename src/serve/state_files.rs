@@ -11,7 +11,9 @@ use nix::fcntl::{Flock, FlockArg};
 use crate::home::{write_atomic, Home};
 use crate::wire::{AppState, Registry};
 
-use super::{AppRt, Daemon, LOG_ROTATE_BYTES};
+use crate::serve::AppRt;
+use crate::serve::Daemon;
+use crate::serve::LOG_ROTATE_BYTES;
 
 /// Takes an exclusive, non-blocking flock on `path`; held until the
 /// returned lock drops.
@@ -147,7 +149,7 @@ impl Daemon {
     /// Loads registry.json and each app's state.json. The processes they
     /// name that still run (same PID and start time) are adopted by the
     /// first cycle's observe, which runs at once.
-    pub(super) fn load(&mut self) -> anyhow::Result<()> {
+    pub(in crate::serve) fn load(&mut self) -> anyhow::Result<()> {
         // Nothing is being taken yet: partial copies are a dead daemon's.
         crate::release::clean_leftovers(&self.home.releases_root());
         let registry = load_registry(&self.home)?;
@@ -159,7 +161,7 @@ impl Daemon {
     }
 
     /// The logs that rotate: every copy's and api.log.
-    pub(super) fn log_paths(&self) -> Vec<PathBuf> {
+    pub(in crate::serve) fn log_paths(&self) -> Vec<PathBuf> {
         let copies = self.apps.values().flat_map(|a| {
             a.recorded.state.copies.iter().map(|r| self.home.copy_log(&a.recorded.spec.group, &a.recorded.spec.name, r.copy))
         });
@@ -167,7 +169,7 @@ impl Daemon {
     }
 
     /// Saves registry.json from the apps held (those not being deleted).
-    pub(super) fn save_registry(&self) -> anyhow::Result<()> {
+    pub(in crate::serve) fn save_registry(&self) -> anyhow::Result<()> {
         let apps = self.apps.iter().filter(|(_, a)| !a.recorded.deleting).map(|(n, a)| (n.clone(), a.recorded.spec.clone())).collect();
         save_registry(&self.home, &Registry { apps })
     }

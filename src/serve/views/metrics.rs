@@ -23,10 +23,11 @@ use crate::home::Home;
 use crate::wire::uds;
 use crate::wire::{AppStatus, ProxyStats, LATENCY_BOUNDS};
 
-use super::exposition::{self, Format};
-use super::reply::{error, Reply};
-use super::tallies::{RestartReason, Tallies, WAKE_BOUNDS};
-use super::{now_ms, Shared};
+use crate::serve::copies::tallies::{RestartReason, Tallies, WAKE_BOUNDS};
+use crate::serve::now_ms;
+use crate::serve::reply::{error, Reply};
+use crate::serve::views::exposition::{self, Format};
+use crate::serve::Shared;
 
 /// The environment variable that names the metrics' TCP address.
 pub const METRICS_ENV: &str = "SHINYCTL_METRICS";
@@ -97,9 +98,9 @@ pub struct View {
 /// Copies what a scrape needs out of the daemon, under its lock (what
 /// /proc says of the copies is looked up before, with it released).
 async fn view(shared: &Shared) -> View {
-    let shown = super::status::look_up(shared, None).await;
+    let shown = crate::serve::views::status_view::look_up(shared, None).await;
     let d = shared.lock();
-    let apps = super::status::report(&d, None, &shown).map(|r| r.apps).unwrap_or_default();
+    let apps = crate::serve::views::status_view::report(&d, None, &shown).map(|r| r.apps).unwrap_or_default();
     let now = now_ms();
     let asleep_secs = apps
         .iter()
@@ -223,7 +224,7 @@ pub fn render(view: &View, proxy: Option<&ProxyStats>) -> Result<String, std::fm
         MetricType::Counter,
         vec![(Labels::new(), Value::Counter(view.tallies.load_balancer_restarts))],
     );
-    add_pool(&mut reg, &super::pool::report());
+    add_pool(&mut reg, &crate::serve::copies::zygote_pool::report());
     add(
         &mut reg,
         "build_info",

@@ -5,8 +5,8 @@
 
 use std::sync::OnceLock;
 
-use super::Daemon;
 use crate::reconcile::MemoryRoom;
+use crate::serve::Daemon;
 
 /// The environment variable that sets the bound: a size such as `8G`.
 pub const MAX_MEMORY_ENV: &str = "SHINYCTL_MAX_MEMORY";
@@ -44,7 +44,7 @@ impl Daemon {
     /// What app `name` may grow into; none for an app that cannot grow (no
     /// `max-sessions`, or `max-replicas` not over `replicas`: /proc is not
     /// read for it), or with no copy running to size one by.
-    pub(super) fn memory_room(&self, name: &str) -> Option<MemoryRoom> {
+    pub(in crate::serve) fn memory_room(&self, name: &str) -> Option<MemoryRoom> {
         let spec = &self.apps.get(name)?.recorded.spec;
         if spec.scale.max_sessions.is_none() || spec.scale.max_active() <= spec.scale.replicas {
             return None;
@@ -53,7 +53,8 @@ impl Daemon {
         // Read by the sampler off the lock (`cpu.rs`), not here under it.
         let size = |pid: Option<u32>| pid.and_then(|p| self.copy_rss.get(&p).copied()).unwrap_or(0);
         // The pool's zygote counts too: it holds R and shiny for the next wake.
-        let used = self.apps.values().flat_map(|a| &a.recorded.state.copies).map(|r| size(r.pid)).sum::<u64>() + super::pool::memory_used();
+        let used = self.apps.values().flat_map(|a| &a.recorded.state.copies).map(|r| size(r.pid)).sum::<u64>()
+            + crate::serve::copies::zygote_pool::memory_used();
         let per_copy = self.apps.get(name)?.recorded.state.copies.iter().map(|r| size(r.pid)).max().filter(|&n| n > 0)?;
         Some(MemoryRoom { used, bound, per_copy })
     }

@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::sys::disk::usage;
 use crate::wire::DiskStop;
 
-use super::{Daemon, Shared};
+use crate::serve::Daemon;
+use crate::serve::Shared;
 
 /// How often the watched disks are summed: a walk of every file, so less
 /// often than memory; a copy can write past its size by what it writes in

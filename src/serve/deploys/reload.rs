@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use crate::wire::{ApplyRequest, ReloadReply, Reloaded};
 
-use super::Shared;
+use crate::serve::Shared;
 
 /// Applies every registered manifest again; answers what became of each.
 pub async fn reload(shared: &Shared) -> ReloadReply {
@@ -21,7 +21,7 @@ pub async fn reload(shared: &Shared) -> ReloadReply {
         let outcome = match tokio::fs::read_to_string(&path).await {
             Ok(text) => {
                 let req = ApplyRequest { path: path.display().to_string(), text, now: false };
-                super::deploy::apply(shared, req).await.map(|done| done.message).map_err(|e| e.to_string())
+                crate::serve::deploys::deploy::apply(shared, req).await.map(|done| done.message).map_err(|e| e.to_string())
             }
             Err(e) => Err(format!("cannot read {} ({e}); if it moved, apply it from where it is now", path.display())),
         };

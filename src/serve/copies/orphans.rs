@@ -14,7 +14,9 @@ use std::path::Path;
 use crate::sys::procfs;
 use crate::wire::launch::Launch;
 
-use super::{act, now_ms, Daemon};
+use crate::serve::copies::act;
+use crate::serve::now_ms;
+use crate::serve::Daemon;
 
 /// A copy launcher of this home found running.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,7 +62,7 @@ fn launch_of(pid: u32) -> Option<Launch> {
 impl Daemon {
     /// Adopts or stops each running copy launcher of this home that no
     /// recorded copy names. Returns how many were adopted and stopped.
-    pub(super) fn settle_unrecorded(&mut self, found: &[Found]) -> (usize, usize) {
+    pub(in crate::serve) fn settle_unrecorded(&mut self, found: &[Found]) -> (usize, usize) {
         let (mut adopted, mut stopped) = (0, 0);
         for f in found {
             let known = self.apps.values().any(|a| a.recorded.state.copies.iter().any(|r| r.pid == Some(f.pid)));
@@ -93,7 +95,7 @@ impl Daemon {
         if adopted > 0 {
             for app in self.apps.values_mut() {
                 app.tracked.state_error =
-                    super::record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
+                    crate::serve::state_files::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
             }
         }
         (adopted, stopped)

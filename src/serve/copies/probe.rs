@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use crate::sys::procfs::{self, PortOwner, Processes};
 use crate::wire::launch::report::Report;
 
-use super::Daemon;
+use crate::serve::Daemon;
 
 /// One recorded process to look up.
 #[derive(Debug, Clone)]
@@ -145,7 +145,7 @@ fn shown(pid: u32, start: Option<u64>, scratch: &Path, processes: &OnceCell<Proc
 
 impl Daemon {
     /// The processes the cycles of `apps` will look at.
-    pub(super) fn probes<'a>(&self, apps: impl IntoIterator<Item = &'a String>) -> Vec<Probe> {
+    pub(in crate::serve) fn probes<'a>(&self, apps: impl IntoIterator<Item = &'a String>) -> Vec<Probe> {
         let mut out = Vec::new();
         for name in apps {
             let Some(app) = self.apps.get(name) else { continue };

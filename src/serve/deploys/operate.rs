@@ -6,9 +6,12 @@
 
 use tokio::sync::oneshot;
 
-use super::app::WakeOutcome;
-use super::error::{Done, ServeError};
-use super::{record, AppRt, Daemon, Event};
+use crate::serve::app::WakeOutcome;
+use crate::serve::error::{Done, ServeError};
+use crate::serve::state_files;
+use crate::serve::AppRt;
+use crate::serve::Daemon;
+use crate::serve::Event;
 
 impl Daemon {
     /// An app that is not being deleted, by name.
@@ -25,15 +28,15 @@ impl Daemon {
     /// get up to a second, as with `--now`), its port stays held and answers
     /// that the app is stopped; no request wakes it. Kept in state.json, so a
     /// restarted daemon keeps it stopped.
-    pub(super) fn stop_app(&mut self, name: &str) -> Result<Done, ServeError> {
+    pub(in crate::serve) fn stop_app(&mut self, name: &str) -> Result<Done, ServeError> {
         let app = self.live_app(name)?;
         if app.recorded.state.stopped_since_ms.is_some() {
             return Ok(Done::said(format!("{name}: already stopped; `shinyctl start {name}` starts it.")));
         }
-        app.recorded.state.stopped_since_ms = Some(super::now_ms());
+        app.recorded.state.stopped_since_ms = Some(crate::serve::now_ms());
         app.recorded.state.stop_now = true;
         let copies = app.recorded.state.copies.iter().filter(|r| r.pid.is_some()).count();
-        app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
+        app.tracked.state_error = state_files::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
         let port = app.recorded.spec.route.port;
         self.changed(name);
         Ok(Done::said(format!(
@@ -43,7 +46,7 @@ impl Daemon {
     }
 
     /// `POST /v1/apps/NAME/start`: undoes `stop`; the copies start (awake).
-    pub(super) fn start_app(&mut self, name: &str) -> Result<Done, ServeError> {
+    pub(in crate::serve) fn start_app(&mut self, name: &str) -> Result<Done, ServeError> {
         let app = self.live_app(name)?;
         if app.recorded.state.stopped_since_ms.take().is_none() {
             return Ok(Done::said(format!("{name}: not stopped; nothing to start.")));
@@ -51,14 +54,14 @@ impl Daemon {
         app.recorded.state.asleep_since_ms = None;
         app.recorded.state.awake_since_ms = None;
         let n = app.recorded.spec.scale.replicas + app.recorded.spec.scale.warm_replicas;
-        app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
+        app.tracked.state_error = state_files::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
         self.changed(name);
         Ok(Done::said(format!("{name}: starting {n} {}. Watch: shinyctl status {name}", if n == 1 { "copy" } else { "copies" })))
     }
 
     /// `POST /v1/apps/NAME/scale?replicas=N`: sets `replicas` (the active
     /// copies) without a redeploy, until the manifest is applied again.
-    pub(super) fn scale(&mut self, name: &str, replicas: u32) -> Result<Done, ServeError> {
+    pub(in crate::serve) fn scale(&mut self, name: &str, replicas: u32) -> Result<Done, ServeError> {
         let max = crate::manifest::MAX_COPIES;
         if replicas == 0 || u64::from(replicas) > max {
             return Err(ServeError::Invalid(format!(
@@ -77,7 +80,7 @@ impl Daemon {
     /// `DELETE /v1/apps/NAME[?now=1]`: the app is left out of registry.json
     /// and its copies stop (drained, or at once with `now`); forgotten once
     /// they are gone. Deleting again with `now` hurries a delete that drains.
-    pub(super) fn delete(&mut self, name: &str, now: bool) -> Result<Done, ServeError> {
+    pub(in crate::serve) fn delete(&mut self, name: &str, now: bool) -> Result<Done, ServeError> {
         let app = self.apps.get_mut(name).filter(|a| !a.recorded.deleting || now).ok_or_else(|| ServeError::NoSuchApp(name.to_string()))?;
         app.recorded.deleting = true;
         app.recorded.state.stop_now = now;
@@ -96,7 +99,7 @@ impl Daemon {
     /// `POST /v1/shutdown[?all=1]`: the daemon stops once it has answered; the
     /// load balancer and the copies run on (a new daemon adopts them), or with
     /// `all` are stopped too, first.
-    pub(super) fn shut_down(&mut self, all: bool) -> Done {
+    pub(in crate::serve) fn shut_down(&mut self, all: bool) -> Done {
         self.shutting_down = Some(all);
         let _ = self.events.send(Event::Shutdown);
         let pid = std::process::id();
@@ -111,13 +114,17 @@ impl Daemon {
     /// outcome. `Ok(None)` when the app is awake already (the waiter is
     /// dropped); otherwise how long the request may wait (its
     /// request-timeout).
-    pub(super) fn ask_wake(&mut self, name: &str, waiter: oneshot::Sender<WakeOutcome>) -> Result<Option<std::time::Duration>, ServeError> {
+    pub(in crate::serve) fn ask_wake(
+        &mut self,
+        name: &str,
+        waiter: oneshot::Sender<WakeOutcome>,
+    ) -> Result<Option<std::time::Duration>, ServeError> {
         let app = self.live_app(name)?;
         if app.recorded.state.asleep_since_ms.is_none() && app.tracked.has_active() {
             return Ok(None);
         }
         app.wake.requested = true;
-        app.wake.asked_ms.get_or_insert(super::now_ms());
+        app.wake.asked_ms.get_or_insert(crate::serve::now_ms());
         app.wake.waiters.push(waiter);
         let timeout = std::time::Duration::from_millis(app.recorded.spec.route.request_timeout_ms);
         self.changed(name);
@@ -126,7 +133,7 @@ impl Daemon {
 
     /// The load balancer's report of a stand-in: logged, and the app's cycle
     /// runs at once.
-    pub(super) fn note_stand_in(&self, name: &str, stand_in: &crate::wire::StandIn) {
+    pub(in crate::serve) fn note_stand_in(&self, name: &str, stand_in: &crate::wire::StandIn) {
         if let Some(down) = stand_in.down {
             tracing::warn!(app = name, down, stand_in = ?stand_in.stand_in, "copy refused a connection; the load balancer used a stand-in");
         }

@@ -18,7 +18,7 @@ use crate::sys::procfs;
 use crate::wire::launch::Launch;
 use crate::wire::{CopyRecord, Exit};
 
-use super::Event;
+use crate::serve::Event;
 use crate::sys::pidfd::Pidfd;
 
 /// The copies' port range on 127.0.0.1.
@@ -136,7 +136,7 @@ pub fn prepare_start(
         cold: None,
     };
     let mut launch = launch;
-    match super::pool::route(spec, dir) {
+    match crate::serve::copies::zygote_pool::route(spec, dir) {
         Ok(socket) => launch.pool = Some(socket),
         Err(why) => launch.cold = Some(why),
     }

@@ -15,15 +15,26 @@ use crate::release;
 use crate::sys::procfs;
 use crate::wire::{CopyRecord, Exit, ProxyApp, ProxyCopy, ProxyTable};
 
-use super::app::{AppRt, Recorded, Tracked, WakeOutcome};
-use super::probe::Facts;
-use super::{act, limits, log_path, now_ms, record, stops, tallies, Daemon, Event, Launched, PendingLaunch, PendingStop};
+use crate::serve::app::{AppRt, Recorded, Tracked, WakeOutcome};
+use crate::serve::copies::act;
+use crate::serve::copies::probe::Facts;
+use crate::serve::copies::stops;
+use crate::serve::copies::tallies;
+use crate::serve::log_path;
+use crate::serve::now_ms;
+use crate::serve::state_files;
+use crate::serve::watches::memory;
+use crate::serve::Daemon;
+use crate::serve::Event;
+use crate::serve::Launched;
+use crate::serve::PendingLaunch;
+use crate::serve::PendingStop;
 
 impl Daemon {
     /// Observe: what each recorded process is doing now, from what is
     /// tracked, /proc and the load balancer's traffic figures. Starts
     /// tracking a running process the daemon does not watch yet (adopted).
-    pub(super) fn observe(&mut self, name: &str, facts: &Facts) -> Observed {
+    pub(in crate::serve) fn observe(&mut self, name: &str, facts: &Facts) -> Observed {
         let events = self.events.clone();
         let home = self.home.clone();
         let memory = self.memory_room(name);
@@ -55,8 +66,8 @@ impl Daemon {
                 if let Some(why) = refusal(&self.home, &recorded.spec, rec.copy, pid, &exit) {
                     observed.refused.insert(rec.copy, why);
                 }
-                let limit = limits::sandbox_of(&recorded.spec, &recorded.state, rec).memory;
-                exit.memory = limits::memory_stop_at_exit(cgroups, tracked, name, rec, pid, limit);
+                let limit = memory::sandbox_of(&recorded.spec, &recorded.state, rec).memory;
+                exit.memory = memory::memory_stop_at_exit(cgroups, tracked, name, rec, pid, limit);
                 if exit.memory.is_some() {
                     // Seen once: the cycle folds this exit in.
                     counts.stopped_for_memory(name, rec.copy);
@@ -88,7 +99,7 @@ impl Daemon {
     /// One cycle for one app: observe, decide, record, (push happens for
     /// all apps after the cycles), act. `facts`: what was looked up in
     /// /proc for it just before, with the lock released.
-    pub(super) fn cycle(&mut self, name: &str, facts: &Facts) {
+    pub(in crate::serve) fn cycle(&mut self, name: &str, facts: &Facts) {
         let observed = self.observe(name, facts);
         let now = now_ms();
         let taken: Vec<u16> = self.apps.values().flat_map(|a| a.recorded.state.copies.iter().map(|r| r.port)).collect();
@@ -109,7 +120,7 @@ impl Daemon {
             let Some(pid) = rec.pid else { continue };
             if let Some(reconcile::Process::Exited(exit)) = observed.copies.get(&rec.copy).map(|s| s.process) {
                 let asked = tracked.process(pid).stopping || recorded.state.asleep_since_ms.is_some();
-                super::copy_end::note(cx.home, &recorded.spec, rec, &exit, asked);
+                crate::serve::copies::copy_end::note(cx.home, &recorded.spec, rec, &exit, asked);
             }
         }
         let plan = reconcile::decide(&recorded.spec, recorded.deleting, &recorded.state, &observed, now);
@@ -157,10 +168,10 @@ impl Daemon {
         }
         release::prune(cx.home, &recorded.spec, &mut recorded.state);
         if recorded.state != before || tracked.state_error.is_some() {
-            tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
+            tracked.state_error = state_files::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
         }
         if act_on(&cx, plan.actions, recorded, tracked, &taken, stops, launches) {
-            tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
+            tracked.state_error = state_files::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
         }
         if recorded.deleting && recorded.state.copies.is_empty() {
             let _ = std::fs::remove_file(&recorded.spec.state_file);
@@ -172,7 +183,7 @@ impl Daemon {
 
     /// Answers the requests waiting for a wake, once the table the load
     /// balancer has shows an active copy, or every copy of the wake exited.
-    pub(super) fn resolve_wakes(&mut self) {
+    pub(in crate::serve) fn resolve_wakes(&mut self) {
         for (name, app) in self.apps.iter_mut().filter(|(_, a)| !a.wake.waiters.is_empty()) {
             if let Some(outcome) = wake_outcome(&self.home, app) {
                 if let (Some(asked), true) = (app.wake.asked_ms.take(), outcome.is_ok()) {
@@ -187,7 +198,7 @@ impl Daemon {
     }
 
     /// The copies table for every app, from the last roles.
-    pub(super) fn table(&self) -> ProxyTable {
+    pub(in crate::serve) fn table(&self) -> ProxyTable {
         let apps = self
             .apps
             .values()
@@ -218,8 +229,8 @@ impl Daemon {
     /// copies anything, and `after` (its figures, asked after the push)
     /// shows no answer to them under way. One it cannot reach holds a stop
     /// up for [`STOP_WAITS_FOR_PUSH_MS`] at most; answers under way, for
-    /// [`super::STOP_WAITS_FOR_ANSWERS_MS`] (a `--now`, its grace).
-    pub(super) fn run_stops(&mut self, pushed: bool, after: Option<&crate::wire::ProxyStats>) {
+    /// [`crate::serve::STOP_WAITS_FOR_ANSWERS_MS`] (a `--now`, its grace).
+    pub(in crate::serve) fn run_stops(&mut self, pushed: bool, after: Option<&crate::wire::ProxyStats>) {
         let now = now_ms();
         self.stops.retain_mut(|s| {
             let requests = after.map(|a| stops::leaving_requests(a, &s.app, s.pid));
@@ -243,7 +254,7 @@ impl Daemon {
 
     /// When a stop is to be looked at again: one held up by an unreachable
     /// load balancer, or waiting for answers under way.
-    pub(super) fn stops_due_ms(&self) -> Option<u64> {
+    pub(in crate::serve) fn stops_due_ms(&self) -> Option<u64> {
         let now = now_ms();
         self.stops.iter().map(|s| s.next_look_ms(now)).min()
     }
@@ -255,7 +266,7 @@ fn note_in_log(log: &std::path::Path, why: &str) {
     append_line(log, &format!("--- shinyctl: the copy could not be launched: {why} ---"));
 }
 
-use super::copy_end::append_line;
+use crate::serve::copies::copy_end::append_line;
 
 /// What one cycle's act step works with, besides the app.
 struct Cx<'a> {
@@ -298,8 +309,8 @@ fn act_on(
                 let uid = recorded.state.uid;
                 let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
                 let prepared = run.map_err(anyhow::Error::msg).and_then(|(dir, spec)| {
-                    let cgroups = limits::cgroups_for(cx.cgroups, &spec, copy)?;
-                    let range = crate::sys::ids::Scheme::current().range().filter(|_| super::identity::wanted(&spec));
+                    let cgroups = memory::cgroups_for(cx.cgroups, &spec, copy)?;
+                    let range = crate::sys::ids::Scheme::current().range().filter(|_| crate::serve::views::identity_notes::wanted(&spec));
                     let uid = match (uid, range) {
                         (_, None) => None,
                         (Some(uid), Some(_)) => Some(uid),
@@ -357,7 +368,7 @@ fn not_started(cx: &Cx, recorded: &mut Recorded, copy: u32, e: &anyhow::Error) {
     tracing::error!(app = cx.name, copy, "cannot start copy: {e:#}");
     // In the copy's log too, where status finds the error it quotes.
     note_in_log(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, copy), &format!("{e:#}"));
-    let refused = e.downcast_ref::<limits::Refused>();
+    let refused = e.downcast_ref::<memory::Refused>();
     if let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) {
         if let Some(why) = refused {
             rec.left_down = Some(crate::wire::refused(&why.0));
@@ -372,7 +383,7 @@ fn not_started(cx: &Cx, recorded: &mut Recorded, copy: u32, e: &anyhow::Error) {
 
 impl Daemon {
     /// The launchers the cycles readied, to run with the lock released.
-    pub(super) fn take_launches(&mut self) -> Vec<PendingLaunch> {
+    pub(in crate::serve) fn take_launches(&mut self) -> Vec<PendingLaunch> {
         std::mem::take(&mut self.launches)
     }
 
@@ -380,7 +391,7 @@ impl Daemon {
     /// copies' records, and starts watching them. A launcher whose copy no
     /// longer waits for it (deleted, or told to stop, while it started) is
     /// stopped again.
-    pub(super) fn launched(&mut self, done: Vec<Launched>) {
+    pub(in crate::serve) fn launched(&mut self, done: Vec<Launched>) {
         let now = now_ms();
         for Launched { app: name, copy, revision, result } in done {
             let cx = Cx { name: &name, home: &self.home, events: &self.events, now, cgroups: &self.cgroups };
@@ -411,7 +422,7 @@ impl Daemon {
                 }
                 Err(e) => not_started(&cx, recorded, copy, &e),
             }
-            tracked.state_error = record::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
+            tracked.state_error = state_files::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
         }
     }
 }

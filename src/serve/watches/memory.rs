@@ -9,8 +9,9 @@ use crate::sys::cgroup::{self, CgroupSample, Cgroups, MemoryStop, Sample};
 use crate::sys::procfs;
 use crate::wire::{AppState, CopyRecord};
 
-use super::app::{Tracked, TrackedProcess};
-use super::{Daemon, Shared};
+use crate::serve::app::{Tracked, TrackedProcess};
+use crate::serve::Daemon;
+use crate::serve::Shared;
 
 /// The fence a copy was started with: its release's deployed settings, or
 /// the app's for a copy from before releases.
@@ -94,7 +95,7 @@ pub fn memory_stop_at_exit(
 }
 
 /// A fenced copy whose process runs (see `Daemon::fenced_running`).
-pub(super) struct FencedCopy<'a> {
+pub(in crate::serve) struct FencedCopy<'a> {
     /// Its app's name.
     pub app: &'a str,
     /// Its app's spec.
@@ -135,7 +136,7 @@ impl Daemon {
     /// Every fenced copy whose process runs and that nothing is stopping
     /// yet (neither a stop nor its exit under way), with the fence it was
     /// started with: what the memory and disk watches look at.
-    pub(super) fn fenced_running(&self) -> impl Iterator<Item = FencedCopy<'_>> {
+    pub(in crate::serve) fn fenced_running(&self) -> impl Iterator<Item = FencedCopy<'_>> {
         self.apps.iter().flat_map(|(name, app)| {
             let (spec, state, tracked) = (&app.recorded.spec, &app.recorded.state, &app.tracked);
             state.copies.iter().filter_map(move |rec| {
@@ -153,7 +154,14 @@ impl Daemon {
     /// grace period). Returns its process's record, for the stop to be kept
     /// for its exit (which the cycle counts as a crash), or none when the
     /// copy's process is no longer the one watched.
-    pub(super) fn stop_past_limit(&mut self, app: &str, copy: u32, pid: u32, pid_start: u64, why: &str) -> Option<&mut TrackedProcess> {
+    pub(in crate::serve) fn stop_past_limit(
+        &mut self,
+        app: &str,
+        copy: u32,
+        pid: u32,
+        pid_start: u64,
+        why: &str,
+    ) -> Option<&mut TrackedProcess> {
         let a = self.apps.get_mut(app)?;
         if !a.recorded.state.copies.iter().any(|r| r.pid == Some(pid)) || !procfs::is_alive(pid, pid_start) {
             return None;
@@ -166,7 +174,7 @@ impl Daemon {
     }
 
     /// Removes the copies' cgroups that no running copy uses (at each tick).
-    pub(super) fn sweep_cgroups(&self) {
+    pub(in crate::serve) fn sweep_cgroups(&self) {
         let running = self
             .apps
             .iter()

@@ -12,8 +12,14 @@ use crate::manifest::{self, AppSpec};
 use crate::release::{self, snapshot};
 use crate::wire::{AppState, ApplyRequest, Release};
 
-use super::error::{Done, ServeError};
-use super::{now_ms, record, sockets, AppRt, Daemon, Event, Shared};
+use crate::serve::deploys::sockets;
+use crate::serve::error::{Done, ServeError};
+use crate::serve::now_ms;
+use crate::serve::state_files;
+use crate::serve::AppRt;
+use crate::serve::Daemon;
+use crate::serve::Event;
+use crate::serve::Shared;
 
 /// A release copied into its hidden folder, not yet recorded.
 struct Taken {
@@ -91,7 +97,7 @@ fn check(d: &Daemon, spec: &AppSpec, lines: &manifest::KeyLines) -> Result<Optio
     let existing = d
         .apps
         .iter()
-        .find(|(_, a)| !a.recorded.deleting && super::same_path(&a.recorded.spec.manifest, &spec.manifest))
+        .find(|(_, a)| !a.recorded.deleting && crate::serve::same_path(&a.recorded.spec.manifest, &spec.manifest))
         .map(|(n, _)| n.clone());
     if existing.is_none() && d.apps.get(&spec.name).is_some_and(|a| a.recorded.deleting) {
         let name = &spec.name;
@@ -121,7 +127,7 @@ fn check(d: &Daemon, spec: &AppSpec, lines: &manifest::KeyLines) -> Result<Optio
             let why = format!("app-group {group} with app-name {} would share the log file logs/{log}.log with app {name} of app-group {other_group}; rename one of them", spec.name);
             return Err(ServeError::Clash(here("app-group", why)));
         }
-        if super::same_path(&other.recorded.spec.state_file, &spec.state_file) {
+        if crate::serve::same_path(&other.recorded.spec.state_file, &spec.state_file) {
             return Err(ServeError::Clash(here(
                 "state-file",
                 format!("{} is already the state file of app {name}; set state-file to another path", spec.state_file.display()),
@@ -151,7 +157,7 @@ async fn claim(
         // This app's own socket on another host, held now.
         d.apps
             .values()
-            .filter(|a| super::same_path(&a.recorded.spec.manifest, &spec.manifest) && a.recorded.spec.route.port == spec.route.port)
+            .filter(|a| crate::serve::same_path(&a.recorded.spec.manifest, &spec.manifest) && a.recorded.spec.route.port == spec.route.port)
             .any(|a| d.sockets.holds(&(a.recorded.spec.route.host.to_string(), a.recorded.spec.route.port)))
     };
     let (host, port) = addr.clone();
@@ -187,7 +193,7 @@ fn deploys(app: Option<&AppRt>, spec: &AppSpec) -> bool {
 pub async fn apply(shared: &Shared, req: ApplyRequest) -> Result<Done, ServeError> {
     let path = PathBuf::from(&req.path);
     let (spec, lines) = manifest::parse_with_lines(&path, &req.text).map_err(|e| ServeError::Invalid(e.to_string()))?;
-    if let Err(why) = record::check_state_file(&spec.state_file) {
+    if let Err(why) = state_files::check_state_file(&spec.state_file) {
         let at = manifest::ManifestError {
             file: spec.manifest.clone(),
             line: lines.line("state-file"),
@@ -240,13 +246,13 @@ fn update(d: &mut Daemon, home: &Home, old_name: String, spec: &AppSpec, taken: 
     if rel.is_some() {
         app.recorded.state.revision += 1;
     }
-    if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
+    if !crate::serve::same_path(&app.recorded.spec.state_file, &spec.state_file) {
         let _ = std::fs::remove_file(&app.recorded.spec.state_file);
     }
     app.recorded.spec = spec.clone();
     app.recorded.state.stop_now = now;
     let asleep = app.recorded.state.asleep_since_ms.is_some();
-    app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
+    app.tracked.state_error = state_files::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
     d.apps.insert(spec.name.clone(), app);
     let name = &spec.name;
     let line = if same {
@@ -267,13 +273,13 @@ fn update(d: &mut Daemon, home: &Home, old_name: String, spec: &AppSpec, taken: 
 fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<Taken>) -> Result<String, ServeError> {
     // A new app: state.json from an earlier life names no process we
     // hold, so it starts afresh, at a revision after the old one.
-    let old = record::load_state(&spec.state_file).unwrap_or_default();
+    let old = state_files::load_state(&spec.state_file).unwrap_or_default();
     let mut state = AppState { app: spec.name.clone(), revision: old.revision + 1, next_copy: 1, ..Default::default() };
     let rel = match taken.map(|t| t.record(home, spec, &mut state)).transpose() {
         Ok(rel) => rel,
         Err(why) => return Err(ServeError::Failed(why)),
     };
-    if let Err(e) = record::save_state(&spec.state_file, &state) {
+    if let Err(e) = state_files::save_state(&spec.state_file, &state) {
         return Err(ServeError::Invalid(format!(
             "{}: cannot write its state file {}: {e}; nothing was started",
             spec.name,
@@ -347,7 +353,7 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Result<Done, Ser
         Ok(rel) => rel,
         Err(why) => return Err(ServeError::Failed(why)),
     };
-    if !super::same_path(&app.recorded.spec.state_file, &spec.state_file) {
+    if !crate::serve::same_path(&app.recorded.spec.state_file, &spec.state_file) {
         let _ = std::fs::remove_file(&app.recorded.spec.state_file);
     }
     app.recorded.spec = spec;
@@ -367,7 +373,7 @@ fn redeploy(d: &mut Daemon, name: &str, now: bool) -> Result<(u64, &'static str)
     app.recorded.state.stop_now = now;
     let rev = app.recorded.state.revision;
     let asleep = app.recorded.state.asleep_since_ms.is_some();
-    app.tracked.state_error = record::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
+    app.tracked.state_error = state_files::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
     d.save_registry().map_err(ServeError::Registry)?;
     let _ = d.events.send(Event::Changed { app: name.to_string() });
     Ok((

@@ -11,14 +11,14 @@ pub fn of_app(home: &Home, spec: &AppSpec, state: &AppState) -> Vec<CopyLogFile>
     let mut live: Vec<_> = state.copies.iter().collect();
     live.sort_by_key(|r| (r.started_ms.unwrap_or(u64::MAX), r.copy));
     let mut out: Vec<CopyLogFile> =
-        live.iter().map(|r| CopyLogFile { copy: r.copy, path: super::log_path(home, spec, r.copy), live: true }).collect();
+        live.iter().map(|r| CopyLogFile { copy: r.copy, path: crate::serve::log_path(home, spec, r.copy), live: true }).collect();
     let names = std::fs::read_dir(home.logs_dir())
         .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect::<Vec<_>>())
         .unwrap_or_default();
     let mut ended: Vec<u32> =
         names.iter().filter_map(|n| copy_of(n, &spec.group, &spec.name)).filter(|c| !state.copies.iter().any(|r| r.copy == *c)).collect();
     ended.sort_unstable();
-    out.extend(ended.into_iter().map(|copy| CopyLogFile { copy, path: super::log_path(home, spec, copy), live: false }));
+    out.extend(ended.into_iter().map(|copy| CopyLogFile { copy, path: crate::serve::log_path(home, spec, copy), live: false }));
     out
 }
 

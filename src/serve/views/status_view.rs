@@ -10,9 +10,11 @@ use crate::release;
 use crate::sys::procfs;
 use crate::wire::{AppStatus, CopyStatus, CopyTraffic, Refusing, StatusReport};
 
-use super::error::ServeError;
-use super::probe::{Shown, ShownCopies};
-use super::{now_ms, Daemon, Shared};
+use crate::serve::copies::probe::{Shown, ShownCopies};
+use crate::serve::error::ServeError;
+use crate::serve::now_ms;
+use crate::serve::Daemon;
+use crate::serve::Shared;
 
 /// Logs (api.log) the fences a copy that became ready is missing, with the
 /// reason and the fix.
@@ -42,7 +44,7 @@ impl Daemon {
     /// `GET /v1/status`: what status shows of app `only` (or of every app),
     /// the load balancer's figures `stats` (fetched with the lock released)
     /// folded in first.
-    pub(super) fn status_view(
+    pub(in crate::serve) fn status_view(
         &mut self,
         only: Option<&str>,
         shown: &ShownCopies,
@@ -55,27 +57,27 @@ impl Daemon {
     }
 
     /// `GET /v1/apps/NAME/releases`: the app's kept releases.
-    pub(super) fn releases_view(&self, name: &str) -> Result<Vec<crate::wire::ReleaseRow>, ServeError> {
+    pub(in crate::serve) fn releases_view(&self, name: &str) -> Result<Vec<crate::wire::ReleaseRow>, ServeError> {
         let app = self.apps.get(name).ok_or_else(|| ServeError::NoSuchApp(name.to_string()))?;
         Ok(release::rows(&app.recorded.state))
     }
 
     /// `GET /v1/apps/NAME/logs[?copy=N]`: the app's logs, and the path of
     /// copy N's (or of the first copy's).
-    pub(super) fn logs_view(&self, name: &str, copy: Option<u32>) -> Result<crate::wire::LogsReply, ServeError> {
+    pub(in crate::serve) fn logs_view(&self, name: &str, copy: Option<u32>) -> Result<crate::wire::LogsReply, ServeError> {
         let app = self.apps.get(name).ok_or_else(|| ServeError::NoSuchApp(name.to_string()))?;
         let (home, spec) = (&self.home, &app.recorded.spec);
-        let copies = super::logs::of_app(home, spec, &app.recorded.state);
+        let copies = crate::serve::views::logs_view::of_app(home, spec, &app.recorded.state);
         let path = match copy {
-            Some(n) => super::log_path(home, spec, n),
-            None => copies.first().map(|c| c.path.clone()).unwrap_or_else(|| super::log_path(home, spec, 1)),
+            Some(n) => crate::serve::log_path(home, spec, n),
+            None => copies.first().map(|c| c.path.clone()).unwrap_or_else(|| crate::serve::log_path(home, spec, 1)),
         };
         Ok(crate::wire::LogsReply { path, copies })
     }
 
     /// `GET /v1/apps/NAME/rollout?revision=N`: how the deploy at `revision`
     /// goes (what `--wait` follows); failed once the app is deleted.
-    pub(super) fn rollout_view(&self, name: &str, revision: u64) -> crate::wire::RolloutReply {
+    pub(in crate::serve) fn rollout_view(&self, name: &str, revision: u64) -> crate::wire::RolloutReply {
         let Some(app) = self.apps.get(name).filter(|a| !a.recorded.deleting) else {
             return crate::wire::RolloutReply { state: crate::wire::RolloutState::Failed, message: format!("{name} was deleted") };
         };
@@ -149,7 +151,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                         crashes: rec.crashes,
                         started: rec.started_ms.filter(|_| alive).map(procfs::local_rfc3339),
                         outdated: rec.revision != app.recorded.state.revision || rec.settings != settings,
-                        log: super::log_path(&d.home, &app.recorded.spec, rec.copy),
+                        log: crate::serve::log_path(&d.home, &app.recorded.spec, rec.copy),
                         release: rec.release.clone(),
                         isolation: report.map(|r| r.isolation),
                         started_ms: rec.started_ms.filter(|_| alive),
@@ -184,9 +186,13 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
             if let Some(why) = &not_listening {
                 notes.push(format!("{name}: port {}: not listening: {why}", app.recorded.spec.route.port));
             }
-            notes.extend(super::limits::notes(&d.cgroups, &app.recorded.spec));
-            if let Some(uid) = app.recorded.state.uid.filter(|_| super::identity::wanted(&app.recorded.spec)) {
-                notes.extend(super::identity::writable_notes(name, &app.recorded.spec.start.sandbox.writable_paths, uid));
+            notes.extend(crate::serve::watches::memory::notes(&d.cgroups, &app.recorded.spec));
+            if let Some(uid) = app.recorded.state.uid.filter(|_| crate::serve::views::identity_notes::wanted(&app.recorded.spec)) {
+                notes.extend(crate::serve::views::identity_notes::writable_notes(
+                    name,
+                    &app.recorded.spec.start.sandbox.writable_paths,
+                    uid,
+                ));
             }
             let capacity = reconcile::capacity::status(&app.recorded.spec, &app.recorded.state, &app.tracked.roles, |c| {
                 traffic.and_then(|t| t.get(&c)).map_or(0, |t| t.sessions)
@@ -206,7 +212,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 copies,
                 notes,
                 runs_as_root: root_note(&app.recorded.spec, nix::unistd::geteuid().is_root()),
-                uid: app.recorded.state.uid.filter(|_| super::identity::wanted(&app.recorded.spec)),
+                uid: app.recorded.state.uid.filter(|_| crate::serve::views::identity_notes::wanted(&app.recorded.spec)),
                 state: app_state(&app.recorded).to_string(),
                 replicas: app.recorded.spec.scale.replicas,
                 manifest: app.recorded.spec.manifest.display().to_string(),
@@ -219,24 +225,24 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
         daemon_pid: std::process::id(),
         proxy_pid,
         proxy_rss_bytes: proxy_pid.and_then(procfs::rss_bytes),
-        own_user: super::identity::own_user_note(d.apps.values().map(|a| &a.recorded.spec)),
+        own_user: crate::serve::views::identity_notes::own_user_note(d.apps.values().map(|a| &a.recorded.spec)),
         apps,
         limits: Some(d.cgroups.report()),
-        pool: Some(super::pool::report()),
+        pool: Some(crate::serve::copies::zygote_pool::report()),
     })
 }
 
 /// The memory limit a copy runs under: its release's `sandbox.memory`,
 /// unless the fence is off (then nothing enforces it).
-fn memory_limit(recorded: &super::app::Recorded, rec: &crate::wire::CopyRecord) -> Option<u64> {
-    let sandbox = super::limits::sandbox_of(&recorded.spec, &recorded.state, rec);
+fn memory_limit(recorded: &crate::serve::app::Recorded, rec: &crate::wire::CopyRecord) -> Option<u64> {
+    let sandbox = crate::serve::watches::memory::sandbox_of(&recorded.spec, &recorded.state, rec);
     sandbox.memory.filter(|_| sandbox.mode != crate::manifest::SandboxMode::Off)
 }
 
 /// The size of a copy's disk: its release's `sandbox.disk`, unless the
 /// fence is off (then nothing keeps it).
-fn disk_size(recorded: &super::app::Recorded, rec: &crate::wire::CopyRecord) -> Option<u64> {
-    let sandbox = super::limits::sandbox_of(&recorded.spec, &recorded.state, rec);
+fn disk_size(recorded: &crate::serve::app::Recorded, rec: &crate::wire::CopyRecord) -> Option<u64> {
+    let sandbox = crate::serve::watches::memory::sandbox_of(&recorded.spec, &recorded.state, rec);
     sandbox.disk.bytes().filter(|_| sandbox.mode != crate::manifest::SandboxMode::Off)
 }
 
@@ -300,7 +306,10 @@ mod tests {
 
     #[test]
     fn the_load_balancers_view_makes_lines_under_the_table() {
-        use super::{balancer_notes, CopyTraffic, HashMap, Refusing};
+        use super::balancer_notes;
+        use crate::serve::CopyTraffic;
+        use crate::serve::HashMap;
+        use crate::serve::Refusing;
         let traffic: HashMap<u32, CopyTraffic> = [
             (2, CopyTraffic { copy: 2, connections: 1, sessions: 0, silent_ms: 0 }),
             (1, CopyTraffic { copy: 1, connections: 3, sessions: 2, silent_ms: 12_400 }),
@@ -359,7 +368,7 @@ mod root_note_tests {
 }
 
 /// Where an app stands, as `status --json` names it.
-fn app_state(recorded: &super::app::Recorded) -> &'static str {
+fn app_state(recorded: &crate::serve::app::Recorded) -> &'static str {
     let state = &recorded.state;
     if recorded.deleting {
         "being-deleted"

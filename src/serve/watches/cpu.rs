@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::sys::procfs::Processes;
 
-use super::Shared;
+use crate::serve::Shared;
 
 /// How often the copies' CPU time is read.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
