@@ -17,7 +17,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
 use super::init::{self, Init};
-use super::plan::Plan;
+use super::plan::RootPlan;
 use super::signals::{block_signals, forwarded_signals, unblock_signals};
 use super::{Launch, EXIT_LAUNCH_FAILED};
 use crate::sys::users::Identity;
@@ -50,7 +50,7 @@ impl Pipes {
 /// into its namespaces, or, where none can be made, goes on without them
 /// (`super::direct`). Returns only
 /// the launcher's own exit status on failure; otherwise it ends as R did.
-pub fn run(launch: &Launch, report: Option<Writer>, plan: Plan, who: Option<Identity>, mut fences: Fences) -> i32 {
+pub fn run(launch: &Launch, report: Option<Writer>, plan: RootPlan, who: Option<Identity>, mut fences: Fences) -> i32 {
     block_signals();
     let pipes = match Pipes::new() {
         Ok(p) => p,
@@ -88,7 +88,13 @@ pub fn run(launch: &Launch, report: Option<Writer>, plan: Plan, who: Option<Iden
 /// namespaces are refused, with all but the user namespace. The fences
 /// record what was made, and why not, also when no namespace can be had
 /// (`Err`).
-fn clone_init(launch: &Launch, plan: &Plan, who: Option<&Identity>, pipes: &Pipes, fences: &mut Fences) -> Result<(Pid, CloneFlags), ()> {
+fn clone_init(
+    launch: &Launch,
+    plan: &RootPlan,
+    who: Option<&Identity>,
+    pipes: &Pipes,
+    fences: &mut Fences,
+) -> Result<(Pid, CloneFlags), ()> {
     let mut flags = all_namespaces();
     let root = nix::unistd::geteuid().is_root();
     loop {

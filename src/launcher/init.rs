@@ -18,9 +18,9 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
 use super::mount;
-use super::plan::Plan;
+use super::plan::RootPlan;
 use super::sources::Sources;
-use super::{Launch, Seen, APP_DIR, EXIT_LAUNCH_FAILED, SCRATCH_DIR};
+use super::{CopyFolders, Launch, APP_DIR, EXIT_LAUNCH_FAILED, SCRATCH_DIR};
 use crate::sys::users::Identity;
 use crate::wire::launch::fences::{self, Fences};
 
@@ -29,7 +29,7 @@ pub struct Init<'a> {
     /// The launcher's arguments.
     pub launch: &'a Launch,
     /// The copy's root.
-    pub plan: &'a Plan,
+    pub plan: &'a RootPlan,
     /// The fences so far (the namespaces the clone made).
     pub fences: Fences,
     /// The run-as user of a root daemon.
@@ -129,12 +129,12 @@ pub fn run(mut init: Init) -> ! {
 /// them; an error is a copy that must not start.
 pub(super) fn world(
     launch: &Launch,
-    plan: &Plan,
+    plan: &RootPlan,
     who: Option<&Identity>,
     hand_over: bool,
     fences: &mut Fences,
     sources: Sources,
-) -> Result<Seen, String> {
+) -> Result<CopyFolders, String> {
     // A launcher that is not root could not give the app's own
     // (subordinate) uid its folders: done here, as the launcher's user,
     // with the capabilities this namespace gives over the ids mapped in it
@@ -163,7 +163,7 @@ pub(super) fn world(
     }
     // The root is built; R must not hold the host's folders.
     drop(sources);
-    Ok(Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: super::plan::r_libs_user(plan) })
+    Ok(CopyFolders { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: super::plan::r_libs_user(plan) })
 }
 
 /// A socket pair (close-on-exec) between the init and the process that
@@ -279,7 +279,7 @@ fn ready(listener: &OwnedFd, signals: &nix::sys::signalfd::SignalFd) -> Ready {
 /// In the child that becomes R: its user, the filter's fences (the
 /// listener of its `bind` and `listen` sent to the init over `sup`), the
 /// report of the fences to the host side, and exec. Never returns.
-fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: Seen, mut fences: Fences, ready: OwnedFd, sup: OwnedFd) -> ! {
+fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: CopyFolders, mut fences: Fences, ready: OwnedFd, sup: OwnedFd) -> ! {
     super::signals::unblock_signals();
     if let Some(who) = who {
         if let Err(e) = crate::sys::users::set_user(who) {

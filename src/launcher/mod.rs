@@ -97,7 +97,7 @@ pub fn run_app_expr(app_dir: &Path, entrypoint: &str, port: u16) -> String {
 /// The folders a copy sees once its world is made: inside the namespace,
 /// the fixed paths; otherwise the host's.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
+pub struct CopyFolders {
     /// The app folder (the working directory).
     pub app_dir: PathBuf,
     /// The scratch disk (`SHINYCTL_SCRATCH`).
@@ -317,7 +317,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
             // After the user is set (a change of user clears it): R does not
             // outlive its launcher.
             let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-            let mut seen = Seen { app_dir, scratch, tmpdir: None, r_libs_user: None };
+            let mut seen = CopyFolders { app_dir, scratch, tmpdir: None, r_libs_user: None };
             drop(sup);
             if launch.start.sandbox.mode != SandboxMode::Off {
                 init::hand_over_ports(&sup_child, &mut fences);
@@ -353,7 +353,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
 /// exec. Returns only on failure, with the exit status.
 fn finish_and_exec(
     launch: &Launch,
-    seen: &mut Seen,
+    seen: &mut CopyFolders,
     fences: &mut Fences,
     who: Option<&Identity>,
     send: impl FnOnce(&Fences, Option<&str>),
@@ -368,7 +368,7 @@ fn finish_and_exec(
 /// its R, `claim`): the last fences, the strict check, the report of the
 /// fences and of a refusal (`send`) and the log lines. `Err` is the exit
 /// status of a copy that must not start.
-fn finish(launch: &Launch, seen: &mut Seen, fences: &mut Fences, send: impl FnOnce(&Fences, Option<&str>)) -> Result<(), i32> {
+fn finish(launch: &Launch, seen: &mut CopyFolders, fences: &mut Fences, send: impl FnOnce(&Fences, Option<&str>)) -> Result<(), i32> {
     // The filters, in the process that execs R next, after its user is set
     // and every mount is made (the filter refuses mount and unshare).
     if launch.start.sandbox.mode != SandboxMode::Off {
@@ -443,7 +443,7 @@ fn isolation_of(fences: &Fences, mode: SandboxMode, user: String) -> Isolation {
 
 /// The line the copy's log gets before R starts: what isolation it got and
 /// where the app may write.
-fn isolation_line(isolation: &Isolation, seen: &Seen) -> String {
+fn isolation_line(isolation: &Isolation, seen: &CopyFolders) -> String {
     let how = match isolation.kind {
         IsolationKind::MountNamespace => "mount namespace".to_string(),
         IsolationKind::Landlock => format!("Landlock ({})", isolation.reason.as_deref().unwrap_or("")),
@@ -462,7 +462,7 @@ fn isolation_line(isolation: &Isolation, seen: &Seen) -> String {
 
 /// Replaces this process with R, in the app folder, with the environment
 /// the launcher got (the daemon cleaned it) and the copy's own variables.
-fn exec_r(launch: &Launch, seen: &Seen, who: Option<&Identity>) -> i32 {
+fn exec_r(launch: &Launch, seen: &CopyFolders, who: Option<&Identity>) -> i32 {
     if let Err(e) = std::env::set_current_dir(&seen.app_dir) {
         return fail(&format!("cannot enter the app folder {}: {e}", seen.app_dir.display()));
     }
@@ -531,7 +531,7 @@ mod tests {
 
     #[test]
     fn the_log_line_says_where_to_write() {
-        let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: None };
+        let seen = CopyFolders { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: None };
         let line = isolation_line(
             &Isolation { kind: IsolationKind::MountNamespace, reason: None, fences: vec![], user: None, start: None },
             &seen,

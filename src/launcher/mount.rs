@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
-use super::plan::{under, Plan, R_LIBS_DIR};
+use super::plan::{under, RootPlan, R_LIBS_DIR};
 use super::sources::Sources;
 use super::{APP_DIR, SCRATCH_DIR};
 
@@ -54,7 +54,7 @@ pub struct Built {
 /// Builds the copy's root in this process's (new) mount namespace and
 /// pivots into it. Any failure is an error: the copy must not start half
 /// fenced.
-pub fn build(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
+pub fn build(plan: &RootPlan, sources: &Sources) -> anyhow::Result<Built> {
     // Nothing the copy mounts may reach the host, and nothing mounted on
     // the host later reaches the copy.
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
@@ -65,7 +65,7 @@ pub fn build(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
 }
 
 /// Builds the copy's root on the tmpfs at [`BASE`] and pivots into it.
-fn build_root(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
+fn build_root(plan: &RootPlan, sources: &Sources) -> anyhow::Result<Built> {
     nix::unistd::chdir(BASE).context("cannot enter the new root's tmpfs")?;
     std::fs::create_dir("newroot").context("cannot make newroot")?;
     // pivot_root needs the new root to be a mount point.
@@ -104,7 +104,7 @@ fn build_root(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
 /// and so is one that cannot be bound (a FUSE mount of another user, say),
 /// with a line in the log: the copy may not need it, and if it does, the
 /// log says why it is missing.
-fn fill_root(old: &Path, new: &Path, plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
+fn fill_root(old: &Path, new: &Path, plan: &RootPlan, sources: &Sources) -> anyhow::Result<Built> {
     let own_top = Path::new(APP_DIR).iter().nth(1).map(|s| s.to_os_string());
     let mut built = Built::default();
     for entry in std::fs::read_dir(old).context("cannot list the host's /")? {
@@ -215,7 +215,7 @@ fn mount_proc(to: &Path) -> anyhow::Result<()> {
 /// (left writable until [`expose`] has made its mount points; the caller
 /// makes it read-only), a file with the empty file. Paths below another
 /// hidden one are hidden with it. Returns the tmpfs mounts.
-fn hide(plan: &Plan) -> anyhow::Result<Vec<PathBuf>> {
+fn hide(plan: &RootPlan) -> anyhow::Result<Vec<PathBuf>> {
     let mut hidden = plan.hidden.clone();
     hidden.sort_by_key(|p| p.components().count());
     let mut done: Vec<&PathBuf> = Vec::new();
@@ -245,7 +245,7 @@ fn hide(plan: &Plan) -> anyhow::Result<Vec<PathBuf>> {
 /// parent before its children. A mount point that is missing is made (in a
 /// hidden path's tmpfs, the copy's /tmp, the new root); one that cannot be
 /// is left out with a line in the log, but for the fixed paths.
-fn expose(plan: &Plan, sources: &Sources) -> anyhow::Result<()> {
+fn expose(plan: &RootPlan, sources: &Sources) -> anyhow::Result<()> {
     let mut binds: Vec<(PathBuf, PathBuf, bool, bool)> = Vec::new();
     for w in &plan.writable {
         binds.push((w.clone(), w.clone(), false, false));

@@ -11,7 +11,7 @@ use crate::sys::users::Identity;
 /// What the copy's root holds; every path is the host's, canonical, and
 /// exists (the launcher checked before entering the namespace).
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct Plan {
+pub struct RootPlan {
     /// The folder the copy runs (its release): read-only at [`APP_DIR`] and
     /// at its own path.
     pub app_dir: PathBuf,
@@ -37,11 +37,11 @@ pub struct Plan {
 }
 
 /// Where a copy running as the app's own uid finds its daemon user's own R
-/// libraries (see [`Plan::libraries`]).
+/// libraries (see [`RootPlan::libraries`]).
 pub const R_LIBS_DIR: &str = "/shinyctl/rlib";
 
 /// R_LIBS_USER for the copy: the libraries at their places inside.
-pub fn r_libs_user(plan: &Plan) -> Option<String> {
+pub fn r_libs_user(plan: &RootPlan) -> Option<String> {
     let inside: Vec<String> = (0..plan.libraries.len()).map(|i| format!("{R_LIBS_DIR}/{i}")).collect();
     (!inside.is_empty()).then(|| inside.join(":"))
 }
@@ -55,7 +55,7 @@ pub(super) fn under(base: &str, p: &Path) -> PathBuf {
 pub const SECRETS: [&str; 3] = [".ssh", ".gnupg", ".aws"];
 
 /// The copy's root for `launch`, run by `who` (a root daemon's run-as).
-pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<Plan> {
+pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<RootPlan> {
     let app_dir = std::fs::canonicalize(&launch.app_dir)
         .map_err(|e| anyhow::anyhow!("the app folder {} cannot be opened: {e}", launch.app_dir.display()))?;
     let scratch = std::fs::canonicalize(&launch.scratch)
@@ -91,7 +91,7 @@ pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<Plan> 
         (Some(_), None) => user_libraries(std::env::var("R_LIBS_USER").ok().as_deref(), std::env::var_os("HOME").map(PathBuf::from)),
         _ => Vec::new(),
     };
-    Ok(Plan { app_dir, scratch, tmp, shm, hidden, writable, needed, libraries })
+    Ok(RootPlan { app_dir, scratch, tmp, shm, hidden, writable, needed, libraries })
 }
 
 /// The R libraries of the daemon's user that exist: `R_LIBS_USER`'s

@@ -274,7 +274,15 @@ fn init(conn: OwnedFd, claim: Claim, launch: Launch, sources: Vec<(PathBuf, Owne
 /// The copy's R, before it returns to R: its user, the fences (the cold
 /// path's [`super::finish`]), the report through the launcher, R's signal
 /// mask back, and the copy's environment alone with its program.
-fn become_app(conn: OwnedFd, claim: &Claim, launch: &Launch, mut seen: super::Seen, mut fences: Fences, sup: OwnedFd, r_mask: SigSet) {
+fn become_app(
+    conn: OwnedFd,
+    claim: &Claim,
+    launch: &Launch,
+    mut seen: super::CopyFolders,
+    mut fences: Fences,
+    sup: OwnedFd,
+    r_mask: SigSet,
+) {
     if let Some(who) = &claim.who {
         if let Err(e) = crate::sys::users::set_user(who) {
             super::fail(&format!("cannot become {}: {e}", who.name));
@@ -342,7 +350,7 @@ fn show_as_cold(run: &str) {
 
 /// The copy's environment alone (the zygote's is cleared), as a cold copy
 /// gets it, with the program R runs next.
-fn set_env(claim: &Claim, seen: &super::Seen, who: Option<&Identity>) {
+fn set_env(claim: &Claim, seen: &super::CopyFolders, who: Option<&Identity>) {
     // What the daemon gave the zygote goes (R's own variables, which a
     // cold R sets too, stay); then the copy's. Single-threaded here, so
     // the changes race with nothing.

@@ -12,12 +12,12 @@ use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::{watch, Mutex, Notify};
 
-use super::shared::Shared;
+use super::shared::BalancerState;
 use super::workers::{Worker, WORKERS};
 use crate::proxy::copies::idle_connections;
 use crate::proxy::copies::table;
 use crate::proxy::daemon_link::DaemonLink;
-use crate::proxy::visitors::caps::{self, Gate};
+use crate::proxy::visitors::caps::{self, CapCounters};
 use crate::proxy::visitors::listeners::Listeners;
 use crate::wire::handover::Sockets;
 use crate::wire::lb_start::COOKIE_KEY_LEN;
@@ -53,7 +53,7 @@ async fn expire_pools(control: std::sync::Weak<Control>) {
 /// A load balancer's state, as its control socket and callers reach it.
 pub struct Control {
     /// Shared with the listeners and every connection.
-    pub shared: Arc<Shared>,
+    pub shared: Arc<BalancerState>,
     /// The listening sockets; the lock also keeps table pushes in order.
     pub listeners: Mutex<Listeners>,
     /// Woken by `POST /shutdown`.
@@ -72,7 +72,7 @@ impl Control {
     pub fn new(daemon: DaemonLink, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>, given: Sockets, watch_copies: bool) -> Arc<Control> {
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_header_size(MAX_HEAD).max_buf_size(MAX_HEAD);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(BalancerState {
             daemon,
             key,
             table: table::LiveTable::default(),
@@ -82,7 +82,7 @@ impl Control {
             workers,
             pump: Arc::default(),
             requests: Default::default(),
-            gate: Gate::new(caps::connection_budget(caps::open_files_limit())),
+            gate: CapCounters::new(caps::connection_budget(caps::open_files_limit())),
         });
         let control = Arc::new(Control { shared, listeners: Mutex::new(Listeners::with(given)), stop: Notify::new(), watch_copies });
         tokio::spawn(expire_pools(Arc::downgrade(&control)));

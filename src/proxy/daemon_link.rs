@@ -17,7 +17,7 @@ use crate::wire::StandIn;
 
 /// How a wake asked of the daemon ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wake {
+pub enum WakeAnswer {
     /// A copy is active.
     Awake,
     /// The wake failed (or the daemon could not be asked).
@@ -27,7 +27,7 @@ pub enum Wake {
 }
 
 /// A wake being waited for: `None` inside until it ends.
-pub type WakeWatch = watch::Receiver<Option<Wake>>;
+pub type WakeWatch = watch::Receiver<Option<WakeAnswer>>;
 
 /// The wake an app asked of the daemon, shared by the requests that arrive
 /// while it goes on.
@@ -91,17 +91,17 @@ impl DaemonLink {
             // margins only cover it being slow to.
             let ask = crate::wire::uds::request(&sock, Method::POST, &path, None, limit + Duration::from_secs(5));
             let outcome = match tokio::time::timeout(limit + Duration::from_secs(1), ask).await {
-                Ok(Ok((status, _))) if status.is_success() => Wake::Awake,
-                Ok(Ok((StatusCode::GATEWAY_TIMEOUT, _))) => Wake::TimedOut,
+                Ok(Ok((status, _))) if status.is_success() => WakeAnswer::Awake,
+                Ok(Ok((StatusCode::GATEWAY_TIMEOUT, _))) => WakeAnswer::TimedOut,
                 Ok(Ok((status, body))) => {
                     tracing::warn!(app = %name, "the daemon could not wake it ({status}): {}", String::from_utf8_lossy(&body));
-                    Wake::Failed
+                    WakeAnswer::Failed
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(app = %name, "cannot ask the daemon for a wake: {e:#}");
-                    Wake::Failed
+                    WakeAnswer::Failed
                 }
-                Err(_) => Wake::TimedOut,
+                Err(_) => WakeAnswer::TimedOut,
             };
             tx.send_replace(Some(outcome));
         });
@@ -110,11 +110,11 @@ impl DaemonLink {
 }
 
 /// How the wake being waited for ended; never, when there is none.
-pub async fn wake_outcome(wake: Option<&mut WakeWatch>) -> Wake {
+pub async fn wake_outcome(wake: Option<&mut WakeWatch>) -> WakeAnswer {
     let Some(rx) = wake else { return std::future::pending().await };
     match rx.wait_for(Option::is_some).await {
-        Ok(outcome) => outcome.unwrap_or(Wake::Failed),
+        Ok(outcome) => outcome.unwrap_or(WakeAnswer::Failed),
         // The asking task is gone without an answer.
-        Err(_) => Wake::Failed,
+        Err(_) => WakeAnswer::Failed,
     }
 }

@@ -11,10 +11,10 @@ use super::workers::Worker;
 use crate::proxy::copies::table;
 use crate::proxy::daemon_link::DaemonLink;
 use crate::proxy::tunnels::pump::Pump;
-use crate::proxy::visitors::caps::Gate;
+use crate::proxy::visitors::caps::CapCounters;
 
 /// What every connection of the load balancer shares.
-pub struct Shared {
+pub struct BalancerState {
     /// Where stand-ins are reported and wakes asked for.
     pub daemon: DaemonLink,
     /// The sticky cookie's HMAC key.
@@ -35,10 +35,10 @@ pub struct Shared {
     /// Answers counted per app, for metrics.
     pub requests: crate::proxy::counters::Requests,
     /// Visitors' connections counted under the caps that span apps.
-    pub gate: Gate,
+    pub gate: CapCounters,
 }
 
-impl Shared {
+impl BalancerState {
     /// Visitors' connections being served, on all workers.
     pub fn open(&self) -> usize {
         self.workers.iter().map(|w| w.open.load(Ordering::Relaxed)).sum()

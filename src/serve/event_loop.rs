@@ -109,7 +109,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
     // Before any process is started: a v2 daemon moves itself into its leaf.
     let cgroups = crate::sys::cgroup::Cgroups::discover(&crate::sys::cgroup::home_tag(&home.root));
     crate::serve::copies::zygote_pool::start(&home, &cgroups);
-    let sockets = sockets::Held::adopt(take_back_sockets(&home).await);
+    let sockets = sockets::HeldSockets::adopt(take_back_sockets(&home).await);
     let mut daemon = Daemon {
         home: home.clone(),
         apps: BTreeMap::new(),
@@ -212,7 +212,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             }
             d.probes(&due)
         };
-        let facts = tokio::task::spawn_blocking(move || probe::Facts::find(probes)).await.unwrap_or_default();
+        let facts = tokio::task::spawn_blocking(move || probe::ProbeFacts::find(probes)).await.unwrap_or_default();
         // Stops are added by the cycles alone, so whether any wait is known
         // here, without locking again after the push.
         let (table, launches, stopping) = {

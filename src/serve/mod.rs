@@ -118,7 +118,7 @@ pub struct Daemon {
     /// in flight when two copies died).
     refusing: HashMap<String, Vec<Refusing>>,
     /// The apps' listening sockets, held here and given to the load balancer.
-    sockets: deploys::sockets::Held,
+    sockets: deploys::sockets::HeldSockets,
     /// Copies the cycle decided to stop, signalled once the load balancer
     /// has a table without them (observe, decide, record, push, act).
     stops: Vec<PendingStop>,

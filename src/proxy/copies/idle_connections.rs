@@ -31,7 +31,7 @@ pub const POOL_IDLE: Duration = Duration::from_secs(30);
 /// a WebSocket upgrade).
 pub enum UpBody {
     /// The visitor's request body, cut when it stops moving.
-    Client(Incoming, Idle),
+    VisitorConnection(Incoming, Idle),
     /// No body.
     Empty,
 }
@@ -42,7 +42,7 @@ impl Body for UpBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            UpBody::Client(b, idle) => {
+            UpBody::VisitorConnection(b, idle) => {
                 let polled = Pin::new(b).poll_frame(cx);
                 progress::poll_watched(polled, idle, cx, "a visitor's request body")
             }
@@ -52,14 +52,14 @@ impl Body for UpBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            UpBody::Client(b, _) => b.is_end_stream(),
+            UpBody::VisitorConnection(b, _) => b.is_end_stream(),
             UpBody::Empty => true,
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            UpBody::Client(b, _) => b.size_hint(),
+            UpBody::VisitorConnection(b, _) => b.size_hint(),
             UpBody::Empty => SizeHint::with_exact(0),
         }
     }

@@ -15,7 +15,7 @@ use crate::proxy::daemon_link::WakeWatch;
 use crate::proxy::error_source::ErrorSource;
 use crate::proxy::requests::body::DownBody;
 use crate::proxy::requests::upstream::{Failure, Replay};
-use crate::proxy::shared::Shared;
+use crate::proxy::shared::BalancerState;
 use crate::proxy::visitors::pages;
 use crate::sys::clock::{mono_ms, now_ms};
 
@@ -89,7 +89,7 @@ impl Attempt {
     #[allow(clippy::result_large_err)]
     pub fn failed(
         &mut self,
-        shared: &Shared,
+        shared: &BalancerState,
         app: &LiveApp,
         copy: &LiveCopy,
         failure: Failure,

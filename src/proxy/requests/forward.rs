@@ -19,27 +19,27 @@ use tokio::time::Instant;
 use crate::proxy::copies::balance::{self, Capacity, Need, Placement};
 use crate::proxy::copies::idle_connections::UpBody;
 use crate::proxy::copies::table::{LiveApp, LiveCopy};
-use crate::proxy::daemon_link::{wake_outcome, Wake};
+use crate::proxy::daemon_link::{wake_outcome, WakeAnswer};
 use crate::proxy::error_source::ErrorSource;
 use crate::proxy::requests::attempt::Attempt;
 use crate::proxy::requests::body::DownBody;
 use crate::proxy::requests::progress::Idle;
 use crate::proxy::requests::upstream::{self, send, Failure, Replay, Sent};
-use crate::proxy::shared::Shared;
+use crate::proxy::shared::BalancerState;
 use crate::proxy::tunnels::websocket;
 use crate::proxy::visitors::headers;
 use crate::proxy::visitors::pages;
 use crate::sys::clock::{mono_ms, now_ms};
 use crate::wire::{LbPolicy, Role};
 
-pub use crate::proxy::visitors::client::Client;
+pub use crate::proxy::visitors::client::VisitorConnection;
 
 /// The hyper service: every request of a visitor's connection.
-pub async fn handle(req: Request<Incoming>, client: Arc<Client>) -> Result<Response<DownBody>, Infallible> {
+pub async fn handle(req: Request<Incoming>, client: Arc<VisitorConnection>) -> Result<Response<DownBody>, Infallible> {
     Ok(forward(req, &client).await)
 }
 
-async fn forward(req: Request<Incoming>, client: &Client) -> Response<DownBody> {
+async fn forward(req: Request<Incoming>, client: &VisitorConnection) -> Response<DownBody> {
     let started = std::time::Instant::now();
     let mut resp = route(req, client).await;
     if let Some(stats) = &client.stats {
@@ -53,7 +53,7 @@ async fn forward(req: Request<Incoming>, client: &Client) -> Response<DownBody> 
 }
 
 /// The answer to one request: from a copy, or a page of our own.
-async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody> {
+async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Response<DownBody> {
     let shared = &client.shared;
     if client.busy {
         return pages::busy();
@@ -90,7 +90,7 @@ async fn route(mut req: Request<Incoming>, client: &Client) -> Response<DownBody
             "answered 502 at once: this request was in flight when two copies died within a minute");
         return pages::bad_gateway(&app.name);
     }
-    let mut req = Request::from_parts(parts, UpBody::Client(body, Idle::default()));
+    let mut req = Request::from_parts(parts, UpBody::VisitorConnection(body, Idle::default()));
     loop {
         let (i, spare);
         (app, i, spare) = match wait_for_copy(shared, client.port, app, claimed, &mut attempt).await {
@@ -145,7 +145,7 @@ fn claimed_copy(app: &LiveApp, parts: &request::Parts) -> Option<u32> {
 /// request. The flag is true for a spare that took a new visitor because
 /// every active copy was full.
 async fn wait_for_copy(
-    shared: &Shared,
+    shared: &BalancerState,
     port: u16,
     mut app: Arc<LiveApp>,
     claimed: Option<u32>,
@@ -189,12 +189,12 @@ async fn wait_for_copy(
             _ = tokio::time::sleep(BUSY_LOOK_AGAIN), if busy => {}
             outcome = wake_outcome(attempt.wake.as_mut()) => match outcome {
                 // The table with the woken copy is on its way, if not here.
-                Wake::Awake => {
+                WakeAnswer::Awake => {
                     attempt.wake = None;
                     attempt.woken = true;
                 }
-                Wake::Failed => return Err(pages::wake_failed(&app.name)),
-                Wake::TimedOut => return Err(pages::wake_timed_out(&app.name)),
+                WakeAnswer::Failed => return Err(pages::wake_failed(&app.name)),
+                WakeAnswer::TimedOut => return Err(pages::wake_timed_out(&app.name)),
             },
             _ = tokio::time::sleep_until(until) => {
                 if waking {
@@ -284,7 +284,7 @@ fn choose(app: &LiveApp, claimed: Option<u32>, failed: bool, avoid: Option<(u32,
 
 /// The answer as the visitor gets it.
 fn respond(
-    shared: &Shared,
+    shared: &BalancerState,
     app: &LiveApp,
     copy: &LiveCopy,
     claimed: Option<u32>,

@@ -63,7 +63,7 @@ thread_local! {
 
 /// One direction of a tunnel.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Way {
+pub struct Direction {
     /// Bytes read from one side and not yet written to the other (empty,
     /// with nothing allocated, while the tunnel is idle).
     pub pending: Vec<u8>,
@@ -73,11 +73,11 @@ pub struct Way {
     shut: bool,
 }
 
-impl Way {
+impl Direction {
     /// A direction with `pending` bytes still to write and the reading
     /// side closed or not.
-    pub fn new(pending: Vec<u8>, eof: bool) -> Way {
-        Way { pending, eof, shut: false }
+    pub fn new(pending: Vec<u8>, eof: bool) -> Direction {
+        Direction { pending, eof, shut: false }
     }
 }
 
@@ -89,9 +89,9 @@ pub struct Tunnel {
     /// The connection to the copy.
     pub copy: std::net::TcpStream,
     /// From the visitor to the copy.
-    pub up: Way,
+    pub up: Direction,
     /// From the copy to the visitor.
-    pub down: Way,
+    pub down: Direction,
     /// The app the session belongs to.
     pub app: String,
     /// The copy that holds the session.
@@ -235,9 +235,9 @@ pub struct Live {
     /// The connection to the copy (acknowledged at once, see quickack.rs).
     pub copy: TcpStream,
     /// From the visitor to the copy.
-    pub up: Way,
+    pub up: Direction,
     /// From the copy to the visitor.
-    pub down: Way,
+    pub down: Direction,
 }
 
 /// Where one direction stopped.
@@ -300,7 +300,7 @@ fn join(read: bool, write: bool) -> Option<Interest> {
 fn move_bytes(
     src: &TcpStream,
     dst: &TcpStream,
-    way: &mut Way,
+    way: &mut Direction,
     buf: &mut [u8],
     quickack: bool,
     read: Option<&AtomicU64>,
@@ -365,7 +365,7 @@ mod tests {
     #[tokio::test]
     async fn the_bytes_a_tunnel_moves_are_counted_each_way() {
         let ((visitor, mut browser), (copy, mut r)) = (pair().await, pair().await);
-        let mut live = Live { visitor, copy, up: Way::default(), down: Way::default() };
+        let mut live = Live { visitor, copy, up: Direction::default(), down: Direction::default() };
         let counters = AppCounters::default();
         browser.write_all(b"hello").await.unwrap();
         r.write_all(b"world!").await.unwrap();

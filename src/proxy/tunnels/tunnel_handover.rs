@@ -33,9 +33,9 @@ use tokio::net::UnixStream;
 
 use crate::proxy::copies::copy_state::CopyState;
 use crate::proxy::handover::{self, Message, Received};
-use crate::proxy::shared::Shared;
+use crate::proxy::shared::BalancerState;
 use crate::proxy::tunnels::pump::Session;
-use crate::proxy::tunnels::pump::{Tunnel, Way};
+use crate::proxy::tunnels::pump::{Direction, Tunnel};
 
 /// The message's kind.
 pub const KIND: &str = "tunnels";
@@ -96,7 +96,7 @@ impl Handed {
 /// As this load balancer stops: when a newer one serves `path` (not our
 /// own socket, inode `own_ino`), takes every tunnel out of the pump and
 /// sends them there. Without one, the tunnels stay and end with us.
-pub async fn pass_on(path: &Path, own_ino: u64, shared: &Shared) {
+pub async fn pass_on(path: &Path, own_ino: u64, shared: &BalancerState) {
     if std::fs::metadata(path).map_or(true, |m| m.ino() == own_ino) || shared.pump.live() == 0 {
         return;
     }
@@ -148,7 +148,7 @@ fn announce(path: &Path) -> io::Result<std::os::unix::net::UnixStream> {
 
 /// Reads the tunnels a load balancer sends on `stream` (accepted on our
 /// handover socket) until it closes, and adopts them.
-pub async fn take_in(stream: UnixStream, shared: Arc<Shared>) {
+pub async fn take_in(stream: UnixStream, shared: Arc<BalancerState>) {
     let mut reader = Reader { stream, bytes: Vec::new(), fds: VecDeque::new(), eof: false };
     let mut adopted = 0;
     loop {
@@ -178,7 +178,7 @@ pub async fn take_in(stream: UnixStream, shared: Arc<Shared>) {
 /// table may not name the copies yet (it adopts them a moment later): the
 /// tunnel waits for a table that does, up to [`TABLE_WAIT`], and is then
 /// carried uncounted.
-async fn adopt(shared: Arc<Shared>, tunnel: Tunnel, nth: usize) {
+async fn adopt(shared: Arc<BalancerState>, tunnel: Tunnel, nth: usize) {
     let deadline = tokio::time::Instant::now() + TABLE_WAIT;
     let state = loop {
         let mut changes = shared.table.subscribe();
@@ -297,8 +297,8 @@ impl Reader {
             tunnels.push(Tunnel {
                 visitor,
                 copy,
-                up: Way::new(up, e.up_eof),
-                down: Way::new(down, e.down_eof),
+                up: Direction::new(up, e.up_eof),
+                down: Direction::new(down, e.down_eof),
                 app: e.app,
                 copy_number: e.copy,
             });
@@ -385,8 +385,8 @@ mod tests {
             let (visitor, visitor_peer) = pair();
             let (copy, copy_peer) = pair();
             peers.push((visitor_peer, copy_peer));
-            let up = Way::new(vec![i; i as usize * 1000], false);
-            let down = Way::new(vec![i + 100; 7], i == 3);
+            let up = Direction::new(vec![i; i as usize * 1000], false);
+            let down = Direction::new(vec![i + 100; 7], i == 3);
             tunnels.push(Tunnel { visitor, copy, up, down, app: format!("app{i}"), copy_number: u32::from(i) });
         }
         let sender = tokio::spawn(async move {
@@ -406,8 +406,8 @@ mod tests {
         for (i, (t, (visitor_peer, copy_peer))) in got.into_iter().zip(peers.iter_mut()).enumerate() {
             let i = i as u8;
             assert_eq!((t.app.as_str(), t.copy_number), (format!("app{i}").as_str(), u32::from(i)));
-            assert_eq!(t.up, Way::new(vec![i; i as usize * 1000], false));
-            assert_eq!(t.down, Way::new(vec![i + 100; 7], i == 3));
+            assert_eq!(t.up, Direction::new(vec![i; i as usize * 1000], false));
+            assert_eq!(t.down, Direction::new(vec![i + 100; 7], i == 3));
             // The very sockets: what is written on them reaches their peers.
             (&t.visitor).write_all(&[i]).unwrap();
             (&t.copy).write_all(&[i + 1]).unwrap();

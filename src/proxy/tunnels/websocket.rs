@@ -13,7 +13,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::proxy::error_source::ErrorSource;
-use crate::proxy::tunnels::pump::{Live, Pump, Way};
+use crate::proxy::tunnels::pump::{Direction, Live, Pump};
 use crate::proxy::visitors::counted::Counted;
 use crate::proxy::visitors::quickack::QuickAck;
 
@@ -120,7 +120,12 @@ fn into_live(client: Parts<TokioIo<Counted>>, upstream: Parts<TokioIo<QuickAck>>
     if let Some(c) = counters {
         c.bytes_out.fetch_add(down.len() as u64, Ordering::Relaxed);
     }
-    Live { visitor, copy: copy.into_inner().into_inner(), up: Way::new(up.to_vec(), false), down: Way::new(down.to_vec(), false) }
+    Live {
+        visitor,
+        copy: copy.into_inner().into_inner(),
+        up: Direction::new(up.to_vec(), false),
+        down: Direction::new(down.to_vec(), false),
+    }
 }
 
 /// Either side of a tunnel as something to read and write, with the bytes

@@ -3,7 +3,7 @@
 //! app's `max-connections`; each visitor address's, sparing loopback and an
 //! app's `trusted-proxies`), and the socket options that find dead or
 //! stalled peers. The verdict on a new connection is pure ([`verdict`]); the
-//! counts it reads live in [`Gate`].
+//! counts it reads live in [`CapCounters`].
 
 use std::collections::HashMap;
 use std::io;
@@ -118,7 +118,7 @@ pub fn verdict(c: Counts) -> Verdict {
 }
 
 /// The counts behind the caps that span apps.
-pub struct Gate {
+pub struct CapCounters {
     /// Visitors' connections open, admitted or being told 503.
     pub total: AtomicUsize,
     /// How many the descriptors allow.
@@ -127,10 +127,10 @@ pub struct Gate {
     by_address: Mutex<HashMap<IpAddr, usize>>,
 }
 
-impl Gate {
+impl CapCounters {
     /// A gate for `budget` connections.
-    pub fn new(budget: usize) -> Gate {
-        Gate { total: AtomicUsize::new(0), budget, by_address: Mutex::new(HashMap::new()) }
+    pub fn new(budget: usize) -> CapCounters {
+        CapCounters { total: AtomicUsize::new(0), budget, by_address: Mutex::new(HashMap::new()) }
     }
 
     /// Counts a connection from `ip` (None: exempt) and returns how many
@@ -146,7 +146,7 @@ impl Gate {
         (total, address)
     }
 
-    /// Uncounts a connection [`Gate::enter`] counted.
+    /// Uncounts a connection [`CapCounters::enter`] counted.
     pub fn leave(&self, ip: Option<IpAddr>) {
         self.total.fetch_sub(1, Ordering::Relaxed);
         if let Some(ip) = ip {
@@ -205,7 +205,7 @@ mod tests {
     #[test]
     fn exempt_addresses_are_not_capped_per_address() {
         assert_eq!(verdict(counts(10, 0, None)), Verdict::Admit);
-        let gate = Gate::new(10);
+        let gate = CapCounters::new(10);
         let lo: IpAddr = "203.0.113.5".parse().unwrap();
         assert_eq!(gate.enter(Some(lo)), (0, Some(0)));
         assert_eq!(gate.enter(Some(lo)), (1, Some(1)));

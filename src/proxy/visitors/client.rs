@@ -11,13 +11,13 @@ use hyper::header::HeaderValue;
 use crate::proxy::copies::table::AppCounters;
 use crate::proxy::counters;
 use crate::proxy::error_source::ErrorSource;
-use crate::proxy::shared::Shared;
+use crate::proxy::shared::BalancerState;
 use crate::proxy::visitors::caps::{self, Counts, Verdict};
 
 /// A client connection's own facts, shared by its requests.
-pub struct Client {
+pub struct VisitorConnection {
     /// Everything the load balancer shares.
-    pub shared: Arc<Shared>,
+    pub shared: Arc<BalancerState>,
     /// The public port the connection came in on: which app it is for.
     pub port: u16,
     /// The visitor's address (IPv4 without a `::ffff:` prefix).
@@ -36,11 +36,16 @@ pub struct Client {
     counted_app: Option<Arc<AppCounters>>,
 }
 
-impl Client {
+impl VisitorConnection {
     /// Takes in a new visitor connection on `port`: its socket watched for
     /// dead and stalled peers, counted under the caps. `None`: far past a
     /// cap, close it at once.
-    pub fn admit(stream: &tokio::net::TcpStream, peer: SocketAddr, port: u16, shared: &Arc<Shared>) -> Option<Arc<Client>> {
+    pub fn admit(
+        stream: &tokio::net::TcpStream,
+        peer: SocketAddr,
+        port: u16,
+        shared: &Arc<BalancerState>,
+    ) -> Option<Arc<VisitorConnection>> {
         caps::watch_socket(stream);
         let ip = peer.ip().to_canonical();
         let app = shared.table.app(port);
@@ -49,7 +54,7 @@ impl Client {
         let (total, address) = shared.gate.enter(counted_address);
         let (app_open, app_max) = app.as_ref().map_or((0, usize::MAX), |a| (a.counters.open.load(Ordering::Relaxed), a.max_connections));
         let verdict = caps::verdict(Counts { total, budget: shared.gate.budget, app: app_open, app_max, address });
-        let mut client = Client {
+        let mut client = VisitorConnection {
             shared: shared.clone(),
             port,
             peer: ip,
@@ -79,7 +84,7 @@ impl Client {
     }
 }
 
-impl Drop for Client {
+impl Drop for VisitorConnection {
     fn drop(&mut self) {
         self.shared.gate.leave(self.counted_address);
         if let Some(app) = &self.counted_app {

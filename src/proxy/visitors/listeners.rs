@@ -23,8 +23,8 @@ use tokio::task::JoinHandle;
 
 use crate::proxy::copies::table::Table;
 use crate::proxy::error_source::ErrorSource;
-use crate::proxy::requests::forward::{self, Client};
-use crate::proxy::shared::Shared;
+use crate::proxy::requests::forward::{self, VisitorConnection};
+use crate::proxy::shared::BalancerState;
 use crate::wire::handover::Sockets;
 
 /// Once told to stop, how long a connection may still bring a request (a
@@ -89,7 +89,7 @@ impl Listeners {
     }
 
     /// Makes the listening sockets match `table` and the sockets given.
-    pub async fn apply(&mut self, table: &Table, shared: &Arc<Shared>) {
+    pub async fn apply(&mut self, table: &Table, shared: &Arc<BalancerState>) {
         if self.stopped {
             return;
         }
@@ -134,7 +134,7 @@ impl Listeners {
     }
 }
 
-async fn accept_loop(listener: Arc<TcpListener>, port: u16, shared: Arc<Shared>) {
+async fn accept_loop(listener: Arc<TcpListener>, port: u16, shared: Arc<BalancerState>) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -163,7 +163,7 @@ async fn accept_loop(listener: Arc<TcpListener>, port: u16, shared: Arc<Shared>)
 }
 
 /// Counts a client connection on its worker while it is served.
-struct Open(Arc<Shared>, usize);
+struct Open(Arc<BalancerState>, usize);
 
 impl Drop for Open {
     fn drop(&mut self) {
@@ -173,7 +173,7 @@ impl Drop for Open {
 
 /// Serves one visitor's connection (already counted on `worker`) until it
 /// closes, or until shutdown lets its request in flight finish.
-async fn serve_client(stream: std::net::TcpStream, peer: SocketAddr, port: u16, shared: Arc<Shared>, worker: usize) {
+async fn serve_client(stream: std::net::TcpStream, peer: SocketAddr, port: u16, shared: Arc<BalancerState>, worker: usize) {
     let _open = Open(shared.clone(), worker);
     let stream = match TcpStream::from_std(stream) {
         Ok(s) => s,
@@ -183,7 +183,7 @@ async fn serve_client(stream: std::net::TcpStream, peer: SocketAddr, port: u16, 
         }
     };
     let _ = stream.set_nodelay(true);
-    let Some(client) = Client::admit(&stream, peer, port, &shared) else { return };
+    let Some(client) = VisitorConnection::admit(&stream, peer, port, &shared) else { return };
     let counters = client.stats.clone();
     let svc = hyper::service::service_fn(move |req| forward::handle(req, client.clone()));
     let stream = crate::proxy::visitors::counted::Counted::new(stream, counters);

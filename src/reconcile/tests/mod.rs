@@ -94,11 +94,13 @@ impl Sim {
                     rec.started_ms = Some(self.now);
                     rec.ever_ready = false;
                     rec.left_down = None;
-                    self.world.copies.insert(copy, Seen { process: Process::Running { ready: false }, connections: 0, sessions: 0 });
+                    self.world
+                        .copies
+                        .insert(copy, ObservedCopy { process: Process::Running { ready: false }, connections: 0, sessions: 0 });
                 }
                 Action::Stop(copy) => {
                     let exit = Exit { at_ms: self.now, code: None, signal: Some(15), memory: None, start_timeout_ms: None, disk: None };
-                    self.world.copies.insert(copy, Seen { process: Process::Exited(exit), connections: 0, sessions: 0 });
+                    self.world.copies.insert(copy, ObservedCopy { process: Process::Exited(exit), connections: 0, sessions: 0 });
                 }
             }
         }

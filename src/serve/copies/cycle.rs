@@ -10,14 +10,14 @@
 use tokio::sync::mpsc;
 
 use crate::home::Home;
-use crate::reconcile::{self, Action, Observed, Process, Seen};
+use crate::reconcile::{self, Action, Observed, ObservedCopy, Process};
 use crate::release;
 use crate::sys::procfs;
 use crate::wire::{CopyRecord, Exit, ProxyApp, ProxyCopy, ProxyTable};
 
 use crate::serve::app::{AppRt, Recorded, Tracked, WakeOutcome};
 use crate::serve::copies::act;
-use crate::serve::copies::probe::Facts;
+use crate::serve::copies::probe::ProbeFacts;
 use crate::serve::copies::stops;
 use crate::serve::copies::tallies;
 use crate::serve::log_path;
@@ -34,7 +34,7 @@ impl Daemon {
     /// Observe: what each recorded process is doing now, from what is
     /// tracked, /proc and the load balancer's traffic figures. Starts
     /// tracking a running process the daemon does not watch yet (adopted).
-    pub(in crate::serve) fn observe(&mut self, name: &str, facts: &Facts) -> Observed {
+    pub(in crate::serve) fn observe(&mut self, name: &str, facts: &ProbeFacts) -> Observed {
         let events = self.events.clone();
         let home = self.home.clone();
         let memory = self.memory_room(name);
@@ -89,9 +89,10 @@ impl Daemon {
                 }
             };
             let t = traffic.get(&rec.copy);
-            observed
-                .copies
-                .insert(rec.copy, Seen { process, connections: t.map_or(0, |t| t.connections), sessions: t.map_or(0, |t| t.sessions) });
+            observed.copies.insert(
+                rec.copy,
+                ObservedCopy { process, connections: t.map_or(0, |t| t.connections), sessions: t.map_or(0, |t| t.sessions) },
+            );
         }
         observed
     }
@@ -99,11 +100,11 @@ impl Daemon {
     /// One cycle for one app: observe, decide, record, (push happens for
     /// all apps after the cycles), act. `facts`: what was looked up in
     /// /proc for it just before, with the lock released.
-    pub(in crate::serve) fn cycle(&mut self, name: &str, facts: &Facts) {
+    pub(in crate::serve) fn cycle(&mut self, name: &str, facts: &ProbeFacts) {
         let observed = self.observe(name, facts);
         let now = now_ms();
         let taken: Vec<u16> = self.apps.values().flat_map(|a| a.recorded.state.copies.iter().map(|r| r.port)).collect();
-        let cx = Cx { name, home: &self.home, events: &self.events, now, cgroups: &self.cgroups };
+        let cx = ActContext { name, home: &self.home, events: &self.events, now, cgroups: &self.cgroups };
         let stops = &mut self.stops;
         let launches = &mut self.launches;
         let counts = &mut self.tallies;
@@ -269,7 +270,7 @@ fn note_in_log(log: &std::path::Path, why: &str) {
 use crate::serve::copies::copy_end::append_line;
 
 /// What one cycle's act step works with, besides the app.
-struct Cx<'a> {
+struct ActContext<'a> {
     /// The app's name.
     name: &'a str,
     /// The home folder.
@@ -286,7 +287,7 @@ struct Cx<'a> {
 /// Returns true when a start changed the recorded state (its PID, port,
 /// or a failure counted as a crash).
 fn act_on(
-    cx: &Cx,
+    cx: &ActContext,
     actions: Vec<Action>,
     recorded: &mut Recorded,
     tracked: &mut Tracked,
@@ -364,7 +365,7 @@ fn refusal(home: &crate::home::Home, spec: &crate::manifest::AppSpec, copy: u32,
 /// daemon's log and the copy's, and counted like a crash, so it is tried
 /// again after a backoff; one that `mode: strict` refuses (its cgroups
 /// missing) is left down instead.
-fn not_started(cx: &Cx, recorded: &mut Recorded, copy: u32, e: &anyhow::Error) {
+fn not_started(cx: &ActContext, recorded: &mut Recorded, copy: u32, e: &anyhow::Error) {
     tracing::error!(app = cx.name, copy, "cannot start copy: {e:#}");
     // In the copy's log too, where status finds the error it quotes.
     note_in_log(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, copy), &format!("{e:#}"));
@@ -394,7 +395,7 @@ impl Daemon {
     pub(in crate::serve) fn launched(&mut self, done: Vec<Launched>) {
         let now = now_ms();
         for Launched { app: name, copy, revision, result } in done {
-            let cx = Cx { name: &name, home: &self.home, events: &self.events, now, cgroups: &self.cgroups };
+            let cx = ActContext { name: &name, home: &self.home, events: &self.events, now, cgroups: &self.cgroups };
             let app = self.apps.get_mut(&name);
             let waiting = app.as_ref().is_some_and(|a| {
                 a.recorded
@@ -450,7 +451,7 @@ fn wake_outcome(home: &Home, app: &AppRt) -> Option<WakeOutcome> {
 /// Who listens where 127.0.0.1 reaches a running copy's port, checked
 /// every cycle: a ready copy whose socket is no longer its own is not
 /// ready (probed again), and one whose port another program holds moves.
-fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked, facts: &Facts) -> procfs::PortOwner {
+fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked, facts: &ProbeFacts) -> procfs::PortOwner {
     if rec.moving_from.is_some() || rec.stop_started_ms.is_some() {
         return procfs::PortOwner::Ours;
     }

@@ -46,13 +46,13 @@ struct Fact {
 
 /// The facts found, by (launcher PID, port).
 #[derive(Debug, Default)]
-pub struct Facts(HashMap<(u32, u16), Fact>);
+pub struct ProbeFacts(HashMap<(u32, u16), Fact>);
 
-impl Facts {
+impl ProbeFacts {
     /// Looks every probe up. Blocking: run it with `spawn_blocking`.
-    pub fn find(probes: Vec<Probe>) -> Facts {
+    pub fn find(probes: Vec<Probe>) -> ProbeFacts {
         if probes.is_empty() {
-            return Facts::default();
+            return ProbeFacts::default();
         }
         let listening = probes.iter().any(|p| p.check_port).then(procfs::listening_by_port).unwrap_or_default();
         let facts = probes
@@ -66,7 +66,7 @@ impl Facts {
                 ((p.pid, p.port), Fact { alive, owner })
             })
             .collect();
-        Facts(facts)
+        ProbeFacts(facts)
     }
 
     /// Whether the recorded process `pid` (started at `start`) runs.
@@ -88,7 +88,7 @@ impl Facts {
 
 /// What `status` shows of one recorded process.
 #[derive(Debug, Clone, Default)]
-pub struct Shown {
+pub struct ShownProcess {
     /// The copy is alive: its launcher is the recorded process, and R, when
     /// the launcher reported it, still runs (R gone, the launcher follows
     /// a moment later).
@@ -103,7 +103,7 @@ pub struct Shown {
 
 /// What `status` shows of each process, by (launcher PID, start time).
 #[derive(Debug, Default)]
-pub struct ShownCopies(HashMap<(u32, Option<u64>), Shown>);
+pub struct ShownCopies(HashMap<(u32, Option<u64>), ShownProcess>);
 
 impl ShownCopies {
     /// Looks every probe up, with one scan of every process for all the
@@ -118,7 +118,7 @@ impl ShownCopies {
 
     /// What was found of the process `pid` (started at `start`); looked up
     /// on the spot when it was not probed (a copy started since).
-    pub fn get(&self, pid: u32, start: Option<u64>, scratch: &Path) -> Shown {
+    pub fn get(&self, pid: u32, start: Option<u64>, scratch: &Path) -> ShownProcess {
         match self.0.get(&(pid, start)) {
             Some(s) => s.clone(),
             // Rare (a copy started since): its own scan, only if it runs.
@@ -129,7 +129,7 @@ impl ShownCopies {
 
 /// What `status` shows of the recorded process `pid`, its tree as
 /// `processes` saw it (read here, only if it runs, when not read before).
-fn shown(pid: u32, start: Option<u64>, scratch: &Path, processes: &OnceCell<Processes>) -> Shown {
+fn shown(pid: u32, start: Option<u64>, scratch: &Path, processes: &OnceCell<Processes>) -> ShownProcess {
     let launcher_alive = start.is_some_and(|s| procfs::is_alive(pid, s));
     // The launcher's report (keyed by the recorded PID) names R's PID.
     let report = if launcher_alive { crate::wire::launch::report::read_report(scratch, pid) } else { None };
@@ -140,7 +140,7 @@ fn shown(pid: u32, start: Option<u64>, scratch: &Path, processes: &OnceCell<Proc
     } else {
         (None, None)
     };
-    Shown { alive, report, mem_bytes, cpu_secs }
+    ShownProcess { alive, report, mem_bytes, cpu_secs }
 }
 
 impl Daemon {
@@ -174,10 +174,10 @@ mod tests {
         let me = std::process::id();
         let start = procfs::start_ticks(me);
         let probe = |pid, pid_start| Probe { pid, pid_start, port: 1, check_port: false, scratch: PathBuf::from("/nonexistent") };
-        assert!(Facts::find(vec![probe(me, start)]).alive(me, 1, start));
-        assert!(!Facts::find(vec![probe(me, start.map(|s| s + 1))]).alive(me, 1, start), "another start time is another process");
-        assert!(!Facts::find(vec![probe(me, None)]).alive(me, 1, None), "a record without a start time names no process for sure");
-        assert!(Facts::default().alive(me, 1, start), "what was not probed is looked up on the spot");
+        assert!(ProbeFacts::find(vec![probe(me, start)]).alive(me, 1, start));
+        assert!(!ProbeFacts::find(vec![probe(me, start.map(|s| s + 1))]).alive(me, 1, start), "another start time is another process");
+        assert!(!ProbeFacts::find(vec![probe(me, None)]).alive(me, 1, None), "a record without a start time names no process for sure");
+        assert!(ProbeFacts::default().alive(me, 1, start), "what was not probed is looked up on the spot");
     }
 
     #[test]
@@ -199,9 +199,9 @@ mod tests {
         let port = socket.local_addr().unwrap().port();
         let me = std::process::id();
         let probe = Probe { pid: me, pid_start: procfs::start_ticks(me), port, check_port: true, scratch: PathBuf::from("/nonexistent") };
-        let facts = Facts::find(vec![probe]);
+        let facts = ProbeFacts::find(vec![probe]);
         assert_eq!(facts.owner(me, port), PortOwner::Ours);
         drop(socket);
-        assert_eq!(Facts::find(vec![]).owner(me, port), PortOwner::Free, "looked up on the spot when not probed");
+        assert_eq!(ProbeFacts::find(vec![]).owner(me, port), PortOwner::Free, "looked up on the spot when not probed");
     }
 }

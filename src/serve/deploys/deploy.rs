@@ -22,7 +22,7 @@ use crate::serve::Event;
 use crate::serve::Shared;
 
 /// A release copied into its hidden folder, not yet recorded.
-struct Taken {
+struct TakenRelease {
     /// The copy, renamed into place when recorded; removed if dropped.
     pending: snapshot::Pending,
     /// Its id.
@@ -33,7 +33,7 @@ struct Taken {
     taken_ms: u64,
 }
 
-impl Taken {
+impl TakenRelease {
     /// Renames the copy into place and makes it the app's current release.
     /// Release folders no state names (an earlier life of the app) go.
     fn record(self, home: &Home, spec: &AppSpec, state: &mut AppState) -> Result<Release, String> {
@@ -71,7 +71,7 @@ fn taken_line(rel: &Release) -> String {
 }
 
 /// Takes a release of the spec's working-dir, off the daemon's lock.
-async fn take(home: &Home, spec: &AppSpec) -> Result<Taken, ServeError> {
+async fn take(home: &Home, spec: &AppSpec) -> Result<TakenRelease, ServeError> {
     let taken_ms = now_ms();
     let id = release::new_id(taken_ms);
     let dest = home.release_dir(&spec.group, &spec.name, &id);
@@ -81,7 +81,7 @@ async fn take(home: &Home, spec: &AppSpec) -> Result<Taken, ServeError> {
         ServeError::Invalid(format!("{}: cannot take a release, so nothing was deployed and nothing that runs changed: {why}", spec.name))
     };
     match copied {
-        Ok(Ok(pending)) => Ok(Taken { pending, id, deployed: spec.start.clone(), taken_ms }),
+        Ok(Ok(pending)) => Ok(TakenRelease { pending, id, deployed: spec.start.clone(), taken_ms }),
         Ok(Err(why)) => Err(refused(why.to_string())),
         Err(e) => Err(refused(format!("the copy stopped: {e}"))),
     }
@@ -231,7 +231,14 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Result<Done, ServeErro
 
 /// apply on an app the daemon has: the new spec in place (under its new
 /// name, if it changed), a new revision when a release was taken.
-fn update(d: &mut Daemon, home: &Home, old_name: String, spec: &AppSpec, taken: Option<Taken>, now: bool) -> Result<String, ServeError> {
+fn update(
+    d: &mut Daemon,
+    home: &Home,
+    old_name: String,
+    spec: &AppSpec,
+    taken: Option<TakenRelease>,
+    now: bool,
+) -> Result<String, ServeError> {
     let mut app = d.apps.remove(&old_name).expect("checked above");
     let was_rolled_back = app.recorded.state.rolled_back;
     let restarts = app.recorded.spec.settings_hash() != spec.settings_hash() || was_rolled_back;
@@ -270,7 +277,7 @@ fn update(d: &mut Daemon, home: &Home, old_name: String, spec: &AppSpec, taken: 
 }
 
 /// apply of a new app: its first state and, when it deploys, its release.
-fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<Taken>) -> Result<String, ServeError> {
+fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<TakenRelease>) -> Result<String, ServeError> {
     // A new app: state.json from an earlier life names no process we
     // hold, so it starts afresh, at a revision after the old one.
     let old = state_files::load_state(&spec.state_file).unwrap_or_default();

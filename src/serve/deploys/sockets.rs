@@ -26,7 +26,7 @@ pub type Addr = (String, u16);
 
 /// The listening sockets the daemon holds.
 #[derive(Default)]
-pub struct Held {
+pub struct HeldSockets {
     /// The sockets, by the host and port of the app that listens there.
     sockets: HashMap<Addr, TcpListener>,
     /// Why a port an app names has no socket, by port (a daemon that found
@@ -36,10 +36,10 @@ pub struct Held {
     given: Option<(u32, Vec<Addr>)>,
 }
 
-impl Held {
+impl HeldSockets {
     /// Starts with the sockets a running load balancer handed back.
-    pub fn adopt(sockets: HashMap<Addr, TcpListener>) -> Held {
-        Held { sockets, ..Default::default() }
+    pub fn adopt(sockets: HashMap<Addr, TcpListener>) -> HeldSockets {
+        HeldSockets { sockets, ..Default::default() }
     }
 
     /// True when the socket for `addr` is held.
@@ -266,7 +266,7 @@ mod tests {
     #[test]
     fn sync_binds_what_apps_name_and_closes_the_rest() {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut held = Held::default();
+        let mut held = HeldSockets::default();
         let addr = ("127.0.0.1".to_string(), port);
         assert!(held.sync(std::slice::from_ref(&addr)));
         assert!(held.holds(&addr));

@@ -52,14 +52,14 @@ enum Value {
 
 /// One metric family of one scrape: its type and its series.
 #[derive(Debug)]
-struct Rows {
+struct MetricFamily {
     /// Gauge, counter or histogram.
     kind: MetricType,
     /// Each series: its labels and value.
     rows: Vec<(Labels, Value)>,
 }
 
-impl EncodeMetric for Rows {
+impl EncodeMetric for MetricFamily {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         for (labels, value) in &self.rows {
             let mut e = encoder.encode_family(labels)?;
@@ -173,7 +173,7 @@ pub async fn health(shared: &Shared) -> Reply {
 
 /// Adds one family to the registry.
 fn add(reg: &mut Registry, name: &str, help: &str, unit: Option<Unit>, kind: MetricType, rows: Vec<(Labels, Value)>) {
-    let metric = Rows { kind, rows };
+    let metric = MetricFamily { kind, rows };
     match unit {
         Some(unit) => reg.register_with_unit(name, help, unit, metric),
         None => reg.register(name, help, metric),

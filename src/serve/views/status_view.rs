@@ -5,12 +5,12 @@
 
 use std::collections::HashMap;
 
-use crate::reconcile::{self, Observed, Process, Seen};
+use crate::reconcile::{self, Observed, ObservedCopy, Process};
 use crate::release;
 use crate::sys::procfs;
 use crate::wire::{AppStatus, CopyStatus, CopyTraffic, Refusing, StatusReport};
 
-use crate::serve::copies::probe::{Shown, ShownCopies};
+use crate::serve::copies::probe::{ShownCopies, ShownProcess};
 use crate::serve::error::ServeError;
 use crate::serve::now_ms;
 use crate::serve::Daemon;
@@ -111,7 +111,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 .iter()
                 .map(|rec| {
                     let scratch = d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy);
-                    let Shown { alive, report, mem_bytes, cpu_secs } =
+                    let ShownProcess { alive, report, mem_bytes, cpu_secs } =
                         rec.pid.map(|p| shown.get(p, rec.pid_start, &scratch)).unwrap_or_default();
                     let ready = alive && rec.pid.is_some_and(|p| app.tracked.process(p).ready);
                     let t = traffic.and_then(|t| t.get(&rec.copy));
@@ -119,7 +119,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                     if alive {
                         observed.copies.insert(
                             rec.copy,
-                            Seen { process: Process::Running { ready }, connections: t.map_or(0, |t| t.connections), sessions },
+                            ObservedCopy { process: Process::Running { ready }, connections: t.map_or(0, |t| t.connections), sessions },
                         );
                     }
                     let role = app.tracked.roles.iter().find(|(c, _)| *c == rec.copy).map(|(_, r)| *r).filter(|_| ready);
