@@ -227,7 +227,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
         proxy_rss_bytes: proxy_pid.and_then(procfs::rss_bytes),
         own_user: crate::serve::views::identity_notes::own_user_note(d.apps.values().map(|a| &a.recorded.spec)),
         apps,
-        limits: Some(d.cgroups.report()),
+        limits: Some(crate::serve::watches::memory::limits_report(&d.cgroups)),
         pool: Some(crate::serve::copies::zygote_pool::report()),
     })
 }

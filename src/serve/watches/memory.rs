@@ -3,15 +3,60 @@
 //! memory, and removing a copy's cgroups once it is gone.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::manifest::{AppSpec, Sandbox, SandboxMode};
-use crate::sys::cgroup::{self, CgroupSample, Cgroups, MemoryStop, Sample};
+use crate::sys::cgroup::hierarchy::Kind;
+use crate::sys::cgroup::{self, CgroupSample, Cgroups};
 use crate::sys::procfs;
 use crate::wire::{AppState, CopyRecord};
+use crate::wire::{LimitsReport, MemoryStop};
 
 use crate::serve::app::{Tracked, TrackedProcess};
 use crate::serve::Daemon;
 use crate::serve::Shared;
+
+/// How often the daemon looks at the memory of limited copies (and at the
+/// OOM counters of their cgroups).
+pub const WATCH_EVERY: Duration = Duration::from_millis(250);
+
+/// What the watch saw of one limited copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// `sandbox.memory`.
+    pub limit: u64,
+    /// The copy's memory cgroup, when it is in one: the kernel keeps the
+    /// limit, and its count of OOM kills says when it did.
+    pub cgroup: Option<CgroupSample>,
+    /// The resident memory of the copy's process tree (none once it is
+    /// gone).
+    pub rss: Option<u64>,
+}
+
+/// The watch's decision for one copy: stop it (with what it used) or not.
+/// In a memory cgroup the kernel holds the limit, and an OOM kill there
+/// means the copy went over it (the rest of the copy is then stopped too);
+/// outside one, resident memory past the limit does.
+pub fn watch_verdict(s: &Sample) -> Option<MemoryStop> {
+    match s.cgroup {
+        // The peak cannot pass the limit in a cgroup; it reached it.
+        Some(cg) if cg.oom_kills > 0 => Some(MemoryStop { used: cg.peak.max(s.limit), limit: s.limit }),
+        Some(_) => None,
+        None => s.rss.filter(|&rss| rss > s.limit).map(|used| MemoryStop { used, limit: s.limit }),
+    }
+}
+
+/// What `status --json` says of the limits.
+pub fn limits_report(c: &Cgroups) -> LimitsReport {
+    let (memory, tasks) = match &c.kind {
+        Kind::V2 { .. } => ("cgroup v2", "cgroup v2"),
+        Kind::V1 { memory, pids } => {
+            (if memory.is_some() { "cgroup v1" } else { "watch" }, if pids.is_some() { "cgroup v1" } else { "not kept" })
+        }
+        Kind::None => ("watch", "not kept"),
+    };
+    LimitsReport { memory: memory.into(), tasks: tasks.into(), missing: c.missing.as_ref().map(|_| c.describe()) }
+}
 
 /// The fence a copy was started with: its release's deployed settings, or
 /// the app's for a copy from before releases.
@@ -91,7 +136,7 @@ pub fn memory_stop_at_exit(
     }
     let limit = limit?;
     let cgroup = cgroups.memory_sample(&cgroup::leaf(name, rec.copy));
-    cgroup::watch_verdict(&Sample { limit, cgroup: Some(cgroup?), rss: None })
+    watch_verdict(&Sample { limit, cgroup: Some(cgroup?), rss: None })
 }
 
 /// A fenced copy whose process runs (see `Daemon::fenced_running`).
@@ -193,14 +238,14 @@ impl Daemon {
     }
 }
 
-/// The memory watch: every [`cgroup::WATCH_EVERY`], the limited copies'
+/// The memory watch: every [`WATCH_EVERY`], the limited copies'
 /// memory (their cgroup's OOM kills, or their resident memory) is read off
 /// the lock and off the runtime's threads, and a copy over its limit is
 /// stopped.
 pub fn spawn_watch(shared: Shared, cgroups: Cgroups) {
     let cgroups = std::sync::Arc::new(cgroups);
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(cgroup::WATCH_EVERY);
+        let mut every = tokio::time::interval(WATCH_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
@@ -232,7 +277,7 @@ fn over_limit(cgroups: &Cgroups, watched: Vec<Watched>) -> Vec<(Watched, MemoryS
             let leaf = cgroup::leaf(&w.app, w.copy);
             let cgroup: Option<CgroupSample> = if cgroups.holds_memory(w.pid, &leaf) { cgroups.memory_sample(&leaf) } else { None };
             let rss = if cgroup.is_some() { None } else { processes.get_or_init(procfs::Processes::read).tree_rss_bytes(w.pid) };
-            cgroup::watch_verdict(&Sample { limit: w.limit, cgroup, rss }).map(|stop| (w, stop))
+            watch_verdict(&Sample { limit: w.limit, cgroup, rss }).map(|stop| (w, stop))
         })
         .collect()
 }
@@ -240,6 +285,44 @@ fn over_limit(cgroups: &Cgroups, watched: Vec<Watched>) -> Vec<(Watched, MemoryS
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const M: u64 = 1 << 20;
+
+    #[test]
+    fn outside_a_cgroup_resident_memory_past_the_limit_stops_the_copy() {
+        let s = |rss| Sample { limit: 200 * M, cgroup: None, rss };
+        assert_eq!(watch_verdict(&s(Some(199 * M))), None);
+        assert_eq!(watch_verdict(&s(Some(200 * M))), None, "at the limit is not over it");
+        assert_eq!(watch_verdict(&s(Some(210 * M))), Some(MemoryStop { used: 210 * M, limit: 200 * M }));
+        assert_eq!(watch_verdict(&s(None)), None, "a copy already gone is left to its exit");
+    }
+
+    #[test]
+    fn in_a_cgroup_an_oom_kill_stops_the_copy_and_resident_memory_is_the_kernels_business() {
+        let s = |oom_kills, peak, rss| Sample { limit: 200 * M, cgroup: Some(CgroupSample { oom_kills, peak }), rss: Some(rss) };
+        assert_eq!(watch_verdict(&s(0, 150 * M, 150 * M)), None);
+        assert_eq!(watch_verdict(&s(0, 200 * M, 300 * M)), None, "shared pages counted twice by RSS are no reason");
+        assert_eq!(watch_verdict(&s(1, 199 * M, 10 * M)), Some(MemoryStop { used: 200 * M, limit: 200 * M }));
+        assert_eq!(watch_verdict(&s(2, 201 * M, 10 * M)), Some(MemoryStop { used: 201 * M, limit: 200 * M }));
+    }
+
+    #[test]
+    fn the_shown_line() {
+        let m = MemoryStop { used: (2.1 * (1u64 << 30) as f64) as u64, limit: 2 << 30 };
+        assert_eq!(m.describe(), "2.1G, over its memory limit of 2G");
+    }
+
+    #[test]
+    fn status_names_what_keeps_the_limits() {
+        let none = Cgroups { kind: Kind::None, missing: Some("no cgroup".into()) };
+        let r = limits_report(&none);
+        assert_eq!((r.memory.as_str(), r.tasks.as_str()), ("watch", "not kept"));
+        assert!(r.missing.unwrap().contains("Delegate=yes"));
+        let v1 = Cgroups { kind: Kind::V1 { memory: Some("/m".into()), pids: Some("/p".into()) }, missing: None };
+        let r = limits_report(&v1);
+        assert_eq!((r.memory.as_str(), r.tasks.as_str(), r.missing), ("cgroup v1", "cgroup v1", None));
+    }
+
     use crate::sys::cgroup::hierarchy::Kind;
 
     /// The spec of an app with `extra` manifest lines, parsed beside an

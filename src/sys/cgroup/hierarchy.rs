@@ -111,18 +111,6 @@ impl Cgroups {
         matches!(&self.kind, Kind::V2 { .. } | Kind::V1 { pids: Some(_), .. })
     }
 
-    /// What `status --json` says of the limits.
-    pub fn report(&self) -> crate::wire::LimitsReport {
-        let (memory, tasks) = match &self.kind {
-            Kind::V2 { .. } => ("cgroup v2", "cgroup v2"),
-            Kind::V1 { memory, pids } => {
-                (if memory.is_some() { "cgroup v1" } else { "watch" }, if pids.is_some() { "cgroup v1" } else { "not kept" })
-            }
-            Kind::None => ("watch", "not kept"),
-        };
-        crate::wire::LimitsReport { memory: memory.into(), tasks: tasks.into(), missing: self.missing.as_ref().map(|_| self.describe()) }
-    }
-
     /// One line for api.log: what the copies' limits go through.
     pub fn describe(&self) -> String {
         let what = match &self.kind {

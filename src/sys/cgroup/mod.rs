@@ -19,27 +19,7 @@
 
 pub mod hierarchy;
 
-use std::time::Duration;
-
-pub use crate::wire::MemoryStop;
 pub use hierarchy::Cgroups;
-
-/// How often the daemon looks at the memory of limited copies (and at the
-/// OOM counters of their cgroups).
-pub const WATCH_EVERY: Duration = Duration::from_millis(250);
-
-/// What the watch saw of one limited copy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sample {
-    /// `sandbox.memory`.
-    pub limit: u64,
-    /// The copy's memory cgroup, when it is in one: the kernel keeps the
-    /// limit, and its count of OOM kills says when it did.
-    pub cgroup: Option<CgroupSample>,
-    /// The resident memory of the copy's process tree (none once it is
-    /// gone).
-    pub rss: Option<u64>,
-}
 
 /// What a copy's memory cgroup says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,19 +28,6 @@ pub struct CgroupSample {
     pub oom_kills: u64,
     /// The most memory it has held.
     pub peak: u64,
-}
-
-/// The watch's decision for one copy: stop it (with what it used) or not.
-/// In a memory cgroup the kernel holds the limit, and an OOM kill there
-/// means the copy went over it (the rest of the copy is then stopped too);
-/// outside one, resident memory past the limit does.
-pub fn watch_verdict(s: &Sample) -> Option<MemoryStop> {
-    match s.cgroup {
-        // The peak cannot pass the limit in a cgroup; it reached it.
-        Some(cg) if cg.oom_kills > 0 => Some(MemoryStop { used: cg.peak.max(s.limit), limit: s.limit }),
-        Some(_) => None,
-        None => s.rss.filter(|&rss| rss > s.limit).map(|used| MemoryStop { used, limit: s.limit }),
-    }
 }
 
 /// The tag of a home folder in cgroup names (`shinyctl-<tag>`): daemons
@@ -80,30 +47,8 @@ pub fn leaf(app: &str, copy: u32) -> String {
 mod tests {
     use super::*;
 
-    const M: u64 = 1 << 20;
-
     #[test]
-    fn outside_a_cgroup_resident_memory_past_the_limit_stops_the_copy() {
-        let s = |rss| Sample { limit: 200 * M, cgroup: None, rss };
-        assert_eq!(watch_verdict(&s(Some(199 * M))), None);
-        assert_eq!(watch_verdict(&s(Some(200 * M))), None, "at the limit is not over it");
-        assert_eq!(watch_verdict(&s(Some(210 * M))), Some(MemoryStop { used: 210 * M, limit: 200 * M }));
-        assert_eq!(watch_verdict(&s(None)), None, "a copy already gone is left to its exit");
-    }
-
-    #[test]
-    fn in_a_cgroup_an_oom_kill_stops_the_copy_and_resident_memory_is_the_kernels_business() {
-        let s = |oom_kills, peak, rss| Sample { limit: 200 * M, cgroup: Some(CgroupSample { oom_kills, peak }), rss: Some(rss) };
-        assert_eq!(watch_verdict(&s(0, 150 * M, 150 * M)), None);
-        assert_eq!(watch_verdict(&s(0, 200 * M, 300 * M)), None, "shared pages counted twice by RSS are no reason");
-        assert_eq!(watch_verdict(&s(1, 199 * M, 10 * M)), Some(MemoryStop { used: 200 * M, limit: 200 * M }));
-        assert_eq!(watch_verdict(&s(2, 201 * M, 10 * M)), Some(MemoryStop { used: 201 * M, limit: 200 * M }));
-    }
-
-    #[test]
-    fn the_shown_line() {
-        let m = MemoryStop { used: (2.1 * (1u64 << 30) as f64) as u64, limit: 2 << 30 };
-        assert_eq!(m.describe(), "2.1G, over its memory limit of 2G");
+    fn a_copys_cgroup_is_named_by_its_app_and_number() {
         assert_eq!(leaf("sales-2", 3), "sales-2-3");
     }
 }
