@@ -1,7 +1,7 @@
 //! What the load balancer counts for metrics: answers per app by status
 //! class (and 502, 503, 504 apart), a histogram of the time until an
 //! answer's head, WebSocket sessions opened, and the bytes visitors sent
-//! and got (counted on their sockets, see `counted.rs`). The daemon
+//! and got (counted on their sockets, see `visitors/counted.rs`). The daemon
 //! reads them with `GET /metrics` on `proxy.sock` and turns them into
 //! Prometheus series; the counts start at zero with each load balancer.
 

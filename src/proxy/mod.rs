@@ -3,7 +3,7 @@
 //! one of the app's copies.
 //!
 //! Everything it keeps is under `proxy/`: `lock` (held while it runs, with
-//! its PID), `handover.sock` (see `handover.rs`) and `proxy.sock`, the
+//! its PID), `handover.sock` (see `wire/handover.rs`) and `proxy.sock`, the
 //! control socket (HTTP/1.1 + JSON). It reads `cookie.key`, the sticky
 //! cookie's HMAC key, which only the daemon makes. The control socket:
 //!
@@ -18,22 +18,25 @@
 //! ([`crate::wire::StandIn`]) when a copy refuses a connection, and
 //! `POST /v1/apps/<app>/wake` when a request comes for a sleeping app. It
 //! keeps working with the table it has when the daemon is down
-//! (`daemon.rs`).
+//! (`daemon_link.rs`).
 //!
-//! A request's way through the files: `listeners.rs` accepts the
-//! connection and hands it to a worker (`workers.rs`); `forward.rs`
-//! routes each request — the sticky cookie (`cookie.rs`, `table.rs`), else
-//! the app's policy (`balance.rs`), holding it while no copy can take it;
-//! `upstream.rs` sends it on a pooled or new connection (`pool.rs`), with
-//! the header rules of `headers.rs`; the answer streams back as a
-//! `body.rs` body, or is one of `pages.rs`; a WebSocket goes on in
-//! `websocket.rs`. `control.rs` is what the daemon (and [`Proxy`]) reach.
+//! A request's way through the files: `visitors/listeners.rs` accepts the
+//! connection and hands it to a worker (`workers.rs`);
+//! `requests/forward.rs` routes each request — the sticky cookie
+//! (`visitors/cookie.rs`, `copies/table.rs`), else the app's policy
+//! (`copies/balance.rs`), holding it while no copy can take it;
+//! `requests/upstream.rs` sends it on a pooled or new connection
+//! (`copies/idle_connections.rs`), with the header rules of
+//! `visitors/headers.rs`; the answer streams back as a `requests/body.rs`
+//! body, or is one of `visitors/pages.rs`; a WebSocket goes on in
+//! `tunnels/websocket.rs`. `control.rs` is what the daemon (and [`Proxy`])
+//! reach.
 //!
-//! Against hostile clients: `client.rs` takes each connection under the
-//! caps of `limits.rs`; `progress.rs` cuts bodies that stop moving;
-//! `attempt.rs` and `retry.rs` decide what a failed send becomes (a request
-//! of death costs at most two copies); `stall.rs` watches a copy that
-//! stops answering.
+//! Against hostile clients: `visitors/client.rs` takes each connection
+//! under the caps of `visitors/caps.rs`; `requests/progress.rs` cuts bodies
+//! that stop moving; `requests/attempt.rs` and `copies/retry.rs` decide what
+//! a failed send becomes (a request of death costs at most two copies);
+//! `copies/stall.rs` watches a copy that stops answering.
 
 mod control;
 mod copies;
@@ -262,7 +265,7 @@ async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>) -> a
 }
 
 /// Serves `handover.sock`: the daemon gives the listening sockets, or asks
-/// for them back (see `handover.rs`); a load balancer that stops sends its
+/// for them back (see `wire/handover.rs`); a load balancer that stops sends its
 /// open tunnels (tunnel_handover.rs).
 async fn hand_over(listener: tokio::net::UnixListener, ctl: Arc<Control>) {
     loop {

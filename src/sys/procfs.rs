@@ -112,7 +112,7 @@ pub fn parent_of(pid: u32) -> Option<u32> {
 /// Claimed copies' forks of the pool's zygote, each with its start time
 /// and the launcher that claimed it: the fork is a child of the zygote,
 /// but its processes are the launcher's copy's (its report says so,
-/// `launcher::read_report`), for readiness, memory and CPU alike.
+/// `wire::launch::report::read_report`), for readiness, memory and CPU alike.
 fn adopted() -> &'static std::sync::Mutex<HashMap<u32, (u64, u32)>> {
     static ADOPTED: std::sync::OnceLock<std::sync::Mutex<HashMap<u32, (u64, u32)>>> = std::sync::OnceLock::new();
     ADOPTED.get_or_init(Default::default)

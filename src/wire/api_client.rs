@@ -100,7 +100,7 @@ pub mod routes {
 /// `GET /v1/version`: the daemon's build and PID.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VersionReply {
-    /// The build (`model::BUILD`) of the daemon that answered.
+    /// The build (`wire::BUILD`) of the daemon that answered.
     pub version: String,
     /// Its PID.
     pub pid: u32,

@@ -283,7 +283,7 @@ impl MemoryStop {
 // ---------------------------------------------------------------------------
 
 /// `registry.json`: every app the daemon manages. The daemon reads and writes it
-/// (`serve::record`); the record is here with `state.json`'s.
+/// (`serve::state_files`); the record is here with `state.json`'s.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Registry {
     /// The applied spec of each app, by app name.

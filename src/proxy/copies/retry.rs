@@ -5,7 +5,7 @@
 //! deaths and the time, and gets a decision back.
 //!
 //! A request never written to a copy is not here: it goes to another copy
-//! at once (the stand-in, `forward.rs`).
+//! at once (the stand-in, `requests/forward.rs`).
 
 use std::collections::HashMap;
 

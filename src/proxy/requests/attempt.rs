@@ -2,7 +2,7 @@
 //! a failed send makes of it (`Attempt::failed`): a copy that refused is
 //! marked down and the request goes to a stand-in; a local error is a 503
 //! that blames no copy; a request lost on its way is sent again once, to
-//! another copy, when `retry.rs` says it may be.
+//! another copy, when `copies/retry.rs` says it may be.
 
 use hyper::http::request;
 use hyper::{Method, Request, Response, Uri};

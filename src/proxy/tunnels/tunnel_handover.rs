@@ -32,10 +32,10 @@ use tokio::io::Interest;
 use tokio::net::UnixStream;
 
 use crate::proxy::copies::copy_state::CopyState;
-use crate::proxy::handover::{self, Message, Received};
 use crate::proxy::shared::BalancerState;
 use crate::proxy::tunnels::pump::Session;
 use crate::proxy::tunnels::pump::{Direction, Tunnel};
+use crate::wire::handover::{self, Message, Received};
 
 /// The message's kind.
 pub const KIND: &str = "tunnels";

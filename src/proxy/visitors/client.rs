@@ -1,5 +1,5 @@
 //! A visitor's connection as its requests see it: the app's port, the
-//! visitor's address, and its place under the connection caps (`limits.rs`),
+//! visitor's address, and its place under the connection caps (`caps.rs`),
 //! taken when the connection is accepted and given back when it closes.
 
 use std::net::{IpAddr, SocketAddr};

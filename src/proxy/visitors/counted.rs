@@ -1,7 +1,7 @@
 //! A visitor's socket that counts the bytes it reads and writes into its
-//! app's counters (`stats.rs`): one relaxed atomic add per read or write
+//! app's counters (`counters.rs`): one relaxed atomic add per read or write
 //! call, which already moves a whole buffer. The bytes of an open
-//! WebSocket are counted by the pump instead (`pump.rs`), once the socket
+//! WebSocket are counted by the pump instead (`tunnels/pump.rs`), once the socket
 //! is taken out of this wrapper.
 
 use std::io;

@@ -306,10 +306,7 @@ mod tests {
 
     #[test]
     fn the_load_balancers_view_makes_lines_under_the_table() {
-        use super::balancer_notes;
-        use crate::serve::CopyTraffic;
-        use crate::serve::HashMap;
-        use crate::serve::Refusing;
+        use super::{balancer_notes, CopyTraffic, HashMap, Refusing};
         let traffic: HashMap<u32, CopyTraffic> = [
             (2, CopyTraffic { copy: 2, connections: 1, sessions: 0, silent_ms: 0 }),
             (1, CopyTraffic { copy: 1, connections: 3, sessions: 2, silent_ms: 12_400 }),

@@ -1,21 +1,22 @@
 //! A copy's limits that the daemon keeps (issue #9, the fence): `memory`
 //! and `tasks` from the manifest's `sandbox:` section.
 //!
-//! - Where a cgroup can be had (`cgroup.rs`): a cgroup of the copy's own,
+//! - Where a cgroup can be had (`hierarchy.rs`): a cgroup of the copy's own,
 //!   which its launcher joins before anything else (`shinyctl launch
 //!   --cgroup DIR`), with the kernel's memory limit and pids limit in it.
 //!   cgroup v2 in a delegated subtree (the daemon moves itself into the
 //!   leaf `<its cgroup>/daemon` and makes `<its cgroup>/copies/<app>-<copy>`),
 //!   else cgroup v1's memory and pids controllers (a root daemon), as
 //!   `<its cgroup>/shinyctl-<home>/<app>-<copy>` in each.
-//! - Otherwise the daemon's own watch ([`WATCH_EVERY`]): the resident
-//!   memory of the copy's process tree, from /proc. `tasks` has no stand-in
-//!   there (RLIMIT_NPROC counts per user, not per copy).
+//! - Otherwise the daemon's own watch (`serve::watches::memory::WATCH_EVERY`):
+//!   the resident memory of the copy's process tree, from /proc. `tasks` has
+//!   no stand-in there (RLIMIT_NPROC counts per user, not per copy).
 //!
 //! Either way a copy over its memory limit is stopped (the kernel's OOM
 //! killer in the cgroup, then the daemon kills the rest; or the daemon's
-//! watch), and the exit carries a [`MemoryStop`], which `reconcile::decide`
-//! counts as a crash. [`watch_verdict`] is the watch's decision, pure.
+//! watch), and the exit carries a `wire::MemoryStop`, which
+//! `reconcile::decide` counts as a crash. The watch's decision, pure, is the
+//! daemon's (`serve::watches::memory::watch_verdict`).
 
 pub mod hierarchy;
 

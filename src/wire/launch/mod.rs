@@ -1,7 +1,7 @@
 //! How the daemon starts a copy's launcher (`shinyctl launch`, hidden),
 //! and what the two tell each other: the launcher's arguments ([`Launch`],
 //! one JSON value after `--home`, or the per-setting arguments of the build
-//! before it, [`legacy`]), its exit statuses, the line it leaves in the
+//! before it, `legacy.rs`), its exit statuses, the line it leaves in the
 //! copy's log when it could not launch, the report it writes beside the
 //! copy's scratch disk ([`report`], with the [`fences`] it names), the
 //! pool's zygote's start ([`zygote`]), and the files a forgotten copy's
@@ -109,7 +109,7 @@ impl Launch {
     /// Parses the launcher's arguments (those after `launch`): `--home HOME
     /// --spec JSON`, or the per-setting arguments of a launcher the build
     /// before the start spec started (a daemon adopts such a copy after an
-    /// upgrade: see [`legacy`]).
+    /// upgrade: see `legacy.rs`).
     pub fn parse(args: &[OsString]) -> Result<Launch, String> {
         let pairs = legacy::pairs(args)?;
         let one = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v);
