@@ -1,6 +1,7 @@
 //! The shape of the source tree (ARCHITECTURE.md, "The map"): no process's
 //! modules import another process's, nothing below the processes imports a
-//! process, and no module import circle inside a room. It reads `src/` as
+//! process, the floors (`sys`, `wire`) import only what is below them, and
+//! no module import circle inside a room. It reads `src/` as
 //! text (comments and string literals left out), resolves every `crate::`,
 //! `super::` and `self::` path (and a room's `pub use` re-exports) to the
 //! module that holds the item, and checks the edges.
@@ -386,6 +387,23 @@ fn no_process_imports_another() {
         }
     }
     assert!(wrong.is_empty(), "imports into a process's room from outside it:\n{}", wrong.join("\n"));
+}
+
+/// The floors stand on what is below them only: `sys` (the OS) on `home`
+/// alone, `wire` (the protocols) on `sys`, `manifest` and `home`.
+#[test]
+fn floors_stand_on_what_is_below_them() {
+    let below: [(&str, &[&str]); 2] = [("sys", &["home"]), ("wire", &["sys", "manifest", "home"])];
+    let mut wrong = Vec::new();
+    for (file, from, to) in edges(&src_dir()) {
+        let (Some(from_room), Some(to_room)) = (from.first(), to.first()) else { continue };
+        for (floor, allowed) in below {
+            if from_room == floor && to_room != floor && !allowed.contains(&to_room.as_str()) {
+                wrong.push(format!("{} ({}) imports {}", file.display(), from.join("::"), to.join("::")));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "a floor imports what stands above it:\n{}", wrong.join("\n"));
 }
 
 /// No module import circle: among the modules of the crate, leaving out a

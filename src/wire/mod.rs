@@ -6,7 +6,7 @@
 //! arguments and its report, and the records of `state.json` and
 //! `registry.json`. Both ends of each protocol import it from here, so no
 //! process imports another's room (ARCHITECTURE.md, "The map"). It stands
-//! on `sys` and `manifest` only.
+//! on `sys`, `manifest` and `home` only.
 
 pub mod api;
 pub mod api_client;
