@@ -141,9 +141,9 @@ pub fn remove_later(path: &Path) -> Option<std::thread::JoinHandle<()>> {
 /// user may not remove itself: [`crate::reclaim`] does.
 fn remove_now(path: &Path) {
     let gone = if path.is_dir() { fs::remove_dir_all(path) } else { fs::remove_file(path) };
-    let range = crate::serve::identity::Scheme::current().range().filter(|_| !nix::unistd::geteuid().is_root());
+    let range = crate::sys::ids::Scheme::current().range().filter(|_| !nix::unistd::geteuid().is_root());
     let gone = match (gone, range) {
-        (Err(e), Some(range)) if e.kind() == io::ErrorKind::PermissionDenied => crate::reclaim::remove(path, range),
+        (Err(e), Some(range)) if e.kind() == io::ErrorKind::PermissionDenied => crate::wire::reclaim::remove(path, range),
         (gone, _) => gone,
     };
     if let Err(e) = gone.or_else(|e| if e.kind() == io::ErrorKind::NotFound { Ok(()) } else { Err(e) }) {

@@ -2,21 +2,15 @@
 //! and the daemon's pieces can be tested in-process (`tests/`). `main.rs`
 //! only parses the command line and dispatches here.
 
-pub mod api_client;
 pub mod cli;
-pub mod clock;
-pub mod fmt;
 pub mod home;
 pub mod launcher;
-pub mod limits;
 pub mod logging;
 pub mod manifest;
-pub mod model;
-pub mod peer;
-pub mod procfs;
 pub mod proxy;
 pub mod reclaim;
 pub mod reconcile;
 pub mod release;
 pub mod serve;
-pub mod uds;
+pub mod sys;
+pub mod wire;

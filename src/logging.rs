@@ -72,11 +72,11 @@ mod tests {
 
     #[test]
     fn a_level_and_a_level_per_module_are_read() {
-        assert!(targets(Some("debug")).unwrap().would_enable("shinyctl::proxy::forward", &Level::DEBUG));
+        assert!(targets(Some("debug")).unwrap().would_enable("shinyctl::proxy::requests::forward", &Level::DEBUG));
         let t = targets(Some("warn,shinyctl::proxy=debug")).unwrap();
-        assert!(t.would_enable("shinyctl::proxy::forward", &Level::DEBUG));
-        assert!(!t.would_enable("shinyctl::serve::cycle", &Level::INFO));
-        assert!(t.would_enable("shinyctl::serve::cycle", &Level::WARN));
+        assert!(t.would_enable("shinyctl::proxy::requests::forward", &Level::DEBUG));
+        assert!(!t.would_enable("shinyctl::serve::copies::cycle", &Level::INFO));
+        assert!(t.would_enable("shinyctl::serve::copies::cycle", &Level::WARN));
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! shinyctl: one binary, three processes — the command, the daemon
 //! (`shinyctl serve`) and the load balancer (`shinyctl proxy`).
 
-use shinyctl::{cli, home, launcher, model, proxy, serve};
+use shinyctl::{cli, home, launcher, proxy, serve, wire};
 
 use clap::{CommandFactory, Parser, Subcommand};
 
 /// Run R Shiny apps on a machine of your own.
 #[derive(Parser)]
-#[command(name = "shinyctl", version = model::BUILD, about)]
+#[command(name = "shinyctl", version = wire::BUILD, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -201,7 +201,7 @@ fn main() {
         Command::Launch { args } => std::process::exit(launcher::main(&args)),
         Command::Reclaim { args } => std::process::exit(shinyctl::reclaim::main(&args)),
         Command::Version => {
-            println!("shinyctl {}", model::BUILD);
+            println!("shinyctl {}", wire::BUILD);
             Ok(())
         }
         Command::Completions { shell } => {

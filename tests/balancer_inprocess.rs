@@ -23,8 +23,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, Instant};
 
-use shinyctl::model::{LbPolicy, ProxyApp, ProxyCopy, ProxyTable, Role};
 use shinyctl::proxy::{Proxy, Settings};
+use shinyctl::wire::{LbPolicy, ProxyApp, ProxyCopy, ProxyTable, Role};
 
 /// Any wait in these tests: far above what any of them takes.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -109,7 +109,7 @@ impl Daemon {
     fn serve(sock: &Path) -> Daemon {
         let listener = tokio::net::UnixListener::bind(sock).unwrap();
         let (tx, calls) = mpsc::unbounded_channel();
-        tokio::spawn(shinyctl::uds::serve(listener, move |req: hyper::Request<hyper::body::Incoming>| {
+        tokio::spawn(shinyctl::wire::uds::serve(listener, move |req: hyper::Request<hyper::body::Incoming>| {
             let tx = tx.clone();
             async move {
                 let path = req.uri().path().to_string();

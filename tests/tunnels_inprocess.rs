@@ -12,8 +12,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 
-use shinyctl::model::{LbPolicy, ProxyApp, ProxyCopy, ProxyTable, Role};
 use shinyctl::proxy::{Proxy, Settings};
+use shinyctl::wire::{LbPolicy, ProxyApp, ProxyCopy, ProxyTable, Role};
 
 /// Any wait in these tests: far above what any of them takes.
 const DEADLINE: Duration = Duration::from_secs(60);

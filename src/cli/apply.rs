@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use crate::api_client::Client;
 use crate::home::Home;
-use crate::model::ApplyRequest;
+use crate::wire::api_client::Client;
+use crate::wire::ApplyRequest;
 
 /// Reads and checks the manifest here (so a bad one starts nothing), starts
 /// the daemon when it isn't running, and hands the manifest to it.
@@ -18,7 +18,7 @@ pub fn run(home: &Home, file: &Path, now: bool, wait: Option<std::time::Duration
     let spec = crate::manifest::parse(&path, &req.text)?;
     if !Client::answers(home) {
         eprintln!("shinyctl serve is not running; starting it.");
-        crate::serve::spawn_daemon(home)?;
+        crate::wire::api_client::spawn_daemon(home)?;
     }
     super::wait::print_and_follow(home, &spec.name, Client::new(home).apply(&req)?, wait)
 }

@@ -10,7 +10,7 @@ use clap::{ArgAction, Command};
 /// The command line with its hidden commands left out: clap cannot remove
 /// a subcommand, so the command is built again from what is visible.
 pub fn visible(cmd: Command) -> Command {
-    let mut out = Command::new("shinyctl").version(crate::model::BUILD);
+    let mut out = Command::new("shinyctl").version(crate::wire::BUILD);
     if let Some(about) = cmd.get_about() {
         out = out.about(about.clone());
     }
@@ -90,7 +90,7 @@ complete -F _shinyctl_with_app_names -o nosort -o bashdefault -o default shinyct
 
 #[cfg(test)]
 mod tests {
-    use crate::model::{AppStatus, CopyStatus, Fence, FenceState, Isolation, IsolationKind, StatusReport};
+    use crate::wire::{AppStatus, CopyStatus, Fence, FenceState, Isolation, IsolationKind, StatusReport};
 
     /// What the bash completion's reading of `status --json` rests on: the
     /// pattern it looks for finds each app's name, and nothing else named

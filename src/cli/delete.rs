@@ -1,7 +1,7 @@
 //! `shinyctl delete APP [--now]`.
 
-use crate::api_client::Client;
 use crate::home::Home;
+use crate::wire::api_client::Client;
 
 /// Stops an app's copies and forgets it; returns at once.
 pub fn run(home: &Home, app: &str, now: bool) -> anyhow::Result<()> {

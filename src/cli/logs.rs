@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Seek, SeekFrom, Write};
 use std::time::{Duration, Instant};
 
-use crate::api_client::Client;
 use crate::home::Home;
-use crate::model::CopyLogFile;
+use crate::wire::api_client::Client;
+use crate::wire::CopyLogFile;
 
 /// Lines per copy shown when `-n` is not given: about a screenful for one.
 pub const DEFAULT_TAIL: usize = 20;

@@ -1,5 +1,5 @@
 //! The command: one file per subcommand. It only talks to the API, through
-//! [`crate::api_client::Client`].
+//! [`crate::wire::api_client::Client`].
 
 pub mod apply;
 pub mod completions;
@@ -13,7 +13,7 @@ pub mod rollback;
 pub mod status;
 pub mod wait;
 
-use crate::model::ActionReply;
+use crate::wire::ActionReply;
 
 /// Prints the message of a route that changed something.
 fn print(reply: ActionReply) -> anyhow::Result<()> {

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::api_client::Client;
 use crate::home::Home;
+use crate::wire::api_client::Client;
 
 /// `stop` or `start` of one app.
 pub fn run(home: &Home, app: &str, what: &str) -> anyhow::Result<()> {

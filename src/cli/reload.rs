@@ -1,8 +1,8 @@
 //! `shinyctl reload`: every registered manifest applied again from its
 //! path (the systemd unit's `ExecReload=`).
 
-use crate::api_client::Client;
 use crate::home::Home;
+use crate::wire::api_client::Client;
 
 /// Prints what became of each app; fails when any manifest could not be
 /// applied (those apps run on as they were).

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::api_client::Client;
 use crate::home::Home;
+use crate::wire::api_client::Client;
 
 /// Asks for a redeploy from the manifest as it is now; returns once the
 /// release is taken, or with `wait` once the new copies serve or fail.

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use crate::api_client::Client;
 use crate::home::Home;
-use crate::model::ReleaseRow;
+use crate::wire::api_client::Client;
+use crate::wire::ReleaseRow;
 
 /// Asks for the last release that served before the current one (or `to`)
 /// to be redeployed; returns at once, or with `wait` once its copies serve
@@ -44,8 +44,8 @@ pub fn table(rows: &[ReleaseRow]) -> String {
         out.push_str(&format!(
             "{:<22} {:<26} {:>10}  {state}\n",
             r.id,
-            crate::fmt::local_rfc3339(r.taken_ms),
-            crate::fmt::size(r.bytes, crate::fmt::SizeStyle::Prose)
+            crate::sys::fmt::local_rfc3339(r.taken_ms),
+            crate::sys::fmt::size(r.bytes, crate::sys::fmt::SizeStyle::Prose)
         ));
     }
     out

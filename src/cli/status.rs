@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use crate::api_client::Client;
-use crate::fmt::{duration, size, DurationStyle, SizeStyle};
 use crate::home::Home;
-use crate::model::{Role, StatusReport};
+use crate::sys::fmt::{duration, size, DurationStyle, SizeStyle};
+use crate::wire::api_client::Client;
+use crate::wire::{Role, StatusReport};
 
 /// The columns, as documented.
 const COLUMNS: [&str; 11] = ["NAME", "COPY", "ROLE", "PORT", "PID", "STATUS", "READY", "MEM", "SESSIONS", "CRASHES", "STARTED"];
@@ -31,7 +31,7 @@ pub fn run(home: &Home, app: Option<&str>, json: bool, watch: bool, wide: bool) 
             Ok(report) => render(&report, wide),
             Err(e) => format!("shinyctl: {e:#}\n"),
         };
-        let now = crate::fmt::local_rfc3339(crate::clock::now_ms());
+        let now = crate::sys::fmt::local_rfc3339(crate::sys::clock::now_ms());
         // Home the cursor and clear the screen, then the table, as `watch` does.
         print!("\x1b[H\x1b[2JEvery 1s: shinyctl status{}    {now}\n\n{text}", app.map(|a| format!(" {a}")).unwrap_or_default());
         use std::io::Write;
@@ -136,7 +136,7 @@ fn memory_line(report: &StatusReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{AppStatus, CopyStatus};
+    use crate::wire::{AppStatus, CopyStatus};
 
     const M: u64 = 1 << 20;
 

@@ -6,9 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::api_client::Client;
 use crate::home::Home;
-use crate::model::{ActionReply, RolloutState};
+use crate::wire::api_client::Client;
+use crate::wire::{ActionReply, RolloutState};
 
 /// How long `--wait` waits when no TIMEOUT is given.
 pub const DEFAULT_TIMEOUT: &str = "5m";
@@ -45,7 +45,7 @@ pub fn print_and_follow(home: &Home, app: &str, reply: ActionReply, wait: Option
             RolloutState::Failed => anyhow::bail!("{app}: the deploy failed; the version before still serves.{}", last_error(&client, app)),
             RolloutState::Starting if Instant::now() >= end => anyhow::bail!(
                 "{app}: revision {revision} did not serve within {}; the version before still serves.{}",
-                crate::fmt::duration(limit, crate::fmt::DurationStyle::Span),
+                crate::sys::fmt::duration(limit, crate::sys::fmt::DurationStyle::Span),
                 last_error(&client, app)
             ),
             RolloutState::Starting => std::thread::sleep(POLL),

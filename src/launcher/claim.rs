@@ -25,12 +25,13 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-use super::fences::{self, Fences};
 use super::init::Handoff;
-use super::mount::Plan;
-use super::report::Writer;
-use super::users::Identity;
+use super::plan::RootPlan;
+use super::signals;
 use super::{host, Launch, EXIT_LAUNCH_FAILED};
+use crate::sys::users::Identity;
+use crate::wire::launch::fences::{self, Fences};
+use crate::wire::launch::report::Writer;
 
 /// The largest message (a claim with its environment and plan).
 const MAX_MESSAGE: usize = 1 << 18;
@@ -85,7 +86,7 @@ pub(super) struct Claim {
     /// The copy's environment (the launcher's own, as the daemon set it).
     pub env: Vec<(String, String)>,
     /// The copy's root.
-    pub plan: Plan,
+    pub plan: RootPlan,
     /// The app's identity (a root daemon's).
     pub who: Option<Identity>,
     /// The fork hands the app's folders to `who` (a launcher that is not
@@ -175,7 +176,7 @@ pub(super) struct Claimed {
 
 /// Claims a copy from the zygote at `socket`; `Err` says why the copy must
 /// start cold instead (nothing of the claim is left running then).
-pub(super) fn claim(launch: &Launch, plan: &Plan, who: Option<&Identity>, fences: &Fences, socket: &Path) -> Result<Claimed, String> {
+pub(super) fn claim(launch: &Launch, plan: &RootPlan, who: Option<&Identity>, fences: &Fences, socket: &Path) -> Result<Claimed, String> {
     if let Some(user) = &launch.start.run_as {
         return Err(format!("run-as {user}: R keeps the HOME it started with, and the pool's is not {user}'s"));
     }
@@ -243,7 +244,7 @@ fn connect(path: &Path) -> nix::Result<OwnedFd> {
 /// mount namespace (a bind's source must be in the namespace it is made
 /// in), in a child of the launcher that enters it, and sends them to the
 /// fork with its go.
-fn sources_in(fork: u32, plan: &Plan, conn: RawFd) -> Result<(), String> {
+fn sources_in(fork: u32, plan: &RootPlan, conn: RawFd) -> Result<(), String> {
     use nix::unistd::{fork as fork_process, ForkResult};
     let ns = std::fs::File::open(format!("/proc/{fork}/ns/mnt")).map_err(|e| format!("cannot open the fork's mount namespace: {e}"))?;
     // SAFETY: the launcher is single-threaded; the child only enters the
@@ -282,7 +283,7 @@ impl Claimed {
         if let Some(r) = report.as_mut() {
             r.claimed(self.fork);
         }
-        let sfd = SignalFd::with_flags(&host::forwarded_signals(), SfdFlags::SFD_CLOEXEC).ok();
+        let sfd = SignalFd::with_flags(&signals::forwarded_signals(), SfdFlags::SFD_CLOEXEC).ok();
         let (mut init, mut pending, mut end) = (None::<Pid>, None::<Signal>, None::<String>);
         let _ = nix::sys::socket::setsockopt(&self.conn, nix::sys::socket::sockopt::ReceiveTimeout, &nix::sys::time::TimeVal::new(0, 0));
         loop {

@@ -16,32 +16,13 @@ use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
-use super::fences::{self, Fences};
 use super::init::{self, Init};
-use super::mount::Plan;
-use super::report::Writer;
-use super::users::Identity;
+use super::plan::RootPlan;
+use super::signals::{block_signals, forwarded_signals, unblock_signals};
 use super::{Launch, EXIT_LAUNCH_FAILED};
-
-/// The signals the launcher and the init wait for: the three forwarded to
-/// R, and SIGCHLD.
-pub fn forwarded_signals() -> SigSet {
-    let mut set = SigSet::empty();
-    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD] {
-        set.add(s);
-    }
-    set
-}
-
-/// Blocks [`forwarded_signals`], to be taken with sigwait.
-pub fn block_signals() {
-    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded_signals()), None);
-}
-
-/// Unblocks every signal (before exec: R starts with none blocked).
-pub fn unblock_signals() {
-    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-}
+use crate::sys::users::Identity;
+use crate::wire::launch::fences::{self, Fences};
+use crate::wire::launch::report::Writer;
 
 /// The namespaces a fenced copy gets.
 pub(super) fn all_namespaces() -> CloneFlags {
@@ -69,7 +50,7 @@ impl Pipes {
 /// into its namespaces, or, where none can be made, goes on without them
 /// (`super::direct`). Returns only
 /// the launcher's own exit status on failure; otherwise it ends as R did.
-pub fn run(launch: &Launch, report: Option<Writer>, plan: Plan, who: Option<Identity>, mut fences: Fences) -> i32 {
+pub fn run(launch: &Launch, report: Option<Writer>, plan: RootPlan, who: Option<Identity>, mut fences: Fences) -> i32 {
     block_signals();
     let pipes = match Pipes::new() {
         Ok(p) => p,
@@ -107,7 +88,13 @@ pub fn run(launch: &Launch, report: Option<Writer>, plan: Plan, who: Option<Iden
 /// namespaces are refused, with all but the user namespace. The fences
 /// record what was made, and why not, also when no namespace can be had
 /// (`Err`).
-fn clone_init(launch: &Launch, plan: &Plan, who: Option<&Identity>, pipes: &Pipes, fences: &mut Fences) -> Result<(Pid, CloneFlags), ()> {
+fn clone_init(
+    launch: &Launch,
+    plan: &RootPlan,
+    who: Option<&Identity>,
+    pipes: &Pipes,
+    fences: &mut Fences,
+) -> Result<(Pid, CloneFlags), ()> {
     let mut flags = all_namespaces();
     let root = nix::unistd::geteuid().is_root();
     loop {
@@ -206,7 +193,7 @@ pub(super) fn map_ids(child: Pid, who: Option<&Identity>) -> anyhow::Result<()> 
 /// (both ids mapped: the init works as the launcher's user first, then
 /// hands the app's folders to `w` and takes it).
 fn map_subordinate(child: Pid, (uid, gid): (u32, u32), w: &Identity) -> anyhow::Result<()> {
-    for (tool, own, app) in [(super::users::NEWUIDMAP, uid, w.uid), (super::users::NEWGIDMAP, gid, w.gid)] {
+    for (tool, own, app) in [(crate::sys::users::NEWUIDMAP, uid, w.uid), (crate::sys::users::NEWGIDMAP, gid, w.gid)] {
         let out = std::process::Command::new(tool)
             .arg(child.to_string())
             .args([own, own, 1, app, app, 1].map(|n| n.to_string()))

@@ -17,18 +17,19 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
-use super::fences::{self, Fences};
-use super::mount::{self, Plan};
+use super::mount;
+use super::plan::RootPlan;
 use super::sources::Sources;
-use super::users::Identity;
-use super::{Launch, Seen, APP_DIR, EXIT_LAUNCH_FAILED, SCRATCH_DIR};
+use super::{CopyFolders, Launch, APP_DIR, EXIT_LAUNCH_FAILED, SCRATCH_DIR};
+use crate::sys::users::Identity;
+use crate::wire::launch::fences::{self, Fences};
 
 /// What the init needs, as the host-side launcher left it before clone.
 pub struct Init<'a> {
     /// The launcher's arguments.
     pub launch: &'a Launch,
     /// The copy's root.
-    pub plan: &'a Plan,
+    pub plan: &'a RootPlan,
     /// The fences so far (the namespaces the clone made).
     pub fences: Fences,
     /// The run-as user of a root daemon.
@@ -128,12 +129,12 @@ pub fn run(mut init: Init) -> ! {
 /// them; an error is a copy that must not start.
 pub(super) fn world(
     launch: &Launch,
-    plan: &Plan,
+    plan: &RootPlan,
     who: Option<&Identity>,
     hand_over: bool,
     fences: &mut Fences,
     sources: Sources,
-) -> Result<Seen, String> {
+) -> Result<CopyFolders, String> {
     // A launcher that is not root could not give the app's own
     // (subordinate) uid its folders: done here, as the launcher's user,
     // with the capabilities this namespace gives over the ids mapped in it
@@ -145,7 +146,7 @@ pub(super) fn world(
     // user now, before the mounts, so what it makes is theirs (with root
     // unmapped here, the change costs no capability in the namespace).
     if let (Some(who), true) = (who, fences.has(fences::USER_NS)) {
-        super::users::set_user(who).map_err(|e| format!("cannot become {}: {e}", who.name))?;
+        crate::sys::users::set_user(who).map_err(|e| format!("cannot become {}: {e}", who.name))?;
     }
     if fences.has(fences::UTS_NS) {
         let name = launch.app.as_bytes();
@@ -162,7 +163,7 @@ pub(super) fn world(
     }
     // The root is built; R must not hold the host's folders.
     drop(sources);
-    Ok(Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: mount::r_libs_user(plan) })
+    Ok(CopyFolders { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: super::plan::r_libs_user(plan) })
 }
 
 /// A socket pair (close-on-exec) between the init and the process that
@@ -177,7 +178,7 @@ pub fn supervision_pair() -> nix::Result<(OwnedFd, OwnedFd)> {
 /// copy on `port`); returns R's end as `exit N` or `signal N`.
 pub fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16) -> String {
     let mut told = false;
-    let set = super::host::forwarded_signals();
+    let set = super::signals::forwarded_signals();
     // Signals through a descriptor, so one poll waits for both.
     let mut signals = nix::sys::signalfd::SignalFd::with_flags(&set, nix::sys::signalfd::SfdFlags::SFD_CLOEXEC).ok();
     loop {
@@ -278,10 +279,10 @@ fn ready(listener: &OwnedFd, signals: &nix::sys::signalfd::SignalFd) -> Ready {
 /// In the child that becomes R: its user, the filter's fences (the
 /// listener of its `bind` and `listen` sent to the init over `sup`), the
 /// report of the fences to the host side, and exec. Never returns.
-fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: Seen, mut fences: Fences, ready: OwnedFd, sup: OwnedFd) -> ! {
-    super::host::unblock_signals();
+fn become_r(launch: &Launch, who: Option<&Identity>, mut seen: CopyFolders, mut fences: Fences, ready: OwnedFd, sup: OwnedFd) -> ! {
+    super::signals::unblock_signals();
     if let Some(who) = who {
-        if let Err(e) = super::users::set_user(who) {
+        if let Err(e) = crate::sys::users::set_user(who) {
             super::fail(&format!("cannot become {}: {e}", who.name));
             std::process::exit(EXIT_LAUNCH_FAILED);
         }

@@ -63,15 +63,9 @@ pub fn restrict(scratch: &Path, app_dir: &Path) -> Result<Option<PathBuf>, Strin
 /// cannot be writable.
 fn own_tmp(scratch: &Path) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = tmp_path(scratch);
+    let dir = crate::sys::disk::tmp_path(scratch);
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
     Ok(dir)
-}
-
-/// `<scratch>.tmp`: where [`own_tmp`] is.
-pub fn tmp_path(scratch: &Path) -> PathBuf {
-    let name = scratch.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    scratch.with_file_name(format!("{name}.tmp"))
 }
 
 /// What the fence's Landlock ruleset gave the copy.

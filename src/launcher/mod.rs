@@ -26,21 +26,17 @@
 mod allowed;
 mod claim;
 mod confine;
-pub mod disk;
 mod fds;
-pub mod fences;
 mod host;
 mod init;
 mod landlock;
-mod legacy;
 mod mount;
 mod plan;
 mod ports;
-mod report;
 mod rlimits;
 mod seccomp;
+mod signals;
 mod sources;
-pub mod users;
 pub mod zygote;
 
 use std::ffi::OsString;
@@ -49,16 +45,16 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use serde::{Deserialize, Serialize};
-
-use crate::manifest::{SandboxMode, StartSpec};
-pub use crate::model::{Isolation, IsolationKind};
+use crate::manifest::SandboxMode;
+use crate::sys::disk;
+use crate::sys::users::{self, Identity};
+use crate::wire::launch::fences::{self, Fences};
+use crate::wire::launch::report::{self, report_path};
+use crate::wire::launch::{r_string, Launch, EXIT_LAUNCH_FAILED, EXIT_NO_R, EXIT_REFUSED, LAUNCH_FAILED_LINE};
+pub use crate::wire::{Isolation, IsolationKind};
 pub use confine::{confine, Applied, ConfineError, Confinement, SeccompApplied};
-use fences::Fences;
 pub use landlock::LandlockApplied;
-pub use report::{read_report, report_path, Report};
 pub use rlimits::RlimitsApplied;
-use users::Identity;
 
 /// Where the app folder is inside the copy's mount namespace (its working
 /// directory there).
@@ -66,140 +62,6 @@ pub const APP_DIR: &str = "/shinyctl/app";
 /// Where the copy's scratch disk (`SHINYCTL_SCRATCH`) is inside its mount
 /// namespace.
 pub const SCRATCH_DIR: &str = "/shinyctl/scratch";
-
-/// The launcher's exit status when it could not start the copy (bad
-/// arguments, a mount that failed half-way): the copy's log says why.
-pub const EXIT_LAUNCH_FAILED: i32 = 121;
-/// The launcher's exit status when it refused to start R (`mode: strict`
-/// and a fence missing): its report says why ([`Report::refused`]), so the
-/// daemon leaves the copy down instead of retrying it as a crash (R ending
-/// with the same status has no such report).
-pub const EXIT_REFUSED: i32 = 122;
-/// The launcher's exit status when R itself could not be run.
-pub const EXIT_NO_R: i32 = 127;
-
-/// Everything the launcher needs to start one copy: the app's start spec
-/// whole, and beside it what is this copy's own. The daemon builds it and
-/// turns it into a command line ([`Launch::command`]): `--home HOME` and
-/// `--spec JSON` (this value); the launcher reads it back ([`Launch::parse`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Launch {
-    /// SHINYCTL_HOME: hidden from the copy, and the mark by which a test
-    /// (or a person) finds the processes of one home, since a copy's
-    /// environment no longer names it. In the argv of its own (`--home`),
-    /// not in the JSON.
-    #[serde(skip)]
-    pub home: PathBuf,
-    /// The app's name: the copy's hostname.
-    pub app: String,
-    /// The copy number (for the log line).
-    pub copy: u32,
-    /// The copy's port on 127.0.0.1.
-    pub port: u16,
-    /// The folder to run, as the host sees it (a release, or working-dir).
-    pub app_dir: PathBuf,
-    /// The copy's own disk, as the host sees it.
-    pub scratch: PathBuf,
-    /// The app's own uid (and gid), which a root daemon runs the copy as
-    /// without `run-as` (README, "Identities").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uid: Option<u32>,
-    /// The copy's cgroups (its memory and tasks limits), joined first
-    /// thing, before any namespace: one per hierarchy (cgroup v1 has one
-    /// for memory and one for pids), none where there is no cgroup.
-    #[serde(default)]
-    pub cgroups: Vec<PathBuf>,
-    /// How the copy starts: the release's start spec. Its `env` travels as
-    /// the launcher's environment, not on its command line (which every
-    /// user of the machine may read): it is empty here.
-    pub start: StartSpec,
-    /// The pool's zygote socket: the copy is claimed from it (`claim`),
-    /// and started cold only if the claim is refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pool: Option<PathBuf>,
-    /// Why the daemon starts this copy cold (no `pool`), for its status.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cold: Option<String>,
-}
-
-impl Launch {
-    /// The launcher's arguments after `launch`.
-    pub fn args(&self) -> Vec<OsString> {
-        let mut told = self.clone();
-        told.start.env.clear();
-        // A struct of text, numbers and paths from a manifest (UTF-8):
-        // serializing it cannot fail.
-        let spec = serde_json::to_string(&told).unwrap_or_default();
-        vec!["--home".into(), self.home.clone().into_os_string(), "--spec".into(), spec.into()]
-    }
-
-    /// The command that starts the copy through this binary's launcher.
-    /// The caller adds env, session and output. Like the daemon's other
-    /// processes it runs `/proc/self/exe` (a binary that install.sh renamed
-    /// over ours is another file) with the installed path as argv[0]. It
-    /// starts in `/`: the launcher enters the app folder itself, so a folder
-    /// that is gone is reported in the copy's log, not as a failed spawn.
-    pub fn command(&self) -> std::io::Result<Command> {
-        let exe = std::env::current_exe()?;
-        let installed = exe.to_string_lossy();
-        let mut cmd = Command::new("/proc/self/exe");
-        cmd.arg0(installed.strip_suffix(" (deleted)").unwrap_or(&installed)).arg("launch").args(self.args()).current_dir("/");
-        Ok(cmd)
-    }
-
-    /// Parses the launcher's arguments (those after `launch`): `--home HOME
-    /// --spec JSON`, or the per-setting arguments of a launcher the build
-    /// before the start spec started (a daemon adopts such a copy after an
-    /// upgrade: see [`legacy`]).
-    pub fn parse(args: &[OsString]) -> Result<Launch, String> {
-        let pairs = legacy::pairs(args)?;
-        let one = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v);
-        let Some(spec) = one("--spec") else {
-            return if one("--app-dir").is_some() { legacy::parse(&pairs) } else { Err("--spec is missing".into()) };
-        };
-        let home = one("--home").ok_or("--home is missing")?;
-        if let Some((k, _)) = pairs.iter().find(|(k, _)| k != "--home" && k != "--spec") {
-            return Err(format!("unexpected argument {k}"));
-        }
-        let spec = spec.to_str().ok_or("--spec is not UTF-8")?;
-        let launch: Launch = serde_json::from_str(spec).map_err(|e| format!("--spec: {e}"))?;
-        Ok(Launch { home: PathBuf::from(home), ..launch })
-    }
-}
-
-/// Removes a copy's scratch disk and what its launcher kept beside it (its
-/// isolation report, its /tmp and /dev/shm folders, and the image of its
-/// disk of its own, unmounted first), for a copy that is forgotten. Each is
-/// renamed aside at once (a hidden name, so a new copy of the same number
-/// starts empty) and deleted on a thread of its own: a scratch disk of many
-/// gigabytes must not hold up the daemon's cycle, which calls this under
-/// its lock. The returned threads are for tests to wait on.
-pub fn remove_scratch(scratch: &Path) -> Vec<std::thread::JoinHandle<()>> {
-    let beside = [scratch.to_path_buf(), landlock::tmp_path(scratch), plan::shm_path(scratch)];
-    // A disk of its own is unmounted first (a mount point cannot be
-    // renamed); its image goes with the rest.
-    let mut threads: Vec<_> = beside.iter().flat_map(|p| disk::detach_below(p)).collect();
-    threads.extend(
-        beside.iter().cloned().chain([report_path(scratch), disk::image_path(scratch)]).filter_map(|p| crate::home::remove_later(&p)),
-    );
-    threads
-}
-
-/// Quotes a string for an R single-quoted literal.
-pub fn r_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
-}
 
 /// The `-e` expression a copy runs, for the app folder as the copy sees it,
 /// by the entrypoint's layout (README, "Every Shiny layout"):
@@ -235,7 +97,7 @@ pub fn run_app_expr(app_dir: &Path, entrypoint: &str, port: u16) -> String {
 /// The folders a copy sees once its world is made: inside the namespace,
 /// the fixed paths; otherwise the host's.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
+pub struct CopyFolders {
     /// The app folder (the working directory).
     pub app_dir: PathBuf,
     /// The scratch disk (`SHINYCTL_SCRATCH`).
@@ -297,7 +159,7 @@ pub fn main(args: &[OsString]) -> i32 {
         cold = Some(why);
     }
     if let Some(socket) = launch.pool.as_ref().filter(|_| !no_report) {
-        host::block_signals();
+        signals::block_signals();
         match claim::claim(&launch, &plan, who.as_ref(), &fences, socket) {
             Ok(claimed) => claimed.wait(&launch, report, who.as_ref()),
             Err(why) => {
@@ -320,9 +182,9 @@ fn own_disk(launch: &Launch, who: Option<&Identity>) {
     if !nix::unistd::geteuid().is_root() {
         return;
     }
-    let (tmp, shm) = (landlock::tmp_path(&launch.scratch), plan::shm_path(&launch.scratch));
+    let (tmp, shm) = (disk::tmp_path(&launch.scratch), disk::shm_path(&launch.scratch));
     let owner = who.map(|w| (w.uid, w.gid));
-    let shown = crate::fmt::size(size, crate::fmt::SizeStyle::Manifest);
+    let shown = crate::sys::fmt::size(size, crate::sys::fmt::SizeStyle::Manifest);
     match disk::attach(&launch.scratch, &tmp, &shm, size, owner) {
         Ok(disk::Attached::Mounted(device)) => {
             log(&format!("--- shinyctl: the copy's disk (scratch, /tmp, /dev/shm) is a filesystem of its own of {shown} on {device} ---"))
@@ -393,7 +255,7 @@ fn run_as(launch: &Launch) -> Result<Option<Identity>, String> {
 /// owner's.
 pub fn hand_over(launch: &Launch, who: &Identity) -> Result<(), String> {
     let release = Some(launch.app_dir.clone()).filter(|d| d.starts_with(launch.home.join("releases")));
-    for dir in [launch.scratch.clone(), landlock::tmp_path(&launch.scratch), plan::shm_path(&launch.scratch)].into_iter().chain(release) {
+    for dir in [launch.scratch.clone(), disk::tmp_path(&launch.scratch), disk::shm_path(&launch.scratch)].into_iter().chain(release) {
         if dir.exists() {
             users::give_all_to(&dir, who).map_err(|e| format!("cannot give {} to the app's uid {}: {e}", dir.display(), who.uid))?;
         }
@@ -405,7 +267,7 @@ pub fn hand_over(launch: &Launch, who: &Identity) -> Result<(), String> {
 /// off`): Landlock where it can be had, then exec, in a child. The
 /// launcher stays R's parent and a subreaper, so whatever R starts, even
 /// with `setsid` and a double fork, keeps the launcher among its ancestors
-/// (the mark by which the control sockets know a copy, `crate::peer`), and
+/// (the mark by which the control sockets know a copy, `crate::sys::peer`), and
 /// is ended with R. The fences say why there are no namespaces.
 fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, who: Option<&Identity>) -> i32 {
     // Without a user namespace a launcher that is not root has no way to
@@ -427,7 +289,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
         (Ok(a), Ok(s)) => (a, s),
         (Err(e), _) | (_, Err(e)) => return fail(&e),
     };
-    host::block_signals();
+    signals::block_signals();
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         return fail(&format!("cannot stay the parent of what the copy starts (PR_SET_CHILD_SUBREAPER): {e}"));
     }
@@ -446,7 +308,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
             drop(fences_in);
-            host::unblock_signals();
+            signals::unblock_signals();
             if let Some(who) = who {
                 if let Err(e) = users::set_user(who) {
                     std::process::exit(fail(&format!("cannot become {}: {e}", who.name)));
@@ -455,7 +317,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
             // After the user is set (a change of user clears it): R does not
             // outlive its launcher.
             let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-            let mut seen = Seen { app_dir, scratch, tmpdir: None, r_libs_user: None };
+            let mut seen = CopyFolders { app_dir, scratch, tmpdir: None, r_libs_user: None };
             drop(sup);
             if launch.start.sandbox.mode != SandboxMode::Off {
                 init::hand_over_ports(&sup_child, &mut fences);
@@ -491,7 +353,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
 /// exec. Returns only on failure, with the exit status.
 fn finish_and_exec(
     launch: &Launch,
-    seen: &mut Seen,
+    seen: &mut CopyFolders,
     fences: &mut Fences,
     who: Option<&Identity>,
     send: impl FnOnce(&Fences, Option<&str>),
@@ -506,7 +368,7 @@ fn finish_and_exec(
 /// its R, `claim`): the last fences, the strict check, the report of the
 /// fences and of a refusal (`send`) and the log lines. `Err` is the exit
 /// status of a copy that must not start.
-fn finish(launch: &Launch, seen: &mut Seen, fences: &mut Fences, send: impl FnOnce(&Fences, Option<&str>)) -> Result<(), i32> {
+fn finish(launch: &Launch, seen: &mut CopyFolders, fences: &mut Fences, send: impl FnOnce(&Fences, Option<&str>)) -> Result<(), i32> {
     // The filters, in the process that execs R next, after its user is set
     // and every mount is made (the filter refuses mount and unshare).
     if launch.start.sandbox.mode != SandboxMode::Off {
@@ -581,7 +443,7 @@ fn isolation_of(fences: &Fences, mode: SandboxMode, user: String) -> Isolation {
 
 /// The line the copy's log gets before R starts: what isolation it got and
 /// where the app may write.
-fn isolation_line(isolation: &Isolation, seen: &Seen) -> String {
+fn isolation_line(isolation: &Isolation, seen: &CopyFolders) -> String {
     let how = match isolation.kind {
         IsolationKind::MountNamespace => "mount namespace".to_string(),
         IsolationKind::Landlock => format!("Landlock ({})", isolation.reason.as_deref().unwrap_or("")),
@@ -600,7 +462,7 @@ fn isolation_line(isolation: &Isolation, seen: &Seen) -> String {
 
 /// Replaces this process with R, in the app folder, with the environment
 /// the launcher got (the daemon cleaned it) and the copy's own variables.
-fn exec_r(launch: &Launch, seen: &Seen, who: Option<&Identity>) -> i32 {
+fn exec_r(launch: &Launch, seen: &CopyFolders, who: Option<&Identity>) -> i32 {
     if let Err(e) = std::env::set_current_dir(&seen.app_dir) {
         return fail(&format!("cannot enter the app folder {}: {e}", seen.app_dir.display()));
     }
@@ -629,9 +491,6 @@ fn log(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// How the copy's log line begins when the launcher could not launch it.
-pub const LAUNCH_FAILED_LINE: &str = "--- shinyctl: the copy could not be launched:";
-
 /// Logs why the copy could not be launched; returns the exit status.
 fn fail(why: &str) -> i32 {
     log(&format!("{LAUNCH_FAILED_LINE} {why} ---"));
@@ -647,99 +506,6 @@ fn refuse(why: &str) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sample() -> Launch {
-        Launch {
-            home: "/home/u/.shinyctl".into(),
-            app: "hello".into(),
-            copy: 2,
-            port: 20001,
-            app_dir: "/srv/apps/it's here".into(),
-            scratch: "/home/u/.shinyctl/scratch/default-hello/2".into(),
-            uid: None,
-            cgroups: vec!["/sys/fs/cgroup/memory/shinyctl-1/hello-2".into(), "/sys/fs/cgroup/pids/shinyctl-1/hello-2".into()],
-            start: StartSpec {
-                working_dir: "/srv/apps/it's here".into(),
-                entrypoint: "app.R".into(),
-                r_path: "/opt/R/4.4/bin/R".into(),
-                env: Default::default(),
-                sandbox: crate::manifest::Sandbox { writable_paths: vec!["/srv/data".into()], ..Default::default() },
-                run_as: Some("shiny".into()),
-            },
-            pool: Some("/home/u/.shinyctl/pool/zygote.sock".into()),
-            cold: Some("TZ is set in env".into()),
-        }
-    }
-
-    #[test]
-    fn arguments_round_trip() {
-        let l = sample();
-        assert_eq!(Launch::parse(&l.args()), Ok(l));
-    }
-
-    #[test]
-    fn the_env_stays_off_the_command_line() {
-        let mut l = sample();
-        l.start.env.insert("DB_PASSWORD".into(), "s3cret".into());
-        let args = l.args();
-        assert!(args.iter().all(|a| !a.to_string_lossy().contains("s3cret")), "{args:?}");
-        assert_eq!(Launch::parse(&args), Ok(sample()));
-    }
-
-    #[test]
-    fn the_command_runs_this_binary_with_launch_first() {
-        let cmd = sample().command().expect("current_exe");
-        assert_eq!(cmd.get_program(), "/proc/self/exe");
-        let args: Vec<_> = cmd.get_args().collect();
-        assert_eq!(args[0], "launch");
-        assert_eq!(&args[1..3], ["--home", "/home/u/.shinyctl"], "--home stays in the argv: the mark of the home's processes");
-        assert_eq!(cmd.get_current_dir(), Some(Path::new("/")));
-        assert_eq!(Launch::parse(&args[1..].iter().map(|a| a.to_os_string()).collect::<Vec<_>>()), Ok(sample()));
-    }
-
-    #[test]
-    fn bad_arguments_are_refused_with_the_reason() {
-        let mut args = sample().args();
-        args[3] = args[3].to_string_lossy().replace("20001", "70000").into();
-        let e = Launch::parse(&args).unwrap_err();
-        assert!(e.contains("--spec") && e.contains("70000"), "{e}");
-        let e = Launch::parse(&args[2..]).unwrap_err();
-        assert!(e.contains("--home"), "{e}");
-        assert!(Launch::parse(&["--bogus".into()]).is_err());
-        let mut extra = sample().args();
-        extra.extend(["--port".into(), "1".into()]);
-        assert!(Launch::parse(&extra).unwrap_err().contains("--port"));
-    }
-
-    #[test]
-    fn a_launcher_the_build_before_started_is_read_for_adoption() {
-        let args: Vec<OsString> = [
-            "--app-dir", "/srv/apps/it's here", "--scratch", "/home/u/.shinyctl/scratch/default-hello/2", "--entrypoint", "app.R",
-            "--port", "20001", "--r-path", "/opt/R/4.4/bin/R", "--copy", "2", "--app", "hello", "--home", "/home/u/.shinyctl",
-            "--sandbox", r#"{"mode":"on","memory":null,"tasks":512,"open-files":4096,"writable-paths":["/srv/data"],"hidden-paths":[],"syscalls":"default"}"#,
-            "--run-as", "shiny", "--cgroup", "/sys/fs/cgroup/memory/shinyctl-1/hello-2", "--cgroup", "/sys/fs/cgroup/pids/shinyctl-1/hello-2",
-        ]
-        .iter()
-        .map(OsString::from)
-        .collect();
-        let mut want = sample();
-        // The old command line did not name working-dir (app-dir is what
-        // runs), nor the pool.
-        want.start.working_dir = PathBuf::new();
-        (want.pool, want.cold) = (None, None);
-        assert_eq!(Launch::parse(&args), Ok(want));
-        let e = Launch::parse(&args[2..]).unwrap_err();
-        assert!(e.contains("--spec"), "{e}");
-        let at = args.iter().position(|a| a == "--home").unwrap();
-        let no_home: Vec<OsString> = args.iter().enumerate().filter(|(i, _)| *i != at && *i != at + 1).map(|(_, a)| a.clone()).collect();
-        assert_eq!(Launch::parse(&no_home), Err("--home is missing".into()));
-    }
-
-    #[test]
-    fn r_strings_are_quoted() {
-        assert_eq!(r_string("/a/b's\\c"), "'/a/b\\'s\\\\c'");
-        assert_eq!(r_string("a\nb"), "'a\\nb'");
-    }
 
     #[test]
     fn the_run_app_expression_uses_the_path_the_copy_sees() {
@@ -765,7 +531,7 @@ mod tests {
 
     #[test]
     fn the_log_line_says_where_to_write() {
-        let seen = Seen { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: None };
+        let seen = CopyFolders { app_dir: APP_DIR.into(), scratch: SCRATCH_DIR.into(), tmpdir: None, r_libs_user: None };
         let line = isolation_line(
             &Isolation { kind: IsolationKind::MountNamespace, reason: None, fences: vec![], user: None, start: None },
             &seen,
@@ -773,19 +539,5 @@ mod tests {
         assert!(line.contains("/shinyctl/app is read-only"), "{line}");
         assert!(line.contains("SHINYCTL_SCRATCH (/shinyctl/scratch)"), "{line}");
         assert!(!line.starts_with("--- shinyctl: copy"), "not taken for a start line");
-    }
-
-    #[test]
-    fn removing_a_scratch_disk_takes_what_the_launcher_kept_beside_it() {
-        let tmp_dir = tempfile::tempdir().unwrap();
-        let dir = tmp_dir.path().to_path_buf();
-        let scratch = dir.join("3");
-        for d in [scratch.join("sub"), landlock::tmp_path(&scratch), plan::shm_path(&scratch), dir.join("4")] {
-            std::fs::create_dir_all(d).unwrap();
-        }
-        std::fs::write(report_path(&scratch), "{}").unwrap();
-        remove_scratch(&scratch).into_iter().for_each(|t| t.join().unwrap());
-        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(left, vec![std::ffi::OsString::from("4")], "only another copy's disk is left");
     }
 }

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
+use super::plan::{under, RootPlan, R_LIBS_DIR};
 use super::sources::Sources;
 use super::{APP_DIR, SCRATCH_DIR};
 
@@ -39,44 +40,6 @@ const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 /// as bubblewrap and runc do.
 const PROC_READ_ONLY: [&str; 5] = ["sys", "sysrq-trigger", "irq", "bus", "fs"];
 
-/// What the copy's root holds; every path is the host's, canonical, and
-/// exists (the launcher checked before entering the namespace).
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct Plan {
-    /// The folder the copy runs (its release): read-only at [`APP_DIR`] and
-    /// at its own path.
-    pub app_dir: PathBuf,
-    /// The copy's scratch disk: writable at [`SCRATCH_DIR`] and at its own
-    /// path.
-    pub scratch: PathBuf,
-    /// The folder that is the copy's /tmp.
-    pub tmp: PathBuf,
-    /// The folder that is the copy's /dev/shm.
-    pub shm: PathBuf,
-    /// Paths covered by an empty read-only tmpfs (folders) or an empty
-    /// file (files): SHINYCTL_HOME, ~/.ssh, ~/.gnupg, ~/.aws, hidden-paths.
-    pub hidden: Vec<PathBuf>,
-    /// Paths bound writable (writable-paths).
-    pub writable: Vec<PathBuf>,
-    /// Paths bound read-only at their own place because the copy needs them
-    /// and they would be hidden (an r-path below /tmp or a hidden path).
-    pub needed: Vec<PathBuf>,
-    /// The daemon's user's own R libraries, for a copy that runs as the
-    /// app's own uid: bound read-only at [`R_LIBS_DIR`]`/N` (that uid
-    /// cannot walk a home of mode 0700 to them), and named in R_LIBS_USER.
-    pub libraries: Vec<PathBuf>,
-}
-
-/// Where a copy running as the app's own uid finds its daemon user's own R
-/// libraries (see [`Plan::libraries`]).
-pub const R_LIBS_DIR: &str = "/shinyctl/rlib";
-
-/// R_LIBS_USER for the copy: the libraries at their places inside.
-pub fn r_libs_user(plan: &Plan) -> Option<String> {
-    let inside: Vec<String> = (0..plan.libraries.len()).map(|i| format!("{R_LIBS_DIR}/{i}")).collect();
-    (!inside.is_empty()).then(|| inside.join(":"))
-}
-
 /// What the copy's root turned out to have.
 #[derive(Debug, Clone, Default)]
 pub struct Built {
@@ -91,7 +54,7 @@ pub struct Built {
 /// Builds the copy's root in this process's (new) mount namespace and
 /// pivots into it. Any failure is an error: the copy must not start half
 /// fenced.
-pub fn build(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
+pub fn build(plan: &RootPlan, sources: &Sources) -> anyhow::Result<Built> {
     // Nothing the copy mounts may reach the host, and nothing mounted on
     // the host later reaches the copy.
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
@@ -101,13 +64,8 @@ pub fn build(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
     build_root(plan, sources)
 }
 
-/// `p` (a host path) under `base`.
-pub(super) fn under(base: &str, p: &Path) -> PathBuf {
-    Path::new(base).join(p.strip_prefix("/").unwrap_or(p))
-}
-
 /// Builds the copy's root on the tmpfs at [`BASE`] and pivots into it.
-fn build_root(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
+fn build_root(plan: &RootPlan, sources: &Sources) -> anyhow::Result<Built> {
     nix::unistd::chdir(BASE).context("cannot enter the new root's tmpfs")?;
     std::fs::create_dir("newroot").context("cannot make newroot")?;
     // pivot_root needs the new root to be a mount point.
@@ -146,7 +104,7 @@ fn build_root(plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
 /// and so is one that cannot be bound (a FUSE mount of another user, say),
 /// with a line in the log: the copy may not need it, and if it does, the
 /// log says why it is missing.
-fn fill_root(old: &Path, new: &Path, plan: &Plan, sources: &Sources) -> anyhow::Result<Built> {
+fn fill_root(old: &Path, new: &Path, plan: &RootPlan, sources: &Sources) -> anyhow::Result<Built> {
     let own_top = Path::new(APP_DIR).iter().nth(1).map(|s| s.to_os_string());
     let mut built = Built::default();
     for entry in std::fs::read_dir(old).context("cannot list the host's /")? {
@@ -257,7 +215,7 @@ fn mount_proc(to: &Path) -> anyhow::Result<()> {
 /// (left writable until [`expose`] has made its mount points; the caller
 /// makes it read-only), a file with the empty file. Paths below another
 /// hidden one are hidden with it. Returns the tmpfs mounts.
-fn hide(plan: &Plan) -> anyhow::Result<Vec<PathBuf>> {
+fn hide(plan: &RootPlan) -> anyhow::Result<Vec<PathBuf>> {
     let mut hidden = plan.hidden.clone();
     hidden.sort_by_key(|p| p.components().count());
     let mut done: Vec<&PathBuf> = Vec::new();
@@ -287,7 +245,7 @@ fn hide(plan: &Plan) -> anyhow::Result<Vec<PathBuf>> {
 /// parent before its children. A mount point that is missing is made (in a
 /// hidden path's tmpfs, the copy's /tmp, the new root); one that cannot be
 /// is left out with a line in the log, but for the fixed paths.
-fn expose(plan: &Plan, sources: &Sources) -> anyhow::Result<()> {
+fn expose(plan: &RootPlan, sources: &Sources) -> anyhow::Result<()> {
     let mut binds: Vec<(PathBuf, PathBuf, bool, bool)> = Vec::new();
     for w in &plan.writable {
         binds.push((w.clone(), w.clone(), false, false));

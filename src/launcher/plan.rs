@@ -5,27 +5,63 @@
 
 use std::path::{Path, PathBuf};
 
-use super::mount::Plan;
-use super::users::Identity;
 use super::Launch;
+use crate::sys::users::Identity;
+
+/// What the copy's root holds; every path is the host's, canonical, and
+/// exists (the launcher checked before entering the namespace).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct RootPlan {
+    /// The folder the copy runs (its release): read-only at [`APP_DIR`] and
+    /// at its own path.
+    pub app_dir: PathBuf,
+    /// The copy's scratch disk: writable at [`SCRATCH_DIR`] and at its own
+    /// path.
+    pub scratch: PathBuf,
+    /// The folder that is the copy's /tmp.
+    pub tmp: PathBuf,
+    /// The folder that is the copy's /dev/shm.
+    pub shm: PathBuf,
+    /// Paths covered by an empty read-only tmpfs (folders) or an empty
+    /// file (files): SHINYCTL_HOME, ~/.ssh, ~/.gnupg, ~/.aws, hidden-paths.
+    pub hidden: Vec<PathBuf>,
+    /// Paths bound writable (writable-paths).
+    pub writable: Vec<PathBuf>,
+    /// Paths bound read-only at their own place because the copy needs them
+    /// and they would be hidden (an r-path below /tmp or a hidden path).
+    pub needed: Vec<PathBuf>,
+    /// The daemon's user's own R libraries, for a copy that runs as the
+    /// app's own uid: bound read-only at [`R_LIBS_DIR`]`/N` (that uid
+    /// cannot walk a home of mode 0700 to them), and named in R_LIBS_USER.
+    pub libraries: Vec<PathBuf>,
+}
+
+/// Where a copy running as the app's own uid finds its daemon user's own R
+/// libraries (see [`RootPlan::libraries`]).
+pub const R_LIBS_DIR: &str = "/shinyctl/rlib";
+
+/// R_LIBS_USER for the copy: the libraries at their places inside.
+pub fn r_libs_user(plan: &RootPlan) -> Option<String> {
+    let inside: Vec<String> = (0..plan.libraries.len()).map(|i| format!("{R_LIBS_DIR}/{i}")).collect();
+    (!inside.is_empty()).then(|| inside.join(":"))
+}
+
+/// `p` (a host path) under `base`.
+pub(super) fn under(base: &str, p: &Path) -> PathBuf {
+    Path::new(base).join(p.strip_prefix("/").unwrap_or(p))
+}
 
 /// The folders below a user's home that a copy never sees.
 pub const SECRETS: [&str; 3] = [".ssh", ".gnupg", ".aws"];
 
-/// `<scratch>.shm`, beside the scratch disk: the copy's /dev/shm.
-pub fn shm_path(scratch: &Path) -> PathBuf {
-    let name = scratch.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    scratch.with_file_name(format!("{name}.shm"))
-}
-
 /// The copy's root for `launch`, run by `who` (a root daemon's run-as).
-pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<Plan> {
+pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<RootPlan> {
     let app_dir = std::fs::canonicalize(&launch.app_dir)
         .map_err(|e| anyhow::anyhow!("the app folder {} cannot be opened: {e}", launch.app_dir.display()))?;
     let scratch = std::fs::canonicalize(&launch.scratch)
         .map_err(|e| anyhow::anyhow!("the scratch disk {} cannot be opened: {e}", launch.scratch.display()))?;
-    let tmp = own_folder(&super::landlock::tmp_path(&scratch), who)?;
-    let shm = own_folder(&shm_path(&scratch), who)?;
+    let tmp = own_folder(&crate::sys::disk::tmp_path(&scratch), who)?;
+    let shm = own_folder(&crate::sys::disk::shm_path(&scratch), who)?;
     let mut homes: Vec<PathBuf> = std::env::var_os("HOME").map(PathBuf::from).into_iter().collect();
     homes.extend(Identity::current().map(|i| i.home));
     homes.extend(who.map(|w| w.home.clone()));
@@ -55,7 +91,7 @@ pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<Plan> 
         (Some(_), None) => user_libraries(std::env::var("R_LIBS_USER").ok().as_deref(), std::env::var_os("HOME").map(PathBuf::from)),
         _ => Vec::new(),
     };
-    Ok(Plan { app_dir, scratch, tmp, shm, hidden, writable, needed, libraries })
+    Ok(RootPlan { app_dir, scratch, tmp, shm, hidden, writable, needed, libraries })
 }
 
 /// The R libraries of the daemon's user that exist: `R_LIBS_USER`'s

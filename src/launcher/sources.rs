@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use super::mount::Plan;
+use super::plan::RootPlan;
 
 /// Open folders and files of the host, by the path the plan names them.
 #[derive(Debug, Default)]
@@ -34,7 +34,7 @@ impl Sources {
     /// the scratch disk, /tmp and /dev/shm) must open; a writable or needed
     /// path that cannot is left to the mounts, which leave it out with a
     /// line in the log.
-    pub fn open(plan: &Plan) -> anyhow::Result<Sources> {
+    pub fn open(plan: &RootPlan) -> anyhow::Result<Sources> {
         let mut opened = Vec::new();
         for p in [&plan.app_dir, &plan.scratch, &plan.tmp, &plan.shm] {
             let fd = open_path(p).with_context(|| format!("cannot open {} for the copy's root", p.display()))?;
@@ -64,7 +64,7 @@ impl Sources {
     pub fn from(&self, old_root: &str, p: &Path) -> PathBuf {
         match self.opened.iter().find(|(q, _)| q == p) {
             Some((_, fd)) => PathBuf::from(format!("{old_root}/proc/self/fd/{}", fd.as_raw_fd())),
-            None => super::mount::under(old_root, p),
+            None => super::plan::under(old_root, p),
         }
     }
 }
@@ -84,13 +84,13 @@ mod tests {
     fn a_source_opened_is_named_by_its_fd_and_another_by_its_path() {
         let tmp_dir = tempfile::tempdir().unwrap();
         let dir = tmp_dir.path().to_path_buf();
-        let plan = Plan { app_dir: dir.clone(), scratch: dir.clone(), tmp: dir.clone(), shm: dir.clone(), ..Plan::default() };
+        let plan = RootPlan { app_dir: dir.clone(), scratch: dir.clone(), tmp: dir.clone(), shm: dir.clone(), ..RootPlan::default() };
         let s = Sources::open(&plan).unwrap();
         let via = s.from("", &dir);
         assert!(via.to_string_lossy().starts_with("/proc/self/fd/"), "{via:?}");
         assert_eq!(std::fs::canonicalize(&via).unwrap(), dir, "the fd names the folder");
         assert_eq!(s.from("/oldroot", Path::new("/usr/lib")), PathBuf::from("/oldroot/usr/lib"));
-        let missing = Plan { app_dir: dir.join("gone"), ..plan };
+        let missing = RootPlan { app_dir: dir.join("gone"), ..plan };
         assert!(Sources::open(&missing).unwrap_err().to_string().contains("gone"));
     }
 }

@@ -21,19 +21,13 @@ use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::unistd::{fork, ForkResult, Pid};
 
 use super::claim::{self, Claim, Msg};
-use super::fences::Fences;
 use super::host;
+use super::signals;
 use super::sources::Sources;
-use super::users::Identity;
 use super::{Launch, EXIT_LAUNCH_FAILED};
-
-/// The environment variable through which a claimed copy's R gets its
-/// program ([`claim::r_program`]); R reads and removes it.
-pub const PROGRAM_ENV: &str = "SHINYCTL_CLAIM_R";
-
-/// The variable naming (comma-separated) the variables the daemon gave
-/// the zygote, which a claimed copy's R drops before it takes the copy's.
-pub const GIVEN_ENV: &str = "SHINYCTL_ZYGOTE_ENV";
+use crate::sys::users::Identity;
+use crate::wire::launch::fences::Fences;
+use crate::wire::launch::zygote::{GIVEN_ENV, PROGRAM_ENV};
 
 /// The `-e` expression of the zygote's R: shiny loaded, and what its first
 /// page loads (bslib, sass, jquerylib: 0.2 s of a copy's first request),
@@ -190,7 +184,7 @@ fn first(listen: RawFd, conn: OwnedFd, claim: Claim, log: OwnedFd, told: Option<
     // the copy's.
     let _ = nix::unistd::setsid();
     let mut r_mask = SigSet::empty();
-    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&host::forwarded_signals()), Some(&mut r_mask));
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&signals::forwarded_signals()), Some(&mut r_mask));
     if let Err(e) = nix::sched::unshare(host::all_namespaces()) {
         refuse(format!("the copy's namespaces cannot be made from the zygote ({e})"));
     }
@@ -223,7 +217,7 @@ fn first(listen: RawFd, conn: OwnedFd, claim: Claim, log: OwnedFd, told: Option<
 /// the init with it: its parent-death signal).
 fn stay(conn: OwnedFd, init: Pid) -> ! {
     use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-    let sfd = nix::sys::signalfd::SignalFd::with_flags(&host::forwarded_signals(), nix::sys::signalfd::SfdFlags::SFD_CLOEXEC).ok();
+    let sfd = nix::sys::signalfd::SignalFd::with_flags(&signals::forwarded_signals(), nix::sys::signalfd::SfdFlags::SFD_CLOEXEC).ok();
     loop {
         let mut fds = [
             libc::pollfd { fd: conn.as_raw_fd(), events: libc::POLLIN, revents: 0 },
@@ -301,9 +295,17 @@ fn init(conn: OwnedFd, claim: Claim, launch: Launch, sources: Vec<(PathBuf, Owne
 /// The copy's R, before it returns to R: its user, the fences (the cold
 /// path's [`super::finish`]), the report through the launcher, R's signal
 /// mask back, and the copy's environment alone with its program.
-fn become_app(conn: OwnedFd, claim: &Claim, launch: &Launch, mut seen: super::Seen, mut fences: Fences, sup: OwnedFd, r_mask: SigSet) {
+fn become_app(
+    conn: OwnedFd,
+    claim: &Claim,
+    launch: &Launch,
+    mut seen: super::CopyFolders,
+    mut fences: Fences,
+    sup: OwnedFd,
+    r_mask: SigSet,
+) {
     if let Some(who) = &claim.who {
-        if let Err(e) = super::users::set_user(who) {
+        if let Err(e) = crate::sys::users::set_user(who) {
             super::fail(&format!("cannot become {}: {e}", who.name));
             end(EXIT_LAUNCH_FAILED);
         }
@@ -369,7 +371,7 @@ fn show_as_cold(run: &str) {
 
 /// The copy's environment alone (the zygote's is cleared), as a cold copy
 /// gets it, with the program R runs next.
-fn set_env(claim: &Claim, seen: &super::Seen, who: Option<&Identity>) {
+fn set_env(claim: &Claim, seen: &super::CopyFolders, who: Option<&Identity>) {
     // What the daemon gave the zygote goes (R's own variables, which a
     // cold R sets too, stay); then the copy's. Single-threaded here, so
     // the changes race with nothing.

@@ -6,7 +6,7 @@ use super::yaml::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::error::{Cx, Doc};
+use super::error::{Doc, KeyContext};
 use super::keys::{self, NAME_ALLOWED, PORT_ALLOWED};
 use super::{
     env, fence, AppSpec, LbPolicy, ManifestError, RestartPolicy, RouteSpec, Sandbox, ScaleSpec, StartSpec, DEFAULT_KEEP_RELEASES,
@@ -47,7 +47,7 @@ pub(super) struct Draft {
 }
 
 /// Runs a key's check and keeps its value in the draft.
-type Take = fn(&mut Draft, &Cx, &Value) -> Result<(), ManifestError>;
+type Take = fn(&mut Draft, &KeyContext, &Value) -> Result<(), ManifestError>;
 
 /// Every key a manifest may hold, in the order the documentation lists
 /// them, with what takes it in: a new key's check in `keys.rs` is wired
@@ -99,7 +99,7 @@ const fn key_names<const N: usize>(take: &[(&'static str, Take); N]) -> [&'stati
 impl Draft {
     /// Checks the key `cx` is for and keeps its value; a key no manifest
     /// may hold is refused.
-    pub fn take(&mut self, cx: &Cx, v: &Value) -> Result<(), ManifestError> {
+    pub fn take(&mut self, cx: &KeyContext, v: &Value) -> Result<(), ManifestError> {
         match TAKE.iter().find(|(key, _)| *key == cx.key) {
             Some((_, take)) => take(self, cx, v),
             None => Err(cx.unknown(&KEYS)),

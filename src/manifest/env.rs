@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::error::{describe, shown_scalar, Cx};
+use super::error::{describe, shown_scalar, KeyContext};
 use super::yaml::{Node, Value};
 use super::ManifestError;
 
@@ -13,7 +13,7 @@ const ALLOWED: &str = "a mapping of variable names to text, such as `env: {DB_HO
 /// `env`: a mapping of variable names to text. Numbers and true/false are
 /// taken as written (`PORT: 8080` → "8080"); lists, mappings and empty
 /// values are refused. An empty `env:` is no env.
-pub(super) fn env(cx: &Cx, v: &Value) -> Result<BTreeMap<String, String>, ManifestError> {
+pub(super) fn env(cx: &KeyContext, v: &Value) -> Result<BTreeMap<String, String>, ManifestError> {
     let map = match v {
         Value::Null => return Ok(BTreeMap::new()),
         Value::Mapping(m) => m,
@@ -36,7 +36,7 @@ pub(super) fn env(cx: &Cx, v: &Value) -> Result<BTreeMap<String, String>, Manife
 }
 
 /// One entry `name: val` of env, written at `line`: its value as text.
-fn entry(cx: &Cx, line: usize, name: &str, val: &Node) -> Result<String, ManifestError> {
+fn entry(cx: &KeyContext, line: usize, name: &str, val: &Node) -> Result<String, ManifestError> {
     let full = format!("{}.{name}", cx.key);
     let refuse = |message: String| cx.doc.at(line, Some(&full), message);
     if !valid_env_name(name) {

@@ -1,5 +1,5 @@
 //! A refused manifest: [`ManifestError`], and the context the checks word
-//! their errors with ([`Doc`] for the document, [`Cx`] for one key). Every
+//! their errors with ([`Doc`] for the document, [`KeyContext`] for one key). Every
 //! line in a message is one the YAML parser gave (`yaml.rs`).
 
 use std::path::{Path, PathBuf};
@@ -53,7 +53,7 @@ pub(super) struct Doc<'a> {
 /// One top-level key being checked: the document and the key's name, so a
 /// check's errors name the key and its line without repeating them. Its
 /// readers of common kinds of value are in `value.rs`.
-pub(super) struct Cx<'a> {
+pub(super) struct KeyContext<'a> {
     /// The manifest.
     pub doc: &'a Doc<'a>,
     /// The key, as written; `parent.key` for a key nested under a
@@ -69,8 +69,8 @@ pub(super) struct Cx<'a> {
 impl<'a> Doc<'a> {
     /// The context for checking the top-level `key`, at its line when it
     /// is written.
-    pub fn key(&'a self, key: &'a str) -> Cx<'a> {
-        Cx { doc: self, key, line: self.line_of(key), nested: false }
+    pub fn key(&'a self, key: &'a str) -> KeyContext<'a> {
+        KeyContext { doc: self, key, line: self.line_of(key), nested: false }
     }
 
     /// The line of the top-level `key`, as the parser read it.
@@ -80,8 +80,8 @@ impl<'a> Doc<'a> {
 
     /// The context for checking a key nested under a top-level one: `key`
     /// is the full name (`sandbox.memory`), `line` where it is written.
-    pub fn nested(&'a self, key: &'a str, line: usize) -> Cx<'a> {
-        Cx { doc: self, key, line: Some(line), nested: true }
+    pub fn nested(&'a self, key: &'a str, line: usize) -> KeyContext<'a> {
+        KeyContext { doc: self, key, line: Some(line), nested: true }
     }
 
     /// An error at an explicit line.
@@ -112,7 +112,7 @@ impl<'a> Doc<'a> {
     }
 }
 
-impl Cx<'_> {
+impl KeyContext<'_> {
     /// An error about this key, at its line (or the document's first line
     /// when the key is not written, e.g. a default that fails).
     pub fn err(&self, message: String) -> ManifestError {

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::error::{describe, shown_scalar, Cx};
+use super::error::{describe, shown_scalar, KeyContext};
 use super::keys::resolve;
 use super::sandbox::{parse_size, Disk, MAX_OPEN_FILES, MAX_TASKS, MIN_DISK, MIN_MEMORY, MIN_OPEN_FILES, MIN_TASKS};
 use super::yaml::Value;
@@ -22,7 +22,7 @@ const RUN_AS_ALLOWED: &str = "the name of a user on this machine (lowercase lett
      starting with a letter or '_', at most 32 characters)";
 
 /// `sandbox`: a mapping; an empty `sandbox:` is the defaults.
-pub(super) fn sandbox(cx: &Cx, v: &Value) -> Result<Sandbox, ManifestError> {
+pub(super) fn sandbox(cx: &KeyContext, v: &Value) -> Result<Sandbox, ManifestError> {
     let map = match v {
         Value::Null => return Ok(Sandbox::default()),
         Value::Mapping(m) => m,
@@ -52,7 +52,7 @@ pub(super) fn sandbox(cx: &Cx, v: &Value) -> Result<Sandbox, ManifestError> {
 }
 
 /// `sandbox.mode`: on, off, strict (true/false taken as on/off).
-fn mode(cx: &Cx, v: &Value) -> Result<SandboxMode, ManifestError> {
+fn mode(cx: &KeyContext, v: &Value) -> Result<SandboxMode, ManifestError> {
     match v {
         Value::Bool(true) => return Ok(SandboxMode::On),
         Value::Bool(false) => return Ok(SandboxMode::Off),
@@ -68,11 +68,11 @@ fn mode(cx: &Cx, v: &Value) -> Result<SandboxMode, ManifestError> {
 }
 
 /// `sandbox.memory`: a size, at least [`MIN_MEMORY`].
-fn memory(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+fn memory(cx: &KeyContext, v: &Value) -> Result<u64, ManifestError> {
     let allowed = format!(
         "a size such as 512M, 2G or 1.5G (K, M, G, T: powers of 1024) or a whole number of bytes, at least {}; \
          leave the key out for no limit",
-        crate::fmt::size(MIN_MEMORY, crate::fmt::SizeStyle::Manifest)
+        crate::sys::fmt::size(MIN_MEMORY, crate::sys::fmt::SizeStyle::Manifest)
     );
     let bytes = match v {
         Value::Number(n) => n.as_u64(),
@@ -87,11 +87,11 @@ fn memory(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
 }
 
 /// `sandbox.disk`: a size, at least [`MIN_DISK`], or `unlimited`.
-fn disk(cx: &Cx, v: &Value) -> Result<Disk, ManifestError> {
+fn disk(cx: &KeyContext, v: &Value) -> Result<Disk, ManifestError> {
     let allowed = format!(
         "a size such as 1G, 512M or 2.5G (K, M, G, T: powers of 1024) or a whole number of bytes, at least {}, \
          or unlimited; leave the key out for 1G",
-        crate::fmt::size(MIN_DISK, crate::fmt::SizeStyle::Manifest)
+        crate::sys::fmt::size(MIN_DISK, crate::sys::fmt::SizeStyle::Manifest)
     );
     let bytes = match v {
         Value::Number(n) => n.as_u64(),
@@ -107,7 +107,7 @@ fn disk(cx: &Cx, v: &Value) -> Result<Disk, ManifestError> {
 }
 
 /// `sandbox.tasks`: [`MIN_TASKS`] to [`MAX_TASKS`].
-fn tasks(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+fn tasks(cx: &KeyContext, v: &Value) -> Result<u32, ManifestError> {
     let allowed = format!("a whole number of processes and threads, {MIN_TASKS} to {MAX_TASKS}");
     let n = cx.uint(v, &allowed)?;
     if !(MIN_TASKS as u64..=MAX_TASKS as u64).contains(&n) {
@@ -118,7 +118,7 @@ fn tasks(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
 }
 
 /// `sandbox.open-files`: [`MIN_OPEN_FILES`] to [`MAX_OPEN_FILES`].
-fn open_files(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+fn open_files(cx: &KeyContext, v: &Value) -> Result<u64, ManifestError> {
     let allowed = format!("a whole number, {MIN_OPEN_FILES} to {MAX_OPEN_FILES} (the usual hard limit)");
     let n = cx.uint(v, &allowed)?;
     if n < MIN_OPEN_FILES {
@@ -131,7 +131,7 @@ fn open_files(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
 }
 
 /// `sandbox.syscalls`.
-fn syscalls(cx: &Cx, v: &Value) -> Result<Syscalls, ManifestError> {
+fn syscalls(cx: &KeyContext, v: &Value) -> Result<Syscalls, ManifestError> {
     let s = cx.string(v, SYSCALLS_ALLOWED)?;
     match s.trim() {
         "default" => Ok(Syscalls::Default),
@@ -143,7 +143,7 @@ fn syscalls(cx: &Cx, v: &Value) -> Result<Syscalls, ManifestError> {
 /// `sandbox.writable-paths` (`must_exist`) and `sandbox.hidden-paths`: a
 /// list of paths, absolute or relative to the manifest's folder; `/` is
 /// refused (all or nothing of the disk is no fence). An empty key is none.
-fn paths(cx: &Cx, v: &Value, must_exist: bool) -> Result<Vec<PathBuf>, ManifestError> {
+fn paths(cx: &KeyContext, v: &Value, must_exist: bool) -> Result<Vec<PathBuf>, ManifestError> {
     let what = if must_exist { "existing folders or files the copy may write" } else { "folders or files the copy must not see" };
     let allowed = format!("a list of {what}, absolute or relative to the manifest's folder, one `- path` a line");
     let items = match v {
@@ -174,7 +174,7 @@ fn paths(cx: &Cx, v: &Value, must_exist: bool) -> Result<Vec<PathBuf>, ManifestE
 /// `run-as`: a user name of the usual form that exists on this machine.
 /// Whether the daemon may switch to it (it runs as root) is a matter for
 /// when a copy starts.
-pub(super) fn run_as(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+pub(super) fn run_as(cx: &KeyContext, v: &Value) -> Result<String, ManifestError> {
     let s = cx.nonempty_string(v, RUN_AS_ALLOWED)?;
     let name = s.trim();
     if !valid_user_name(name) {

@@ -7,7 +7,7 @@
 use super::yaml::Value;
 use std::path::{Component, Path, PathBuf};
 
-use super::error::{shown_scalar, Cx};
+use super::error::{shown_scalar, KeyContext};
 use super::net::Cidr;
 use super::{
     LbPolicy, ManifestError, RestartPolicy, MAX_CONNECTIONS, MAX_COPIES, MAX_LONG_DURATION_MS, MAX_NAME_LEN, MAX_REQUEST_TIMEOUT_MS,
@@ -24,17 +24,17 @@ const HOST_ALLOWED: &str = "an IP address to listen on, such as 0.0.0.0 (every I
      127.0.0.1 (this machine only; localhost says the same) or :: (every address)";
 
 /// `app-name`.
-pub(super) fn app_name(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+pub(super) fn app_name(cx: &KeyContext, v: &Value) -> Result<String, ManifestError> {
     name(cx, v)
 }
 
 /// `app-group`.
-pub(super) fn app_group(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+pub(super) fn app_group(cx: &KeyContext, v: &Value) -> Result<String, ManifestError> {
     name(cx, v)
 }
 
 /// `working-dir`: an existing folder.
-pub(super) fn working_dir(cx: &Cx, v: &Value) -> Result<PathBuf, ManifestError> {
+pub(super) fn working_dir(cx: &KeyContext, v: &Value) -> Result<PathBuf, ManifestError> {
     let s = cx.nonempty_string(v, "an existing folder, absolute or relative to the manifest's folder")?;
     let p = resolve(cx.doc.dir, &s);
     check_dir(cx, &p)?;
@@ -43,7 +43,7 @@ pub(super) fn working_dir(cx: &Cx, v: &Value) -> Result<PathBuf, ManifestError> 
 
 /// `entrypoint-file`: a relative path (that it exists is checked once
 /// working-dir is known, by [`entrypoint_exists`]).
-pub(super) fn entrypoint_file(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+pub(super) fn entrypoint_file(cx: &KeyContext, v: &Value) -> Result<String, ManifestError> {
     let allowed = "a file in working-dir, such as app.R";
     let s = cx.nonempty_string(v, allowed)?;
     let p = Path::new(s.trim());
@@ -58,7 +58,7 @@ pub(super) fn entrypoint_file(cx: &Cx, v: &Value) -> Result<String, ManifestErro
 }
 
 /// `port`: outside the copies' own range.
-pub(super) fn port(cx: &Cx, v: &Value) -> Result<u16, ManifestError> {
+pub(super) fn port(cx: &KeyContext, v: &Value) -> Result<u16, ManifestError> {
     let n = cx.uint(v, PORT_ALLOWED)?;
     if n == 0 || n > 65535 {
         return Err(cx.err(format!("{n} is not a port number; allowed: {PORT_ALLOWED}")));
@@ -71,7 +71,7 @@ pub(super) fn port(cx: &Cx, v: &Value) -> Result<u16, ManifestError> {
 
 /// `host`: an IP address, brackets around an IPv6 one allowed, or
 /// `localhost`, which is 127.0.0.1.
-pub(super) fn host(cx: &Cx, v: &Value) -> Result<std::net::IpAddr, ManifestError> {
+pub(super) fn host(cx: &KeyContext, v: &Value) -> Result<std::net::IpAddr, ManifestError> {
     let s = cx.nonempty_string(v, HOST_ALLOWED)?;
     let t = s.trim();
     if t.eq_ignore_ascii_case("localhost") {
@@ -85,13 +85,13 @@ pub(super) fn host(cx: &Cx, v: &Value) -> Result<std::net::IpAddr, ManifestError
 }
 
 /// `replicas`: 1 to [`MAX_COPIES`].
-pub(super) fn replicas(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+pub(super) fn replicas(cx: &KeyContext, v: &Value) -> Result<u32, ManifestError> {
     let allowed = format!("a whole number, at least 1 (and at most {MAX_COPIES})");
     whole_in(cx, v, &allowed, 1..=MAX_COPIES, "copies would serve nobody")
 }
 
 /// A whole number in `range`; `few` says why one below it cannot be.
-fn whole_in(cx: &Cx, v: &Value, allowed: &str, range: std::ops::RangeInclusive<u64>, few: &str) -> Result<u32, ManifestError> {
+fn whole_in(cx: &KeyContext, v: &Value, allowed: &str, range: std::ops::RangeInclusive<u64>, few: &str) -> Result<u32, ManifestError> {
     let n = cx.uint(v, allowed)?;
     if n < *range.start() {
         return Err(cx.err(format!("{n} {few}; allowed: {allowed}")));
@@ -103,27 +103,27 @@ fn whole_in(cx: &Cx, v: &Value, allowed: &str, range: std::ops::RangeInclusive<u
 }
 
 /// `warm-replicas`: 0 to [`MAX_COPIES`].
-pub(super) fn warm_replicas(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+pub(super) fn warm_replicas(cx: &KeyContext, v: &Value) -> Result<u32, ManifestError> {
     let allowed = format!("a whole number, 0 or more (and at most {MAX_COPIES})");
     whole_in(cx, v, &allowed, 0..=MAX_COPIES, "")
 }
 
 /// `max-replicas`: 1 to [`MAX_COPIES`] (that it is at least `replicas` is
 /// checked once both are read, by [`max_replicas_over_replicas`]).
-pub(super) fn max_replicas(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+pub(super) fn max_replicas(cx: &KeyContext, v: &Value) -> Result<u32, ManifestError> {
     let allowed = format!("a whole number, at least replicas (and at most {MAX_COPIES})");
     whole_in(cx, v, &allowed, 1..=MAX_COPIES, "copies would serve nobody")
 }
 
 /// `max-sessions`: 1 to [`MAX_SESSIONS`].
-pub(super) fn max_sessions(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+pub(super) fn max_sessions(cx: &KeyContext, v: &Value) -> Result<u32, ManifestError> {
     let allowed = format!("a whole number of Shiny sessions a copy takes before it is full, at least 1 (and at most {MAX_SESSIONS})");
     whole_in(cx, v, &allowed, 1..=MAX_SESSIONS, "sessions would let no visitor in")
 }
 
 /// `scale-at`: a number more than 0 and at most 1 (`0.8`), or a percentage
 /// written as text (`80%`).
-pub(super) fn scale_at(cx: &Cx, v: &Value) -> Result<f64, ManifestError> {
+pub(super) fn scale_at(cx: &KeyContext, v: &Value) -> Result<f64, ManifestError> {
     let allowed = "a number more than 0 and at most 1, such as 0.8 (or a percentage such as 80%)";
     let x = match v {
         Value::Number(n) => n.as_f64(),
@@ -144,31 +144,31 @@ pub(super) fn scale_at(cx: &Cx, v: &Value) -> Result<f64, ManifestError> {
 }
 
 /// `scale-down-after`: any duration up to a year.
-pub(super) fn scale_down_after(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+pub(super) fn scale_down_after(cx: &KeyContext, v: &Value) -> Result<u64, ManifestError> {
     long_duration(cx, v)
 }
 
 /// `lb-policy`.
-pub(super) fn lb_policy(cx: &Cx, v: &Value) -> Result<LbPolicy, ManifestError> {
+pub(super) fn lb_policy(cx: &KeyContext, v: &Value) -> Result<LbPolicy, ManifestError> {
     let allowed = format!("one of {}", LbPolicy::ALLOWED);
     let s = cx.string(v, &allowed)?;
     LbPolicy::parse(s.trim()).ok_or_else(|| cx.err(format!("{s:?} is not a policy; allowed: {allowed}")))
 }
 
 /// `drain-timeout`.
-pub(super) fn drain_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+pub(super) fn drain_timeout(cx: &KeyContext, v: &Value) -> Result<u64, ManifestError> {
     long_duration(cx, v)
 }
 
 /// `restart-policy`.
-pub(super) fn restart_policy(cx: &Cx, v: &Value) -> Result<RestartPolicy, ManifestError> {
+pub(super) fn restart_policy(cx: &KeyContext, v: &Value) -> Result<RestartPolicy, ManifestError> {
     let allowed = format!("one of {}", RestartPolicy::ALLOWED);
     let s = cx.string(v, &allowed)?;
     RestartPolicy::parse(s.trim()).ok_or_else(|| cx.err(format!("{s:?} is not a policy; allowed: {allowed}")))
 }
 
 /// `state-file`: a file path whose folder exists.
-pub(super) fn state_file(cx: &Cx, v: &Value) -> Result<PathBuf, ManifestError> {
+pub(super) fn state_file(cx: &KeyContext, v: &Value) -> Result<PathBuf, ManifestError> {
     let allowed = "a file path for the app's state.json, absolute or relative to the manifest's folder";
     let s = cx.nonempty_string(v, allowed)?;
     let p = resolve(cx.doc.dir, &s);
@@ -184,18 +184,18 @@ pub(super) fn state_file(cx: &Cx, v: &Value) -> Result<PathBuf, ManifestError> {
 }
 
 /// `idle-timeout`.
-pub(super) fn idle_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+pub(super) fn idle_timeout(cx: &KeyContext, v: &Value) -> Result<u64, ManifestError> {
     long_duration(cx, v)
 }
 
 /// `keep-releases`: 1 to 100.
-pub(super) fn keep_releases(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+pub(super) fn keep_releases(cx: &KeyContext, v: &Value) -> Result<u32, ManifestError> {
     let allowed = "a whole number from 1 (the current release only: no rollback) to 100";
     whole_in(cx, v, allowed, 1..=100, "would keep not even the current release")
 }
 
 /// `start-timeout`: more than 0, at most a year.
-pub(super) fn start_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+pub(super) fn start_timeout(cx: &KeyContext, v: &Value) -> Result<u64, ManifestError> {
     let ms = long_duration(cx, v)?;
     if ms == 0 {
         return Err(
@@ -206,7 +206,7 @@ pub(super) fn start_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
 }
 
 /// `request-timeout`: more than 0, at most [`MAX_REQUEST_TIMEOUT_MS`].
-pub(super) fn request_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+pub(super) fn request_timeout(cx: &KeyContext, v: &Value) -> Result<u64, ManifestError> {
     let allowed = format!("more than 0 and at most 30s: {DURATION_ALLOWED}");
     let ms = cx.duration(v, &allowed)?;
     if ms == 0 {
@@ -219,7 +219,7 @@ pub(super) fn request_timeout(cx: &Cx, v: &Value) -> Result<u64, ManifestError> 
 }
 
 /// `max-connections`: 1 to [`MAX_CONNECTIONS`].
-pub(super) fn max_connections(cx: &Cx, v: &Value) -> Result<u32, ManifestError> {
+pub(super) fn max_connections(cx: &KeyContext, v: &Value) -> Result<u32, ManifestError> {
     let allowed = format!("a whole number of open visitor connections, at least 1 (and at most {MAX_CONNECTIONS})");
     let n = cx.uint(v, &allowed)?;
     if n < 1 {
@@ -233,7 +233,7 @@ pub(super) fn max_connections(cx: &Cx, v: &Value) -> Result<u32, ManifestError> 
 
 /// `trusted-proxies`: a list of addresses or CIDR ranges (one may be
 /// written alone), kept in their plain form (`10.0.0.0/8`, `192.0.2.7`).
-pub(super) fn trusted_proxies(cx: &Cx, v: &Value) -> Result<Vec<Cidr>, ManifestError> {
+pub(super) fn trusted_proxies(cx: &KeyContext, v: &Value) -> Result<Vec<Cidr>, ManifestError> {
     let allowed = "a list of IP addresses or CIDR ranges of the proxies in front, \
                    such as [127.0.0.1, 10.0.0.0/8, \"2001:db8::/32\"]";
     let items: Vec<&Value> = match v {
@@ -256,7 +256,7 @@ pub(super) fn trusted_proxies(cx: &Cx, v: &Value) -> Result<Vec<Cidr>, ManifestE
 
 /// `r-path`: a name looked up on PATH when the copy starts, or a path
 /// (with a `/` or a `~`) to a file that exists now.
-pub(super) fn r_path(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+pub(super) fn r_path(cx: &KeyContext, v: &Value) -> Result<String, ManifestError> {
     let allowed = "the R executable: a name found on PATH, such as R, or a path to it \
                    (relative to the manifest's folder)";
     let s = cx.nonempty_string(v, allowed)?;
@@ -277,7 +277,7 @@ pub(super) fn r_path(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
 // ---------------------------------------------------------------------------
 
 /// `app-name` / `app-group`: `[a-z0-9][a-z0-9-]*`.
-fn name(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
+fn name(cx: &KeyContext, v: &Value) -> Result<String, ManifestError> {
     let s = cx.string(v, NAME_ALLOWED)?;
     if !valid_name(&s) {
         return Err(cx.err(format!("{s:?} is not a valid name; allowed: {NAME_ALLOWED}")));
@@ -286,7 +286,7 @@ fn name(cx: &Cx, v: &Value) -> Result<String, ManifestError> {
 }
 
 /// `drain-timeout`, `idle-timeout`: any duration up to a year.
-fn long_duration(cx: &Cx, v: &Value) -> Result<u64, ManifestError> {
+fn long_duration(cx: &KeyContext, v: &Value) -> Result<u64, ManifestError> {
     let allowed = format!("{DURATION_ALLOWED}, at most 8760h (a year)");
     let ms = cx.duration(v, &allowed)?;
     if ms > MAX_LONG_DURATION_MS {
@@ -306,7 +306,7 @@ fn valid_name(s: &str) -> bool {
 
 /// The key's folder `p` exists and is a folder (working-dir, given or the
 /// default).
-pub(super) fn check_dir(cx: &Cx, p: &Path) -> Result<(), ManifestError> {
+pub(super) fn check_dir(cx: &KeyContext, p: &Path) -> Result<(), ManifestError> {
     if p.is_dir() {
         return Ok(());
     }
@@ -324,7 +324,7 @@ pub(super) fn check_dir(cx: &Cx, p: &Path) -> Result<(), ManifestError> {
 
 /// `max-replicas` as given, at least `replicas`; not given: `replicas` (the
 /// app does not grow). `cx` is for max-replicas.
-pub(super) fn max_replicas_over_replicas(cx: &Cx, given: Option<u32>, replicas: u32) -> Result<u32, ManifestError> {
+pub(super) fn max_replicas_over_replicas(cx: &KeyContext, given: Option<u32>, replicas: u32) -> Result<u32, ManifestError> {
     match given {
         None => Ok(replicas),
         Some(n) if n >= replicas => Ok(n),
@@ -339,7 +339,7 @@ pub(super) fn max_replicas_over_replicas(cx: &Cx, given: Option<u32>, replicas: 
 /// `app.R`, or `ui.R` + `server.R` (with `global.R`; named by `server.R`),
 /// or the folder's one R Markdown document with `runtime: shiny` (or
 /// `shinyrmd`). `cx` is for entrypoint-file, given or not.
-pub(super) fn entrypoint(cx: &Cx, working_dir: &Path, given: Option<String>) -> Result<String, ManifestError> {
+pub(super) fn entrypoint(cx: &KeyContext, working_dir: &Path, given: Option<String>) -> Result<String, ManifestError> {
     if let Some(entrypoint) = given {
         let entry_path = working_dir.join(&entrypoint);
         if entry_path.is_file() {
@@ -430,7 +430,7 @@ fn clean(p: &Path) -> PathBuf {
 
 /// `pool`: `false` starts this app's copies cold, never from the pool
 /// (README, "Sleep and wake").
-pub(super) fn pool(cx: &Cx, v: &Value) -> Result<bool, ManifestError> {
+pub(super) fn pool(cx: &KeyContext, v: &Value) -> Result<bool, ManifestError> {
     match v {
         Value::Bool(b) => Ok(*b),
         other => Err(cx.err(format!("{}; allowed: true or false (false: copies start cold, never from the pool)", shown_scalar(other)))),

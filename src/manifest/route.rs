@@ -1,5 +1,5 @@
 //! The route spec: what the load balancer reads of an app, as one value. It
-//! travels in the copies table (each [`crate::model::ProxyApp`] flattens it,
+//! travels in the copies table (each [`crate::wire::ProxyApp`] flattens it,
 //! so the table keeps its keys); changing any of it restarts no copy.
 
 use serde::{Deserialize, Serialize};

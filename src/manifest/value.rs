@@ -4,10 +4,10 @@
 
 use super::yaml::Value;
 
-use super::error::Cx;
+use super::error::KeyContext;
 use super::ManifestError;
 
-impl Cx<'_> {
+impl KeyContext<'_> {
     /// Text: a string, or a whole number written bare (`app-group: 2024`).
     pub fn string(&self, v: &Value, allowed: &str) -> Result<String, ManifestError> {
         match v {

@@ -12,17 +12,17 @@ use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::{watch, Mutex, Notify};
 
-use super::cookie::KEY_LEN;
-use super::daemon::DaemonLink;
-use super::handover::Sockets;
-use super::limits::{self, Gate};
-use super::listeners::Listeners;
-use super::pool;
-use super::shared::Shared;
-use super::table;
+use super::shared::BalancerState;
 use super::workers::{Worker, WORKERS};
-use crate::model::{ActionReply, ApiError, ProxySettings, ProxyStats, ProxyTable, BUILD};
-use crate::uds;
+use crate::proxy::copies::idle_connections;
+use crate::proxy::copies::table;
+use crate::proxy::daemon_link::DaemonLink;
+use crate::proxy::visitors::caps::{self, CapCounters};
+use crate::proxy::visitors::listeners::Listeners;
+use crate::wire::handover::Sockets;
+use crate::wire::lb_start::COOKIE_KEY_LEN;
+use crate::wire::uds;
+use crate::wire::{ActionReply, ApiError, ProxySettings, ProxyStats, ProxyTable, BUILD};
 
 /// How long requests in flight may take to finish once told to stop.
 pub const DRAIN: Duration = Duration::from_secs(5);
@@ -35,10 +35,10 @@ const MAX_HEAD: usize = 64 * 1024;
 const MAX_TABLE: usize = 16 * 1024 * 1024;
 
 /// Every so often, closes the idle connections to copies that expired
-/// ([`pool::POOL_IDLE`]), so a quiet app holds none; ends with the load
+/// ([`idle_connections::POOL_IDLE`]), so a quiet app holds none; ends with the load
 /// balancer.
 async fn expire_pools(control: std::sync::Weak<Control>) {
-    let mut tick = tokio::time::interval(pool::POOL_IDLE / 3);
+    let mut tick = tokio::time::interval(idle_connections::POOL_IDLE / 3);
     loop {
         tick.tick().await;
         let Some(control) = control.upgrade() else { return };
@@ -53,7 +53,7 @@ async fn expire_pools(control: std::sync::Weak<Control>) {
 /// A load balancer's state, as its control socket and callers reach it.
 pub struct Control {
     /// Shared with the listeners and every connection.
-    pub shared: Arc<Shared>,
+    pub shared: Arc<BalancerState>,
     /// The listening sockets; the lock also keeps table pushes in order.
     pub listeners: Mutex<Listeners>,
     /// Woken by `POST /shutdown`.
@@ -69,10 +69,10 @@ impl Control {
     /// reporting to `daemon`, signing cookies with `key`, listening on the
     /// `given` sockets for the apps they were bound for.
     /// With `watch_copies`, a copy whose process exits gets no visitor.
-    pub fn new(daemon: DaemonLink, key: [u8; KEY_LEN], workers: Vec<Worker>, given: Sockets, watch_copies: bool) -> Arc<Control> {
+    pub fn new(daemon: DaemonLink, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>, given: Sockets, watch_copies: bool) -> Arc<Control> {
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_header_size(MAX_HEAD).max_buf_size(MAX_HEAD);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(BalancerState {
             daemon,
             key,
             table: table::LiveTable::default(),
@@ -82,7 +82,7 @@ impl Control {
             workers,
             pump: Arc::default(),
             requests: Default::default(),
-            gate: Gate::new(limits::connection_budget(limits::open_files_limit())),
+            gate: CapCounters::new(caps::connection_budget(caps::open_files_limit())),
         });
         let control = Arc::new(Control { shared, listeners: Mutex::new(Listeners::with(given)), stop: Notify::new(), watch_copies });
         tokio::spawn(expire_pools(Arc::downgrade(&control)));
@@ -101,8 +101,8 @@ impl Control {
             shared.table.swap(next);
             let live = shared.table.load();
             if self.watch_copies {
-                super::liveness::watch(&live);
-                super::warm::warm(&live);
+                crate::proxy::copies::liveness::watch(&live);
+                crate::proxy::copies::warm::warm(&live);
             }
             listeners.apply(&live, shared).await;
         }
@@ -133,13 +133,21 @@ impl Control {
         }
     }
 
-    /// What `GET /stats` answers.
+    /// What `GET /stats` and `GET /metrics` answer.
     fn stats(&self) -> ProxyStats {
+        let table = self.shared.table.load();
+        let names: Vec<String> = table.source.apps.iter().map(|a| a.name.clone()).collect();
+        let apps = table.traffic();
+        // An upgraded connection (a WebSocket) has left hyper's count and is a
+        // session of its copy.
+        let tunnels: u64 = apps.iter().flat_map(|a| &a.copies).map(|c| c.sessions).sum();
         ProxyStats {
             build: BUILD.to_string(),
             pid: std::process::id(),
-            rss_bytes: crate::procfs::rss_bytes(std::process::id()).unwrap_or(0),
-            apps: self.shared.table.load().traffic(),
+            rss_bytes: crate::sys::procfs::rss_bytes(std::process::id()).unwrap_or(0),
+            open_connections: self.shared.open() as u64 + tunnels,
+            requests: self.shared.requests.report(&names),
+            apps,
             settings: ProxySettings {
                 header_timeout_ms: HEADER_TIMEOUT.as_millis() as u64,
                 max_header_bytes: MAX_HEAD,
@@ -169,8 +177,7 @@ pub async fn handle(req: Request<hyper::body::Incoming>, ctl: &Control) -> Respo
             uds::json_response(StatusCode::OK, &ActionReply { message: format!("table of {apps} apps in place"), revision: None })
         }
         (&Method::GET, "/table") => uds::json_response(StatusCode::OK, &ctl.shared.table.load().source),
-        (&Method::GET, "/stats") => uds::json_response(StatusCode::OK, &ctl.stats()),
-        (&Method::GET, "/metrics") => uds::json_response(StatusCode::OK, &super::stats::metrics(&ctl.shared)),
+        (&Method::GET, "/stats" | "/metrics") => uds::json_response(StatusCode::OK, &ctl.stats()),
         (&Method::POST, "/shutdown") => {
             ctl.stop.notify_one();
             uds::json_response(StatusCode::OK, &ActionReply { message: "stopping".into(), revision: None })

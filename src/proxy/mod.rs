@@ -3,7 +3,7 @@
 //! one of the app's copies.
 //!
 //! Everything it keeps is under `proxy/`: `lock` (held while it runs, with
-//! its PID), `handover.sock` (see `handover.rs`) and `proxy.sock`, the
+//! its PID), `handover.sock` (see `wire/handover.rs`) and `proxy.sock`, the
 //! control socket (HTTP/1.1 + JSON). It reads `cookie.key`, the sticky
 //! cookie's HMAC key, which only the daemon makes. The control socket:
 //!
@@ -15,55 +15,39 @@
 //!   flight get up to 5 s).
 //!
 //! It asks the daemon, on `api.sock`, `POST /v1/apps/<app>/stand-in`
-//! ([`crate::model::StandIn`]) when a copy refuses a connection, and
+//! ([`crate::wire::StandIn`]) when a copy refuses a connection, and
 //! `POST /v1/apps/<app>/wake` when a request comes for a sleeping app. It
 //! keeps working with the table it has when the daemon is down
-//! (`daemon.rs`).
+//! (`daemon_link.rs`).
 //!
-//! A request's way through the files: `listeners.rs` accepts the
-//! connection and hands it to a worker (`workers.rs`); `forward.rs`
-//! routes each request — the sticky cookie (`cookie.rs`, `table.rs`), else
-//! the app's policy (`balance.rs`), holding it while no copy can take it;
-//! `upstream.rs` sends it on a pooled or new connection (`pool.rs`), with
-//! the header rules of `headers.rs`; the answer streams back as a
-//! `body.rs` body, or is one of `pages.rs`; a WebSocket goes on in
-//! `websocket.rs`. `control.rs` is what the daemon (and [`Proxy`]) reach.
+//! A request's way through the files: `visitors/listeners.rs` accepts the
+//! connection and hands it to a worker (`workers.rs`);
+//! `requests/forward.rs` routes each request — the sticky cookie
+//! (`visitors/cookie.rs`, `copies/table.rs`), else the app's policy
+//! (`copies/balance.rs`), holding it while no copy can take it;
+//! `requests/upstream.rs` sends it on a pooled or new connection
+//! (`copies/idle_connections.rs`), with the header rules of
+//! `visitors/headers.rs`; the answer streams back as a `requests/body.rs`
+//! body, or is one of `visitors/pages.rs`; a WebSocket goes on in
+//! `tunnels/websocket.rs`. `control.rs` is what the daemon (and [`Proxy`])
+//! reach.
 //!
-//! Against hostile clients: `client.rs` takes each connection under the
-//! caps of `limits.rs`; `progress.rs` cuts bodies that stop moving;
-//! `attempt.rs` and `retry.rs` decide what a failed send becomes (a request
-//! of death costs at most two copies); `stall.rs` watches a copy that
-//! stops answering.
+//! Against hostile clients: `visitors/client.rs` takes each connection
+//! under the caps of `visitors/caps.rs`; `requests/progress.rs` cuts bodies
+//! that stop moving; `requests/attempt.rs` and `copies/retry.rs` decide what
+//! a failed send becomes (a request of death costs at most two copies);
+//! `copies/stall.rs` watches a copy that stops answering.
 
-mod attempt;
-mod balance;
-mod body;
-mod client;
 mod control;
-mod cookie;
-mod counted;
-mod daemon;
-mod forward;
-pub mod handover;
-mod headers;
-mod limits;
-mod listeners;
-mod liveness;
+mod copies;
+mod counters;
+mod daemon_link;
+mod error_source;
 mod lock;
-mod pages;
-mod pool;
-mod progress;
-mod pump;
-mod quickack;
-mod retry;
+mod requests;
 mod shared;
-mod stall;
-mod stats;
-mod table;
-mod tunnel_handover;
-mod upstream;
-mod warm;
-mod websocket;
+mod tunnels;
+mod visitors;
 mod workers;
 
 use std::fs;
@@ -74,16 +58,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::home::Home;
-use crate::model::{AppTraffic, ProxyTable, BUILD};
-use crate::uds;
+use crate::wire::lb_start::{COOKIE_KEY_LEN, TAKEOVER_ENV};
+use crate::wire::{handover, uds};
+use crate::wire::{AppTraffic, ProxyTable, BUILD};
 use control::Control;
-/// Length of the sticky cookie's key, `proxy/cookie.key`.
-pub use cookie::KEY_LEN as COOKIE_KEY_LEN;
 use workers::{start_worker, Worker, WORKERS};
-
-/// The environment variable that asks a new load balancer to start beside
-/// a running one (which holds `proxy/lock`) instead of exiting.
-pub const TAKEOVER_ENV: &str = "SHINYCTL_PROXY_TAKEOVER";
 
 /// True when this process was asked to take over from a running one.
 fn takeover_asked() -> bool {
@@ -116,8 +95,8 @@ pub fn run(home: Home) -> anyhow::Result<()> {
     };
     let key = read_key(&home.cookie_key())?;
     // Every visitor's connection is a descriptor, and most one more to a copy.
-    match limits::raise_open_files() {
-        Ok(n) => tracing::info!("open files: up to {n}, so up to {} visitors' connections", limits::connection_budget(n)),
+    match visitors::caps::raise_open_files() {
+        Ok(n) => tracing::info!("open files: up to {n}, so up to {} visitors' connections", visitors::caps::connection_budget(n)),
         Err(e) => tracing::warn!("cannot raise the open-files limit: {e}"),
     }
     let workers = (0..WORKERS).map(start_worker).collect::<io::Result<Vec<_>>>()?;
@@ -174,7 +153,7 @@ fn remove_own(path: &Path, ino: u64) {
     }
 }
 
-pub use tunnel_handover::Handed;
+pub use tunnels::tunnel_handover::Handed;
 
 /// What an in-process load balancer ([`Proxy::start`]) is given.
 pub struct Settings {
@@ -205,7 +184,7 @@ impl Proxy {
             let addr = l.local_addr()?;
             given.insert((addr.ip().to_string(), addr.port()), l);
         }
-        let daemon = daemon::DaemonLink { api_sock: settings.api_sock };
+        let daemon = daemon_link::DaemonLink { api_sock: settings.api_sock };
         let control = Control::new(daemon, settings.key, vec![Worker::current()], given, false);
         control.push(table).await;
         Ok(Proxy { control })
@@ -234,10 +213,10 @@ impl Proxy {
     /// and lost (this is the last thing a load balancer does).
     pub async fn hand_tunnels_over(&self, to: &Proxy) -> io::Result<Handed> {
         let (ours, theirs) = tokio::net::UnixStream::pair()?;
-        let reader = tokio::spawn(tunnel_handover::take_in(theirs, to.control.shared.clone()));
+        let reader = tokio::spawn(tunnels::tunnel_handover::take_in(theirs, to.control.shared.clone()));
         let tunnels = self.control.shared.pump.take_all(Duration::from_secs(1)).await;
         let handed = Handed::of(&tunnels);
-        tunnel_handover::send(&ours, tunnels, tunnel_handover::PER_FRAME).await?;
+        tunnels::tunnel_handover::send(&ours, tunnels, tunnels::tunnel_handover::PER_FRAME).await?;
         drop(ours);
         reader.await.map_err(io::Error::other)?;
         Ok(handed)
@@ -256,7 +235,7 @@ async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>) -> a
     let (handover_listener, handover_ino) = bind_unix(&handover_sock)?;
     let sock = home.proxy_sock();
     let (listener, ino) = bind_unix(&sock)?;
-    let control = Control::new(daemon::DaemonLink { api_sock: home.api_sock() }, key, workers, handover::Sockets::new(), true);
+    let control = Control::new(daemon_link::DaemonLink { api_sock: home.api_sock() }, key, workers, handover::Sockets::new(), true);
     let ctl = control.clone();
     let control_task = tokio::spawn(uds::serve(listener, move |req| {
         let ctl = ctl.clone();
@@ -277,7 +256,7 @@ async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>) -> a
     tracing::info!("stopping ({why}): no new connections; requests in flight get up to {:?}", control::DRAIN);
     handover_task.abort();
     control.stop_serving().await;
-    tunnel_handover::pass_on(&handover_sock, handover_ino, &control.shared).await;
+    tunnels::tunnel_handover::pass_on(&handover_sock, handover_ino, &control.shared).await;
     control_task.abort();
     remove_own(&sock, ino);
     remove_own(&handover_sock, handover_ino);
@@ -286,7 +265,7 @@ async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>) -> a
 }
 
 /// Serves `handover.sock`: the daemon gives the listening sockets, or asks
-/// for them back (see `handover.rs`); a load balancer that stops sends its
+/// for them back (see `wire/handover.rs`); a load balancer that stops sends its
 /// open tunnels (tunnel_handover.rs).
 async fn hand_over(listener: tokio::net::UnixListener, ctl: Arc<Control>) {
     loop {
@@ -344,10 +323,10 @@ async fn hand_over_one(stream: std::os::unix::net::UnixStream, ctl: &Control) ->
             ctl.give(sockets).await;
             handover::send(&stream, &Message::Ack { pid: std::process::id() }, &[])
         }
-        Ok(Received::Message(Message::Tunnels { version }, _)) if version == tunnel_handover::VERSION => {
+        Ok(Received::Message(Message::Tunnels { version }, _)) if version == tunnels::tunnel_handover::VERSION => {
             handover::send(&stream, &Message::Ack { pid: std::process::id() }, &[])?;
             stream.set_nonblocking(true)?;
-            tokio::spawn(tunnel_handover::take_in(tokio::net::UnixStream::from_std(stream)?, ctl.shared.clone()));
+            tokio::spawn(tunnels::tunnel_handover::take_in(tokio::net::UnixStream::from_std(stream)?, ctl.shared.clone()));
             Ok(())
         }
         Ok(other) => {

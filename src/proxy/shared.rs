@@ -7,36 +7,18 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::daemon::DaemonLink;
-use super::limits::Gate;
-use super::pump::Pump;
 use super::workers::Worker;
-use super::{cookie, table};
-
-/// Which side of the load balancer an error came from, for the logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorSource {
-    /// A copy (connect, send, its answer).
-    Upstream,
-    /// A visitor (its connection, its request).
-    Downstream,
-}
-
-impl std::fmt::Display for ErrorSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            ErrorSource::Upstream => "upstream",
-            ErrorSource::Downstream => "downstream",
-        })
-    }
-}
+use crate::proxy::copies::table;
+use crate::proxy::daemon_link::DaemonLink;
+use crate::proxy::tunnels::pump::Pump;
+use crate::proxy::visitors::caps::CapCounters;
 
 /// What every connection of the load balancer shares.
-pub struct Shared {
+pub struct BalancerState {
     /// Where stand-ins are reported and wakes asked for.
     pub daemon: DaemonLink,
     /// The sticky cookie's HMAC key.
-    pub key: [u8; cookie::KEY_LEN],
+    pub key: [u8; crate::wire::lb_start::COOKIE_KEY_LEN],
     /// The live copies table.
     pub table: table::LiveTable,
     /// How visitors' connections are served (timeouts, limits).
@@ -51,12 +33,12 @@ pub struct Shared {
     /// The open WebSocket tunnels.
     pub pump: Arc<Pump>,
     /// Answers counted per app, for metrics.
-    pub requests: super::stats::Requests,
+    pub requests: crate::proxy::counters::Requests,
     /// Visitors' connections counted under the caps that span apps.
-    pub gate: Gate,
+    pub gate: CapCounters,
 }
 
-impl Shared {
+impl BalancerState {
     /// Visitors' connections being served, on all workers.
     pub fn open(&self) -> usize {
         self.workers.iter().map(|w| w.open.load(Ordering::Relaxed)).sum()

@@ -12,7 +12,7 @@
 
 use super::MemoryRoom;
 use crate::manifest::AppSpec;
-use crate::model::{AppState, CapacityStatus, Role};
+use crate::wire::{AppState, CapacityStatus, Role};
 
 /// What capacity decided this cycle.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -57,7 +57,7 @@ pub(super) fn step(spec: &AppSpec, st: &mut AppState, load: u64, full: bool, mem
     st.held_by_memory = None;
     if wants_more && room == 0 {
         let m = memory.unwrap_or(MemoryRoom { used: 0, bound: 0, per_copy: 0 });
-        let show = |b| crate::fmt::size(b, crate::fmt::SizeStyle::Manifest);
+        let show = |b| crate::sys::fmt::size(b, crate::sys::fmt::SizeStyle::Manifest);
         st.held_by_memory = Some(format!(
             "does not grow past {n} active copies: the copies use {} of the {} SHINYCTL_MAX_MEMORY allows, and one more takes about {}",
             show(m.used),
@@ -95,7 +95,7 @@ pub(super) fn step(spec: &AppSpec, st: &mut AppState, load: u64, full: bool, mem
                 n + 1,
                 spec.scale.scale_at,
                 n * max_sessions,
-                crate::fmt::duration(std::time::Duration::from_millis(spec.scale.scale_down_after_ms), crate::fmt::DurationStyle::Span)
+                crate::sys::fmt::duration(std::time::Duration::from_millis(spec.scale.scale_down_after_ms), crate::sys::fmt::DurationStyle::Span)
             ));
             st.shrank_at_ms = Some(now_ms);
             st.shrinks += 1;

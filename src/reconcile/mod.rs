@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::fmt::{duration, DurationStyle};
 use crate::manifest::{AppSpec, RestartPolicy, ScaleSpec};
-use crate::model::{AppState, CopyRecord, Exit, Role};
+use crate::sys::fmt::{duration, DurationStyle};
+use crate::wire::{AppState, CopyRecord, Exit, Role};
 
 pub mod capacity;
 mod rollout;
@@ -59,7 +59,7 @@ pub enum Process {
 
 /// What the observe step saw of one copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Seen {
+pub struct ObservedCopy {
     /// Its process.
     pub process: Process,
     /// Requests in flight plus open WebSockets, from the load balancer.
@@ -73,7 +73,7 @@ pub struct Seen {
 pub struct Observed {
     /// Each copy, by copy number. A copy with a recorded process but no
     /// entry is taken as running and not ready.
-    pub copies: BTreeMap<u32, Seen>,
+    pub copies: BTreeMap<u32, ObservedCopy>,
     /// Unix ms of the app's last request through the load balancer, 0 if none.
     pub last_request_ms: u64,
     /// Copies whose launcher refused to start R (`sandbox.mode: strict` and
@@ -520,7 +520,7 @@ fn new_copy(st: &mut AppState, settings: &str) -> u32 {
 /// was being stopped and its process is gone).
 fn fold_observation(
     rec: &mut CopyRecord,
-    seen: Option<&Seen>,
+    seen: Option<&ObservedCopy>,
     refused: Option<&str>,
     policy: RestartPolicy,
     asleep: bool,
@@ -566,7 +566,7 @@ fn fold_observation(
             if let Some(why) = refused {
                 // Not a crash: trying again refuses again, until the machine
                 // or the manifest changes (a deploy, or `restart`).
-                rec.left_down = Some(crate::model::refused(why));
+                rec.left_down = Some(crate::wire::refused(why));
                 return true;
             }
             rec.crashes += 1;

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use crate::fmt::{duration, DurationStyle};
-use crate::model::{AppState, CopyRecord, Role, RolloutReply, RolloutState};
+use crate::sys::fmt::{duration, DurationStyle};
+use crate::wire::{AppState, CopyRecord, Role, RolloutReply, RolloutState};
 
 /// Where the deploy of `revision` stands: serving once `replicas` of its
 /// copies are active (or, deployed while the app slept, once its check has
@@ -58,7 +58,7 @@ pub fn rollout(state: &AppState, settings: &str, replicas: u32, roles: &[(u32, R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Exit;
+    use crate::wire::Exit;
 
     fn copy(n: u32, revision: u64) -> CopyRecord {
         CopyRecord { copy: n, revision, settings: "s".into(), pid: Some(100 + n), started_ms: Some(0), ..CopyRecord::default() }

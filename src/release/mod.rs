@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
-use crate::model::{AppState, CopyRecord, Release};
+use crate::wire::{AppState, CopyRecord, Release};
 
 /// The largest working-dir a release may hold (each deploy copies it).
 pub const LIMIT_BYTES: u64 = 2 << 30;
@@ -25,7 +25,7 @@ pub const LIMIT_BYTES: u64 = 2 << 30;
 /// `20261130T181502-3fa9`, so ids sort by when they were taken (to the
 /// second: within one, `AppState::releases`' order says which came last).
 pub fn new_id(now_ms: u64) -> String {
-    let stamp: String = crate::fmt::rfc3339_at_offset(now_ms, 0)[..19].chars().filter(|c| *c != '-' && *c != ':').collect();
+    let stamp: String = crate::sys::fmt::rfc3339_at_offset(now_ms, 0)[..19].chars().filter(|c| *c != '-' && *c != ':').collect();
     format!("{stamp}-{:04x}", random_u16())
 }
 
@@ -35,7 +35,7 @@ fn random_u16() -> u16 {
     match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)) {
         Ok(()) => u16::from_le_bytes(b),
         // Uniqueness within a second is all the suffix is for.
-        Err(_) => (std::process::id() as u16) ^ (crate::clock::now_ms() as u16),
+        Err(_) => (std::process::id() as u16) ^ (crate::sys::clock::now_ms() as u16),
     }
 }
 
@@ -156,11 +156,11 @@ pub fn roll_back(state: &mut AppState, name: &str, to: Option<&str>) -> Result<R
 }
 
 /// The kept releases as `releases APP` lists them.
-pub fn rows(state: &AppState) -> Vec<crate::model::ReleaseRow> {
+pub fn rows(state: &AppState) -> Vec<crate::wire::ReleaseRow> {
     state
         .releases
         .iter()
-        .map(|r| crate::model::ReleaseRow {
+        .map(|r| crate::wire::ReleaseRow {
             id: r.id.clone(),
             taken_ms: r.taken_ms,
             bytes: r.bytes,
@@ -299,7 +299,7 @@ pub fn forget(home: &Home, spec: &AppSpec, state: &AppState) {
     // Its copies' disks of their own are unmounted first (their loop
     // devices go with the last mount).
     let scratch = home.app_scratch(&spec.group, &spec.name);
-    drop(crate::launcher::disk::detach_below(&scratch));
+    drop(crate::sys::disk::detach_below(&scratch));
     crate::home::remove_later(&scratch);
 }
 

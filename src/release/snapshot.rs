@@ -16,7 +16,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::fmt::{size, SizeStyle};
+use crate::sys::fmt::{size, SizeStyle};
 
 /// Left out of every release, by name, at any depth: version control
 /// (history the app never reads, often larger than the app), RStudio's

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::model::{AppState, CopyRecord, Release};
+use crate::wire::{AppState, CopyRecord, Release};
 
 fn rel(id: &str, dir: &Path) -> Release {
     Release {

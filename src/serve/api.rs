@@ -1,25 +1,16 @@
-//! The API on `api.sock`: HTTP/1.1 with JSON bodies under `/v1/…`.
-//!
-//! - `GET  /v1/version`
-//! - `GET  /v1/status[?app=NAME]`
-//! - `POST /v1/apply` (ApplyRequest; takes a release when it deploys)
-//! - `POST /v1/reload` (every registered manifest applied again from its path)
-//! - `POST /v1/apps/NAME/restart[?now=1]` (reads the manifest again, takes a release)
-//! - `POST /v1/apps/NAME/rollback[?now=1]` (the release before the current one)
-//! - `DELETE /v1/apps/NAME[?now=1]`
-//! - `GET  /v1/apps/NAME/logs?copy=N`
-//! - `POST /v1/apps/NAME/stand-in` (StandIn, from the load balancer)
-//! - `POST /v1/apps/NAME/wake` (from the load balancer; answers once awake)
-//! - `GET  /v1/metrics` (Prometheus text), `GET /v1/health` (see `metrics`)
+//! The API on `api.sock`: HTTP/1.1 with JSON bodies under `/v1/…`. Each
+//! request is read into a [`ApiRequest`] (its routes are listed there) and
+//! answered by one arm of an exhaustive match.
 
 use std::os::unix::fs::PermissionsExt;
 
-use hyper::{Method, Request, StatusCode};
+use hyper::{Request, StatusCode};
 
-use crate::api_client::VersionReply;
 use crate::home::Home;
-use crate::model::{ApplyRequest, StandIn};
-use crate::uds;
+use crate::wire::api_client::VersionReply;
+use crate::wire::request::{ApiRequest, RouteError};
+use crate::wire::uds;
+use crate::wire::{ApplyRequest, StandIn};
 
 use super::error::{Done, ServeError};
 use super::reply::{deployed, error, ok, Reply};
@@ -43,46 +34,37 @@ pub async fn serve(listener: tokio::net::UnixListener, shared: Shared) {
     .await;
 }
 
-/// The value of `key` in the query string.
-fn query<'a>(req: &'a Request<hyper::body::Incoming>, key: &str) -> Option<&'a str> {
-    req.uri().query()?.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (k == key).then_some(v)
-    })
-}
-
-fn flag(req: &Request<hyper::body::Incoming>, key: &str) -> bool {
-    matches!(query(req, key), Some("" | "1" | "true"))
-}
-
 async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
-    let path = req.uri().path().to_string();
-    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    match (req.method().clone(), parts.as_slice()) {
-        (Method::GET, ["v1", "version"]) => {
-            uds::json_response(StatusCode::OK, &VersionReply { version: crate::model::BUILD.to_string(), pid: std::process::id() })
+    let parsed = ApiRequest::parse(req.method(), req.uri().path(), req.uri().query());
+    let request = match parsed {
+        Ok(r) => r,
+        Err(e @ RouteError::NoSuchRoute(_)) => return error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ RouteError::BadQuery(_)) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    match request {
+        ApiRequest::Version => {
+            uds::json_response(StatusCode::OK, &VersionReply { version: crate::wire::BUILD.to_string(), pid: std::process::id() })
         }
-        (Method::GET, ["v1", "status"]) => {
-            let app = query(&req, "app").map(str::to_string);
+        ApiRequest::Status { app } => {
             // The load balancer's figures are fetched with the lock released.
             let home = shared.lock().home.clone();
             // So is what /proc says of the copies.
             let (stats, shown) = tokio::join!(
                 super::proxy_ctl::fetch_stats(&home, super::proxy_ctl::STATUS_TIMEOUT),
-                super::status::look_up(&shared, app.as_deref())
+                crate::serve::views::status_view::look_up(&shared, app.as_deref())
             );
             let mut stats = stats;
             let view = shared.read_as_pushed(|d| d.status_view(app.as_deref(), &shown, stats.take())).await;
             json(view)
         }
-        (Method::POST, ["v1", "apply"]) => {
+        ApiRequest::Apply => {
             let body = match uds::read_body(req.into_body(), ApplyRequest::MAX_BODY).await {
                 Ok(b) => b,
                 Err(e) if e.downcast_ref::<uds::TooLarge>().is_some() => {
                     let limit = ApplyRequest::MAX_BODY;
                     let message = format!(
                         "the apply request is too large: this API takes at most {} ({limit} bytes) of JSON, the manifest's text and path",
-                        crate::fmt::size(limit as u64, crate::fmt::SizeStyle::Manifest)
+                        crate::sys::fmt::size(limit as u64, crate::sys::fmt::SizeStyle::Manifest)
                     );
                     return error(StatusCode::PAYLOAD_TOO_LARGE, message);
                 }
@@ -91,46 +73,32 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
             let Ok(apply) = serde_json::from_slice::<ApplyRequest>(&body) else {
                 return error(StatusCode::BAD_REQUEST, "the body is not an apply request");
             };
-            answer(super::deploy::apply(&shared, apply).await)
+            answer(crate::serve::deploys::deploy::apply(&shared, apply).await)
         }
-        (Method::POST, ["v1", "apps", name, "restart"]) => answer(super::deploy::restart(&shared, name, flag(&req, "now")).await),
-        (Method::POST, ["v1", "apps", name, "rollback"]) => {
-            answer(super::deploy::rollback(&shared, name, flag(&req, "now"), query(&req, "to")).await)
+        ApiRequest::Restart { app, now } => answer(crate::serve::deploys::deploy::restart(&shared, &app, now).await),
+        ApiRequest::Rollback { app, now, to } => answer(crate::serve::deploys::deploy::rollback(&shared, &app, now, to.as_deref()).await),
+        ApiRequest::Releases { app } => json(shared.lock().releases_view(&app)),
+        ApiRequest::Delete { app, now } => answer(shared.lock().delete(&app, now)),
+        ApiRequest::Logs { app, copy } => json(shared.lock().logs_view(&app, copy)),
+        ApiRequest::Rollout { app, revision } => {
+            uds::json_response(StatusCode::OK, &shared.read_as_pushed(|d| d.rollout_view(&app, revision)).await)
         }
-        (Method::GET, ["v1", "apps", name, "releases"]) => json(shared.lock().releases_view(name)),
-        (Method::DELETE, ["v1", "apps", name]) => answer(shared.lock().delete(name, flag(&req, "now"))),
-        (Method::GET, ["v1", "apps", name, "logs"]) => {
-            let copy = query(&req, "copy").and_then(|c| c.parse::<u32>().ok());
-            json(shared.lock().logs_view(name, copy))
-        }
-        (Method::GET, ["v1", "apps", name, "rollout"]) => {
-            let Some(revision) = query(&req, "revision").and_then(|r| r.parse::<u64>().ok()) else {
-                return error(StatusCode::BAD_REQUEST, "rollout needs ?revision=N");
-            };
-            uds::json_response(StatusCode::OK, &shared.read_as_pushed(|d| d.rollout_view(name, revision)).await)
-        }
-        (Method::POST, ["v1", "apps", name, "stop"]) => answer(shared.lock().stop_app(name)),
-        (Method::POST, ["v1", "apps", name, "start"]) => answer(shared.lock().start_app(name)),
-        (Method::POST, ["v1", "apps", name, "scale"]) => {
-            let Some(n) = query(&req, "replicas").and_then(|r| r.parse::<u32>().ok()) else {
-                return error(StatusCode::BAD_REQUEST, "scale needs ?replicas=N");
-            };
-            answer(shared.lock().scale(name, n))
-        }
-        (Method::POST, ["v1", "shutdown"]) => answer(Ok(shared.lock().shut_down(flag(&req, "all")))),
-        (Method::POST, ["v1", "reload"]) => uds::json_response(StatusCode::OK, &super::reload::reload(&shared).await),
-        (Method::GET, ["v1", "metrics"]) => super::metrics::metrics(&shared, super::metrics::accept(&req)).await,
-        (Method::GET, ["v1", "health"]) => super::metrics::health(&shared).await,
-        (Method::POST, ["v1", "apps", name, "wake"]) => wake(&shared, name).await,
-        (Method::POST, ["v1", "apps", name, "stand-in"]) => {
+        ApiRequest::Stop { app } => answer(shared.lock().stop_app(&app)),
+        ApiRequest::Start { app } => answer(shared.lock().start_app(&app)),
+        ApiRequest::Scale { app, replicas } => answer(shared.lock().scale(&app, replicas)),
+        ApiRequest::Shutdown { all } => answer(Ok(shared.lock().shut_down(all))),
+        ApiRequest::Reload => uds::json_response(StatusCode::OK, &crate::serve::deploys::reload::reload(&shared).await),
+        ApiRequest::Metrics => crate::serve::views::metrics::metrics(&shared, crate::serve::views::metrics::accept(&req)).await,
+        ApiRequest::Health => crate::serve::views::metrics::health(&shared).await,
+        ApiRequest::Wake { app } => wake(&shared, &app).await,
+        ApiRequest::StandIn { app } => {
             let body = uds::read_body(req.into_body(), 64 << 10).await.unwrap_or_default();
             let Ok(ev) = serde_json::from_slice::<StandIn>(&body) else {
                 return error(StatusCode::BAD_REQUEST, "the body is not a stand-in report");
             };
-            shared.lock().note_stand_in(name, &ev);
+            shared.lock().note_stand_in(&app, &ev);
             ok("noted")
         }
-        _ => error(StatusCode::NOT_FOUND, format!("no such API route: {} {path}", req.method())),
     }
 }
 

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use tokio::sync::oneshot;
 
 use crate::manifest::AppSpec;
-use crate::model::{AppState, DiskStop, Exit, MemoryStop, Role};
+use crate::wire::{AppState, DiskStop, Exit, MemoryStop, Role};
 
 /// The daemon's in-memory view of one app.
 pub struct AppRt {
@@ -247,7 +247,7 @@ impl Wake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::CopyRecord;
+    use crate::wire::CopyRecord;
 
     #[test]
     fn a_wakes_steps_are_said_since_its_ask_in_order_and_only_while_it_goes_on() {

@@ -8,12 +8,25 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::api_client::Client;
 use crate::home::Home;
+use crate::wire::api_client::Client;
 
-use super::{
-    api, limits, metrics, notify, now_ms, orphans, probe, proxy_ctl, record, sockets, Daemon, Event, PendingLaunch, Shared, Tallies, TICK,
-};
+use super::api;
+use super::notify;
+use super::now_ms;
+use super::proxy_ctl;
+use super::Daemon;
+use super::Event;
+use super::PendingLaunch;
+use super::Shared;
+use super::Tallies;
+use super::TICK;
+use crate::serve::copies::orphans;
+use crate::serve::copies::probe;
+use crate::serve::deploys::sockets;
+use crate::serve::state_files;
+use crate::serve::views::metrics;
+use crate::serve::watches::memory;
 
 /// Runs the daemon in the foreground until SIGTERM or SIGINT. Stopping it
 /// stops only the daemon: the copies and the load balancer keep running.
@@ -28,7 +41,7 @@ pub fn run(home: Home) -> anyhow::Result<()> {
     // lets go of the lock a moment later: wait for it rather than fail.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let lock = loop {
-        match record::lock_exclusive(&home.serve_lock()) {
+        match state_files::lock_exclusive(&home.serve_lock()) {
             Ok(lock) => break lock,
             Err(_) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
             Err(_) => anyhow::bail!("shinyctl serve is already running for {}", home.root.display()),
@@ -65,12 +78,14 @@ async fn stop_everything(shared: &Shared, proxy_pid: Option<u32>) {
                     procs.push((pid, rec.pid_start.take()));
                 }
             }
-            let _ = record::save_state(&app.recorded.spec.state_file, &app.recorded.state);
+            let _ = state_files::save_state(&app.recorded.spec.state_file, &app.recorded.state);
         }
     }
-    procs.extend(proxy_pid.map(|p| (p, crate::procfs::start_ticks(p))));
-    let stops: Vec<_> =
-        procs.into_iter().map(|(pid, start)| tokio::task::spawn_blocking(move || super::act::stop_and_wait(pid, start))).collect();
+    procs.extend(proxy_pid.map(|p| (p, crate::sys::procfs::start_ticks(p))));
+    let stops: Vec<_> = procs
+        .into_iter()
+        .map(|(pid, start)| tokio::task::spawn_blocking(move || crate::serve::copies::act::stop_and_wait(pid, start)))
+        .collect();
     for s in stops {
         let _ = s.await;
     }
@@ -92,9 +107,9 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
     // released, so status and the API answer while it starts or is slow.
     let mut proxy = proxy_ctl::ProxyCtl::new(&home)?;
     // Before any process is started: a v2 daemon moves itself into its leaf.
-    let cgroups = crate::limits::Cgroups::discover(&crate::limits::home_tag(&home.root));
-    super::pool::start(&home, &cgroups);
-    let sockets = sockets::Held::adopt(take_back_sockets(&home).await);
+    let cgroups = crate::sys::cgroup::Cgroups::discover(&crate::sys::cgroup::home_tag(&home.root));
+    crate::serve::copies::zygote_pool::start(&home, &cgroups);
+    let sockets = sockets::HeldSockets::adopt(take_back_sockets(&home).await);
     let mut daemon = Daemon {
         home: home.clone(),
         apps: BTreeMap::new(),
@@ -124,9 +139,9 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
     tracing::info!("{}", cgroups.describe());
     let shared = Shared::new(daemon);
     tokio::spawn(api::serve(listener, shared.clone()));
-    limits::spawn_watch(shared.clone(), cgroups);
-    super::disk_watch::spawn_watch(shared.clone());
-    super::cpu::spawn_sampler(shared.clone());
+    memory::spawn_watch(shared.clone(), cgroups);
+    crate::serve::watches::disk::spawn_watch(shared.clone());
+    crate::serve::watches::cpu::spawn_sampler(shared.clone());
     tokio::spawn(metrics::serve_tcp_from_env(shared.clone()));
     if let Some(socket) = notify_socket.clone() {
         tokio::spawn(notify::ready_when_answering(socket, home.api_sock()));
@@ -135,7 +150,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut next_tick = tokio::time::Instant::now();
-    let mut rotating = record::Rotation::default();
+    let mut rotating = state_files::Rotation::default();
     loop {
         let mut due: HashSet<String> = HashSet::new();
         let mut all = false;
@@ -198,7 +213,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             }
             d.probes(&due)
         };
-        let facts = tokio::task::spawn_blocking(move || probe::Facts::find(probes)).await.unwrap_or_default();
+        let facts = tokio::task::spawn_blocking(move || probe::ProbeFacts::find(probes)).await.unwrap_or_default();
         // Stops are added by the cycles alone, so whether any wait is known
         // here, without locking again after the push.
         let (table, generation, launches, stopping) = {
@@ -252,7 +267,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         proxy.retire_old(&home, listening).await;
         shared.lock().resolve_wakes(pushed_ms);
     }
-    super::pool::stop();
+    crate::serve::copies::zygote_pool::stop();
     if shared.lock().shutting_down == Some(true) {
         stop_everything(&shared, proxy.pid()).await;
     } else {
@@ -268,11 +283,11 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
 /// The listening sockets of the load balancer that runs, if one does (a
 /// daemon that restarts): asked for on `handover.sock`, off the runtime.
 async fn take_back_sockets(home: &Home) -> HashMap<sockets::Addr, std::net::TcpListener> {
-    let path = crate::proxy::handover::path(home);
+    let path = crate::wire::handover::path(home);
     if !path.exists() {
         return HashMap::new();
     }
-    match tokio::task::spawn_blocking(move || crate::proxy::handover::ask(&path)).await {
+    match tokio::task::spawn_blocking(move || crate::wire::handover::ask(&path)).await {
         Ok(Ok(got)) => {
             tracing::info!("took back {} listening sockets from the running load balancer", got.len());
             got
@@ -308,7 +323,7 @@ async fn sync_sockets(shared: &Shared, home: &Home, proxy_pid: Option<u32>) {
 /// Gives the load balancer `pid` the set of listening sockets, off the
 /// daemon's lock (the exchange waits on the load balancer), and notes it.
 async fn give_sockets(shared: &Shared, home: &Home, pid: u32, set: Vec<(sockets::Addr, std::net::TcpListener)>) {
-    let path = crate::proxy::handover::path(home);
+    let path = crate::wire::handover::path(home);
     let result = tokio::task::spawn_blocking(move || sockets::give(&path, &set).map(|took| (took, set))).await;
     match result {
         Ok(Ok((took, set))) if took == pid => {
@@ -360,7 +375,7 @@ impl Daemon {
                 due.insert(app);
             }
             Event::Ready { app, pid, listening_ms } => {
-                super::status::log_missing_fences(self, &app, pid);
+                crate::serve::views::status_view::log_missing_fences(self, &app, pid);
                 if let Some(a) = self.apps.get_mut(&app) {
                     a.wake.note_ready(listening_ms, now_ms());
                     let process = a.tracked.process_mut(pid);
@@ -393,7 +408,7 @@ impl Daemon {
 
     /// Folds in the open connections and sessions per copy the load
     /// balancer reported.
-    pub(super) fn fold_traffic(&mut self, stats: crate::model::ProxyStats) {
+    pub(super) fn fold_traffic(&mut self, stats: crate::wire::ProxyStats) {
         for a in &stats.apps {
             if let Some(app) = self.apps.get_mut(&a.name) {
                 app.tracked.last_request_ms = app.tracked.last_request_ms.max(a.last_request_ms);

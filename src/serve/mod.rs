@@ -22,40 +22,22 @@
 //! - `table_sync`: status and a deploy's progress wait for the push of
 //!   the table of the state they read.
 
-mod act;
 mod api;
 mod app;
-mod copy_end;
-mod cpu;
-mod cycle;
-mod deploy;
+mod copies;
+mod deploys;
 mod detach;
-pub mod disk_watch;
 mod error;
 mod event_loop;
-mod exposition;
-pub mod identity;
-mod limits;
-mod logs;
-mod memory_bound;
-mod metrics;
 mod notify;
-mod operate;
-mod orphans;
-pub mod pidfd;
-pub mod pool;
-mod probe;
 mod proxy_ctl;
-mod record;
-mod reload;
 mod reply;
-mod sockets;
-mod status;
-mod stops;
+mod state_files;
 mod table_sync;
-mod tallies;
 #[cfg(test)]
 mod upgrade_tests;
+mod views;
+mod watches;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -66,14 +48,14 @@ use tokio::sync::mpsc;
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
-use crate::model::{CopyTraffic, Exit, Refusing};
-pub use stops::{PendingStop, STOP_WAITS_FOR_ANSWERS_MS, STOP_WAITS_FOR_PUSH_MS};
+use crate::wire::{CopyTraffic, Exit, Refusing};
+pub use copies::stops::{PendingStop, STOP_WAITS_FOR_ANSWERS_MS, STOP_WAITS_FOR_PUSH_MS};
 
-pub use act::now_ms;
 pub use app::{AppRt, Recorded, Tracked, Wake};
-pub use detach::{detach, spawn_daemon};
+pub use copies::act::now_ms;
+pub use copies::tallies::{RestartReason, Tallies};
+pub use detach::detach;
 pub use event_loop::run;
-pub use tallies::{RestartReason, Tallies};
 
 /// How often the cycle runs when nothing happens.
 pub const TICK: Duration = Duration::from_secs(5);
@@ -141,18 +123,18 @@ pub struct Daemon {
     /// in flight when two copies died).
     refusing: HashMap<String, Vec<Refusing>>,
     /// The apps' listening sockets, held here and given to the load balancer.
-    sockets: sockets::Held,
+    sockets: deploys::sockets::HeldSockets,
     /// Copies the cycle decided to stop, signalled once the load balancer
     /// has a table without them (observe, decide, record, push, act).
     stops: Vec<PendingStop>,
     /// Launchers the cycles readied, run once the lock is released.
     launches: Vec<PendingLaunch>,
     /// The cgroups copies get for their limits (found at start).
-    cgroups: crate::limits::Cgroups,
+    cgroups: crate::sys::cgroup::Cgroups,
     /// Restarts and wakes counted for metrics.
     tallies: Tallies,
     /// Each running copy's CPU percent, as the sampler last read it.
-    cpu_percent: cpu::CpuPercent,
+    cpu_percent: watches::cpu::CpuPercent,
     /// Each running copy's resident memory (its process tree), by PID, as
     /// the sampler last read it (every 5 s, off the lock): what the memory
     /// bound on growth counts.
@@ -176,7 +158,7 @@ pub struct PendingLaunch {
     /// for it.
     pub revision: u64,
     /// The launcher, ready to run.
-    pub launching: act::Launching,
+    pub launching: copies::act::Launching,
 }
 
 impl PendingLaunch {
@@ -195,7 +177,7 @@ pub struct Launched {
     /// The copy's revision, as readied.
     pub revision: u64,
     /// The launcher's PID, and where it says R listens.
-    pub result: anyhow::Result<act::Spawned>,
+    pub result: anyhow::Result<copies::act::Spawned>,
 }
 
 /// The daemon as shared between the loop, the API and the watches: its one
@@ -246,7 +228,7 @@ fn lock_or_recover<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
 
 impl Daemon {
     /// The addresses the apps listen on (an app being deleted no longer does).
-    pub fn listen_addrs(&self) -> Vec<sockets::Addr> {
+    pub fn listen_addrs(&self) -> Vec<deploys::sockets::Addr> {
         self.apps
             .values()
             .filter(|a| !a.recorded.deleting)

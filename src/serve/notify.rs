@@ -36,9 +36,9 @@ pub fn send(socket: &OsString, message: &str) -> std::io::Result<()> {
 /// 30 s; later than that, systemd has given up anyway).
 pub async fn ready_when_answering(socket: OsString, api_sock: std::path::PathBuf) {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    let status = crate::api_client::routes::status(None);
+    let status = crate::wire::api_client::routes::status(None);
     loop {
-        let answered = crate::uds::request(&api_sock, hyper::Method::GET, &status, None, std::time::Duration::from_secs(2)).await;
+        let answered = crate::wire::uds::request(&api_sock, hyper::Method::GET, &status, None, std::time::Duration::from_secs(2)).await;
         if answered.is_ok_and(|(code, _)| code.is_success()) {
             break;
         }

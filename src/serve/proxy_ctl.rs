@@ -8,10 +8,10 @@ use hyper::Method;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::home::{write_atomic, Home};
-use crate::model::{ProxyStats, ProxyTable, BUILD};
+use crate::wire::{ProxyStats, ProxyTable, BUILD};
 
-use crate::proxy::TAKEOVER_ENV;
-use crate::uds;
+use crate::wire::lb_start::TAKEOVER_ENV;
+use crate::wire::uds;
 
 use super::Event;
 
@@ -79,7 +79,7 @@ impl ProxyCtl {
                 return;
             }
             let env: &[(&str, &str)] = if self.retiring.is_some() { &[(TAKEOVER_ENV, "1")] } else { &[] };
-            let mut child = match super::act::spawn_self(home, "proxy", env) {
+            let mut child = match crate::sys::spawn::spawn_self(home, "proxy", env) {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::error!("cannot start the load balancer: {e:#}");
@@ -118,7 +118,7 @@ impl ProxyCtl {
             // The load balancer is no copy; its exit watcher reports as one
             // of a pseudo-app and is turned into ProxyExit.
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-            super::act::watch_exit(String::new(), pid, tx);
+            crate::serve::copies::act::watch_exit(String::new(), pid, tx);
             tokio::spawn(async move {
                 if rx.recv().await.is_some() {
                     let _ = events.send(Event::ProxyExit);
@@ -146,7 +146,7 @@ impl ProxyCtl {
         let Some(current) = self.pid else { return };
         let mut old: Vec<(u32, u64)> = Vec::new();
         for pid in self.retiring.take().into_iter().chain(lock_holder(home)) {
-            let Some(start) = crate::procfs::start_ticks(pid) else { continue };
+            let Some(start) = crate::sys::procfs::start_ticks(pid) else { continue };
             if pid != current && !old.contains(&(pid, start)) && !self.retired.contains(&(pid, start)) && is_balancer_of(home, pid) {
                 old.push((pid, start));
             }
@@ -156,13 +156,13 @@ impl ProxyCtl {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
         for (pid, start) in old {
-            if crate::procfs::is_alive(pid, start) {
+            if crate::sys::procfs::is_alive(pid, start) {
                 tracing::info!(pid, "stopping the load balancer {pid}, which {current} replaced");
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
             }
             self.retired.push((pid, start));
         }
-        self.retired.retain(|&(pid, start)| crate::procfs::is_alive(pid, start));
+        self.retired.retain(|&(pid, start)| crate::sys::procfs::is_alive(pid, start));
     }
 
     /// Reads the load balancer's stats; `None` when it doesn't answer.
@@ -241,17 +241,17 @@ pub async fn fetch_stats(home: &Home, timeout: Duration) -> Option<ProxyStats> {
 pub fn ensure_cookie_key(home: &Home) -> anyhow::Result<()> {
     let path = home.cookie_key();
     match std::fs::read(&path) {
-        Ok(bytes) if bytes.len() == crate::proxy::COOKIE_KEY_LEN => return Ok(()),
+        Ok(bytes) if bytes.len() == crate::wire::lb_start::COOKIE_KEY_LEN => return Ok(()),
         Ok(bytes) => tracing::warn!(
             "{} is {} bytes, not {}; making a new key (visitors are placed anew)",
             path.display(),
             bytes.len(),
-            crate::proxy::COOKIE_KEY_LEN
+            crate::wire::lb_start::COOKIE_KEY_LEN
         ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
     }
-    let mut key = [0u8; crate::proxy::COOKIE_KEY_LEN];
+    let mut key = [0u8; crate::wire::lb_start::COOKIE_KEY_LEN];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut key))
         .map_err(|e| anyhow::anyhow!("cannot read /dev/urandom: {e}"))?;
@@ -271,14 +271,14 @@ mod tests {
         let path = home.cookie_key();
         ensure_cookie_key(&home).unwrap();
         let made = std::fs::read(&path).unwrap();
-        assert_eq!(made.len(), crate::proxy::COOKIE_KEY_LEN);
+        assert_eq!(made.len(), crate::wire::lb_start::COOKIE_KEY_LEN);
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         ensure_cookie_key(&home).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), made, "a good key is kept: visitors stay placed");
         std::fs::write(&path, b"short").unwrap();
         ensure_cookie_key(&home).unwrap();
         let replaced = std::fs::read(&path).unwrap();
-        assert_eq!(replaced.len(), crate::proxy::COOKIE_KEY_LEN);
+        assert_eq!(replaced.len(), crate::wire::lb_start::COOKIE_KEY_LEN);
         assert_ne!(replaced, made);
         let _ = std::fs::remove_dir_all(&home.root);
     }

@@ -5,8 +5,8 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Response, StatusCode};
 
-use crate::model::{ActionReply, ApiError};
-use crate::uds;
+use crate::wire::uds;
+use crate::wire::{ActionReply, ApiError};
 
 /// An answer of the API.
 pub type Reply = Response<Full<Bytes>>;

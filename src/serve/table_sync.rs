@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{Daemon, Shared};
-use crate::model::ProxyTable;
+use crate::wire::ProxyTable;
 
 /// How long an answer waits for the push of the table of what it reads:
 /// one loop turn's launches and push, with room for a loaded machine. An
@@ -94,7 +94,7 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{LbPolicy, ProxyApp};
+    use crate::wire::{LbPolicy, ProxyApp};
 
     fn table(app: &str) -> ProxyTable {
         ProxyTable { apps: vec![ProxyApp::for_tests(app, LbPolicy::default(), Vec::new())] }

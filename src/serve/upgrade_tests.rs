@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::record::{load_registry, load_state};
 use crate::home::Home;
 use crate::release;
+use crate::serve::state_files::{load_registry, load_state};
 
 /// Each fixture app's settings hash as the code before the split computed it.
 const HASHES_BEFORE: [(&str, &str); 5] = [
@@ -68,7 +68,7 @@ fn the_copies_table_keeps_the_form_the_previous_load_balancer_reads() {
     let registry = load_registry(&home).unwrap();
     std::fs::remove_dir_all(root).unwrap();
     let spec = &registry.apps["ui"];
-    let app = crate::model::ProxyApp {
+    let app = crate::wire::ProxyApp {
         name: spec.name.clone(),
         route: spec.route.clone(),
         asleep: false,
@@ -86,6 +86,6 @@ fn the_copies_table_keeps_the_form_the_previous_load_balancer_reads() {
     assert_eq!(json["request_timeout_ms"], 30000);
     assert_eq!(json["max_connections"], 100);
     assert_eq!(json["trusted_proxies"], serde_json::json!(["10.0.0.0/8", "192.168.1.7"]));
-    let back: crate::model::ProxyApp = serde_json::from_value(json).unwrap();
+    let back: crate::wire::ProxyApp = serde_json::from_value(json).unwrap();
     assert_eq!(back, app);
 }

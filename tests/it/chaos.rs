@@ -223,7 +223,7 @@ impl Run<'_> {
                 let active: Vec<u32> = copies.iter().filter(|c| c.role == "active").filter_map(|c| c.pid).collect();
                 assert!(!active.is_empty(), "KillCopy: no active copy to kill: {copies:?}");
                 let pid = active[rng.below(active.len() as u64) as usize];
-                let start = shinyctl::procfs::start_ticks(pid).unwrap_or_else(|| panic!("KillCopy: the active copy's R {pid} runs"));
+                let start = shinyctl::sys::procfs::start_ticks(pid).unwrap_or_else(|| panic!("KillCopy: the active copy's R {pid} runs"));
                 signal(pid, 9);
                 wait_gone(pid, Duration::from_secs(10), "KillCopy: the killed copy's R");
                 self.wait_whole(Some(pid), "KillCopy: a copy to come back");
@@ -395,7 +395,7 @@ fn session_loop(client: usize, port: u16, tally: &Mutex<Tally>, stop: &AtomicBoo
 fn started_at(ticks: u64) -> bool {
     let Ok(dir) = std::fs::read_dir("/proc") else { return false };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .any(|pid| shinyctl::procfs::start_ticks(pid) == Some(ticks) && pid_alive(pid) && cmdline(pid).contains("runApp"))
+        .any(|pid| shinyctl::sys::procfs::start_ticks(pid) == Some(ticks) && pid_alive(pid) && cmdline(pid).contains("runApp"))
 }
 
 /// Explains the failures and cuts by what happened around them, and checks
@@ -473,7 +473,7 @@ fn orphans(env: &Env, app: &str) -> Vec<u32> {
     let mut known: BTreeSet<u32> =
         copies.flat_map(|c| [c["pid"].as_u64(), c["launcher_pid"].as_u64()]).flatten().map(|p| p as u32).collect();
     known.extend(["daemon_pid", "proxy_pid"].iter().filter_map(|k| status[k].as_u64()).map(|p| p as u32));
-    let accounted: BTreeSet<u32> = known.iter().flat_map(|&k| std::iter::once(k).chain(shinyctl::procfs::descendants(k))).collect();
+    let accounted: BTreeSet<u32> = known.iter().flat_map(|&k| std::iter::once(k).chain(shinyctl::sys::procfs::descendants(k))).collect();
     pids_with_home(&env.home())
         .into_iter()
         // A shinyctl command of this test's own (status) is no orphan.

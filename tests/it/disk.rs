@@ -47,7 +47,7 @@ fn run(port: u16, what: &str) -> (i32, String) {
 
 /// Mount points at or below `dir` in this process's mount namespace.
 fn mounts_below(dir: &Path) -> Vec<PathBuf> {
-    shinyctl::launcher::disk::mounts_below(dir)
+    shinyctl::sys::disk::mounts_below(dir)
 }
 
 /// Loop devices whose backing file is below `dir`.
@@ -69,8 +69,8 @@ fn copy_json(env: &Env, app: &str, copy: u32) -> serde_json::Value {
 /// The daemon's metrics scrape.
 fn metrics(env: &Env) -> String {
     let api = env.home().join("api.sock");
-    let (_, body) =
-        shinyctl::uds::request_blocking(&api, hyper::Method::GET, "/v1/metrics", None, Duration::from_secs(10)).expect("api.sock answers");
+    let (_, body) = shinyctl::wire::uds::request_blocking(&api, hyper::Method::GET, "/v1/metrics", None, Duration::from_secs(10))
+        .expect("api.sock answers");
     String::from_utf8_lossy(&body).into_owned()
 }
 
@@ -118,7 +118,7 @@ fn a_root_daemon_gives_a_copy_a_disk_of_its_size_emptied_by_a_redeploy_and_gone_
     // The host reads the copy's scratch folder where it always was.
     let disk = scratch(&env, &app, 1);
     assert_eq!(std::fs::metadata(disk.join("big")).unwrap().len(), 40 << 20);
-    assert!(shinyctl::launcher::disk::is_mount_point(&disk));
+    assert!(shinyctl::sys::disk::is_mount_point(&disk));
     assert_eq!(loops_below(&env.home()).len(), 1, "one loop device");
     // A redeploy leaves the new copy's disk empty.
     std::fs::write(&manifest, format!("app-name: {app}\nport: {port}\n{extra}env:\n  REDEPLOYED: \"1\"\n")).unwrap();
@@ -178,7 +178,7 @@ fn a_daemon_that_is_not_root_stops_a_copy_past_its_disk_size_and_says_why() {
     env.wait_roles(&app, "1:active", Duration::from_secs(60));
     let first = env.pid_of(&app, 1);
     // Under its size it keeps running; no filesystem of its own.
-    assert!(!shinyctl::launcher::disk::is_mount_point(&scratch(&env, &app, 1)));
+    assert!(!shinyctl::sys::disk::is_mount_point(&scratch(&env, &app, 1)));
     let c = copy_json(&env, &app, 1);
     assert_eq!((c["disk_bytes"].as_u64(), c["disk_own_filesystem"].as_bool()), (Some(20 << 20), Some(false)), "{c}");
     holds_for(Duration::from_secs(5), "the copy to keep running under its size", || pid_alive(first));

@@ -207,7 +207,7 @@ fn launchers(env: &Env, app: &str) -> Vec<(u32, u32)> {
 /// command line), not counting their own clones (each copy's init).
 fn running_launchers(env: &Env) -> Vec<u32> {
     let all: Vec<u32> = pids_with_home(&env.home()).into_iter().filter(|&p| cmdline(p).contains(" launch ")).collect();
-    all.iter().copied().filter(|&p| !all.contains(&shinyctl::procfs::parent_of(p).unwrap_or(0))).collect()
+    all.iter().copied().filter(|&p| !all.contains(&shinyctl::sys::procfs::parent_of(p).unwrap_or(0))).collect()
 }
 
 /// A daemon SIGKILLed between starting a copy and recording its process

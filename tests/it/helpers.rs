@@ -648,7 +648,7 @@ impl Env {
     /// Remembers a running process with its start time; the first start
     /// time seen for a PID is the one this test started.
     fn remember(&self, pid: u32) {
-        if let Some(start) = shinyctl::procfs::start_ticks(pid) {
+        if let Some(start) = shinyctl::sys::procfs::start_ticks(pid) {
             self.pids.borrow_mut().entry(pid).or_insert(start);
         }
     }
@@ -656,7 +656,7 @@ impl Env {
     /// The remembered processes that are still the same ones (same PID and
     /// start time) and alive.
     fn still_ours(&self) -> Vec<u32> {
-        self.pids.borrow().iter().filter(|(&pid, &start)| shinyctl::procfs::is_alive(pid, start)).map(|(&pid, _)| pid).collect()
+        self.pids.borrow().iter().filter(|(&pid, &start)| shinyctl::sys::procfs::is_alive(pid, start)).map(|(&pid, _)| pid).collect()
     }
 }
 
@@ -728,7 +728,7 @@ impl Drop for Env {
         remove_cgroups(&self.home());
         // A root daemon's copies' disks of their own outlive the daemon (as
         // they do a restart): unmounted here, which frees their loop devices.
-        shinyctl::launcher::disk::detach_below(&self.dir).into_iter().for_each(|t| drop(t.join()));
+        shinyctl::sys::disk::detach_below(&self.dir).into_iter().for_each(|t| drop(t.join()));
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -739,7 +739,7 @@ impl Drop for Env {
 /// removable once the kernel has let go of its last process, which may take
 /// a moment after a SIGKILL: tried for up to 5 s.
 fn remove_cgroups(home: &Path) {
-    let name = format!("shinyctl-{}", shinyctl::limits::home_tag(home));
+    let name = format!("shinyctl-{}", shinyctl::sys::cgroup::home_tag(home));
     let mut found = Vec::new();
     let mut level = vec![PathBuf::from("/sys/fs/cgroup")];
     for _ in 0..5 {

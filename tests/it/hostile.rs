@@ -382,7 +382,7 @@ fn the_per_address_cap_holds_for_a_visitor_and_loopback_is_exempt() {
     // Taken in by the load balancer (its workers admit them), before the next.
     let sock = env.home().join("proxy/proxy.sock");
     wait_until(Duration::from_secs(20), "the load balancer to hold the 256 connections", || {
-        let (_, body) = shinyctl::uds::request_blocking(&sock, hyper::Method::GET, "/metrics", None, Duration::from_secs(5)).ok()?;
+        let (_, body) = shinyctl::wire::uds::request_blocking(&sock, hyper::Method::GET, "/metrics", None, Duration::from_secs(5)).ok()?;
         let m: serde_json::Value = serde_json::from_slice(&body).ok()?;
         (m["open_connections"].as_u64()? >= 256).then_some(())
     });
@@ -394,7 +394,7 @@ fn the_per_address_cap_holds_for_a_visitor_and_loopback_is_exempt() {
     let lo = [127, 0, 0, 1];
     let held_lo = connect_from_namespace(daemon, lo, visitor, port, 300);
     wait_until(Duration::from_secs(20), "the load balancer to hold the 300 more", || {
-        let (_, body) = shinyctl::uds::request_blocking(&sock, hyper::Method::GET, "/metrics", None, Duration::from_secs(5)).ok()?;
+        let (_, body) = shinyctl::wire::uds::request_blocking(&sock, hyper::Method::GET, "/metrics", None, Duration::from_secs(5)).ok()?;
         let m: serde_json::Value = serde_json::from_slice(&body).ok()?;
         (m["open_connections"].as_u64()? >= 556).then_some(())
     });
@@ -413,7 +413,7 @@ fn the_per_address_cap_holds_for_a_visitor_and_loopback_is_exempt() {
 /// own figures on `proxy.sock`.
 fn open_connections(env: &Env) -> Option<u64> {
     let sock = env.home().join("proxy/proxy.sock");
-    let (_, body) = shinyctl::uds::request_blocking(&sock, hyper::Method::GET, "/metrics", None, Duration::from_secs(5)).ok()?;
+    let (_, body) = shinyctl::wire::uds::request_blocking(&sock, hyper::Method::GET, "/metrics", None, Duration::from_secs(5)).ok()?;
     serde_json::from_slice::<serde_json::Value>(&body).ok()?["open_connections"].as_u64()
 }
 

@@ -226,7 +226,7 @@ fn the_init_says_the_moment_r_listens_and_not_before() {
     );
     let manifest = app.join("app.yaml");
     let spec = shinyctl::manifest::parse(&manifest, &format!("app-name: told\nport: 1\nr-path: {}\n", r.display())).unwrap();
-    let launch = shinyctl::launcher::Launch {
+    let launch = shinyctl::wire::launch::Launch {
         home: env.home(),
         app: "told".into(),
         copy: 1,

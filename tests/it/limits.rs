@@ -126,9 +126,14 @@ fn a_copy_over_its_memory_limit_is_stopped_counted_as_a_crash_and_comes_back() {
     assert_eq!(get(port, "/", &[]).unwrap().status, 200);
 
     // The metrics count it once, as a memory-limit restart and not a crash.
-    let (_, metrics) =
-        shinyctl::uds::request_blocking(&env.home().join("api.sock"), hyper::Method::GET, "/v1/metrics", None, Duration::from_secs(10))
-            .expect("api.sock answers");
+    let (_, metrics) = shinyctl::wire::uds::request_blocking(
+        &env.home().join("api.sock"),
+        hyper::Method::GET,
+        "/v1/metrics",
+        None,
+        Duration::from_secs(10),
+    )
+    .expect("api.sock answers");
     let metrics = String::from_utf8_lossy(&metrics);
     for (reason, want) in [("memory-limit", "1"), ("crash", "0")] {
         let series = format!("shinyctl_restarts_total{{app=\"hog\",reason=\"{reason}\"}} {want}");

@@ -40,7 +40,7 @@ fn kill_the_load_balancer_under_load(env: &Env, port: u16) -> u32 {
 
 /// The PIDs of the processes holding a socket listening on `port`.
 fn holders(port: u16) -> Vec<u32> {
-    shinyctl::procfs::port_holders(port).into_iter().map(|h| h.pid).collect()
+    shinyctl::sys::procfs::port_holders(port).into_iter().map(|h| h.pid).collect()
 }
 
 #[test]

@@ -13,8 +13,9 @@ const START: Duration = Duration::from_secs(60);
 
 /// One request on the test's api.sock: (status, body).
 fn api(env: &Env, path: &str) -> (u16, String) {
-    let (status, body) = shinyctl::uds::request_blocking(&env.home().join("api.sock"), Method::GET, path, None, Duration::from_secs(10))
-        .expect("api.sock answers");
+    let (status, body) =
+        shinyctl::wire::uds::request_blocking(&env.home().join("api.sock"), Method::GET, path, None, Duration::from_secs(10))
+            .expect("api.sock answers");
     (status.as_u16(), String::from_utf8_lossy(&body).into_owned())
 }
 

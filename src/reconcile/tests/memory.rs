@@ -3,7 +3,7 @@
 //! restarts it after the backoff, and the line under status says so.
 
 use super::*;
-use crate::model::MemoryStop;
+use crate::wire::MemoryStop;
 
 impl Sim {
     /// The copy was stopped for its memory: `used` bytes over `limit`.

@@ -94,11 +94,13 @@ impl Sim {
                     rec.started_ms = Some(self.now);
                     rec.ever_ready = false;
                     rec.left_down = None;
-                    self.world.copies.insert(copy, Seen { process: Process::Running { ready: false }, connections: 0, sessions: 0 });
+                    self.world
+                        .copies
+                        .insert(copy, ObservedCopy { process: Process::Running { ready: false }, connections: 0, sessions: 0 });
                 }
                 Action::Stop(copy) => {
                     let exit = Exit { at_ms: self.now, code: None, signal: Some(15), memory: None, start_timeout_ms: None, disk: None };
-                    self.world.copies.insert(copy, Seen { process: Process::Exited(exit), connections: 0, sessions: 0 });
+                    self.world.copies.insert(copy, ObservedCopy { process: Process::Exited(exit), connections: 0, sessions: 0 });
                 }
             }
         }
@@ -256,7 +258,7 @@ fn a_copy_strict_mode_refused_is_left_down_not_retried_as_a_crash() {
     let mut sim = Sim::new(1, 0);
     sim.at(0).cycle();
     sim.world.refused.insert(1, "sandbox mode strict and fences are missing: user-ns (x)".into());
-    sim.at(1).exits(1, Some(crate::launcher::EXIT_REFUSED), None).cycle();
+    sim.at(1).exits(1, Some(crate::wire::launch::EXIT_REFUSED), None).cycle();
     sim.world.refused.clear();
     sim.at(100).cycle();
     assert!(!sim.actions().contains(&Action::Start(1)), "not started again: {:?}", sim.actions());
@@ -269,7 +271,7 @@ fn a_copy_strict_mode_refused_is_left_down_not_retried_as_a_crash() {
     // The same status without the launcher's report is R's own: a crash.
     let mut sim = Sim::new(1, 0);
     sim.at(0).cycle();
-    sim.at(1).exits(1, Some(crate::launcher::EXIT_REFUSED), None).cycle();
+    sim.at(1).exits(1, Some(crate::wire::launch::EXIT_REFUSED), None).cycle();
     assert_eq!((sim.record(1).crashes, sim.record(1).left_down.clone()), (1, None));
 }
 

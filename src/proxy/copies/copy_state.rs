@@ -1,0 +1,188 @@
+//! What the load balancer learns itself about one copy's process (its
+//! open connections and sessions, when it refused or went silent), shared
+//! by every table that names the same process on the same port.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::proxy::copies::idle_connections::Pool;
+
+/// A copy marked down is tried again after this long even if the table
+/// did not change, so a copy that refused once by mistake comes back by
+/// itself (the cost of a wrong guess is one refused connect).
+pub const DOWN_FOR_MS: u64 = 10_000;
+
+/// A copy that has had a request waiting this long without answering
+/// anything is stalled: it keeps its visitors but gets no new ones.
+pub const STALL_AFTER_MS: u64 = 5_000;
+
+/// What the load balancer knows about one copy's process, shared by every
+/// table that names the same process on the same port.
+#[derive(Default)]
+pub struct CopyState {
+    /// Requests in flight plus open WebSockets.
+    pub connections: AtomicU64,
+    /// Open WebSockets.
+    pub sessions: AtomicU64,
+    /// Unix ms when the copy last refused a connection (0: never). It gets
+    /// no visitor until a table names another process or port for it, or
+    /// [`DOWN_FOR_MS`] passes.
+    pub down_at_ms: AtomicU64,
+    /// Idle keep-alive connections to the copy.
+    pub pool: Pool,
+    /// Requests sent and not yet answered (not counting those abandoned).
+    pub pending: AtomicU64,
+    /// [`crate::sys::clock::mono_ms`] since when a request has been waiting for the copy's answer
+    /// (0: none waits). A request abandoned unanswered leaves it set, until
+    /// the copy answers something (another request, or the probe).
+    pub waiting_since_ms: AtomicU64,
+    /// [`crate::sys::clock::mono_ms`] of the copy's last answer (its first
+    /// byte), 0 if none.
+    pub last_answer_ms: AtomicU64,
+    /// A probe is asking the stalled copy whether it answers again.
+    pub probing: AtomicBool,
+    /// Warm-up requests were sent to it as a spare (`warm.rs`), or are
+    /// under way.
+    pub warmed: AtomicBool,
+    /// Its process has exited (`liveness.rs`): down for good, so no
+    /// visitor is sent to whatever listens on its port next, even while
+    /// the daemon is away and no new table comes.
+    pub gone: AtomicBool,
+    /// A watcher of its process runs.
+    pub watched: AtomicBool,
+    /// When visitors were placed on it ([`crate::sys::clock::mono_ms`]), oldest
+    /// first, whose WebSocket has not opened yet: each counts toward
+    /// `max-sessions` until then, or for [`PLACED_FOR_MS`].
+    pub placements: std::sync::Mutex<std::collections::VecDeque<u64>>,
+}
+
+/// A visitor placed on a copy counts toward its `max-sessions` this long at
+/// most, if its WebSocket never opens (a page that is not Shiny's, a visitor
+/// who left).
+pub const PLACED_FOR_MS: u64 = 30_000;
+
+impl CopyState {
+    /// A new visitor was placed on the copy at `now` (mono ms).
+    pub fn place(&self, now: u64) {
+        let mut p = self.placements.lock().unwrap_or_else(|e| e.into_inner());
+        expire(&mut p, now);
+        p.push_back(now);
+    }
+
+    /// The visitors placed on the copy that still count at `now`.
+    pub fn placed(&self, now: u64) -> u64 {
+        let mut p = self.placements.lock().unwrap_or_else(|e| e.into_inner());
+        expire(&mut p, now);
+        p.len() as u64
+    }
+
+    /// A WebSocket opened on the copy: the oldest placement is now a
+    /// session, counted as one.
+    pub fn session_opened(&self) {
+        self.placements.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+    }
+}
+
+/// Drops the placements older than [`PLACED_FOR_MS`] at `now`.
+fn expire(p: &mut std::collections::VecDeque<u64>, now: u64) {
+    while p.front().is_some_and(|&t| now.saturating_sub(t) >= PLACED_FOR_MS) {
+        p.pop_front();
+    }
+}
+
+impl CopyState {
+    /// True while the copy is marked down at unix ms `now`, or its process
+    /// is gone.
+    pub fn is_down(&self, now: u64) -> bool {
+        self.gone.load(Ordering::Relaxed) || is_down(self.down_at_ms.load(Ordering::Relaxed), now)
+    }
+
+    /// Marks the copy down at `now`; true when it was not down already (so
+    /// the caller is the one to report it).
+    pub fn mark_down(&self, now: u64) -> bool {
+        !is_down(self.down_at_ms.swap(now, Ordering::Relaxed), now)
+    }
+}
+
+impl CopyState {
+    /// A request is about to be sent at `now` ([`crate::sys::clock::mono_ms`],
+    /// as for every time below).
+    /// True when it started the waiting clock (nothing was waiting).
+    pub fn sent(&self, now: u64) -> bool {
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        self.waiting_since_ms.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    /// A request counted by [`CopyState::sent`] was never written after all
+    /// (its connection had closed): uncounted, and the clock it `started`
+    /// is stopped when nothing else waits, so the copy is not thought silent.
+    pub fn unsent(&self, started: bool) {
+        let left = self.pending.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+        if started && left == 0 {
+            self.waiting_since_ms.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A request sent is done with: `answered` (its first byte came at
+    /// `now`) or not (it failed or was abandoned).
+    pub fn done(&self, answered: bool, now: u64) {
+        let left = self.pending.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+        if answered {
+            self.heard(now, left);
+        }
+    }
+
+    /// The copy answered at `now` with `left` requests still
+    /// waiting: they count from now.
+    pub fn heard(&self, now: u64, left: u64) {
+        self.last_answer_ms.fetch_max(now, Ordering::Relaxed);
+        self.waiting_since_ms.store(if left == 0 { 0 } else { now }, Ordering::Relaxed);
+    }
+
+    /// How long, at `now`, a request has waited for the copy with
+    /// no answer from it since (0: nothing waits).
+    pub fn silent_ms(&self, now: u64) -> u64 {
+        match self.waiting_since_ms.load(Ordering::Relaxed) {
+            0 => 0,
+            since => now.saturating_sub(since.max(self.last_answer_ms.load(Ordering::Relaxed))),
+        }
+    }
+}
+
+/// True while a copy marked down at `down_at` (0: never) stays down.
+fn is_down(down_at: u64, now: u64) -> bool {
+    down_at != 0 && now.saturating_sub(down_at) < DOWN_FOR_MS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_is_silent_while_a_request_waits_unanswered() {
+        let c = CopyState::default();
+        assert_eq!(c.silent_ms(1_000), 0, "nothing sent");
+        assert!(c.sent(1_000));
+        assert!(!c.sent(2_000), "the clock runs from the first");
+        assert_eq!(c.silent_ms(7_000), 6_000);
+        c.done(true, 7_000);
+        assert_eq!(c.silent_ms(9_000), 2_000, "the other one waits, counted from the last answer");
+        c.done(true, 9_500);
+        assert_eq!(c.silent_ms(20_000), 0, "all answered");
+        let started = c.sent(30_000);
+        c.unsent(started);
+        assert_eq!(c.silent_ms(40_000), 0, "a request never written leaves no silence");
+        c.sent(50_000);
+        c.done(false, 51_000);
+        assert_eq!(c.silent_ms(56_000), 6_000, "one abandoned unanswered keeps it suspect until it answers");
+        c.heard(57_000, 0);
+        assert_eq!(c.silent_ms(60_000), 0, "the probe's answer clears it");
+    }
+
+    #[test]
+    fn a_mark_down_expires() {
+        assert!(!is_down(0, 5));
+        assert!(is_down(1000, 1000 + DOWN_FOR_MS - 1));
+        assert!(!is_down(1000, 1000 + DOWN_FOR_MS));
+        assert!(is_down(1000, 999));
+    }
+}

@@ -1,0 +1,255 @@
+//! Sending one request to one copy: on an idle pooled connection when there
+//! is one, else on a new connection; and what a failed send leaves, so the
+//! caller can send the request again, to the same copy or another.
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::client::conn::TrySendError;
+use hyper::header::HeaderMap;
+use hyper::http::request;
+use hyper::{Method, Request, Response, Uri, Version};
+use hyper_util::rt::TokioIo;
+
+use crate::proxy::copies::copy_state::CopyState;
+use crate::proxy::copies::idle_connections::Sender;
+use crate::proxy::copies::idle_connections::UpBody;
+use crate::proxy::copies::table::LiveCopy;
+use crate::proxy::error_source::ErrorSource;
+use crate::proxy::requests::body::Lease;
+use crate::proxy::visitors::caps;
+use crate::proxy::visitors::quickack::QuickAck;
+use crate::sys::clock::mono_ms;
+
+/// A connection to a copy that is refused or times out within this marks
+/// the copy down.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long an idle pooled connection may take to say it is ready again.
+const READY_WAIT: Duration = Duration::from_millis(200);
+
+/// What a failed send leaves.
+pub enum Failure {
+    /// The copy refused the connection, reset it or did not accept it in
+    /// time; the request was not sent and comes back.
+    Refused(Box<Request<UpBody>>, io::Error),
+    /// The load balancer itself could not open a connection (out of
+    /// descriptors, buffers, memory, local ports): no copy is at fault.
+    Local(io::Error),
+    /// The request was sent (maybe in part) and no answer came.
+    Lost(hyper::Error),
+}
+
+/// A sent request's answer, with the lease it holds.
+pub struct Sent {
+    /// The copy's answer, its body not yet read.
+    pub resp: Response<Incoming>,
+    /// Counts the request against the copy until the body is read.
+    pub lease: Lease,
+}
+
+/// The head of a request without a body, kept so it can be sent again.
+pub struct Replay {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+impl Replay {
+    /// The head of `parts`, kept.
+    pub fn of(parts: &request::Parts) -> Replay {
+        Replay { method: parts.method.clone(), uri: parts.uri.clone(), headers: parts.headers.clone() }
+    }
+
+    /// The request again, with no body.
+    pub fn request(&self) -> Request<UpBody> {
+        let mut req = Request::new(UpBody::Empty);
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.headers_mut() = self.headers.clone();
+        *req.version_mut() = Version::HTTP_11;
+        req
+    }
+}
+
+/// Sends the request to a copy: on an idle pooled connection when there is
+/// one (a WebSocket always gets a new one), else on a new connection.
+pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> Result<Sent, Failure> {
+    let mut lease = Lease::new(copy.state.clone());
+    if !upgrade {
+        while let Some(mut s) = copy.state.pool.take() {
+            // Pooled as soon as its last answer was read, a connection may
+            // not have said it is ready yet; a closed one says so at once.
+            if !matches!(tokio::time::timeout(READY_WAIT, s.ready()).await, Ok(Ok(()))) {
+                continue;
+            }
+            match exchange(&copy.state, &mut s, req).await {
+                Ok(resp) => {
+                    lease.sender = Some(s);
+                    return Ok(Sent { resp, lease });
+                }
+                Err(mut e) => match e.take_message() {
+                    // Never written: the connection had closed. Try another.
+                    Some(back) => req = back,
+                    None => return Err(Failure::Lost(e.into_error())),
+                },
+            }
+        }
+    }
+    let connect = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, copy.port));
+    let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) if blames_copy(&e) => return Err(Failure::Refused(Box::new(req), e)),
+        Ok(Err(e)) => return Err(Failure::Local(e)),
+        Err(_) => return Err(Failure::Refused(Box::new(req), io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))),
+    };
+    let _ = stream.set_nodelay(true);
+    // A copy that dies without a word (its machine side, a frozen process
+    // under a WebSocket) is found by keepalive, never by a quiet spell.
+    caps::watch_socket(&stream);
+    // R writes a response's head and body apart: acknowledge at once, so
+    // the body never waits for a delayed ACK (quickack.rs).
+    let (mut s, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(QuickAck::new(stream))).await {
+        Ok(pair) => pair,
+        Err(e) => return Err(Failure::Local(io::Error::other(e))),
+    };
+    let port = copy.port;
+    if upgrade {
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(source = %ErrorSource::Upstream, port, "connection: {e}");
+            }
+        });
+    } else {
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(source = %ErrorSource::Upstream, port, "connection: {e}");
+            }
+        });
+    }
+    match exchange(&copy.state, &mut s, req).await {
+        Ok(resp) => {
+            if !upgrade {
+                lease.sender = Some(s);
+            }
+            Ok(Sent { resp, lease })
+        }
+        Err(mut e) => match e.take_message() {
+            // Accepted, then closed before a byte was written: a copy on its
+            // way out is as good as one that refuses.
+            Some(back) => Err(Failure::Refused(Box::new(back), io::Error::other(e.into_error()))),
+            None => Err(Failure::Lost(e.into_error())),
+        },
+    }
+}
+
+/// Sends `req` on `s`, counted as waiting for the copy's answer until its
+/// head comes, so a copy that answers nothing shows (`stall.rs`). A request
+/// never written is not counted; one lost, or abandoned by its visitor,
+/// counts as unanswered.
+async fn exchange(state: &CopyState, s: &mut Sender, req: Request<UpBody>) -> Result<Response<Incoming>, TrySendError<Request<UpBody>>> {
+    let started = state.sent(mono_ms());
+    let mut waiting = Waiting { state, done: false };
+    let sent = s.try_send_request(req).await;
+    waiting.done = true;
+    match &sent {
+        Ok(_) => state.done(true, mono_ms()),
+        Err(e) if e.message().is_some() => state.unsent(started),
+        Err(_) => state.done(false, mono_ms()),
+    }
+    sent
+}
+
+/// A request handed to a copy's connection, until [`exchange`] knows what
+/// became of it; dropped before that, the visitor gave up unanswered.
+struct Waiting<'a> {
+    /// The copy's state.
+    state: &'a CopyState,
+    /// Counted as done already.
+    done: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.state.done(false, mono_ms());
+        }
+    }
+}
+
+/// True when the copy's process `pid` is gone (or a zombie) within a
+/// moment: a connection that broke mid-request and a process that ended
+/// with it make a copy death. The process closes its sockets on its way
+/// out, before it has exited, so it is given a little time to finish
+/// dying: waited for on a pidfd, which is readable the moment it has (a
+/// poll of `/proc` every 20 ms cost up to 20 ms of a failover), else
+/// `/proc` is polled.
+pub async fn died(pid: u32) -> bool {
+    if !running(pid) {
+        return true;
+    }
+    if let Ok(fd) = crate::sys::pidfd::Pidfd::open(pid, None) {
+        // SAFETY: the AsyncFd owns the OwnedFd, which stays open and the
+        // same until the AsyncFd drops (as in liveness.rs).
+        if let Ok(afd) = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd.fd, tokio::io::Interest::READABLE) } {
+            return tokio::time::timeout(DYING_WAIT, afd.readable()).await.is_ok() || !running(pid);
+        }
+    }
+    let deadline = tokio::time::Instant::now() + DYING_WAIT;
+    loop {
+        if !running(pid) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// How long a copy whose connection broke mid-request may take to exit
+/// for the break to count as its death.
+const DYING_WAIT: Duration = Duration::from_millis(250);
+
+/// True while `/proc/<pid>` is a process that has not exited.
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command, which is in parentheses and may
+        // hold anything: read after the last ')'.
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()).is_some_and(|s| s != 'Z' && s != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// True when a failed connect is the copy's doing (refused, reset, timed
+/// out, aborted): only that marks a copy down. Anything else, such as
+/// EMFILE or ENOBUFS, is the load balancer's own trouble.
+fn blames_copy(e: &io::Error) -> bool {
+    !caps::is_local(e)
+        && matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::TimedOut
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_process_is_told_from_a_gone_one() {
+        assert!(running(std::process::id()));
+        assert!(!running(u32::MAX - 1));
+    }
+
+    #[test]
+    fn only_a_refusal_reset_or_timeout_blames_the_copy() {
+        for errno in [libc::ECONNREFUSED, libc::ECONNRESET, libc::ETIMEDOUT, libc::ECONNABORTED] {
+            assert!(blames_copy(&io::Error::from_raw_os_error(errno)), "errno {errno}");
+        }
+        for errno in [libc::EMFILE, libc::ENFILE, libc::ENOBUFS, libc::ENOMEM, libc::EADDRNOTAVAIL, libc::EACCES] {
+            assert!(!blames_copy(&io::Error::from_raw_os_error(errno)), "errno {errno}");
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! The pool (README, "Sleep and wake": the pool): the daemon keeps a
+//! zygote (an R that has loaded shiny and runs no app, waiting in the
+//! shared library's `shinyctl_zygote`, see `launcher::zygote`), restarts
+//! it when it ends and stops it with the daemon. A copy's launcher claims
+//! a fork of it instead of starting R ([`route`] says whether, or why the
+//! copy starts cold), so a wake costs a fork, not R's start.
+//!
+//! The zygote runs as an unprivileged user (a root daemon's is an id of
+//! the identities range kept for the pool; otherwise the daemon's own),
+//! with no_new_privs, in a cgroup of its own that bounds its memory
+//! ([`POOL_MEMORY_ENV`]), in the host's namespaces: each claim's fork
+//! makes the copy's namespaces from there.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::home::Home;
+use crate::manifest::{AppSpec, SandboxMode};
+use crate::sys::cgroup::Cgroups;
+use crate::wire::launch::zygote;
+
+/// The daemon's environment variable that switches the pool off (`off`).
+pub const POOL_ENV: &str = "SHINYCTL_POOL";
+/// The daemon's environment variable that bounds the zygote's memory (a
+/// size such as `512M`; its cgroup's limit).
+pub const POOL_MEMORY_ENV: &str = "SHINYCTL_POOL_MEMORY";
+/// The zygote's memory bound when [`POOL_MEMORY_ENV`] is not set.
+pub const DEFAULT_MEMORY: u64 = 1 << 30;
+/// The R the zygote runs: an app with another `r-path` starts cold.
+pub const POOL_R: &str = "R";
+/// The shared library beside the binary that the zygote loads.
+pub const LIBRARY: &str = "libshinyctl.so";
+
+/// What an app's environment may not set for a claim: R reads these only
+/// when it starts (its library paths, heap limit, locale, time zone, the
+/// dynamic loader's path).
+pub fn read_at_start(name: &str) -> bool {
+    name.starts_with("R_LIBS")
+        || name == "R_MAX_VSIZE"
+        || name == "LANG"
+        || name.starts_with("LC_")
+        || name == "TZ"
+        || name == "LD_LIBRARY_PATH"
+}
+
+/// The pool as the daemon runs it.
+#[derive(Debug, Default)]
+struct State {
+    /// Why the pool is off, when it is.
+    off: Option<String>,
+    /// The zygote's socket.
+    socket: PathBuf,
+    /// The zygote that runs.
+    zygote: Option<u32>,
+    /// Its memory bound.
+    memory_max: Option<u64>,
+    /// How many times a zygote was started.
+    starts: u32,
+    /// Set when the daemon stops: the zygote is not started again.
+    stopping: bool,
+}
+
+/// The daemon's one pool.
+fn state() -> &'static Mutex<State> {
+    static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+    STATE.get_or_init(|| Mutex::new(State { off: Some("the daemon has not started it".into()), ..State::default() }))
+}
+
+/// Locks the pool's state (a poisoned lock still holds good figures).
+fn lock() -> std::sync::MutexGuard<'static, State> {
+    state().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why the pool is off for the whole daemon, from its environment and
+/// what is installed; none when it may run.
+fn off_reason(library: &Path) -> Option<String> {
+    if std::env::var(POOL_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off") || v == "0" || v.eq_ignore_ascii_case("false")) {
+        return Some(format!("the pool is off ({POOL_ENV}=off)"));
+    }
+    if !library.is_file() {
+        return Some(format!("the pool's library {} is not beside the binary", library.display()));
+    }
+    None
+}
+
+/// The shared library beside this binary; in a cargo build tree, the
+/// newer of that and `deps/`'s (`cargo test` builds the library there
+/// without copying it up).
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let installed = exe.to_string_lossy();
+    let beside = PathBuf::from(installed.strip_suffix(" (deleted)").unwrap_or(&installed)).with_file_name(LIBRARY);
+    let built = beside.with_file_name("deps").join(LIBRARY);
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (mtime(&beside), mtime(&built)) {
+        (Some(a), Some(b)) if b > a => built,
+        (None, Some(_)) => built,
+        _ => beside,
+    }
+}
+
+/// Starts the pool's keeper: a thread that runs the zygote and starts it
+/// again when it ends (after a pause that grows while it keeps failing).
+pub fn start(home: &Home, cgroups: &Cgroups) {
+    let lib = library();
+    let socket = home.root.join("pool").join("zygote.sock");
+    {
+        let mut s = lock();
+        s.socket = socket.clone();
+        s.off = off_reason(&lib);
+        if let Some(why) = &s.off {
+            tracing::info!("{why}: every copy starts cold");
+            return;
+        }
+    }
+    let (home, cgroups) = (home.clone(), cgroups.clone());
+    let spawned = std::thread::Builder::new().name("pool".into()).spawn(move || keep(&home, &cgroups, &lib, &socket));
+    if let Err(e) = spawned {
+        lock().off = Some(format!("the pool's thread cannot start ({e})"));
+    }
+}
+
+/// Runs the zygote until the daemon stops. The zygote's parent-death
+/// signal is bound to this thread, which lives as long as the daemon.
+fn keep(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) {
+    let mut pause = Duration::from_millis(500);
+    loop {
+        if lock().stopping {
+            return;
+        }
+        let began = Instant::now();
+        match spawn(home, cgroups, lib, socket) {
+            Ok(mut child) => {
+                let status = child.wait();
+                lock().zygote = None;
+                if lock().stopping {
+                    return;
+                }
+                tracing::warn!("the pool's zygote (pid {}) ended ({status:?}); starting another", child.id());
+            }
+            Err(e) => {
+                tracing::warn!("the pool's zygote cannot start: {e:#}");
+                lock().off = Some(format!("the zygote cannot start: {e:#}"));
+            }
+        }
+        pause =
+            if began.elapsed() > Duration::from_secs(60) { Duration::from_millis(500) } else { (pause * 2).min(Duration::from_secs(30)) };
+        std::thread::sleep(pause);
+    }
+}
+
+/// Binds the zygote's socket (it listens once shiny is loaded: a claim
+/// before then is refused at once and the copy starts cold) and starts the
+/// zygote with it as fd 3.
+fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::Result<std::process::Child> {
+    let listener = bind(socket)?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(home.root.join("pool").join("zygote.log"))?;
+    let mut given: Vec<(std::ffi::OsString, std::ffi::OsString)> = crate::sys::users::kept_env(std::env::vars_os());
+    // No user environment file or profile: a claimed copy reads the app's.
+    given.push(("R_ENVIRON_USER".into(), "/nonexistent".into()));
+    let root = nix::unistd::geteuid().is_root();
+    let uid = if root {
+        Some(crate::sys::ids::of_app(
+            &crate::sys::ids::ids_file(),
+            (crate::sys::ids::FIRST, crate::sys::ids::LAST),
+            &home.root,
+            ".pool",
+            "zygote",
+        )?)
+    } else {
+        None
+    };
+    if let Some(uid) = uid {
+        // As an app's identity has it (README, "Identities"), so R's HOME
+        // is the claimed copy's.
+        let who = crate::sys::users::of_app(uid);
+        given.retain(|(k, _)| !matches!(k.to_str(), Some("HOME" | "USER" | "LOGNAME")));
+        given.extend([
+            ("HOME".into(), who.home.into_os_string()),
+            ("USER".into(), who.name.clone().into()),
+            ("LOGNAME".into(), who.name.into()),
+        ]);
+        std::os::unix::fs::chown(home.root.join("pool").join("zygote.log"), Some(uid), Some(uid))?;
+    }
+    let names: Vec<String> = given.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+    let mut cmd = Command::new(POOL_R);
+    cmd.args(["--no-echo", "--no-restore", "--no-init-file", "-e", &zygote::r_expr(lib)])
+        .env_clear()
+        .envs(given)
+        .env(zygote::GIVEN_ENV, names.join(","))
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    if let Some(uid) = uid {
+        cmd.uid(uid).gid(uid);
+    }
+    let fd = listener.as_raw_fd();
+    // SAFETY: only async-signal-safe calls (dup2, close_range, setsid, prctl).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Nothing else the daemon holds (or was given by its starter)
+            // reaches the zygote, and so no copy claimed from it.
+            if libc::syscall(libc::SYS_close_range, 4 as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::setsid();
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            Ok(())
+        });
+    }
+    let memory = std::env::var(POOL_MEMORY_ENV).ok().and_then(|v| crate::manifest::parse_size(&v)).unwrap_or(DEFAULT_MEMORY);
+    let n = {
+        let mut s = lock();
+        s.starts += 1;
+        s.starts
+    };
+    // Only on cgroup v2, where the launcher moves a claim's fork whole into
+    // its copy's cgroup. Under v1 a copy without a memory limit has no
+    // memory cgroup of its own, so its fork would stay in the pool's (its
+    // memory the pool's, and a new daemon clearing the pool's leaf would
+    // end it): there the zygote stays in the daemon's cgroups, as copies.
+    let leaf = format!("pool-{n}");
+    let cgroup = if cgroups.is_v2() { cgroups.prepare(&leaf, Some(memory), 4096) } else { Ok(Vec::new()) };
+    let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run {POOL_R}: {e}"))?;
+    drop(listener);
+    let bounded = match &cgroup {
+        Ok(dirs) if !dirs.is_empty() => dirs.iter().all(|d| std::fs::write(d.join("cgroup.procs"), child.id().to_string()).is_ok()),
+        _ => false,
+    };
+    let mut s = lock();
+    s.zygote = Some(child.id());
+    s.memory_max = bounded.then_some(memory);
+    s.off = None;
+    tracing::info!(pid = child.id(), "the pool's zygote started");
+    Ok(child)
+}
+
+/// Binds the zygote's socket afresh (mode 0600 in a folder of mode 0700).
+fn bind(path: &Path) -> anyhow::Result<OwnedFd> {
+    use nix::sys::socket::{bind, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    }
+    let _ = std::fs::remove_file(path);
+    let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)?;
+    bind(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
+    Ok(fd)
+}
+
+/// Stops the zygote (the daemon stops). Copies claimed from it run on.
+pub fn stop() {
+    let mut s = lock();
+    s.stopping = true;
+    if let Some(pid) = s.zygote.take() {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// Where a copy of `spec` (running `dir`) is claimed from: the zygote's
+/// socket, or why it starts cold.
+pub fn route(spec: &AppSpec, dir: &Path) -> Result<PathBuf, String> {
+    let s = lock();
+    if let Some(why) = &s.off {
+        return Err(why.clone());
+    }
+    if !spec.pool {
+        return Err("pool: false in its manifest".into());
+    }
+    if spec.start.sandbox.mode == SandboxMode::Off {
+        return Err("sandbox mode off (a claimed copy is always fenced)".into());
+    }
+    if spec.start.r_path != POOL_R {
+        return Err(format!("r-path {} is not the pool's R ({POOL_R})", spec.start.r_path));
+    }
+    if let Some(name) = spec.start.env.keys().find(|k| read_at_start(k)) {
+        return Err(format!("its env sets {name}, which R reads only when it starts"));
+    }
+    if dir.join("renv.lock").exists() || dir.join("renv").is_dir() {
+        return Err("it uses renv, whose library may hold another shiny than the pool's".into());
+    }
+    if s.zygote.is_none() {
+        return Err("no zygote runs".into());
+    }
+    Ok(s.socket.clone())
+}
+
+/// The pool as status and metrics show it.
+pub fn report() -> crate::wire::PoolReport {
+    let s = lock();
+    let zygotes: Vec<crate::wire::ZygoteReport> = s
+        .zygote
+        .iter()
+        .map(|&pid| crate::wire::ZygoteReport {
+            pid,
+            rss_bytes: crate::sys::procfs::rss_bytes(pid).unwrap_or(0),
+            ready: listening(&s.socket),
+        })
+        .collect();
+    crate::wire::PoolReport { on: s.off.is_none(), off: s.off.clone(), size: 1, memory_max_bytes: s.memory_max, zygotes }
+}
+
+/// True when the Unix socket at `path` listens (the zygote has loaded
+/// shiny and waits for claims): its `/proc/net/unix` line has the
+/// accepting flag (`__SO_ACCEPTCON`, 0x10000).
+fn listening(path: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let want = path.to_string_lossy();
+    text.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() >= 8 && f[7] == want && u32::from_str_radix(f[3], 16).is_ok_and(|flags| flags & 0x10000 != 0)
+    })
+}
+
+/// The zygotes' resident memory, counted in capacity's memory bound.
+pub fn memory_used() -> u64 {
+    let pid = lock().zygote;
+    pid.and_then(crate::sys::procfs::rss_bytes).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_r_reads_only_at_start_is_known() {
+        for name in ["R_LIBS", "R_LIBS_USER", "R_LIBS_SITE", "R_MAX_VSIZE", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH"] {
+            assert!(read_at_start(name), "{name}");
+        }
+        for name in ["HOME", "DB_URL", "R_CONFIG_ACTIVE", "LANGUAGE_X"] {
+            assert!(!read_at_start(name), "{name}");
+        }
+    }
+}

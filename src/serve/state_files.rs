@@ -1,0 +1,215 @@
+//! The record step and the daemon's other files: state.json (atomic:
+//! temporary file, fsync, rename), registry.json, the daemon's lock, and log
+//! rotation.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::home::{write_atomic, Home};
+use crate::wire::{AppState, Registry};
+
+use crate::serve::AppRt;
+use crate::serve::Daemon;
+use crate::serve::LOG_ROTATE_BYTES;
+
+/// Takes an exclusive, non-blocking flock on `path`; held until the
+/// returned lock drops.
+pub fn lock_exclusive(path: &Path) -> io::Result<Flock<fs::File>> {
+    let f = fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path)?;
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| io::Error::from(errno))
+}
+
+/// Reads registry.json (empty when there is none yet).
+pub fn load_registry(home: &Home) -> anyhow::Result<Registry> {
+    match fs::read(home.registry()) {
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}; move it aside to start afresh", home.registry().display()))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Registry::default()),
+        Err(e) => Err(anyhow::anyhow!("{}: {e}", home.registry().display())),
+    }
+}
+
+/// Writes registry.json atomically.
+pub fn save_registry(home: &Home, registry: &Registry) -> anyhow::Result<()> {
+    let bytes = serde_json::to_vec_pretty(registry)?;
+    write_atomic(&home.registry(), &bytes, 0o600)?;
+    Ok(())
+}
+
+/// Reads an app's state.json, if there is a readable one.
+pub fn load_state(path: &Path) -> Option<AppState> {
+    let bytes = fs::read(path).ok()?;
+    match serde_json::from_slice(&bytes) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(file = %path.display(), "unreadable state, starting afresh: {e}");
+            None
+        }
+    }
+}
+
+/// Writes an app's state.json atomically. A failure is logged and
+/// returned; the previous file stays whole.
+pub fn save_state(path: &Path, state: &AppState) -> io::Result<()> {
+    let result = serde_json::to_vec_pretty(state).map_err(io::Error::other).and_then(|b| write_atomic(path, &b, 0o644));
+    if let Err(e) = &result {
+        tracing::error!(file = %path.display(), "cannot record state: {e}");
+    }
+    result
+}
+
+/// Checks, before an apply changes anything, that `path` can be the app's
+/// state file: an existing file there must be a shinyctl state file (so no
+/// file of the user's is overwritten), and its folder must take a new file
+/// (a read-only or full disk is refused now rather than found later).
+pub fn check_state_file(path: &Path) -> Result<(), String> {
+    match fs::read(path) {
+        Ok(bytes) => {
+            if serde_json::from_slice::<AppState>(&bytes).is_err() {
+                return Err(format!(
+                    "{} exists and is not a shinyctl state file; shinyctl would overwrite it. Set state-file to another path, or move the file aside",
+                    path.display()
+                ));
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    }
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let probe = dir.join(format!(".shinyctl-probe.{}", std::process::id()));
+    let made = fs::OpenOptions::new().write(true).create_new(true).open(&probe).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(b"{}")?;
+        f.sync_all()
+    });
+    let _ = fs::remove_file(&probe);
+    made.map_err(|e| {
+        format!(
+            "cannot write the state file in {}: {e}; make the folder writable or set state-file to a path in a writable folder",
+            dir.display()
+        )
+    })
+}
+
+/// When the file is larger than `limit`, copies it to `<file>.1` and
+/// truncates it in place. The writer keeps its O_APPEND descriptor, so it
+/// goes on writing at the new end and nothing it writes is lost.
+pub fn rotate_if_larger(path: &Path, limit: u64) -> io::Result<bool> {
+    let len = match fs::metadata(path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if len <= limit {
+        return Ok(false);
+    }
+    let mut old = path.as_os_str().to_owned();
+    old.push(".1");
+    // A disk too full for the copy loses the old lines, not the copy: the
+    // log is emptied all the same, so the copy's writes find room again.
+    let copied = fs::copy(path, &old);
+    if copied.is_err() {
+        let _ = fs::remove_file(&old);
+    }
+    fs::OpenOptions::new().write(true).open(path)?.set_len(0)?;
+    copied.map(|_| true)
+}
+
+/// Log rotation, off the async runtime and outside every lock: copying a
+/// 1 GiB log takes seconds, and neither the cycle nor the API waits for it.
+#[derive(Default)]
+pub struct Rotation {
+    /// The rotation running, if one is.
+    running: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Rotation {
+    /// Rotates copy logs and api.log past 1 GiB by copy-and-truncate, so a
+    /// copy that writes while the daemon is down loses nothing; unless the
+    /// last rotation is still running.
+    pub fn start(&mut self, logs: Vec<PathBuf>) {
+        if self.running.as_ref().is_some_and(|r| !r.is_finished()) {
+            return;
+        }
+        self.running = Some(tokio::task::spawn_blocking(move || {
+            for path in logs {
+                if let Err(e) = rotate_if_larger(&path, LOG_ROTATE_BYTES) {
+                    tracing::warn!(log = %path.display(), "cannot rotate: {e}");
+                }
+            }
+        }));
+    }
+}
+
+impl Daemon {
+    /// Loads registry.json and each app's state.json. The processes they
+    /// name that still run (same PID and start time) are adopted by the
+    /// first cycle's observe, which runs at once.
+    pub(in crate::serve) fn load(&mut self) -> anyhow::Result<()> {
+        // Nothing is being taken yet: partial copies are a dead daemon's.
+        crate::release::clean_leftovers(&self.home.releases_root());
+        let registry = load_registry(&self.home)?;
+        for (name, spec) in registry.apps {
+            let state = load_state(&spec.state_file).unwrap_or_default();
+            self.apps.insert(name, AppRt::new(spec, state));
+        }
+        Ok(())
+    }
+
+    /// The logs that rotate: every copy's and api.log.
+    pub(in crate::serve) fn log_paths(&self) -> Vec<PathBuf> {
+        let copies = self.apps.values().flat_map(|a| {
+            a.recorded.state.copies.iter().map(|r| self.home.copy_log(&a.recorded.spec.group, &a.recorded.spec.name, r.copy))
+        });
+        copies.chain([self.home.api_log()]).collect()
+    }
+
+    /// Saves registry.json from the apps held (those not being deleted).
+    pub(in crate::serve) fn save_registry(&self) -> anyhow::Result<()> {
+        let apps = self.apps.iter().filter(|(_, a)| !a.recorded.deleting).map(|(n, a)| (n.clone(), a.recorded.spec.clone())).collect();
+        save_registry(&self.home, &Registry { apps })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotation_copies_and_truncates_and_the_writer_goes_on() {
+        use std::io::Write;
+        let dir = std::env::temp_dir().join(format!("shinyctl-rotate-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("a.log");
+        let mut writer = fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        writer.write_all(&[b'x'; 100]).unwrap();
+        assert!(!rotate_if_larger(&log, 100).unwrap(), "not past the limit");
+        writer.write_all(b"y").unwrap();
+        assert!(rotate_if_larger(&log, 100).unwrap());
+        assert_eq!(fs::metadata(dir.join("a.log.1")).unwrap().len(), 101);
+        writer.write_all(b"after").unwrap();
+        assert_eq!(fs::read(&log).unwrap(), b"after", "the writer appends at the new end");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_daemon_rotates_logs_at_one_gib() {
+        // README, "Files": "Logs rotate at 1 GiB." The daemon's rotation
+        // is rotate_if_larger with this limit (tested above with a small one).
+        assert_eq!(crate::serve::LOG_ROTATE_BYTES, 1024 * 1024 * 1024);
+    }
+
+    #[test]
+    fn a_second_lock_is_refused() {
+        let path = std::env::temp_dir().join(format!("shinyctl-lock-{}", std::process::id()));
+        let held = lock_exclusive(&path).unwrap();
+        assert!(lock_exclusive(&path).is_err());
+        drop(held);
+        assert!(lock_exclusive(&path).is_ok());
+        let _ = fs::remove_file(&path);
+    }
+}

@@ -1,0 +1,73 @@
+//! The memory bound on growth (README, "Capacity"): an app grows only while
+//! one more copy fits under `SHINYCTL_MAX_MEMORY` (in the daemon's
+//! environment; when unset, [`DEFAULT_SHARE`] of the machine's memory),
+//! counting every copy the daemon runs, every app's, spares included.
+
+use std::sync::OnceLock;
+
+use crate::reconcile::MemoryRoom;
+use crate::serve::Daemon;
+
+/// The environment variable that sets the bound: a size such as `8G`.
+pub const MAX_MEMORY_ENV: &str = "SHINYCTL_MAX_MEMORY";
+/// The bound when the variable is not set: this share of the machine's
+/// memory (`MemTotal`), leaving the rest to the system and everything else.
+pub const DEFAULT_SHARE: f64 = 0.8;
+
+/// The bound in bytes, read once; none when neither the variable nor the
+/// machine's memory can be read (then growth is not bounded).
+pub fn bound() -> Option<u64> {
+    static BOUND: OnceLock<Option<u64>> = OnceLock::new();
+    *BOUND.get_or_init(|| {
+        if let Ok(v) = std::env::var(MAX_MEMORY_ENV) {
+            match crate::manifest::parse_size(&v) {
+                Some(n) if n > 0 => return Some(n),
+                _ => tracing::warn!(
+                    "{MAX_MEMORY_ENV}={v:?} is not a size such as 8G or 512M; growth is bounded by {}% of the machine's memory",
+                    DEFAULT_SHARE * 100.0
+                ),
+            }
+        }
+        let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| mem_total(&t))?;
+        Some((total as f64 * DEFAULT_SHARE) as u64)
+    })
+}
+
+/// `MemTotal` of a /proc/meminfo text, in bytes.
+fn mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+impl Daemon {
+    /// What app `name` may grow into; none for an app that cannot grow (no
+    /// `max-sessions`, or `max-replicas` not over `replicas`: /proc is not
+    /// read for it), or with no copy running to size one by.
+    pub(in crate::serve) fn memory_room(&self, name: &str) -> Option<MemoryRoom> {
+        let spec = &self.apps.get(name)?.recorded.spec;
+        if spec.scale.max_sessions.is_none() || spec.scale.max_active() <= spec.scale.replicas {
+            return None;
+        }
+        let bound = bound()?;
+        // Read by the sampler off the lock (`cpu.rs`), not here under it.
+        let size = |pid: Option<u32>| pid.and_then(|p| self.copy_rss.get(&p).copied()).unwrap_or(0);
+        // The pool's zygote counts too: it holds R and shiny for the next wake.
+        let used = self.apps.values().flat_map(|a| &a.recorded.state.copies).map(|r| size(r.pid)).sum::<u64>()
+            + crate::serve::copies::zygote_pool::memory_used();
+        let per_copy = self.apps.get(name)?.recorded.state.copies.iter().map(|r| size(r.pid)).max().filter(|&n| n > 0)?;
+        Some(MemoryRoom { used, bound, per_copy })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_machines_memory_is_read_from_meminfo() {
+        assert_eq!(mem_total("MemTotal:       16318480 kB\nMemFree:  1 kB\n"), Some(16_318_480 * 1024));
+        assert_eq!(mem_total("MemFree: 1 kB\n"), None);
+        assert!(bound().is_some_and(|b| b > 0), "this machine has a bound");
+    }
+}

@@ -1,0 +1,25 @@
+//! The pool's zygote as the daemon starts it: the R expression it runs
+//! and the variables through which the daemon and a claim speak to it (the
+//! zygote's own code, in R's process, is the launcher's `zygote.rs`).
+
+/// The environment variable through which a claimed copy's R gets its
+/// program (the launcher's `claim::r_program`); R reads and removes it.
+pub const PROGRAM_ENV: &str = "SHINYCTL_CLAIM_R";
+
+/// The variable naming (comma-separated) the variables the daemon gave
+/// the zygote, which a claimed copy's R drops before it takes the copy's.
+pub const GIVEN_ENV: &str = "SHINYCTL_ZYGOTE_ENV";
+
+/// The `-e` expression of the zygote's R: shiny loaded, and what its first
+/// page loads (bslib, sass, jquerylib: 0.2 s of a copy's first request),
+/// none of it an app's; then the wait for claims in `library` (fd 3 is its socket); in a claimed copy, the call
+/// returns and R runs the copy's program.
+pub fn r_expr(library: &std::path::Path) -> String {
+    format!(
+        "suppressPackageStartupMessages(library(shiny)); \
+         invisible(htmltools::renderTags(shiny::fluidPage(shiny::textOutput('o'), shiny::textInput('i', 'i')))); \
+         dyn.load({}); invisible(.C('shinyctl_zygote', 3L)); \
+         local({{ p <- Sys.getenv('{PROGRAM_ENV}'); Sys.unsetenv('{PROGRAM_ENV}'); eval(parse(text = p), envir = globalenv()) }})",
+        super::r_string(&library.to_string_lossy())
+    )
+}
