@@ -68,7 +68,7 @@ cargo build
 # The upgrade test starts from a build that really differs: the last
 # release before the current work (its source from git, built once into
 # target/previous), not this build with its id rewritten.
-previous=a36962d809d2678bb3fd3e2ec07b25b63cd7bd2d
+previous=5bbc6ab06f0698681d456e9c99ca46293ebdd83d
 echo "==> the previous build ($previous) for the upgrade test"
 if [ ! -x target/previous/debug/shinyctl ] || [ "$(cat target/previous/commit 2>/dev/null)" != "$previous" ]; then
     rm -rf target/previous-src

@@ -90,6 +90,9 @@ pub struct TrackedProcess {
     /// `sandbox.disk`, or a size made smaller): it is not stopped for them,
     /// only its next deploy (an empty disk) is held to it.
     pub disk_measured: Option<bool>,
+    /// When its port was first seen held by a socket outside the copy
+    /// (ms); the copy moves only once that is still so a while later.
+    pub port_taken_since: Option<u64>,
 }
 
 impl Tracked {

@@ -472,7 +472,7 @@ fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked, fac
     if rec.moving_from.is_some() || rec.stop_started_ms.is_some() {
         return procfs::PortOwner::Ours;
     }
-    let owner = facts.owner(pid, rec.port);
+    let owner = taken_for_a_while(tracked, pid, facts.owner(pid, rec.port), now_ms());
     if owner != procfs::PortOwner::Ours && tracked.unready(pid) {
         tracing::warn!(
             app = name,
@@ -499,6 +499,31 @@ fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked, fac
     owner
 }
 
+/// How long a copy's port must stay held by a socket outside the copy
+/// before the copy moves off it.
+const PORT_TAKEN_CONFIRM_MS: u64 = 1_000;
+
+/// `seen` of process `pid`'s port, with `Other` confirmed: it counts only
+/// once it was already so [`PORT_TAKEN_CONFIRM_MS`] before (until then the
+/// port is taken as nobody's). A copy whose R is dying shows the same for a
+/// moment: its descriptors are gone from `/proc` while its listening socket
+/// is still in the kernel's table, and a crash must not be taken for a move
+/// (a move is stopped by shinyctl, not a crash).
+fn taken_for_a_while(tracked: &mut Tracked, pid: u32, seen: procfs::PortOwner, now: u64) -> procfs::PortOwner {
+    if seen != procfs::PortOwner::Other {
+        if tracked.process(pid).port_taken_since.is_some() {
+            tracked.process_mut(pid).port_taken_since = None;
+        }
+        return seen;
+    }
+    let since = *tracked.process_mut(pid).port_taken_since.get_or_insert(now);
+    if now.saturating_sub(since) >= PORT_TAKEN_CONFIRM_MS {
+        procfs::PortOwner::Other
+    } else {
+        procfs::PortOwner::Free
+    }
+}
+
 /// Watches a running copy's process for its exit and, until it is ready,
 /// probes its port; each once per process. Returns true when the process
 /// was not watched before.
@@ -521,4 +546,23 @@ fn follow(
         act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, scratch, events.clone(), told);
     }
     new
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::procfs::PortOwner::{Free, Other, Ours};
+
+    #[test]
+    fn a_port_counts_as_taken_only_once_it_stays_so() {
+        let mut tracked = Tracked::default();
+        // R dying: its socket still listed, its descriptors gone.
+        assert_eq!(taken_for_a_while(&mut tracked, 7, Other, 10_000), Free);
+        assert_eq!(taken_for_a_while(&mut tracked, 7, Other, 10_900), Free);
+        assert_eq!(taken_for_a_while(&mut tracked, 7, Other, 11_000), Other, "still so a second later: another program");
+        // Seen as ours again: the next sighting starts over.
+        assert_eq!(taken_for_a_while(&mut tracked, 7, Ours, 11_500), Ours);
+        assert_eq!(taken_for_a_while(&mut tracked, 7, Other, 12_000), Free);
+        assert_eq!(taken_for_a_while(&mut tracked, 8, Free, 12_000), Free);
+    }
 }
