@@ -60,8 +60,8 @@ mod tests {
 
     #[test]
     fn ready_reaches_a_socket_by_path_and_by_abstract_name() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-notify-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let path = dir.join("notify.sock");
         let listener = UnixDatagram::bind(&path).unwrap();
         send(&OsString::from(path.as_os_str()), "READY=1").unwrap();
@@ -76,6 +76,5 @@ mod tests {
         send(&OsString::from(format!("@{name}")), "READY=1").unwrap();
         let n = abstract_listener.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"READY=1");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

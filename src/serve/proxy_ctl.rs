@@ -265,8 +265,8 @@ mod tests {
 
     #[test]
     fn the_daemon_makes_the_cookie_key_keeps_a_good_one_and_replaces_a_bad_one() {
-        let home = Home { root: std::env::temp_dir().join(format!("shinyctl-key-{}", std::process::id())) };
-        let _ = std::fs::remove_dir_all(&home.root);
+        let temp = tempfile::tempdir().unwrap();
+        let home = Home { root: temp.path().join("home") };
         home.ensure().unwrap();
         let path = home.cookie_key();
         ensure_cookie_key(&home).unwrap();
@@ -280,6 +280,5 @@ mod tests {
         let replaced = std::fs::read(&path).unwrap();
         assert_eq!(replaced.len(), crate::wire::lb_start::COOKIE_KEY_LEN);
         assert_ne!(replaced, made);
-        let _ = std::fs::remove_dir_all(&home.root);
     }
 }

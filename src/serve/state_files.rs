@@ -182,8 +182,8 @@ mod tests {
     #[test]
     fn rotation_copies_and_truncates_and_the_writer_goes_on() {
         use std::io::Write;
-        let dir = std::env::temp_dir().join(format!("shinyctl-rotate-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let log = dir.join("a.log");
         let mut writer = fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
         writer.write_all(&[b'x'; 100]).unwrap();
@@ -193,7 +193,6 @@ mod tests {
         assert_eq!(fs::metadata(dir.join("a.log.1")).unwrap().len(), 101);
         writer.write_all(b"after").unwrap();
         assert_eq!(fs::read(&log).unwrap(), b"after", "the writer appends at the new end");
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -205,11 +204,11 @@ mod tests {
 
     #[test]
     fn a_second_lock_is_refused() {
-        let path = std::env::temp_dir().join(format!("shinyctl-lock-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap();
+        let path = temp.path().join("lock");
         let held = lock_exclusive(&path).unwrap();
         assert!(lock_exclusive(&path).is_err());
         drop(held);
         assert!(lock_exclusive(&path).is_ok());
-        let _ = fs::remove_file(&path);
     }
 }

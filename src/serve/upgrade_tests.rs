@@ -23,10 +23,9 @@ fn fixtures() -> PathBuf {
 }
 
 /// A home whose registry.json is the fixture's.
-fn home_with_fixture_registry() -> (PathBuf, Home) {
-    let root = std::env::temp_dir().join(format!("shinyctl-upgrade-{}-{:?}", std::process::id(), std::thread::current().id()));
-    std::fs::create_dir_all(&root).unwrap();
-    let home = Home { root: root.clone() };
+fn home_with_fixture_registry() -> (tempfile::TempDir, Home) {
+    let root = tempfile::tempdir().unwrap();
+    let home = Home { root: root.path().to_path_buf() };
     std::fs::copy(fixtures().join("registry.json"), home.registry()).unwrap();
     (root, home)
 }
@@ -35,7 +34,7 @@ fn home_with_fixture_registry() -> (PathBuf, Home) {
 fn the_settings_hash_of_an_app_applied_before_is_unchanged() {
     let (root, home) = home_with_fixture_registry();
     let registry = load_registry(&home).expect("a registry.json of the form before the split loads");
-    std::fs::remove_dir_all(root).unwrap();
+    drop(root);
     assert_eq!(registry.apps.len(), HASHES_BEFORE.len());
     for (name, before) in HASHES_BEFORE {
         let spec = &registry.apps[name];
@@ -47,7 +46,7 @@ fn the_settings_hash_of_an_app_applied_before_is_unchanged() {
 fn no_copy_recorded_before_counts_as_outdated() {
     let (root, home) = home_with_fixture_registry();
     let registry = load_registry(&home).unwrap();
-    std::fs::remove_dir_all(root).unwrap();
+    drop(root);
     for (name, spec) in &registry.apps {
         let state = load_state(&fixtures().join(format!("{name}.state.json"))).expect("a state.json of the form before the split loads");
         let rel = release::find(&state, state.release.as_deref().unwrap()).unwrap();
@@ -66,7 +65,7 @@ fn no_copy_recorded_before_counts_as_outdated() {
 fn the_copies_table_keeps_the_form_the_previous_load_balancer_reads() {
     let (root, home) = home_with_fixture_registry();
     let registry = load_registry(&home).unwrap();
-    std::fs::remove_dir_all(root).unwrap();
+    drop(root);
     let spec = &registry.apps["ui"];
     let app = crate::wire::ProxyApp {
         name: spec.name.clone(),

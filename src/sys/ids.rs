@@ -234,7 +234,8 @@ mod tests {
 
     #[test]
     fn an_app_keeps_its_id_and_no_two_apps_share_one() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-ids-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let file = dir.join("ids.json");
         let r = (FIRST, LAST);
         let a = of_app(&file, r, Path::new("/home/u/.shinyctl"), "default", "hello").unwrap();
@@ -255,7 +256,6 @@ mod tests {
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(unique.len(), got.len(), "{got:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -276,7 +276,8 @@ mod tests {
 
     #[test]
     fn an_app_takes_an_id_of_its_users_range_and_no_other() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-subids-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let file = dir.join("ids.json");
         let r = (100000, 100001);
         let a = of_app(&file, r, Path::new("/h"), "g", "a").unwrap();
@@ -284,7 +285,6 @@ mod tests {
         assert_eq!((a, b), (100000, 100001));
         let e = of_app(&file, r, Path::new("/h"), "g", "c").unwrap_err();
         assert!(e.to_string().contains("every id of 100000-100001 is handed out"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -290,8 +290,8 @@ fn last_error_line(path: &std::path::Path) -> Option<String> {
 mod tests {
     #[test]
     fn the_last_error_line_of_a_log() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-lasterr-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let log = dir.join("a.log");
         std::fs::write(&log, "--- shinyctl: copy 1 ---\nError in f(): first\nok\nError: boom\nExecution halted\n").unwrap();
         assert_eq!(super::last_error_line(&log).as_deref(), Some("Error: boom"));
@@ -301,7 +301,6 @@ mod tests {
         std::fs::write(&log, "Listening on http://127.0.0.1:20001\n").unwrap();
         assert_eq!(super::last_error_line(&log), None);
         assert_eq!(super::last_error_line(&dir.join("missing.log")), None);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -341,8 +340,8 @@ mod root_note_tests {
 
     #[test]
     fn a_root_daemon_without_run_as_and_with_the_fence_off_says_so() {
-        let path = std::env::temp_dir().join(format!("shinyctl-rootnote-{}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let path = temp.path();
         std::fs::write(path.join("app.R"), "").unwrap();
         let spec = crate::manifest::parse(&path.join("app.yaml"), "app-name: web\nport: 8080\nsandbox:\n  mode: off\n").unwrap();
         assert!(root_note(&spec, false).is_none(), "not root: no line");
@@ -360,7 +359,6 @@ mod root_note_tests {
             s
         };
         assert!(root_note(&fenced, true).is_none(), "fenced: the app's own uid");
-        std::fs::remove_dir_all(&path).unwrap();
     }
 }
 

@@ -136,15 +136,16 @@ mod tests {
 
     #[test]
     fn the_use_below_a_folder_counts_its_files_and_sub_folders() {
-        let dir = std::env::temp_dir().join(format!("shinyctl-disk-watch-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path().to_path_buf();
         std::fs::create_dir_all(dir.join("a/b")).unwrap();
         let used_below = |d: &std::path::Path| usage(&[d.to_path_buf()], 0).used;
         let empty = used_below(&dir);
         std::fs::write(dir.join("a/b/data"), vec![7u8; 1 << 20]).unwrap();
         std::fs::write(dir.join("top"), vec![7u8; 1 << 20]).unwrap();
         let used = used_below(&dir);
-        std::fs::remove_dir_all(&dir).unwrap();
         assert!(used >= empty + (2 << 20), "{used} after {empty}");
+        std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(used_below(&dir), 0, "gone: nothing");
     }
 }

@@ -328,14 +328,9 @@ mod tests {
     /// The spec of an app with `extra` manifest lines, parsed beside an
     /// app.R in a folder of its own, removed once parsed.
     fn spec(extra: &str) -> AppSpec {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("shinyctl-limits-notes-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("app.R"), "").unwrap();
-        let spec = crate::manifest::parse(&dir.join("app.yaml"), &format!("app-name: hello\nport: 8080\n{extra}")).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
-        spec
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("app.R"), "").unwrap();
+        crate::manifest::parse(&dir.path().join("app.yaml"), &format!("app-name: hello\nport: 8080\n{extra}")).unwrap()
     }
 
     #[test]
