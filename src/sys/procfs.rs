@@ -639,7 +639,10 @@ mod tests {
         let me = std::process::id();
         let rss = rss_bytes(me).expect("own statm");
         assert!(rss > 0);
-        assert!(tree_rss_bytes(me).unwrap() >= rss);
+        // Other test threads allocate and free between the two reads: the
+        // tree (this process alone) is about the process, not exactly it.
+        let tree = tree_rss_bytes(me).unwrap();
+        assert!(tree >= rss / 2 && tree <= rss * 2, "{tree} beside {rss}");
         assert_eq!(rss_bytes(u32::MAX), None);
         assert_eq!(tree_rss_bytes(u32::MAX), None);
         assert_eq!(parse_statm_resident(b"100 25 3 1 0 20 0"), Some(25));
