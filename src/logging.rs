@@ -13,19 +13,41 @@ use tracing_subscriber::util::{SubscriberInitExt, TryInitError};
 /// The variable that sets the log level.
 pub const LOG_ENV: &str = "SHINYCTL_LOG";
 
+/// Why a value of `SHINYCTL_LOG` is not used (the process says it in its
+/// log and logs at info).
+#[derive(Debug, thiserror::Error)]
+pub enum BadLogLevel {
+    /// A bare word that is no level (Targets would read it as a module).
+    #[error("{LOG_ENV}={value}: {word} is not a level (off, error, warn, info, debug, trace); logging at info")]
+    NotALevel {
+        /// The variable's value.
+        value: String,
+        /// The word that is no level.
+        word: String,
+    },
+    /// A value tracing's filter cannot read.
+    #[error("{LOG_ENV}={value}: {why}; logging at info")]
+    Unreadable {
+        /// The variable's value.
+        value: String,
+        /// What the filter said.
+        why: String,
+    },
+}
+
 /// The filter a value of `SHINYCTL_LOG` gives: `info` when unset or blank;
 /// an error (for the caller to report) when it is no level or list of
 /// levels.
-pub fn targets(value: Option<&str>) -> Result<Targets, String> {
+pub fn targets(value: Option<&str>) -> Result<Targets, BadLogLevel> {
     match value.map(str::trim) {
         None | Some("") => Ok(Targets::new().with_default(LevelFilter::INFO)),
         Some(v) => {
             // Targets reads a bare word as a module to log in full (and
             // nothing else): a misspelt level would silence the log.
             if let Some(word) = v.split(',').map(str::trim).find(|d| !d.contains('=') && LevelFilter::from_str(d).is_err()) {
-                return Err(format!("{LOG_ENV}={v}: {word} is not a level (off, error, warn, info, debug, trace); logging at info"));
+                return Err(BadLogLevel::NotALevel { value: v.to_string(), word: word.to_string() });
             }
-            Targets::from_str(v).map_err(|e| format!("{LOG_ENV}={v}: {e}; logging at info"))
+            Targets::from_str(v).map_err(|e| BadLogLevel::Unreadable { value: v.to_string(), why: e.to_string() })
         }
     }
 }
@@ -81,9 +103,9 @@ mod tests {
 
     #[test]
     fn nonsense_is_refused_with_the_variable_named() {
-        let err = targets(Some("loud")).unwrap_err();
+        let err = targets(Some("loud")).unwrap_err().to_string();
         assert!(err.starts_with("SHINYCTL_LOG=loud: loud is not a level"), "{err}");
-        let err = targets(Some("info,shinyctl=loud")).unwrap_err();
+        let err = targets(Some("info,shinyctl=loud")).unwrap_err().to_string();
         assert!(err.starts_with("SHINYCTL_LOG=info,shinyctl=loud: "), "{err}");
     }
 }

@@ -14,7 +14,7 @@ pub fn run(home: &Home, file: &Path, now: bool, wait: Option<std::time::Duration
     let path = std::path::absolute(file)?;
     let req = ApplyRequest { path: path.to_string_lossy().into_owned(), text, now };
     // Over the API's limit: said before anything else, the daemon unstarted.
-    req.check_size(serde_json::to_vec(&req)?.len()).map_err(anyhow::Error::msg)?;
+    req.check_size(serde_json::to_vec(&req)?.len())?;
     let spec = crate::manifest::parse(&path, &req.text)?;
     if !Client::answers(home) {
         eprintln!("shinyctl serve is not running; starting it.");

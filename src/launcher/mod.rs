@@ -235,7 +235,7 @@ fn run_as(launch: &Launch) -> Result<Option<Identity>, String> {
             log(&format!("--- shinyctl: run-as {name} is for a daemon running as root; the copy runs as the daemon's user ---"));
             Ok(None)
         }
-        (Some(name), _) => Identity::named(name).map(Some),
+        (Some(name), _) => Identity::named(name).map(Some).map_err(|e| e.to_string()),
         (None, Some(uid)) => {
             let who = users::of_app(uid);
             if root {

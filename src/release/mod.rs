@@ -223,17 +223,41 @@ pub fn unneeded(state: &mut AppState, keep: u32) -> Vec<(Release, Vec<u32>)> {
         .collect()
 }
 
+/// Why a copy cannot start from its recorded release ([`run_dir`]); the
+/// text names the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseMissing {
+    /// The copy's release is not in the app's state.
+    #[error("its release {id} is not recorded; `shinyctl restart {app}` takes a new one")]
+    NotRecorded {
+        /// The release's id.
+        id: String,
+        /// The app's name.
+        app: String,
+    },
+    /// The release is recorded but its folder is gone.
+    #[error("its release {id} is gone from {}; `shinyctl restart {app}` takes a new one", dir.display())]
+    Gone {
+        /// The release's id.
+        id: String,
+        /// Where its folder was.
+        dir: PathBuf,
+        /// The app's name.
+        app: String,
+    },
+}
+
 /// The folder a copy runs from and the spec it starts with: its release,
 /// with the settings that release was deployed with; working-dir and the
 /// spec for a copy from before releases. A release gone from disk is an
 /// error: running working-dir instead would run code nobody deployed.
-pub fn run_dir(spec: &AppSpec, state: &AppState, rec: &CopyRecord) -> Result<(PathBuf, AppSpec), String> {
+pub fn run_dir(spec: &AppSpec, state: &AppState, rec: &CopyRecord) -> Result<(PathBuf, AppSpec), ReleaseMissing> {
     let Some(id) = &rec.release else { return Ok((spec.start.working_dir.clone(), spec.clone())) };
     let Some(rel) = find(state, id) else {
-        return Err(format!("its release {id} is not recorded; `shinyctl restart {}` takes a new one", spec.name));
+        return Err(ReleaseMissing::NotRecorded { id: id.clone(), app: spec.name.clone() });
     };
     if !rel.dir.is_dir() {
-        return Err(format!("its release {id} is gone from {}; `shinyctl restart {}` takes a new one", rel.dir.display(), spec.name));
+        return Err(ReleaseMissing::Gone { id: id.clone(), dir: rel.dir.clone(), app: spec.name.clone() });
     }
     Ok((rel.dir.clone(), spec.with_start(&rel.deployed)))
 }

@@ -135,7 +135,7 @@ fn a_copy_runs_its_release_with_its_settings_and_one_from_before_releases_runs_w
     assert_eq!((folder, run), (spec.start.working_dir.clone(), spec.clone()));
 
     record(&mut st, rel("r1", &dir));
-    let err = run_dir(&spec, &st, &copy(2, Some("r1"), None)).unwrap_err();
+    let err = run_dir(&spec, &st, &copy(2, Some("r1"), None)).unwrap_err().to_string();
     assert!(err.contains("is gone from") && err.contains("shinyctl restart hello"), "{err}");
     assert!(run_dir(&spec, &st, &copy(2, Some("r9"), None)).unwrap_err().to_string().contains("not recorded"));
 

@@ -66,18 +66,15 @@ pub fn save_state(path: &Path, state: &AppState) -> io::Result<()> {
 /// state file: an existing file there must be a shinyctl state file (so no
 /// file of the user's is overwritten), and its folder must take a new file
 /// (a read-only or full disk is refused now rather than found later).
-pub fn check_state_file(path: &Path) -> Result<(), String> {
+pub fn check_state_file(path: &Path) -> Result<(), StateFileRefused> {
     match fs::read(path) {
         Ok(bytes) => {
             if serde_json::from_slice::<AppState>(&bytes).is_err() {
-                return Err(format!(
-                    "{} exists and is not a shinyctl state file; shinyctl would overwrite it. Set state-file to another path, or move the file aside",
-                    path.display()
-                ));
+                return Err(StateFileRefused::NotOurs(path.to_path_buf()));
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        Err(e) => return Err(StateFileRefused::Unreadable(path.to_path_buf(), e)),
     }
     let dir = path.parent().unwrap_or(Path::new("/"));
     let probe = dir.join(format!(".shinyctl-probe.{}", std::process::id()));
@@ -87,12 +84,29 @@ pub fn check_state_file(path: &Path) -> Result<(), String> {
         f.sync_all()
     });
     let _ = fs::remove_file(&probe);
-    made.map_err(|e| {
-        format!(
-            "cannot write the state file in {}: {e}; make the folder writable or set state-file to a path in a writable folder",
-            dir.display()
-        )
-    })
+    made.map_err(|e| StateFileRefused::Unwritable(dir.to_path_buf(), e))
+}
+
+/// Why [`check_state_file`] refuses a path; the text (after the manifest's
+/// file, line and key) names what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileRefused {
+    /// A file is there that is not a shinyctl state file.
+    #[error(
+        "{} exists and is not a shinyctl state file; shinyctl would overwrite it. Set state-file to another path, or move the file aside",
+        .0.display()
+    )]
+    NotOurs(PathBuf),
+    /// The file is there and cannot be read.
+    #[error("cannot read {}: {}", .0.display(), .1)]
+    Unreadable(PathBuf, io::Error),
+    /// Its folder takes no new file.
+    #[error(
+        "cannot write the state file in {}: {}; make the folder writable or set state-file to a path in a writable folder",
+        .0.display(),
+        .1
+    )]
+    Unwritable(PathBuf, io::Error),
 }
 
 /// When the file is larger than `limit`, copies it to `<file>.1` and

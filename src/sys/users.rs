@@ -27,11 +27,23 @@ pub struct Identity {
     pub home: PathBuf,
 }
 
+/// Why [`Identity::named`] found no user (a `run-as` the launcher cannot
+/// take).
+#[derive(Debug, thiserror::Error)]
+pub enum NoUser {
+    /// The password database could not be read.
+    #[error("run-as: cannot look up the user {0}: {1}")]
+    Lookup(String, nix::Error),
+    /// No user has the name.
+    #[error("run-as: there is no user {0} on this machine")]
+    Missing(String),
+}
+
 impl Identity {
     /// The user named `name` from the password database.
-    pub fn named(name: &str) -> Result<Identity, String> {
-        let user = User::from_name(name).map_err(|e| format!("run-as: cannot look up the user {name}: {e}"))?;
-        let user = user.ok_or_else(|| format!("run-as: there is no user {name} on this machine"))?;
+    pub fn named(name: &str) -> Result<Identity, NoUser> {
+        let user = User::from_name(name).map_err(|e| NoUser::Lookup(name.to_string(), e))?;
+        let user = user.ok_or_else(|| NoUser::Missing(name.to_string()))?;
         Ok(Identity::of(user))
     }
 
@@ -134,6 +146,6 @@ mod tests {
         let root = Identity::named("root").expect("root exists");
         assert_eq!((root.uid, root.gid), (0, 0));
         assert!(root.groups.contains(&0));
-        assert!(Identity::named("no-such-user-here").unwrap_err().contains("no user no-such-user-here"));
+        assert!(Identity::named("no-such-user-here").unwrap_err().to_string().contains("no user no-such-user-here"));
     }
 }

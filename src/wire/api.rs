@@ -48,21 +48,36 @@ impl ApplyRequest {
 
     /// Refuses a request whose body, `body_len` bytes of JSON, is over
     /// [`Self::MAX_BODY`], naming the manifest and the limit.
-    pub fn check_size(&self, body_len: usize) -> Result<(), String> {
+    pub fn check_size(&self, body_len: usize) -> Result<(), TooLarge> {
         if body_len <= Self::MAX_BODY {
             return Ok(());
         }
-        let show = |n: usize| crate::sys::fmt::size(n as u64, crate::sys::fmt::SizeStyle::Manifest);
-        Err(format!(
-            "{}: the manifest is too large to apply: {} ({} as the API's request), and the API takes at most {} ({} bytes). \
-             A manifest holds settings; keep data in the app's folder.",
-            self.path,
-            show(self.text.len()),
-            show(body_len),
-            show(Self::MAX_BODY),
-            Self::MAX_BODY
-        ))
+        Err(TooLarge { path: self.path.clone(), text_len: self.text.len(), body_len })
     }
+}
+
+/// An apply request over [`ApplyRequest::MAX_BODY`]: its text names the
+/// manifest, its size and the limit.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{path}: the manifest is too large to apply: {} ({} as the API's request), and the API takes at most {} ({} bytes). \
+     A manifest holds settings; keep data in the app's folder.",
+    show(*text_len),
+    show(*body_len),
+    show(ApplyRequest::MAX_BODY),
+    ApplyRequest::MAX_BODY
+)]
+pub struct TooLarge {
+    /// The manifest's path.
+    pub path: String,
+    /// The manifest's length in bytes.
+    pub text_len: usize,
+    /// The request body's length in bytes.
+    pub body_len: usize,
+}
+
+fn show(n: usize) -> String {
+    crate::sys::fmt::size(n as u64, crate::sys::fmt::SizeStyle::Manifest)
 }
 
 /// `POST /v1/reload`: what became of each registered app's manifest.

@@ -156,7 +156,7 @@ impl Client {
     /// naming the manifest and the limit.
     pub fn apply(&self, req: &ApplyRequest) -> anyhow::Result<ActionReply> {
         let body = serde_json::to_vec(req)?;
-        req.check_size(body.len()).map_err(anyhow::Error::msg)?;
+        req.check_size(body.len())?;
         self.deploying().json(Method::POST, routes::APPLY, Some(body))
     }
 

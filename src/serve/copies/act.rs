@@ -138,7 +138,7 @@ pub fn prepare_start(
     let mut launch = launch;
     match crate::serve::copies::zygote_pool::route(spec, dir) {
         Ok(socket) => launch.pool = Some(socket),
-        Err(why) => launch.cold = Some(why),
+        Err(why) => launch.cold = Some(why.to_string()),
     }
     let mut cmd = launch.command()?;
     // A fenced copy gets a clean environment: only what R needs of the

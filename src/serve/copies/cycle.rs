@@ -314,7 +314,7 @@ fn act_on(
                 };
                 let uid = recorded.state.uid;
                 let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
-                let prepared = run.map_err(anyhow::Error::msg).and_then(|(dir, spec)| {
+                let prepared = run.map_err(anyhow::Error::from).and_then(|(dir, spec)| {
                     let cgroups = memory::cgroups_for(cx.cgroups, &spec, copy)?;
                     let range = crate::sys::ids::Scheme::current().range().filter(|_| crate::serve::views::identity_notes::wanted(&spec));
                     let uid = match (uid, range) {

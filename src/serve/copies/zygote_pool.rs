@@ -266,30 +266,57 @@ pub fn stop() {
     }
 }
 
+/// Why a copy starts cold instead of from the pool ([`route`]); its text
+/// is what status and the copy's log say after "cold: ".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ColdStart {
+    /// The pool is off for the whole daemon (the text says why).
+    #[error("{0}")]
+    PoolOff(String),
+    /// The app's manifest has `pool: false`.
+    #[error("pool: false in its manifest")]
+    OffInManifest,
+    /// The app runs with the fence off; a claimed copy is always fenced.
+    #[error("sandbox mode off (a claimed copy is always fenced)")]
+    FenceOff,
+    /// The app runs another R than the zygote's.
+    #[error("r-path {0} is not the pool's R ({POOL_R})")]
+    OtherR(String),
+    /// The app's env sets a variable R reads only at its start.
+    #[error("its env sets {0}, which R reads only when it starts")]
+    ReadAtStart(String),
+    /// The app uses renv.
+    #[error("it uses renv, whose library may hold another shiny than the pool's")]
+    Renv,
+    /// The zygote is not running (being restarted).
+    #[error("no zygote runs")]
+    NoZygote,
+}
+
 /// Where a copy of `spec` (running `dir`) is claimed from: the zygote's
 /// socket, or why it starts cold.
-pub fn route(spec: &AppSpec, dir: &Path) -> Result<PathBuf, String> {
+pub fn route(spec: &AppSpec, dir: &Path) -> Result<PathBuf, ColdStart> {
     let s = lock();
     if let Some(why) = &s.off {
-        return Err(why.clone());
+        return Err(ColdStart::PoolOff(why.clone()));
     }
     if !spec.pool {
-        return Err("pool: false in its manifest".into());
+        return Err(ColdStart::OffInManifest);
     }
     if spec.start.sandbox.mode == SandboxMode::Off {
-        return Err("sandbox mode off (a claimed copy is always fenced)".into());
+        return Err(ColdStart::FenceOff);
     }
     if spec.start.r_path != POOL_R {
-        return Err(format!("r-path {} is not the pool's R ({POOL_R})", spec.start.r_path));
+        return Err(ColdStart::OtherR(spec.start.r_path.clone()));
     }
     if let Some(name) = spec.start.env.keys().find(|k| read_at_start(k)) {
-        return Err(format!("its env sets {name}, which R reads only when it starts"));
+        return Err(ColdStart::ReadAtStart(name.clone()));
     }
     if dir.join("renv.lock").exists() || dir.join("renv").is_dir() {
-        return Err("it uses renv, whose library may hold another shiny than the pool's".into());
+        return Err(ColdStart::Renv);
     }
     if s.zygote.is_none() {
-        return Err("no zygote runs".into());
+        return Err(ColdStart::NoZygote);
     }
     Ok(s.socket.clone())
 }

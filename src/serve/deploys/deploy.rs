@@ -198,7 +198,7 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Result<Done, ServeErro
             file: spec.manifest.clone(),
             line: lines.line("state-file"),
             key: Some("state-file".into()),
-            message: why,
+            message: why.to_string(),
         };
         return Err(ServeError::Invalid(at.to_string()));
     }

@@ -110,20 +110,44 @@ impl Launch {
     /// --spec JSON`, or the per-setting arguments of a launcher the build
     /// before the start spec started (a daemon adopts such a copy after an
     /// upgrade: see `legacy.rs`).
-    pub fn parse(args: &[OsString]) -> Result<Launch, String> {
+    pub fn parse(args: &[OsString]) -> Result<Launch, BadLaunchArgs> {
         let pairs = legacy::pairs(args)?;
         let one = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v);
         let Some(spec) = one("--spec") else {
-            return if one("--app-dir").is_some() { legacy::parse(&pairs) } else { Err("--spec is missing".into()) };
+            return if one("--app-dir").is_some() { legacy::parse(&pairs) } else { Err(BadLaunchArgs::Missing("--spec".into())) };
         };
-        let home = one("--home").ok_or("--home is missing")?;
+        let home = one("--home").ok_or_else(|| BadLaunchArgs::Missing("--home".into()))?;
         if let Some((k, _)) = pairs.iter().find(|(k, _)| k != "--home" && k != "--spec") {
-            return Err(format!("unexpected argument {k}"));
+            return Err(BadLaunchArgs::Unexpected(k.clone()));
         }
-        let spec = spec.to_str().ok_or("--spec is not UTF-8")?;
-        let launch: Launch = serde_json::from_str(spec).map_err(|e| format!("--spec: {e}"))?;
+        let bad = |why: String| BadLaunchArgs::Value { key: "--spec".into(), why };
+        let spec = spec.to_str().ok_or_else(|| bad("not UTF-8".into()))?;
+        let launch: Launch = serde_json::from_str(spec).map_err(|e| bad(e.to_string()))?;
         Ok(Launch { home: PathBuf::from(home), ..launch })
     }
+}
+
+/// Why [`Launch::parse`] refused the launcher's arguments (the launcher
+/// says it and exits; the daemon's orphan scan skips such a process).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadLaunchArgs {
+    /// An argument that is no `--key`, or a key the launcher does not take.
+    #[error("unexpected argument {0}")]
+    Unexpected(String),
+    /// A `--key` at the end, with no value after it.
+    #[error("{0} has no value")]
+    NoValue(String),
+    /// A key the launcher needs is not there.
+    #[error("{0} is missing")]
+    Missing(String),
+    /// A key's value cannot be read.
+    #[error("{key}: {why}")]
+    Value {
+        /// The key.
+        key: String,
+        /// What is wrong with its value.
+        why: String,
+    },
 }
 
 /// Removes a copy's scratch disk and what its launcher kept beside it (its
@@ -221,13 +245,14 @@ mod tests {
         let mut args = sample().args();
         args[3] = args[3].to_string_lossy().replace("20001", "70000").into();
         let e = Launch::parse(&args).unwrap_err();
+        let e = e.to_string();
         assert!(e.contains("--spec") && e.contains("70000"), "{e}");
-        let e = Launch::parse(&args[2..]).unwrap_err();
+        let e = Launch::parse(&args[2..]).unwrap_err().to_string();
         assert!(e.contains("--home"), "{e}");
         assert!(Launch::parse(&["--bogus".into()]).is_err());
         let mut extra = sample().args();
         extra.extend(["--port".into(), "1".into()]);
-        assert!(Launch::parse(&extra).unwrap_err().contains("--port"));
+        assert!(Launch::parse(&extra).unwrap_err().to_string().contains("--port"));
     }
 
     #[test]
@@ -247,11 +272,11 @@ mod tests {
         want.start.working_dir = PathBuf::new();
         (want.pool, want.cold) = (None, None);
         assert_eq!(Launch::parse(&args), Ok(want));
-        let e = Launch::parse(&args[2..]).unwrap_err();
+        let e = Launch::parse(&args[2..]).unwrap_err().to_string();
         assert!(e.contains("--spec"), "{e}");
         let at = args.iter().position(|a| a == "--home").unwrap();
         let no_home: Vec<OsString> = args.iter().enumerate().filter(|(i, _)| *i != at && *i != at + 1).map(|(_, a)| a.clone()).collect();
-        assert_eq!(Launch::parse(&no_home), Err("--home is missing".into()));
+        assert_eq!(Launch::parse(&no_home), Err(BadLaunchArgs::Missing("--home".into())));
     }
 
     #[test]
