@@ -475,3 +475,28 @@ fn strongly_connected(graph: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<Vec<Mod
     }
     w.found
 }
+
+/// No circle between the sub-rooms of a room (`proxy::copies`,
+/// `proxy::requests`, `serve::copies`, …, and a room's loose files, each its
+/// own): a sub-room is a unit a reader can take in alone only when what it
+/// uses does not use it back.
+#[test]
+fn no_circle_between_sub_rooms() {
+    let src = src_dir();
+    let mut graph: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    for (_, from, to) in edges(&src) {
+        let (Some(room), Some(to_room)) = (from.first(), to.first()) else { continue };
+        if room != to_room || from.len() < 2 || to.len() < 2 {
+            // Between rooms the other tests decide; a room's front
+            // (`mod.rs`) is the room itself.
+            continue;
+        }
+        let (a, b) = (from[..2].to_vec(), to[..2].to_vec());
+        if a != b {
+            graph.entry(a).or_default().insert(b);
+        }
+    }
+    let circles = strongly_connected(&graph);
+    let shown: Vec<String> = circles.iter().map(|c| c.iter().map(|m| m.join("::")).collect::<Vec<_>>().join(", ")).collect();
+    assert!(shown.is_empty(), "sub-room import circles:\n{}", shown.join("\n"));
+}

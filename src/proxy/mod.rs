@@ -43,9 +43,12 @@ mod copies;
 mod counters;
 mod daemon_link;
 mod error_source;
+mod listeners;
 mod lock;
+mod progress;
 mod requests;
 mod shared;
+mod tunnel_handover;
 mod tunnels;
 mod visitors;
 mod workers;
@@ -153,7 +156,7 @@ fn remove_own(path: &Path, ino: u64) {
     }
 }
 
-pub use tunnels::tunnel_handover::Handed;
+pub use tunnel_handover::Handed;
 
 /// What an in-process load balancer ([`Proxy::start`]) is given.
 pub struct Settings {
@@ -213,10 +216,10 @@ impl Proxy {
     /// and lost (this is the last thing a load balancer does).
     pub async fn hand_tunnels_over(&self, to: &Proxy) -> io::Result<Handed> {
         let (ours, theirs) = tokio::net::UnixStream::pair()?;
-        let reader = tokio::spawn(tunnels::tunnel_handover::take_in(theirs, to.control.shared.clone()));
+        let reader = tokio::spawn(tunnel_handover::take_in(theirs, to.control.shared.clone()));
         let tunnels = self.control.shared.pump.take_all(Duration::from_secs(1)).await;
         let handed = Handed::of(&tunnels);
-        tunnels::tunnel_handover::send(&ours, tunnels, tunnels::tunnel_handover::PER_FRAME).await?;
+        tunnel_handover::send(&ours, tunnels, tunnel_handover::PER_FRAME).await?;
         drop(ours);
         reader.await.map_err(io::Error::other)?;
         Ok(handed)
@@ -256,7 +259,7 @@ async fn serve(home: Home, key: [u8; COOKIE_KEY_LEN], workers: Vec<Worker>) -> a
     tracing::info!("stopping ({why}): no new connections; requests in flight get up to {:?}", control::DRAIN);
     handover_task.abort();
     control.stop_serving().await;
-    tunnels::tunnel_handover::pass_on(&handover_sock, handover_ino, &control.shared).await;
+    tunnel_handover::pass_on(&handover_sock, handover_ino, &control.shared).await;
     control_task.abort();
     remove_own(&sock, ino);
     remove_own(&handover_sock, handover_ino);
@@ -323,10 +326,10 @@ async fn hand_over_one(stream: std::os::unix::net::UnixStream, ctl: &Control) ->
             ctl.give(sockets).await;
             handover::send(&stream, &Message::Ack { pid: std::process::id() }, &[])
         }
-        Ok(Received::Message(Message::Tunnels { version }, _)) if version == tunnels::tunnel_handover::VERSION => {
+        Ok(Received::Message(Message::Tunnels { version }, _)) if version == tunnel_handover::VERSION => {
             handover::send(&stream, &Message::Ack { pid: std::process::id() }, &[])?;
             stream.set_nonblocking(true)?;
-            tokio::spawn(tunnels::tunnel_handover::take_in(tokio::net::UnixStream::from_std(stream)?, ctl.shared.clone()));
+            tokio::spawn(tunnel_handover::take_in(tokio::net::UnixStream::from_std(stream)?, ctl.shared.clone()));
             Ok(())
         }
         Ok(other) => {

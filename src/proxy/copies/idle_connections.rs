@@ -18,7 +18,7 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::SendRequest;
 
-use crate::proxy::requests::progress::{self, BoxError, Idle};
+use crate::proxy::progress::{self, BoxError, Idle};
 use crate::proxy::workers::{worker_index, WORKERS};
 
 /// Idle connections kept per copy.

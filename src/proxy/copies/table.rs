@@ -16,10 +16,10 @@ use tokio::sync::watch;
 
 use crate::manifest::{Cidr, DEFAULT_MAX_CONNECTIONS};
 use crate::proxy::copies::balance::Candidate;
+use crate::proxy::copies::cookie;
 use crate::proxy::copies::copy_state::{CopyState, STALL_AFTER_MS};
 use crate::proxy::copies::retry::Deaths;
 use crate::proxy::daemon_link::WakeSlot;
-use crate::proxy::visitors::cookie;
 use crate::sys::clock::mono_ms;
 use crate::wire::{AppTraffic, CopyTraffic, LbPolicy, LeavingCopy, ProxyTable, Refusing, Role};
 
@@ -438,7 +438,7 @@ mod tests {
         let key = [1u8; 32];
         let t1 = Table::build(table(&[(1, 20001, 100), (2, 20002, 200)]), &key, &Table::default());
         // A request begun on copy 2 (its answer streams), and a session on it.
-        let lease = crate::proxy::requests::body::Lease::new(t1.apps[0].copies[1].state.clone());
+        let lease = crate::proxy::copies::lease::Lease::new(t1.apps[0].copies[1].state.clone());
         t1.apps[0].copies[1].state.sessions.fetch_add(1, Ordering::Relaxed);
         t1.apps[0].copies[1].state.connections.fetch_add(1, Ordering::Relaxed);
         let t2 = Table::build(table(&[(1, 20001, 100)]), &key, &t1);

@@ -13,9 +13,9 @@ use crate::proxy::copies::retry::{self, Lost};
 use crate::proxy::copies::table::{LiveApp, LiveCopy};
 use crate::proxy::daemon_link::WakeWatch;
 use crate::proxy::error_source::ErrorSource;
-use crate::proxy::requests::body::DownBody;
 use crate::proxy::requests::upstream::{Failure, Replay};
 use crate::proxy::shared::BalancerState;
+use crate::proxy::visitors::body::DownBody;
 use crate::proxy::visitors::pages;
 use crate::sys::clock::{mono_ms, now_ms};
 

@@ -21,18 +21,18 @@ use crate::proxy::copies::idle_connections::UpBody;
 use crate::proxy::copies::table::{LiveApp, LiveCopy};
 use crate::proxy::daemon_link::{wake_outcome, WakeAnswer};
 use crate::proxy::error_source::ErrorSource;
+use crate::proxy::progress::Idle;
 use crate::proxy::requests::attempt::Attempt;
-use crate::proxy::requests::body::DownBody;
-use crate::proxy::requests::progress::Idle;
 use crate::proxy::requests::upstream::{self, send, Failure, Replay, Sent};
 use crate::proxy::shared::BalancerState;
 use crate::proxy::tunnels::websocket;
+use crate::proxy::visitors::body::DownBody;
 use crate::proxy::visitors::headers;
 use crate::proxy::visitors::pages;
 use crate::sys::clock::{mono_ms, now_ms};
 use crate::wire::{LbPolicy, Role};
 
-pub use crate::proxy::visitors::client::VisitorConnection;
+pub use crate::proxy::requests::client::VisitorConnection;
 
 /// The hyper service: every request of a visitor's connection.
 pub async fn handle(req: Request<Incoming>, client: Arc<VisitorConnection>) -> Result<Response<DownBody>, Infallible> {
@@ -71,8 +71,10 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
     }
     if websocket::is_upgrade(req.headers()) {
         let has_body = !req.body().is_end_stream();
-        if let Err(bad) = websocket::check_handshake(req.method(), req.headers(), has_body) {
-            return pages::bad_handshake(bad);
+        match websocket::check_handshake(req.method(), req.headers(), has_body) {
+            Ok(()) => {}
+            Err(websocket::BadHandshake::Malformed(why)) => return pages::bad_handshake(why),
+            Err(websocket::BadHandshake::Version) => return pages::websocket_version(),
         }
     }
     app.counters.last_request_ms.store(now_ms(), Ordering::Relaxed);

@@ -1,7 +1,6 @@
-//! WebSockets once upgraded: the tunnel between a visitor and a copy, the
-//! pump that carries their bytes, and the hand-over of open tunnels to the
-//! next load balancer at an upgrade.
+//! WebSockets once upgraded: the tunnel between a visitor and a copy and
+//! the pump that carries their bytes (their hand-over to the next load
+//! balancer at an upgrade is `tunnel_handover.rs`, above `shared.rs`).
 
 pub(super) mod pump;
-pub(super) mod tunnel_handover;
 pub(super) mod websocket;

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 
-use crate::proxy::requests::body::DownBody;
+use crate::proxy::visitors::body::DownBody;
 
 /// 503 while an app has no copy that can take a request: a page that says
 /// so and reloads itself every 5 seconds.
@@ -143,23 +143,21 @@ pub fn not_allowed() -> Response<DownBody> {
     page(StatusCode::METHOD_NOT_ALLOWED, "<!doctype html>\n<html><body><h1>Method not allowed</h1></body></html>\n".to_string())
 }
 
-/// 400 for a malformed WebSocket handshake, or 426 naming version 13 for
-/// one of another version (RFC 6455, 4.2.2).
-pub fn bad_handshake(bad: crate::proxy::tunnels::websocket::BadHandshake) -> Response<DownBody> {
-    match bad {
-        crate::proxy::tunnels::websocket::BadHandshake::Malformed(why) => page(
-            StatusCode::BAD_REQUEST,
-            format!("<!doctype html>\n<html><body><h1>Bad WebSocket handshake</h1><p>{}</p></body></html>\n", escape(why)),
-        ),
-        crate::proxy::tunnels::websocket::BadHandshake::Version => {
-            let mut resp = page(
-                StatusCode::UPGRADE_REQUIRED,
-                "<!doctype html>\n<html><body><h1>Only WebSocket version 13</h1></body></html>\n".to_string(),
-            );
-            resp.headers_mut().insert("sec-websocket-version", HeaderValue::from_static("13"));
-            resp
-        }
-    }
+/// 400 for a malformed WebSocket handshake, saying `why`.
+pub fn bad_handshake(why: &str) -> Response<DownBody> {
+    page(
+        StatusCode::BAD_REQUEST,
+        format!("<!doctype html>\n<html><body><h1>Bad WebSocket handshake</h1><p>{}</p></body></html>\n", escape(why)),
+    )
+}
+
+/// 426 naming version 13, for a WebSocket handshake of another version
+/// (RFC 6455, 4.2.2).
+pub fn websocket_version() -> Response<DownBody> {
+    let mut resp =
+        page(StatusCode::UPGRADE_REQUIRED, "<!doctype html>\n<html><body><h1>Only WebSocket version 13</h1></body></html>\n".to_string());
+    resp.headers_mut().insert("sec-websocket-version", HeaderValue::from_static("13"));
+    resp
 }
 
 fn page(status: StatusCode, html: String) -> Response<DownBody> {

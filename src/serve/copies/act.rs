@@ -162,6 +162,13 @@ pub fn prepare_start(
     Ok(Launching { cmd, told })
 }
 
+/// True when the app's copies run as its own uid (README, "Identities"):
+/// fenced, without `run-as`, under a daemon that has ids to give (root, or
+/// a user with subordinate ids).
+pub fn runs_as_own_uid(spec: &AppSpec) -> bool {
+    spec.start.run_as.is_none() && spec.start.sandbox.mode != SandboxMode::Off && crate::sys::ids::Scheme::current().range().is_some()
+}
+
 /// Records in a copy's record the launcher that [`Launching::spawn`] ran.
 pub fn started(rec: &mut CopyRecord, pid: u32) {
     rec.pid = Some(pid);

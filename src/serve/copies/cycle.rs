@@ -17,6 +17,7 @@ use crate::wire::{CopyRecord, Exit, ProxyApp, ProxyCopy, ProxyTable};
 
 use crate::serve::app::{AppRt, Recorded, Tracked, WakeOutcome, WakeSteps};
 use crate::serve::copies::act;
+use crate::serve::copies::copy_cgroups;
 use crate::serve::copies::probe::ProbeFacts;
 use crate::serve::copies::stops;
 use crate::serve::copies::tallies;
@@ -315,8 +316,8 @@ fn act_on(
                 let uid = recorded.state.uid;
                 let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) else { continue };
                 let prepared = run.map_err(anyhow::Error::from).and_then(|(dir, spec)| {
-                    let cgroups = memory::cgroups_for(cx.cgroups, &spec, copy)?;
-                    let range = crate::sys::ids::Scheme::current().range().filter(|_| crate::serve::views::identity_notes::wanted(&spec));
+                    let cgroups = copy_cgroups::cgroups_for(cx.cgroups, &spec, copy)?;
+                    let range = crate::sys::ids::Scheme::current().range().filter(|_| crate::serve::copies::act::runs_as_own_uid(&spec));
                     let uid = match (uid, range) {
                         (_, None) => None,
                         (Some(uid), Some(_)) => Some(uid),
@@ -374,7 +375,7 @@ fn not_started(cx: &ActContext, recorded: &mut Recorded, copy: u32, e: &anyhow::
     tracing::error!(app = cx.name, copy, "cannot start copy: {e:#}");
     // In the copy's log too, where status finds the error it quotes.
     note_in_log(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, copy), &format!("{e:#}"));
-    let refused = e.downcast_ref::<memory::Refused>();
+    let refused = e.downcast_ref::<copy_cgroups::Refused>();
     if let Some(rec) = recorded.state.copies.iter_mut().find(|r| r.copy == copy) {
         if let Some(why) = refused {
             rec.left_down = Some(crate::wire::refused(&why.0));

@@ -7,13 +7,6 @@ use std::path::PathBuf;
 
 use crate::sys::ids::Scheme;
 
-/// True when the app's copies run as its own uid: fenced, without
-/// `run-as`, under a daemon that has ids to give (root, or a user with
-/// subordinate ids).
-pub fn wanted(spec: &crate::manifest::AppSpec) -> bool {
-    spec.start.run_as.is_none() && spec.start.sandbox.mode != crate::manifest::SandboxMode::Off && Scheme::current().range().is_some()
-}
-
 /// For status: why the fenced copies of `specs` run as the daemon's own
 /// user (a daemon that is not root, without subordinate ids), with the
 /// fix; none when no such app is there.

@@ -187,7 +187,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 notes.push(format!("{name}: port {}: not listening: {why}", app.recorded.spec.route.port));
             }
             notes.extend(crate::serve::watches::memory::notes(&d.cgroups, &app.recorded.spec));
-            if let Some(uid) = app.recorded.state.uid.filter(|_| crate::serve::views::identity_notes::wanted(&app.recorded.spec)) {
+            if let Some(uid) = app.recorded.state.uid.filter(|_| crate::serve::copies::act::runs_as_own_uid(&app.recorded.spec)) {
                 notes.extend(crate::serve::views::identity_notes::writable_notes(
                     name,
                     &app.recorded.spec.start.sandbox.writable_paths,
@@ -212,7 +212,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                 copies,
                 notes,
                 runs_as_root: root_note(&app.recorded.spec, nix::unistd::geteuid().is_root()),
-                uid: app.recorded.state.uid.filter(|_| crate::serve::views::identity_notes::wanted(&app.recorded.spec)),
+                uid: app.recorded.state.uid.filter(|_| crate::serve::copies::act::runs_as_own_uid(&app.recorded.spec)),
                 state: app_state(&app.recorded).to_string(),
                 replicas: app.recorded.spec.scale.replicas,
                 manifest: app.recorded.spec.manifest.display().to_string(),

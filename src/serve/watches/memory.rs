@@ -1,8 +1,7 @@
-//! The daemon's side of a copy's limits (`crate::sys::cgroup`): the cgroups a
-//! copy starts in, the memory watch every 250 ms, what an exit says about
+//! The daemon's side of a copy's limits (`crate::sys::cgroup`; the cgroups a
+//! copy starts in are `serve::copies::copy_cgroups`): the memory watch every 250 ms, what an exit says about
 //! memory, and removing a copy's cgroups once it is gone.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::manifest::{AppSpec, Sandbox, SandboxMode};
@@ -62,47 +61,6 @@ pub fn limits_report(c: &Cgroups) -> LimitsReport {
 /// the app's for a copy from before releases.
 pub fn sandbox_of<'a>(spec: &'a AppSpec, state: &'a AppState, rec: &CopyRecord) -> &'a Sandbox {
     rec.release.as_ref().and_then(|id| crate::release::find(state, id)).map_or(&spec.start.sandbox, |r| &r.deployed.sandbox)
-}
-
-/// `sandbox.mode: strict` refuses the copy: a cgroup it needs cannot be
-/// had. Not a crash: the copy is left down, not retried.
-#[derive(Debug)]
-pub struct Refused(pub String);
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Refused {}
-
-/// Makes the cgroups a copy starts in (`spec` is the one it starts with)
-/// and returns the folders its launcher joins. None with `mode: off`; a
-/// cgroup that cannot be made is logged and left out (the watch keeps the
-/// memory limit), unless `mode: strict` asks for the whole fence.
-pub fn cgroups_for(cgroups: &Cgroups, spec: &AppSpec, copy: u32) -> anyhow::Result<Vec<PathBuf>> {
-    let sb = &spec.start.sandbox;
-    if sb.mode == SandboxMode::Off {
-        return Ok(Vec::new());
-    }
-    let lacking = match (sb.memory.is_some() && !cgroups.has_memory(), !cgroups.has_pids()) {
-        (true, _) => Some("a memory cgroup"),
-        (_, true) => Some("a pids cgroup (for sandbox.tasks)"),
-        _ => None,
-    };
-    if let (SandboxMode::Strict, Some(what)) = (sb.mode, lacking) {
-        let why = cgroups.missing.as_deref().unwrap_or("unknown");
-        return Err(Refused(format!("sandbox mode strict and fences are missing: {what} ({why})")).into());
-    }
-    match cgroups.prepare(&cgroup::leaf(&spec.name, copy), sb.memory, sb.tasks) {
-        Ok(dirs) => Ok(dirs),
-        Err(e) if sb.mode == SandboxMode::Strict => Err(Refused(format!("sandbox mode strict and fences are missing: {e}")).into()),
-        Err(e) => {
-            tracing::warn!(app = spec.name, copy, "{e}; the copy starts without its cgroup");
-            Ok(Vec::new())
-        }
-    }
 }
 
 /// The line under status for an app that set `sandbox.tasks` where no
@@ -345,17 +303,5 @@ mod tests {
         assert!(notes(&pids, &asked).is_empty(), "kept");
         assert!(notes(&none, &spec("")).is_empty(), "not asked for: the default");
         assert!(notes(&none, &spec("sandbox:\n  mode: off\n  tasks: 100\n")).is_empty(), "no fence asked for");
-    }
-
-    #[test]
-    fn strict_refuses_a_copy_without_its_cgroups_and_off_asks_for_none() {
-        let none = Cgroups { kind: Kind::None, missing: Some("no cgroup".into()) };
-        let e = cgroups_for(&none, &spec("sandbox:\n  mode: strict\n"), 1).unwrap_err().to_string();
-        assert!(e.contains("sandbox mode strict and fences are missing") && e.contains("pids cgroup"), "{e}");
-        assert_eq!(cgroups_for(&none, &spec(""), 1).unwrap(), Vec::<PathBuf>::new(), "on: starts without");
-        let root = std::env::temp_dir().join(format!("shinyctl-limits-off-{}", std::process::id()));
-        let v1 = Cgroups { kind: Kind::V1 { memory: Some(root.join("m")), pids: Some(root.join("p")) }, missing: None };
-        assert_eq!(cgroups_for(&v1, &spec("sandbox:\n  mode: off\n  memory: 1G\n"), 1).unwrap(), Vec::<PathBuf>::new());
-        assert!(!root.exists(), "nothing made for mode: off");
     }
 }

@@ -4,4 +4,3 @@
 pub(super) mod cpu;
 pub(super) mod disk;
 pub(super) mod memory;
-pub(super) mod memory_bound;
