@@ -26,8 +26,10 @@ const PUSH_WAIT: Duration = Duration::from_secs(3);
 /// The copies table's generations: a new one each time a cycle's table
 /// differs from the one before, and the newest one pushed.
 pub struct TableGenerations {
-    /// The last table a cycle made.
-    last: Option<ProxyTable>,
+    /// A digest of the last table a cycle made (SHA-256 of its JSON): enough
+    /// to tell a new table from the same one again, without keeping a second
+    /// copy of the table beside the one `ProxyCtl` pushed.
+    last: Option<[u8; 32]>,
     /// Its generation.
     made: u64,
     /// The newest generation the loop has pushed (or tried to: a failed
@@ -45,9 +47,10 @@ impl TableGenerations {
     /// Notes the table a cycle made; returns its generation, to be passed
     /// to [`TableGenerations::pushed`] once the push is done.
     pub fn made(&mut self, table: &ProxyTable) -> u64 {
-        if self.last.as_ref() != Some(table) {
+        let digest = digest(table);
+        if digest.is_none() || self.last != digest {
             self.made += 1;
-            self.last = Some(table.clone());
+            self.last = digest;
         }
         self.made
     }
@@ -65,6 +68,14 @@ impl TableGenerations {
     fn settled(&self) -> bool {
         *self.pushed.borrow() >= self.made
     }
+}
+
+/// SHA-256 of the table as it is pushed (JSON); none for a table that
+/// cannot be written as JSON (none can: it is plain data), which then
+/// counts as new each time.
+fn digest(table: &ProxyTable) -> Option<[u8; 32]> {
+    use sha2::Digest;
+    serde_json::to_vec(table).ok().map(|bytes| sha2::Sha256::digest(&bytes).into())
 }
 
 impl Shared {
