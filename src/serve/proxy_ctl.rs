@@ -187,7 +187,7 @@ impl ProxyCtl {
         match uds::request(&home.proxy_sock(), Method::PUT, "/table", Some(body.clone()), TIMEOUT).await {
             Ok((status, _)) if status.is_success() => {
                 if let Ok(pretty) = serde_json::to_vec_pretty(&table) {
-                    let _ = write_atomic(&home.proxy_table(), &pretty, 0o600);
+                    let _ = crate::home::write_replace(&home.proxy_table(), &pretty, 0o600);
                 }
                 self.pushed = Some(table);
                 true

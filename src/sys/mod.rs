@@ -12,5 +12,6 @@ pub mod ids;
 pub mod peer;
 pub mod pidfd;
 pub mod procfs;
+pub mod sockdiag;
 pub mod spawn;
 pub mod users;

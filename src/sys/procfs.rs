@@ -431,17 +431,46 @@ pub fn listening_by_port() -> HashMap<u16, Vec<Listening>> {
 /// socket once (a dual-stack one shows in both tables).
 fn read_listening(wanted: impl Fn(u16) -> bool) -> HashMap<u16, Vec<Listening>> {
     let mut out: HashMap<u16, Vec<Listening>> = HashMap::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        if let Ok(text) = fs::read_to_string(table) {
-            for (port, l) in parse_all_listening(&text).filter(|(p, _)| wanted(*p)) {
-                let on = out.entry(port).or_default();
-                if !on.iter().any(|o| o.inode == l.inode) {
-                    on.push(l);
+    let mut add = |port: u16, l: Listening| {
+        let on = out.entry(port).or_default();
+        if !on.iter().any(|o| o.inode == l.inode) {
+            on.push(l);
+        }
+    };
+    // Netlink first (`sys::sockdiag` says why); the files when it is refused.
+    match crate::sys::sockdiag::listening_tcp() {
+        Ok(sockets) => {
+            for s in sockets.into_iter().filter(|s| wanted(s.port) && s.inode != 0) {
+                add(s.port, Listening { inode: s.inode, reaches_loopback: addr_reaches_loopback(s.addr), uid: s.uid });
+            }
+        }
+        Err(_) => {
+            for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+                if let Ok(text) = fs::read_to_string(table) {
+                    for (port, l) in parse_all_listening(&text).filter(|(p, _)| wanted(*p)) {
+                        add(port, l);
+                    }
                 }
             }
         }
     }
     out
+}
+
+/// True when a connection to 127.0.0.1 reaches a socket bound to `addr`:
+/// 127.0.0.1, 0.0.0.0, `::`, or their IPv4-mapped forms (as
+/// [`reaches_loopback`] reads them from the files).
+fn addr_reaches_loopback(addr: std::net::IpAddr) -> bool {
+    use std::net::{IpAddr, Ipv4Addr};
+    let v4 = match addr {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(a) if a.is_unspecified() => return true,
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(a) => a,
+            None => return false,
+        },
+    };
+    v4 == Ipv4Addr::LOCALHOST || v4.is_unspecified()
 }
 
 /// A process that holds a socket listening on a port, as /proc shows it
@@ -749,5 +778,23 @@ not a mountinfo line
         assert!(m[1].super_options.iter().any(|o| o == "memory"), "{m:?}");
         assert_eq!(unescape(b"/plain"), PathBuf::from("/plain"));
         assert!(mounts().iter().any(|m| m.point == std::path::Path::new("/")), "this process's root is a mount");
+    }
+
+    #[test]
+    fn an_address_reaches_loopback_as_its_hex_form_does() {
+        let cases = [
+            ("127.0.0.1", "0100007F", true),
+            ("0.0.0.0", "00000000", true),
+            ("127.0.0.2", "0200007F", false),
+            ("192.0.2.1", "010200C0", false),
+            ("::", "00000000000000000000000000000000", true),
+            ("::ffff:127.0.0.1", "0000000000000000FFFF00000100007F", true),
+            ("::ffff:0.0.0.0", "0000000000000000FFFF000000000000", true),
+            ("::1", "00000000000000000000000001000000", false),
+        ];
+        for (addr, hex, reaches) in cases {
+            assert_eq!(addr_reaches_loopback(addr.parse().unwrap()), reaches, "{addr}");
+            assert_eq!(reaches_loopback(hex), reaches, "{hex}");
+        }
     }
 }
