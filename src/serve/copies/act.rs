@@ -349,12 +349,21 @@ pub fn probe_ready(
             // claimed copy's processes' root (`procfs::adopt`).
             // Both asked side by side: the port's answer waits on R, the
             // owner's look on /proc (5–25 ms of a wake here, off the runtime).
-            let scratch_now = scratch.clone();
-            let owner = tokio::task::spawn_blocking(move || {
-                let r = crate::wire::launch::report::read_report(&scratch_now, pid).and_then(|r| r.r_pid);
-                procfs::owner_among(&procfs::listening(port), pid, r) == procfs::PortOwner::Ours
-            });
-            let (http, own) = tokio::join!(answers_http(port), owner);
+            let owner = || {
+                let scratch = scratch.clone();
+                tokio::task::spawn_blocking(move || {
+                    let r = crate::wire::launch::report::read_report(&scratch, pid).and_then(|r| r.r_pid);
+                    procfs::owner_among(&procfs::listening(port), pid, r) == procfs::PortOwner::Ours
+                })
+            };
+            let (http, mut own) = tokio::join!(answers_http(port), owner());
+            // The look can be done before R's `listen` returns (the init's
+            // word comes as it lets the call through, and netlink answers in
+            // a tenth of a millisecond): once the port has answered, the
+            // socket is there, so look again now rather than a poll later.
+            if http && !own.as_ref().is_ok_and(|o| *o) {
+                own = owner().await;
+            }
             if http && own.unwrap_or(false) {
                 tracing::debug!(app, pid, "ready");
                 let _ = events.send(Event::Ready { app, pid, listening_ms });
