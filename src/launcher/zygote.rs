@@ -29,27 +29,6 @@ use crate::sys::users::Identity;
 use crate::wire::launch::fences::Fences;
 use crate::wire::launch::zygote::{GIVEN_ENV, PROGRAM_ENV};
 
-/// The `-e` expression of the zygote's R: shiny loaded, and what its first
-/// page loads (bslib, sass, jquerylib: 0.2 s of a copy's first request),
-/// none of it an app's; then a full garbage collection, and the wait for
-/// claims in `library` (fd 3 is its socket); in a claimed copy, the call
-/// returns and R runs the copy's program.
-///
-/// The collection: the warm-up leaves R's heap near its next collection,
-/// so each claimed copy collected in its first request, and a collection
-/// in a fork writes the mark of every object it shares with the zygote,
-/// copying each page (the fork's first page took 150–220 ms, 40–70 ms
-/// after one collection here, which also raises R's threshold).
-pub fn r_expr(library: &std::path::Path) -> String {
-    format!(
-        "suppressPackageStartupMessages(library(shiny)); \
-         invisible(htmltools::renderTags(shiny::fluidPage(shiny::textOutput('o'), shiny::textInput('i', 'i')))); \
-         invisible(gc(full = TRUE)); dyn.load({}); invisible(.C('shinyctl_zygote', 3L)); \
-         local({{ p <- Sys.getenv('{PROGRAM_ENV}'); Sys.unsetenv('{PROGRAM_ENV}'); eval(parse(text = p), envir = globalenv()) }})",
-        super::r_string(&library.to_string_lossy())
-    )
-}
-
 /// R's `.C` entry: waits for claims on the listening socket `*fd` (bound
 /// by the daemon); returns only in a claimed copy's R, with its world made
 /// and its environment set. A zygote that cannot wait exits.
@@ -392,16 +371,4 @@ fn set_env(claim: &Claim, seen: &super::CopyFolders, who: Option<&Identity>) {
         std::env::set_var("LOGNAME", &who.name);
     }
     std::env::set_var(PROGRAM_ENV, &claim.program);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_zygote_collects_its_garbage_after_the_warm_up_and_before_it_waits() {
-        let e = r_expr(std::path::Path::new("/opt/shinyctl/libshinyctl.so"));
-        let (warm, gc, wait) = (e.find("renderTags").unwrap(), e.find("gc(full = TRUE)").unwrap(), e.find("shinyctl_zygote").unwrap());
-        assert!(warm < gc && gc < wait, "{e}");
-    }
 }
