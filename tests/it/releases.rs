@@ -313,8 +313,12 @@ impl Xfs {
 
 impl Drop for Xfs {
     fn drop(&mut self) {
-        // A loop mount frees its loop device when unmounted (autoclear).
-        let _ = std::process::Command::new("umount").arg(&self.mnt).status();
+        // The copies' disks of their own are mounted below the home on this
+        // filesystem, and outlive the daemon: `Env`'s drop looks for them
+        // below its own folder, where the home is only a symlink. Every mount
+        // here goes, this filesystem's with them; a loop mount frees its loop
+        // device when unmounted (autoclear).
+        shinyctl::sys::disk::detach_below(&self.mnt).into_iter().for_each(|t| drop(t.join()));
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
