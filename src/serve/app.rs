@@ -168,7 +168,8 @@ pub struct WakeSteps {
     pub forked: Option<u64>,
     /// Its init said R listens (none for a copy without the ports fence).
     pub listening: Option<u64>,
-    /// The daemon folded in that the copy answers HTTP from its own socket.
+    /// The daemon folded in that the copy is ready: it listens from its own
+    /// socket, after the init's word (`act::Heard::waking`).
     pub ready: Option<u64>,
     /// The table with the copy active was pushed to the load balancer.
     pub pushed: Option<u64>,

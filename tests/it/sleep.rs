@@ -68,6 +68,52 @@ fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     assert!(after.iter().all(|c| c.pid.is_some_and(|p| !pids.contains(&p))), "new processes: {after:?}");
 }
 
+/// The number after `key` in a log line: `R listening +126` → 126.
+fn figure(line: &str, key: &str) -> u64 {
+    let at = line.find(key).unwrap_or_else(|| panic!("{key:?} in {line}")) + key.len();
+    line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("a number after {key:?}: {line}"))
+}
+
+#[test]
+fn a_wakes_held_request_goes_to_the_copy_the_moment_r_listens() {
+    // Woken, this app's R listens and then keeps its loop busy for 4 s
+    // before it answers anything (a `later` callback runs first thing in
+    // shiny's loop): a readiness probe would be answered only after those
+    // 4 s, and the held request sent after it. The visitor's request is
+    // what asks R first, as with R alone.
+    let env = Env::new("wakeword");
+    let app = &unique("word");
+    let busy = "mark <- file.path(Sys.getenv('SHINYCTL_SCRATCH'), 'started-once')\n\
+                if (file.exists(mark)) later::later(function() Sys.sleep(4), 0)\n\
+                writeLines('x', mark)\n\
+                shiny::shinyApp(shiny::fluidPage('up'), function(input, output) {})\n";
+    let port = free_port();
+    env.apply(&env.app_running(busy, app, port, &format!("{IDLE}warm-replicas: 0\n")));
+    env.wait_roles(app, "1:active", START);
+    wait_http_ok(port, Duration::from_secs(10));
+    wait_asleep(&env, app, &pids(&env, app));
+
+    let r = get(port, "/", &[]).unwrap();
+    assert_eq!(r.status, 200, "held while the app woke: {r:?}");
+    let (woke, held) = wait_until(Duration::from_secs(10), "the wake's two lines in api.log", || {
+        let log = std::fs::read_to_string(env.home().join("api.log")).ok()?;
+        let line = |what: &str| log.lines().find(|l| l.contains(what)).map(str::to_string);
+        Some((line(&format!("{app} woke in "))?, line(&format!("a request held for the wake of {app}: sent to copy "))?))
+    });
+    let listening = figure(&woke, "asked_ms=") + figure(&woke, "R listening +");
+    let sent = figure(&held, "held_ms=") + figure(&held, "sent to copy 1 +");
+    assert!(
+        sent < listening + 2_000,
+        "the held request went to the copy {} ms after R listened, not when it first answered (4 s later):\n{woke}\n{held}",
+        sent as i64 - listening as i64
+    );
+}
+
 #[test]
 fn requests_that_arrive_together_share_one_wake() {
     let env = Env::new("together");

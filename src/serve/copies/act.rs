@@ -309,6 +309,21 @@ async fn gone_from_proc(pid: u32, start: Option<u64>) {
     }
 }
 
+/// What the daemon may hear of a starting copy besides its port's answer.
+#[derive(Debug, Default)]
+pub struct Heard {
+    /// The read end of the launcher's stdin pipe, on which the copy's init
+    /// writes a byte the moment R listens (see [`Launching`]); none for a
+    /// copy that cannot say (adopted, or with the fence off).
+    pub told: Option<OwnedFd>,
+    /// The copy starts for a wake, with visitors' requests held for it.
+    /// Then the word and a listening socket of the copy's own are enough:
+    /// the held request is what asks R first, as a visitor of R alone
+    /// does, rather than waiting behind a probe R answers only once its
+    /// loop runs (README, "Sleep").
+    pub waking: bool,
+}
+
 /// How often the port is asked when no word can come that R listens (a
 /// copy with the fence off, one adopted from a daemon before).
 const READY_POLL: Duration = Duration::from_millis(100);
@@ -319,19 +334,12 @@ const READY_POLL: Duration = Duration::from_millis(100);
 const READY_POLL_TOLD: Duration = Duration::from_secs(1);
 
 /// Sends `Event::Ready` once the copy's port answers HTTP from a socket of
-/// its own process tree; gives up when the process is gone. `told`: the
-/// launcher's word that R listens (see [`Launching`]), on which the port
-/// is asked at once (and then every [`READY_POLL`]); until it comes, every
-/// [`READY_POLL_TOLD`].
-pub fn probe_ready(
-    app: String,
-    pid: u32,
-    start: u64,
-    port: u16,
-    scratch: std::path::PathBuf,
-    events: UnboundedSender<Event>,
-    told: Option<OwnedFd>,
-) {
+/// its own process tree, or, for a wake, once the init's word came and
+/// R's socket is seen ([`Heard`]); gives up when the process is gone. On
+/// the word the port is asked at once (and then every [`READY_POLL`]);
+/// until it comes, every [`READY_POLL_TOLD`].
+pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, scratch: std::path::PathBuf, events: UnboundedSender<Event>, says: Heard) {
+    let Heard { told, waking } = says;
     tokio::spawn(async move {
         let mut listening_ms = None;
         let mut told = told.and_then(|fd| {
@@ -345,26 +353,15 @@ pub fn probe_ready(
             if !procfs::is_alive(pid, start) {
                 return;
             }
-            // The report names R (looked at before the whole tree) and a
-            // claimed copy's processes' root (`procfs::adopt`).
-            // Both asked side by side: the port's answer waits on R, the
-            // owner's look on /proc (5–25 ms of a wake here, off the runtime).
-            let owner = || {
-                let scratch = scratch.clone();
-                tokio::task::spawn_blocking(move || {
-                    let r = crate::wire::launch::report::read_report(&scratch, pid).and_then(|r| r.r_pid);
-                    procfs::owner_among(&procfs::listening(port), pid, r) == procfs::PortOwner::Ours
-                })
-            };
-            let (http, mut own) = tokio::join!(answers_http(port), owner());
+            let (http, mut own) = tokio::join!(answers_http(port), owns_port(&scratch, pid, port));
             // The look can be done before R's `listen` returns (the init's
             // word comes as it lets the call through, and netlink answers in
             // a tenth of a millisecond): once the port has answered, the
             // socket is there, so look again now rather than a poll later.
-            if http && !own.as_ref().is_ok_and(|o| *o) {
-                own = owner().await;
+            if http && !own {
+                own = owns_port(&scratch, pid, port).await;
             }
-            if http && own.unwrap_or(false) {
+            if http && own {
                 tracing::debug!(app, pid, "ready");
                 let _ = events.send(Event::Ready { app, pid, listening_ms });
                 return;
@@ -381,12 +378,54 @@ pub fn probe_ready(
                     tracing::debug!(app, pid, listening = got, "the copy's init says R listens");
                     told = None;
                     listening_ms = got.then(now_ms);
+                    if got && waking && listens_soon(&scratch, pid, port).await {
+                        tracing::debug!(app, pid, "ready on the init's word: a wake's held requests go to it");
+                        let _ = events.send(Event::Ready { app, pid, listening_ms });
+                        return;
+                    }
                 }
                 _ = tokio::time::sleep(if told.is_some() { READY_POLL_TOLD } else { READY_POLL }) => {}
             }
         }
     });
 }
+
+/// True when a socket of the copy's own listens on `port`. The report names
+/// R (looked at before the whole tree) and a claimed copy's processes' root
+/// (`procfs::adopt`). Off the runtime: it reads the report and /proc.
+async fn owns_port(scratch: &std::path::Path, pid: u32, port: u16) -> bool {
+    let scratch = scratch.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let r = crate::wire::launch::report::read_report(&scratch, pid).and_then(|r| r.r_pid);
+        procfs::owner_among(&procfs::listening(port), pid, r) == procfs::PortOwner::Ours
+    })
+    .await
+    .unwrap_or(false)
+}
+
+/// True once a socket of the copy's own listens on `port`, looked for
+/// every [`LISTEN_LOOK`] for up to [`LISTEN_LOOK_FOR`]: the init's word
+/// comes as it lets R's `listen` through, a moment before the socket is in
+/// the kernel's table. False after that (the HTTP probe decides then).
+async fn listens_soon(scratch: &std::path::Path, pid: u32, port: u16) -> bool {
+    let deadline = tokio::time::Instant::now() + LISTEN_LOOK_FOR;
+    loop {
+        if owns_port(scratch, pid, port).await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(LISTEN_LOOK).await;
+    }
+}
+
+/// How often the port's owner is looked at after the init's word.
+const LISTEN_LOOK: Duration = Duration::from_millis(2);
+
+/// How long after the init's word a wake's copy may take to be seen
+/// listening before its readiness is left to the HTTP probe.
+const LISTEN_LOOK_FOR: Duration = Duration::from_millis(200);
 
 /// Waits for the launcher's byte on `afd`; true when it came, false when
 /// the pipe closed or failed without it.

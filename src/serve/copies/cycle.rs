@@ -81,7 +81,7 @@ impl Daemon {
                 // The daemon watches what it starts from the start, so a
                 // process first watched here is one it adopted.
                 let scratch = home.scratch_dir(&recorded.spec.group, &recorded.spec.name, rec.copy);
-                if follow(name, rec, ready, tracked, &events, scratch, None) {
+                if follow(name, rec, ready, tracked, &events, scratch, act::Heard::default()) {
                     tracing::info!(app = name, copy = rec.copy, pid, "adopted copy");
                 }
                 match owner {
@@ -428,7 +428,8 @@ impl Daemon {
                     }
                     tracing::info!(app = name, copy, pid, port = rec.port, "started copy");
                     let scratch = cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, copy);
-                    follow(&name, rec, false, tracked, cx.events, scratch, told);
+                    let heard = act::Heard { told, waking: wake.steps.asked.is_some() };
+                    follow(&name, rec, false, tracked, cx.events, scratch, heard);
                 }
                 Err(e) => not_started(&cx, recorded, copy, &e),
             }
@@ -535,7 +536,7 @@ fn follow(
     tracked: &mut Tracked,
     events: &mpsc::UnboundedSender<Event>,
     scratch: std::path::PathBuf,
-    told: Option<std::os::fd::OwnedFd>,
+    heard: act::Heard,
 ) -> bool {
     let Some(pid) = rec.pid else { return false };
     let process = tracked.process_mut(pid);
@@ -544,7 +545,7 @@ fn follow(
         act::watch_exit(name.to_string(), pid, events.clone());
     }
     if !ready && !std::mem::replace(&mut process.probing, true) {
-        act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, scratch, events.clone(), told);
+        act::probe_ready(name.to_string(), pid, rec.pid_start.unwrap_or(0), rec.port, scratch, events.clone(), heard);
     }
     new
 }
