@@ -217,9 +217,7 @@ impl Wake {
             self.requested = false;
             self.asked_ms = None;
             self.steps = WakeSteps::default();
-        } else if state.copies.iter().all(|r| r.pid.is_none() || r.checking) {
-            // A copy checking a version deployed while asleep goes on; the
-            // wake does not wait for it.
+        } else if self.may_settle(state) {
             state.asleep_since_ms = None;
             self.requested = false;
             self.woke_ms = Some(now);
@@ -227,6 +225,16 @@ impl Wake {
             return true;
         }
         false
+    }
+
+    /// True when [`Wake::settle`] would end the sleep with `state`: a wake
+    /// is asked and no process put to sleep is left. A copy checking a
+    /// version deployed while asleep goes on; the wake does not wait for it.
+    /// A cycle that folds in the last of those exits (`settle` comes before
+    /// its decide) asks for another at once with this, rather than leave
+    /// the held visitor to the next tick.
+    pub fn may_settle(&self, state: &AppState) -> bool {
+        self.requested && state.asleep_since_ms.is_some() && state.copies.iter().all(|r| r.pid.is_none() || r.checking)
     }
 
     /// Notes a copy's readiness (and when its init said R listens) in the
@@ -269,6 +277,19 @@ mod tests {
         // A copy without the ports fence never says it listens.
         let quiet = WakeSteps { listening: None, ..wake.steps.clone() };
         assert_eq!(quiet.describe(), "cycle +1 ms, launcher forked +12, ready seen +650, table pushed +655");
+    }
+
+    #[test]
+    fn a_wake_goes_ahead_once_the_last_process_put_to_sleep_is_gone() {
+        let mut wake = Wake { requested: true, ..Default::default() };
+        let mut asleep = AppState { asleep_since_ms: Some(5), ..state(&[10]) };
+        assert!(!wake.may_settle(&asleep) && !wake.settle(&mut asleep, 100), "a launcher still ending: the wake waits");
+        // The cycle that folds the exit in records the copy without a
+        // process: the wake may go ahead, and the next cycle ends the sleep.
+        asleep.copies[0].pid = None;
+        assert!(wake.may_settle(&asleep));
+        assert!(wake.settle(&mut asleep, 200) && asleep.asleep_since_ms.is_none() && wake.woke_ms == Some(200));
+        assert!(!wake.may_settle(&asleep), "woken: nothing more to settle");
     }
 
     fn state(pids: &[u32]) -> AppState {

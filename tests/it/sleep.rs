@@ -96,15 +96,30 @@ fn a_wakes_held_request_goes_to_the_copy_the_moment_r_listens() {
     env.apply(&env.app_running(busy, app, port, &format!("{IDLE}warm-replicas: 0\n")));
     env.wait_roles(app, "1:active", START);
     wait_http_ok(port, Duration::from_secs(10));
-    wait_asleep(&env, app, &pids(&env, app));
 
-    let r = get(port, "/", &[]).unwrap();
+    // The wake is asked while the copy put to sleep is still ending: its
+    // launcher (the process the daemon records and waits for) is paused
+    // until the ask has reached the daemon. The cycle that folds in its
+    // exit must let the wake go on at once, not at the next 5 s tick.
+    let launcher = env.record(app, 1).and_then(|r| r["pid"].as_u64()).expect("copy 1's launcher in state.json") as u32;
+    signal(launcher, libc::SIGSTOP);
+    env.wait_asleep(app, Duration::from_secs(60));
+    let visitor = std::thread::spawn(move || get(port, "/", &[]));
+    let asked = format!("a wake of {app} asked");
+    wait_until(Duration::from_secs(10), "the daemon to have the ask", || {
+        std::fs::read_to_string(env.home().join("api.log")).ok().filter(|log| log.contains(&asked)).map(|_| ())
+    });
+    signal(launcher, libc::SIGCONT);
+    let r = visitor.join().unwrap().unwrap();
     assert_eq!(r.status, 200, "held while the app woke: {r:?}");
+
     let (woke, held) = wait_until(Duration::from_secs(10), "the wake's two lines in api.log", || {
         let log = std::fs::read_to_string(env.home().join("api.log")).ok()?;
         let line = |what: &str| log.lines().find(|l| l.contains(what)).map(str::to_string);
         Some((line(&format!("{app} woke in "))?, line(&format!("a request held for the wake of {app}: sent to copy "))?))
     });
+    let cycle = figure(&woke, "cycle +");
+    assert!(cycle < slow(Duration::from_secs(1)).as_millis() as u64, "the wake's cycle came {cycle} ms after the ask:\n{woke}");
     let listening = figure(&woke, "asked_ms=") + figure(&woke, "R listening +");
     let sent = figure(&held, "held_ms=") + figure(&held, "sent to copy 1 +");
     assert!(

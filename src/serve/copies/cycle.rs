@@ -156,6 +156,11 @@ impl Daemon {
         tracked.roles = plan.roles;
         tracked.wake_at_ms = plan.wake_at_ms;
         tracked.fold(&before, &recorded.state);
+        if wake.may_settle(&recorded.state) {
+            // This cycle folded in the last exit a wake waited on: the wake
+            // goes ahead in a cycle now, not at the next tick.
+            let _ = cx.events.send(Event::Changed { app: name.to_string() });
+        }
         // A forgotten copy's own disk goes with it, so a later copy with the
         // same number (a redeploy, a new app of the same name) starts empty.
         for gone in before.copies.iter().filter(|r| !recorded.state.copies.iter().any(|n| n.copy == r.copy)) {

@@ -123,7 +123,9 @@ impl Daemon {
         if app.recorded.state.asleep_since_ms.is_none() && app.tracked.has_active() {
             return Ok(None);
         }
-        app.wake.requested = true;
+        if !std::mem::replace(&mut app.wake.requested, true) {
+            tracing::info!(app = name, "a wake of {name} asked; the load balancer holds the request");
+        }
         let now = crate::serve::now_ms();
         app.wake.asked_ms.get_or_insert(now);
         crate::serve::app::WakeSteps::note(&mut app.wake.steps.asked, now);
