@@ -118,6 +118,11 @@ fn a_wakes_held_request_goes_to_the_copy_the_moment_r_listens() {
         let line = |what: &str| log.lines().find(|l| l.contains(what)).map(str::to_string);
         Some((line(&format!("{app} woke in "))?, line(&format!("a request held for the wake of {app}: sent to copy "))?))
     });
+    let log = std::fs::read_to_string(env.home().join("api.log")).unwrap();
+    assert!(
+        !log.contains("no longer answers from its own socket"),
+        "a copy put to sleep, its R gone before its launcher, is no copy that lost its port:\n{log}"
+    );
     let cycle = figure(&woke, "cycle +");
     assert!(cycle < slow(Duration::from_secs(1)).as_millis() as u64, "the wake's cycle came {cycle} ms after the ask:\n{woke}");
     let listening = figure(&woke, "asked_ms=") + figure(&woke, "R listening +");

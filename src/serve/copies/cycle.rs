@@ -76,7 +76,14 @@ impl Daemon {
                 exit.disk = tracked.process(pid).disk_stop;
                 Process::Exited(exit)
             } else {
-                let owner = port_owner(name, rec, pid, tracked, facts);
+                let owner = if recorded.state.asleep_since_ms.is_some() && !rec.checking {
+                    // Being put to sleep (a copy checking a version deployed
+                    // while asleep runs on): its R may be gone while its
+                    // launcher ends, which is no move and no failure.
+                    procfs::PortOwner::Ours
+                } else {
+                    port_owner(name, rec, pid, tracked, facts)
+                };
                 let ready = tracked.process(pid).ready;
                 // The daemon watches what it starts from the start, so a
                 // process first watched here is one it adopted.
