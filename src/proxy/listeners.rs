@@ -147,10 +147,12 @@ async fn accept_loop(listener: Arc<TcpListener>, port: u16, shared: Arc<Balancer
                         continue;
                     }
                 };
+                // Far past a cap: dropped here, which closes it.
+                let Some(client) = VisitorConnection::admit(peer, port, &shared) else { continue };
                 let (index, worker) =
                     shared.workers.iter().enumerate().min_by_key(|(_, w)| w.open.load(Ordering::Relaxed)).expect("at least one worker");
                 worker.open.fetch_add(1, Ordering::Relaxed);
-                worker.handle.spawn(serve_client(stream, peer, port, shared.clone(), index));
+                worker.handle.spawn(serve_client(stream, client, peer, port, shared.clone(), index));
             }
             Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
             Err(e) => {
@@ -171,9 +173,16 @@ impl Drop for Open {
     }
 }
 
-/// Serves one visitor's connection (already counted on `worker`) until it
-/// closes, or until shutdown lets its request in flight finish.
-async fn serve_client(stream: std::net::TcpStream, peer: SocketAddr, port: u16, shared: Arc<BalancerState>, worker: usize) {
+/// Serves one visitor's connection (admitted, and counted on `worker`)
+/// until it closes, or until shutdown lets its request in flight finish.
+async fn serve_client(
+    stream: std::net::TcpStream,
+    client: Arc<VisitorConnection>,
+    peer: SocketAddr,
+    port: u16,
+    shared: Arc<BalancerState>,
+    worker: usize,
+) {
     let _open = Open(shared.clone(), worker);
     let stream = match TcpStream::from_std(stream) {
         Ok(s) => s,
@@ -183,7 +192,7 @@ async fn serve_client(stream: std::net::TcpStream, peer: SocketAddr, port: u16, 
         }
     };
     let _ = stream.set_nodelay(true);
-    let Some(client) = VisitorConnection::admit(&stream, peer, port, &shared) else { return };
+    crate::proxy::visitors::caps::watch_socket(&stream);
     let counters = client.stats.clone();
     let svc = hyper::service::service_fn(move |req| forward::handle(req, client.clone()));
     let stream = crate::proxy::visitors::counted::Counted::new(stream, counters);

@@ -379,7 +379,8 @@ fn the_per_address_cap_holds_for_a_visitor_and_loopback_is_exempt() {
     assert!(answered.contains("200"), "{answered}");
 
     let held = connect_from_namespace(daemon, visitor, visitor, port, 256);
-    // Taken in by the load balancer (its workers admit them), before the next.
+    // Taken in by the load balancer, before the next: it admits connections
+    // in the order it accepts them, before its open count takes them in.
     let sock = env.home().join("proxy/proxy.sock");
     wait_until(Duration::from_secs(20), "the load balancer to hold the 256 connections", || {
         let (_, body) = shinyctl::wire::uds::request_blocking(&sock, hyper::Method::GET, "/metrics", None, Duration::from_secs(5)).ok()?;

@@ -37,16 +37,12 @@ pub struct VisitorConnection {
 }
 
 impl VisitorConnection {
-    /// Takes in a new visitor connection on `port`: its socket watched for
-    /// dead and stalled peers, counted under the caps. `None`: far past a
-    /// cap, close it at once.
-    pub fn admit(
-        stream: &tokio::net::TcpStream,
-        peer: SocketAddr,
-        port: u16,
-        shared: &Arc<BalancerState>,
-    ) -> Option<Arc<VisitorConnection>> {
-        caps::watch_socket(stream);
+    /// Takes in a new visitor connection on `port`, counted under the caps.
+    /// `None`: far past a cap, close it at once. Called in the accept loop,
+    /// in the order connections were accepted, before the connection goes
+    /// to a worker: so the connection past a cap is the one that came last,
+    /// and the load balancer's open count never runs ahead of the caps'.
+    pub fn admit(peer: SocketAddr, port: u16, shared: &Arc<BalancerState>) -> Option<Arc<VisitorConnection>> {
         let ip = peer.ip().to_canonical();
         let app = shared.table.app(port);
         let exempt = ip.is_loopback() || app.as_ref().is_some_and(|a| a.trusts(ip));
