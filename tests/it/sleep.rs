@@ -51,11 +51,7 @@ fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     assert_eq!(between(&r.body, "scratch=", ";"), Some("kept"), "the copy's disk stayed through the sleep");
     // Where the wake spent its time, in api.log: the daemon's steps since
     // it was asked, and the load balancer's for the request it held.
-    let (woke, held) = wait_until(Duration::from_secs(10), "the wake's two lines in api.log", || {
-        let log = std::fs::read_to_string(env.home().join("api.log")).ok()?;
-        let line = |what: &str| log.lines().find(|l| l.contains(what)).map(str::to_string);
-        Some((line(&format!("{nap} woke in "))?, line(&format!("a request held for the wake of {nap}: sent to copy "))?))
-    });
+    let (woke, held) = wake_lines(&env, nap);
     for step in ["cycle +", "launcher forked +", "R listening +", "ready seen +", "table pushed +", "asked_ms="] {
         assert!(woke.contains(step), "the daemon's line names each step ({step}): {woke}");
     }
@@ -66,6 +62,16 @@ fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     assert_eq!(numbers_and_ports(&asleep), numbers_and_ports(&after), "the same copies, on the same ports");
     assert_eq!(after.len(), 2);
     assert!(after.iter().all(|c| c.pid.is_some_and(|p| !pids.contains(&p))), "new processes: {after:?}");
+}
+
+/// The wake's two lines in api.log: the daemon's `APP woke in …` and the
+/// load balancer's for the request it held.
+fn wake_lines(env: &Env, app: &str) -> (String, String) {
+    wait_until(Duration::from_secs(10), "the wake's two lines in api.log", || {
+        let log = std::fs::read_to_string(env.home().join("api.log")).ok()?;
+        let line = |what: &str| log.lines().find(|l| l.contains(what)).map(str::to_string);
+        Some((line(&format!("{app} woke in "))?, line(&format!("a request held for the wake of {app}: sent to copy "))?))
+    })
 }
 
 /// The number after `key` in a log line: `R listening +126` → 126.
@@ -113,11 +119,7 @@ fn a_wakes_held_request_goes_to_the_copy_the_moment_r_listens() {
     let r = visitor.join().unwrap().unwrap();
     assert_eq!(r.status, 200, "held while the app woke: {r:?}");
 
-    let (woke, held) = wait_until(Duration::from_secs(10), "the wake's two lines in api.log", || {
-        let log = std::fs::read_to_string(env.home().join("api.log")).ok()?;
-        let line = |what: &str| log.lines().find(|l| l.contains(what)).map(str::to_string);
-        Some((line(&format!("{app} woke in "))?, line(&format!("a request held for the wake of {app}: sent to copy "))?))
-    });
+    let (woke, held) = wake_lines(&env, app);
     let log = std::fs::read_to_string(env.home().join("api.log")).unwrap();
     assert!(
         !log.contains("no longer answers from its own socket"),

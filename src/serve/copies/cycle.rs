@@ -76,14 +76,8 @@ impl Daemon {
                 exit.disk = tracked.process(pid).disk_stop;
                 Process::Exited(exit)
             } else {
-                let owner = if recorded.state.asleep_since_ms.is_some() && !rec.checking {
-                    // Being put to sleep (a copy checking a version deployed
-                    // while asleep runs on): its R may be gone while its
-                    // launcher ends, which is no move and no failure.
-                    procfs::PortOwner::Ours
-                } else {
-                    port_owner(name, rec, pid, tracked, facts)
-                };
+                let put_to_sleep = recorded.state.asleep_since_ms.is_some() && !rec.checking;
+                let owner = port_owner(name, rec, pid, put_to_sleep, tracked, facts);
                 let ready = tracked.process(pid).ready;
                 // The daemon watches what it starts from the start, so a
                 // process first watched here is one it adopted.
@@ -482,8 +476,11 @@ fn wake_outcome(home: &Home, app: &AppRt) -> Option<WakeOutcome> {
 /// Who listens where 127.0.0.1 reaches a running copy's port, checked
 /// every cycle: a ready copy whose socket is no longer its own is not
 /// ready (probed again), and one whose port another program holds moves.
-fn port_owner(name: &str, rec: &CopyRecord, pid: u32, tracked: &mut Tracked, facts: &ProbeFacts) -> procfs::PortOwner {
-    if rec.moving_from.is_some() || rec.stop_started_ms.is_some() {
+fn port_owner(name: &str, rec: &CopyRecord, pid: u32, put_to_sleep: bool, tracked: &mut Tracked, facts: &ProbeFacts) -> procfs::PortOwner {
+    // A copy on its way out, stopped or put to sleep (a copy checking a
+    // version deployed while asleep is not): its R may be gone while its
+    // launcher ends, which is no move and no failure.
+    if rec.moving_from.is_some() || rec.stop_started_ms.is_some() || put_to_sleep {
         return procfs::PortOwner::Ours;
     }
     let owner = taken_for_a_while(tracked, pid, facts.owner(pid, rec.port), now_ms());
