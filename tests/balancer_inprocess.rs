@@ -84,7 +84,7 @@ fn table(port: u16, policy: LbPolicy, asleep: bool, request_timeout_ms: u64, cop
             max_replicas: 0,
             // The copies' "process" is this test's own: alive, so a copy
             // that drops a connection has not died (see `dying_backend`).
-            copies: copies.iter().map(|&(copy, port, role)| ProxyCopy { copy, port, role, pid: std::process::id() }).collect(),
+            copies: copies.iter().map(|&(copy, port, role)| ProxyCopy { copy, port, role, pid: std::process::id(), r_pid: None }).collect(),
         }],
     }
 }

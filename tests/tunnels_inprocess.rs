@@ -48,7 +48,7 @@ async fn start(copy_port: u16) -> Rig {
             listening: true,
             max_sessions: None,
             max_replicas: 0,
-            copies: vec![ProxyCopy { copy: 1, port: copy_port, role: Role::Active, pid: std::process::id() }],
+            copies: vec![ProxyCopy { copy: 1, port: copy_port, role: Role::Active, pid: std::process::id(), r_pid: None }],
         }],
     };
     let settings = Settings { api_sock: dir.path().join("api.sock"), key: [7; 32] };

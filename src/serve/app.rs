@@ -72,6 +72,9 @@ pub struct Tracked {
 pub struct TrackedProcess {
     /// Seen ready (its port answers from its own socket).
     pub ready: bool,
+    /// Its R process, when its launcher's report named it as it became
+    /// ready (for the copies table).
+    pub r_pid: Option<u32>,
     /// A readiness probe runs for it.
     pub probing: bool,
     /// An exit watcher runs for it.

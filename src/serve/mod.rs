@@ -87,6 +87,8 @@ pub enum Event {
         pid: u32,
         /// When (Unix ms) its init said R listens, if it did.
         listening_ms: Option<u64>,
+        /// Its R process, from its launcher's report.
+        r_pid: Option<u32>,
     },
     /// The load balancer saw a copy refuse a connection.
     StandIn {

@@ -11,6 +11,9 @@ use crate::sys::procfs;
 /// pidfd_send_signal's flag: signal the process group the pidfd's process
 /// leads (Linux 6.9).
 const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
+/// pidfd_open's flag: a pidfd for one thread, readable once that thread
+/// has exited (Linux 6.9; `O_EXCL`'s value).
+const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
 
 /// A pidfd for one process, checked to be the process that started at a
 /// given time.
@@ -37,6 +40,19 @@ impl Pidfd {
             }
         }
         Ok(Pidfd { fd })
+    }
+
+    /// Opens a pidfd for thread `tid` alone: readable once that thread has
+    /// exited, while the rest of its process may still run. Refused
+    /// (EINVAL) by kernels before 6.9.
+    pub fn open_thread(tid: u32) -> io::Result<Pidfd> {
+        // SAFETY: as in `open`; PIDFD_THREAD names a thread, not a process.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as libc::c_int, libc::PIDFD_NONBLOCK | PIDFD_THREAD) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just gave us this fd and nothing else owns it.
+        Ok(Pidfd { fd: unsafe { OwnedFd::from_raw_fd(fd as i32) } })
     }
 
     /// Sends `sig` to the process, or to the process group it leads.
@@ -71,6 +87,48 @@ impl Pidfd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// True when the pidfd is readable within `ms`.
+    fn readable(fd: &Pidfd, ms: i32) -> bool {
+        let mut p = libc::pollfd { fd: fd.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, ms) == 1 }
+    }
+
+    #[test]
+    fn a_threads_pidfd_turns_readable_when_the_thread_ends_and_the_process_is_not_ending() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no arguments.
+            tid_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = rx.recv();
+        });
+        let tid = tid_rx.recv().unwrap();
+        assert!(procfs::other_threads(std::process::id()).contains(&tid));
+        let fd = match Pidfd::open_thread(tid) {
+            Ok(fd) => fd,
+            // A kernel before 6.9: the load balancer falls back to the process's pidfd.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return,
+            Err(e) => panic!("pidfd for thread {tid}: {e}"),
+        };
+        assert!(!readable(&fd, 0), "the thread runs");
+        drop(tx);
+        t.join().unwrap();
+        assert!(readable(&fd, 5000), "the thread ended");
+        assert!(!procfs::is_ending(std::process::id()), "a thread that ends alone is not the process's end");
+    }
+
+    #[test]
+    fn a_killed_process_is_ending() {
+        let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = child.id();
+        assert!(!procfs::is_ending(pid));
+        // SAFETY: kill with a pid we started and have not reaped.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        let _ = child.wait();
+        assert!(procfs::is_ending(pid), "gone counts as ending");
+    }
 
     #[test]
     fn a_pidfd_signals_its_process_and_not_a_changed_one() {

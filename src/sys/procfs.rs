@@ -104,6 +104,31 @@ pub fn running(pid: u32) -> bool {
     read_stat(pid).is_some_and(|(state, _, _)| !matches!(state, 'Z' | 'X' | 'x'))
 }
 
+/// The kernel's flag on a task that has begun to exit (`PF_EXITING`, in
+/// the flags field of `/proc/<pid>/stat`).
+const PF_EXITING: u32 = 0x4;
+
+/// True when process `pid` is on its way out: its main thread has begun
+/// to exit, or has a SIGKILL pending. A process killed by a signal or
+/// calling `exit` ends each thread with a SIGKILL the kernel sends it, so
+/// one of the two holds from the moment the end begins; a thread that
+/// ends on its own (`pthread_exit`) leaves neither on the main thread.
+pub fn is_ending(pid: u32) -> bool {
+    use procfs::process::Stat;
+    const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
+    let exiting = read(&format!("/proc/{pid}/stat")).and_then(|b| Stat::from_read(&b[..]).ok()).is_none_or(|s| s.flags & PF_EXITING != 0);
+    exiting
+        || read(&format!("/proc/{pid}/status"))
+            .and_then(|b| Status::from_read(&b[..]).ok())
+            .is_none_or(|s| (s.sigpnd | s.shdpnd) & SIGKILL_BIT != 0)
+}
+
+/// The threads of process `pid` other than its main one.
+pub fn other_threads(pid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).filter(|&tid| tid != pid).collect()
+}
+
 /// The parent of process `pid`.
 pub fn parent_of(pid: u32) -> Option<u32> {
     read_stat(pid).map(|(_, ppid, start)| adopter(pid, start).unwrap_or(ppid))

@@ -124,6 +124,12 @@ pub struct ProxyCopy {
     /// as another process is still honoured (same copy), while its
     /// connection counters start anew.
     pub pid: u32,
+    /// Its R process as the host sees it (the launcher's child, or a fork
+    /// from the pool), once known: the load balancer watches its threads,
+    /// whose end tells R's before its sockets close (README, "Staying
+    /// up"). None from a daemon of an earlier build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r_pid: Option<u32>,
 }
 
 /// The load balancer's own settings, the same for every app.

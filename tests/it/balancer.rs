@@ -167,6 +167,83 @@ fn killing_the_active_copy_loses_no_request_and_the_visitor_ends_on_the_spare() 
     env.wait_roles("fo", "2:active 1:warm", START);
 }
 
+/// An R holding 600 MiB, which the kernel frees before it closes the
+/// sockets of a killed R (60 ms here, against 25 for a bare shiny), whose
+/// copy 1 answers `/slow` only after a minute and copy 2 at once.
+const HEAVY_R: &str = r#"
+library(shiny)
+heavy <- rep(1, 8e7)
+shiny:::handlerManager$addHandler(function(req) {
+  if (!identical(req$PATH_INFO, "/slow")) return(NULL)
+  if (Sys.getenv("SHINYCTL_COPY") == "1") {
+    writeLines("begun", file.path(Sys.getenv("SHINYCTL_SCRATCH"), "slow-begun"))
+    Sys.sleep(60)
+  }
+  httpResponse(200, "text/plain", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";"))
+}, "slow-test")
+ui <- fluidPage(tags$p(id = "who", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";")))
+shinyApp(ui, function(input, output, session) {})
+"#;
+
+/// Copies of every socket process `pid` has open (pidfd_getfd), which
+/// keep them open while held, whatever becomes of the process.
+fn hold_sockets(pid: u32) -> Vec<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+    assert!(pidfd >= 0, "pidfd_open({pid}): {}", std::io::Error::last_os_error());
+    // SAFETY: a new fd that nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap();
+    fds.filter_map(|e| {
+        let e = e.ok()?;
+        std::fs::read_link(e.path()).ok()?.to_str()?.starts_with("socket:").then_some(())?;
+        let fd: libc::c_int = e.file_name().to_str()?.parse().ok()?;
+        // SAFETY: a valid pidfd, a descriptor number of that process, no flags.
+        let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+        // SAFETY: as above.
+        (got >= 0).then(|| unsafe { OwnedFd::from_raw_fd(got as i32) })
+    })
+    .collect()
+}
+
+/// README, "Staying up": a request in flight on a copy that dies goes to
+/// the spare at once. A killed R frees its memory before its sockets
+/// close, and a child it forked can keep them open for good: the load
+/// balancer does not wait for them. Here the test holds the sockets of
+/// copy 1's R itself, so they never close while the request is answered.
+#[test]
+fn a_request_on_a_killed_copy_goes_to_the_spare_while_the_copys_sockets_are_still_open() {
+    if !needs_root("holds a copy's sockets open with pidfd_getfd") {
+        return;
+    }
+    let env = Env::new("failover-early");
+    let port = free_port();
+    env.apply(&env.app_running(HEAVY_R, "fe", port, ""));
+    env.wait_roles("fe", "1:active 2:warm", START);
+    assert_eq!(wait_http_ok(port, Duration::from_secs(10)).copy(), Some(1));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(get(port, "/slow", &[])));
+    let mark = env.home().join("scratch").join("default-fe").join("1").join("slow-begun");
+    wait_until(Duration::from_secs(10), "copy 1 to be answering /slow", || mark.exists().then_some(()));
+    let r = env.pid_of("fe", 1);
+    // R starts threads as it serves; the load balancer watches them.
+    let watched = format!("copy 1's process {r}: its threads");
+    wait_until(Duration::from_secs(30), "the load balancer to watch copy 1's threads", || {
+        std::fs::read_to_string(env.home().join("api.log")).unwrap_or_default().contains(&watched).then_some(())
+    });
+    let held = hold_sockets(r);
+    assert!(held.len() >= 2, "copy 1's R has its listening socket and the request's connection open: {} held", held.len());
+    signal(r, 9);
+    let answer = rx.recv_timeout(slow(Duration::from_secs(10))).expect("an answer while copy 1's sockets are still open").unwrap();
+    assert_eq!((answer.status, answer.copy()), (200, Some(2)), "sent again, to the spare: {answer:?}");
+    drop(held);
+    // Known from one of its other threads ending, not from the process's
+    // own end, which comes only once its memory is freed.
+    let log = std::fs::read_to_string(env.home().join("api.log")).unwrap();
+    assert!(log.contains(&format!("copy 1's process {r} is ending (its thread")), "the load balancer's word on copy 1's end:\n{log}");
+}
+
 #[test]
 fn without_a_spare_a_request_waits_for_the_app_to_come_back() {
     let env = Env::new("nospare");

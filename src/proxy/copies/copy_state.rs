@@ -43,12 +43,21 @@ pub struct CopyState {
     /// Warm-up requests were sent to it as a spare (`warm.rs`), or are
     /// under way.
     pub warmed: AtomicBool,
-    /// Its process has exited (`liveness.rs`): down for good, so no
-    /// visitor is sent to whatever listens on its port next, even while
-    /// the daemon is away and no new table comes.
+    /// Its process has exited or begun to (`liveness.rs`): down for good,
+    /// so no visitor is sent to whatever listens on its port next, even
+    /// while the daemon is away and no new table comes. Set by
+    /// [`CopyState::mark_gone`].
     pub gone: AtomicBool,
+    /// Wakes the requests waiting for the copy's answer once it is gone
+    /// ([`CopyState::gone_now`]).
+    gone_now: tokio::sync::Notify,
     /// A watcher of its process runs.
     pub watched: AtomicBool,
+    /// It has answered a request ([`CopyState::answered`]).
+    answered_once: AtomicBool,
+    /// Told once, when it first answers: the watcher of its process
+    /// looks for threads then (`liveness.rs`).
+    pub first_answer: tokio::sync::Notify,
     /// When visitors were placed on it ([`crate::sys::clock::mono_ms`]), oldest
     /// first, whose WebSocket has not opened yet: each counts toward
     /// `max-sessions` until then, or for [`PLACED_FOR_MS`].
@@ -90,6 +99,30 @@ fn expire(p: &mut std::collections::VecDeque<u64>, now: u64) {
 }
 
 impl CopyState {
+    /// The copy's process has exited or begun to: no visitor is sent to it
+    /// again, and the requests waiting for its answer are woken to go to
+    /// another copy. A process on its way out answers nothing more, yet its
+    /// sockets close only once the kernel has freed its memory (R with
+    /// shiny: 13-30 ms), or never while a child it forked holds them.
+    pub fn mark_gone(&self) {
+        self.gone.store(true, Ordering::SeqCst);
+        self.gone_now.notify_waiters();
+    }
+
+    /// Returns once the copy is gone ([`CopyState::mark_gone`]), at once if
+    /// it is.
+    pub async fn gone_now(&self) {
+        let notified = self.gone_now.notified();
+        let mut notified = std::pin::pin!(notified);
+        // Registered before the flag is read, so a mark between the two
+        // still wakes it.
+        notified.as_mut().enable();
+        if self.gone.load(Ordering::SeqCst) {
+            return;
+        }
+        notified.await;
+    }
+
     /// True while the copy is marked down at unix ms `now`, or its process
     /// is gone.
     pub fn is_down(&self, now: u64) -> bool {
@@ -128,6 +161,13 @@ impl CopyState {
         let left = self.pending.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
         if answered {
             self.heard(now, left);
+        }
+    }
+
+    /// The copy answered a request: the first time, its watcher is told.
+    pub fn answered(&self) {
+        if !self.answered_once.load(Ordering::Relaxed) && !self.answered_once.swap(true, Ordering::Relaxed) {
+            self.first_answer.notify_one();
         }
     }
 
@@ -176,6 +216,22 @@ mod tests {
         assert_eq!(c.silent_ms(56_000), 6_000, "one abandoned unanswered keeps it suspect until it answers");
         c.heard(57_000, 0);
         assert_eq!(c.silent_ms(60_000), 0, "the probe's answer clears it");
+    }
+
+    #[tokio::test]
+    async fn a_request_waiting_on_a_copy_is_woken_when_it_is_gone() {
+        let c = std::sync::Arc::new(CopyState::default());
+        let waiting = tokio::spawn({
+            let c = c.clone();
+            async move { c.gone_now().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "nothing is gone yet");
+        c.mark_gone();
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.expect("woken").unwrap();
+        assert!(c.is_down(0));
+        // One that starts waiting after the mark returns at once.
+        tokio::time::timeout(std::time::Duration::from_secs(5), c.gone_now()).await.expect("at once");
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub struct LiveCopy {
     pub role: Role,
     /// Its process, as the daemon last saw it.
     pub pid: u32,
+    /// Its R process, when the daemon named it: the one whose threads are
+    /// watched (`liveness.rs`).
+    pub r_pid: Option<u32>,
     /// The signed cookie value that names it (`3.<hex>`).
     pub cookie: Box<str>,
     /// The whole `Set-Cookie` header that places a visitor on it.
@@ -225,6 +228,7 @@ impl Table {
                     port: c.port,
                     role: c.role,
                     pid: c.pid,
+                    r_pid: c.r_pid,
                     cookie: value.into(),
                     set_cookie,
                     state,
@@ -412,7 +416,7 @@ mod tests {
             apps: vec![ProxyApp::for_tests(
                 "hello",
                 LbPolicy::LeastConn,
-                copies.iter().map(|&(copy, port, pid)| ProxyCopy { copy, port, role: Role::Active, pid }).collect(),
+                copies.iter().map(|&(copy, port, pid)| ProxyCopy { copy, port, role: Role::Active, pid, r_pid: None }).collect(),
             )],
         }
     }

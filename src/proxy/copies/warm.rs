@@ -75,7 +75,13 @@ mod tests {
 
     /// App `web` with an active copy on `active` and a warm one on `spare`.
     fn table_of(active: &TcpListener, spare: &TcpListener) -> ProxyTable {
-        let copy = |copy: u32, l: &TcpListener, role| ProxyCopy { copy, port: l.local_addr().unwrap().port(), role, pid: 4_000_000 + copy };
+        let copy = |copy: u32, l: &TcpListener, role| ProxyCopy {
+            copy,
+            port: l.local_addr().unwrap().port(),
+            role,
+            pid: 4_000_000 + copy,
+            r_pid: None,
+        };
         ProxyTable {
             apps: vec![ProxyApp::for_tests("web", LbPolicy::First, vec![copy(1, active, Role::Active), copy(2, spare, Role::Warm)])],
         }

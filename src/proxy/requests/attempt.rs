@@ -135,6 +135,10 @@ impl Attempt {
                 copy.state.pool.clear();
                 self.lost(app, copy, replay, died, &e)?
             }
+            Failure::Ending => {
+                copy.state.pool.clear();
+                self.lost(app, copy, replay, true, &"its process began to exit")?
+            }
         };
         if self.sends >= MAX_SENDS {
             tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, "no copy answered after {} attempts", self.sends);
@@ -152,7 +156,7 @@ impl Attempt {
         copy: &LiveCopy,
         replay: Option<&Replay>,
         died: bool,
-        e: &hyper::Error,
+        e: &dyn std::fmt::Display,
     ) -> Result<Request<UpBody>, Response<DownBody>> {
         let line = self.line();
         if died {

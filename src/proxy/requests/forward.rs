@@ -120,7 +120,11 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
                 return respond(shared, &app, copy, claimed, sent, client_upgrade);
             }
             Err(failure) => {
-                let died = matches!(failure, Failure::Lost(_)) && upstream::died(copy.pid).await;
+                let died = match failure {
+                    Failure::Ending => true,
+                    Failure::Lost(_) => upstream::died(copy.pid).await,
+                    Failure::Refused(..) | Failure::Local(_) => false,
+                };
                 match attempt.failed(shared, &app, copy, failure, replay.as_ref(), died) {
                     Ok(again) => again,
                     Err(page) => return page,
@@ -363,7 +367,8 @@ mod tests {
     /// App `web` on port 8080 with `copies` (number, role), as a pushed table
     /// makes it.
     fn app(policy: LbPolicy, copies: &[(u32, Role)]) -> Arc<LiveApp> {
-        let copies = copies.iter().map(|&(copy, role)| ProxyCopy { copy, port: 20000 + copy as u16, role, pid: copy }).collect();
+        let copies =
+            copies.iter().map(|&(copy, role)| ProxyCopy { copy, port: 20000 + copy as u16, role, pid: copy, r_pid: None }).collect();
         let source = ProxyTable { apps: vec![ProxyApp::for_tests("web", policy, copies)] };
         Table::build(source, &KEY, &Table::default()).apps[0].clone()
     }

@@ -7,7 +7,6 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::client::conn::TrySendError;
 use hyper::header::HeaderMap;
 use hyper::http::request;
 use hyper::{Method, Request, Response, Uri, Version};
@@ -39,6 +38,21 @@ pub enum Failure {
     Local(io::Error),
     /// The request was sent (maybe in part) and no answer came.
     Lost(hyper::Error),
+    /// The request was sent and the copy's process began to exit before
+    /// answering (`liveness.rs`): lost to a copy that died, known before
+    /// its sockets close.
+    Ending,
+}
+
+/// Why [`exchange`] got no answer.
+enum Unanswered {
+    /// The request was never written (the connection had closed): it comes
+    /// back.
+    Unsent(Box<Request<UpBody>>, hyper::Error),
+    /// The request was sent (maybe in part) and the connection broke.
+    Broke(hyper::Error),
+    /// The copy's process began to exit while the request waited.
+    Ending,
 }
 
 /// A sent request's answer, with the lease it holds.
@@ -89,11 +103,10 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
                     lease.sender = Some(s);
                     return Ok(Sent { resp, lease });
                 }
-                Err(mut e) => match e.take_message() {
-                    // Never written: the connection had closed. Try another.
-                    Some(back) => req = back,
-                    None => return Err(Failure::Lost(e.into_error())),
-                },
+                // Never written: the connection had closed. Try another.
+                Err(Unanswered::Unsent(back, _)) => req = *back,
+                Err(Unanswered::Broke(e)) => return Err(Failure::Lost(e)),
+                Err(Unanswered::Ending) => return Err(Failure::Ending),
             }
         }
     }
@@ -135,30 +148,50 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
             }
             Ok(Sent { resp, lease })
         }
-        Err(mut e) => match e.take_message() {
-            // Accepted, then closed before a byte was written: a copy on its
-            // way out is as good as one that refuses.
-            Some(back) => Err(Failure::Refused(Box::new(back), io::Error::other(e.into_error()))),
-            None => Err(Failure::Lost(e.into_error())),
-        },
+        // Accepted, then closed before a byte was written: a copy on its
+        // way out is as good as one that refuses.
+        Err(Unanswered::Unsent(back, e)) => Err(Failure::Refused(back, io::Error::other(e))),
+        Err(Unanswered::Broke(e)) => Err(Failure::Lost(e)),
+        Err(Unanswered::Ending) => Err(Failure::Ending),
     }
 }
 
 /// Sends `req` on `s`, counted as waiting for the copy's answer until its
 /// head comes, so a copy that answers nothing shows (`stall.rs`). A request
 /// never written is not counted; one lost, or abandoned by its visitor,
-/// counts as unanswered.
-async fn exchange(state: &CopyState, s: &mut Sender, req: Request<UpBody>) -> Result<Response<Incoming>, TrySendError<Request<UpBody>>> {
+/// counts as unanswered. Given up on the moment the copy's process begins
+/// to exit, which is tens of milliseconds before its sockets close; an
+/// answer that came first is taken.
+async fn exchange(state: &CopyState, s: &mut Sender, req: Request<UpBody>) -> Result<Response<Incoming>, Unanswered> {
     let started = state.sent(mono_ms());
     let mut waiting = Waiting { state, done: false };
-    let sent = s.try_send_request(req).await;
+    let sent = tokio::select! {
+        biased;
+        sent = s.try_send_request(req) => Some(sent),
+        () = state.gone_now() => None,
+    };
     waiting.done = true;
-    match &sent {
-        Ok(_) => state.done(true, mono_ms()),
-        Err(e) if e.message().is_some() => state.unsent(started),
-        Err(_) => state.done(false, mono_ms()),
+    match sent {
+        Some(Ok(resp)) => {
+            state.done(true, mono_ms());
+            state.answered();
+            Ok(resp)
+        }
+        Some(Err(mut e)) => match e.take_message() {
+            Some(back) => {
+                state.unsent(started);
+                Err(Unanswered::Unsent(Box::new(back), e.into_error()))
+            }
+            None => {
+                state.done(false, mono_ms());
+                Err(Unanswered::Broke(e.into_error()))
+            }
+        },
+        None => {
+            state.done(false, mono_ms());
+            Err(Unanswered::Ending)
+        }
     }
-    sent
 }
 
 /// A request handed to a copy's connection, until [`exchange`] knows what

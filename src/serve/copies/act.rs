@@ -363,7 +363,8 @@ pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, scratch: std::p
             }
             if http && own {
                 tracing::debug!(app, pid, "ready");
-                let _ = events.send(Event::Ready { app, pid, listening_ms });
+                let r_pid = r_process(&scratch, pid).await;
+                let _ = events.send(Event::Ready { app, pid, listening_ms, r_pid });
                 return;
             }
             let word = async {
@@ -380,7 +381,8 @@ pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, scratch: std::p
                     listening_ms = got.then(now_ms);
                     if got && waking && listens_soon(&scratch, pid, port).await {
                         tracing::debug!(app, pid, "ready on the init's word: a wake's held requests go to it");
-                        let _ = events.send(Event::Ready { app, pid, listening_ms });
+                        let r_pid = r_process(&scratch, pid).await;
+                        let _ = events.send(Event::Ready { app, pid, listening_ms, r_pid });
                         return;
                     }
                 }
@@ -388,6 +390,13 @@ pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, scratch: std::p
             }
         }
     });
+}
+
+/// The copy's R process, as its launcher's report names it. Off the
+/// runtime: it reads a file.
+async fn r_process(scratch: &std::path::Path, pid: u32) -> Option<u32> {
+    let scratch = scratch.to_path_buf();
+    tokio::task::spawn_blocking(move || crate::wire::launch::report::read_report(&scratch, pid).and_then(|r| r.r_pid)).await.ok().flatten()
 }
 
 /// True when a socket of the copy's own listens on `port`. The report names

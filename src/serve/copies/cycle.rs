@@ -229,7 +229,8 @@ impl Daemon {
                     .iter()
                     .filter_map(|(copy, role)| {
                         let rec = a.recorded.state.copies.iter().find(|r| r.copy == *copy)?;
-                        Some(ProxyCopy { copy: *copy, port: rec.port, role: *role, pid: rec.pid? })
+                        let pid = rec.pid?;
+                        Some(ProxyCopy { copy: *copy, port: rec.port, role: *role, pid, r_pid: a.tracked.process(pid).r_pid })
                     })
                     .collect(),
             })
