@@ -53,10 +53,8 @@ pub struct CopyState {
     gone_now: tokio::sync::Notify,
     /// A watcher of its process runs.
     pub watched: AtomicBool,
-    /// It has answered a request ([`CopyState::answered`]).
-    answered_once: AtomicBool,
-    /// Told once, when it first answers: the watcher of its process
-    /// looks for threads then (`liveness.rs`).
+    /// Told when it first answers ([`CopyState::heard`]): the watcher of
+    /// its process looks for threads then (`liveness.rs`).
     pub first_answer: tokio::sync::Notify,
     /// When visitors were placed on it ([`crate::sys::clock::mono_ms`]), oldest
     /// first, whose WebSocket has not opened yet: each counts toward
@@ -164,17 +162,13 @@ impl CopyState {
         }
     }
 
-    /// The copy answered a request: the first time, its watcher is told.
-    pub fn answered(&self) {
-        if !self.answered_once.load(Ordering::Relaxed) && !self.answered_once.swap(true, Ordering::Relaxed) {
+    /// The copy answered at `now` with `left` requests still
+    /// waiting: they count from now. Its first answer is told to the
+    /// watcher of its process.
+    pub fn heard(&self, now: u64, left: u64) {
+        if self.last_answer_ms.fetch_max(now, Ordering::Relaxed) == 0 {
             self.first_answer.notify_one();
         }
-    }
-
-    /// The copy answered at `now` with `left` requests still
-    /// waiting: they count from now.
-    pub fn heard(&self, now: u64, left: u64) {
-        self.last_answer_ms.fetch_max(now, Ordering::Relaxed);
         self.waiting_since_ms.store(if left == 0 { 0 } else { now }, Ordering::Relaxed);
     }
 

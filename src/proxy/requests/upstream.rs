@@ -174,7 +174,6 @@ async fn exchange(state: &CopyState, s: &mut Sender, req: Request<UpBody>) -> Re
     match sent {
         Some(Ok(resp)) => {
             state.done(true, mono_ms());
-            state.answered();
             Ok(resp)
         }
         Some(Err(mut e)) => match e.take_message() {
