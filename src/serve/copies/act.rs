@@ -353,17 +353,16 @@ pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, scratch: std::p
             if !procfs::is_alive(pid, start) {
                 return;
             }
-            let (http, mut own) = tokio::join!(answers_http(port), owns_port(&scratch, pid, port));
+            let (http, mut own) = tokio::join!(answers_http(port), own_socket(&scratch, pid, port));
             // The look can be done before R's `listen` returns (the init's
             // word comes as it lets the call through, and netlink answers in
             // a tenth of a millisecond): once the port has answered, the
             // socket is there, so look again now rather than a poll later.
-            if http && !own {
-                own = owns_port(&scratch, pid, port).await;
+            if http && own.is_none() {
+                own = own_socket(&scratch, pid, port).await;
             }
-            if http && own {
+            if let (true, Some(r_pid)) = (http, own) {
                 tracing::debug!(app, pid, "ready");
-                let r_pid = r_process(&scratch, pid).await;
                 let _ = events.send(Event::Ready { app, pid, listening_ms, r_pid });
                 return;
             }
@@ -379,11 +378,12 @@ pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, scratch: std::p
                     tracing::debug!(app, pid, listening = got, "the copy's init says R listens");
                     told = None;
                     listening_ms = got.then(now_ms);
-                    if got && waking && listens_soon(&scratch, pid, port).await {
-                        tracing::debug!(app, pid, "ready on the init's word: a wake's held requests go to it");
-                        let r_pid = r_process(&scratch, pid).await;
-                        let _ = events.send(Event::Ready { app, pid, listening_ms, r_pid });
-                        return;
+                    if got && waking {
+                        if let Some(r_pid) = listens_soon(&scratch, pid, port).await {
+                            tracing::debug!(app, pid, "ready on the init's word: a wake's held requests go to it");
+                            let _ = events.send(Event::Ready { app, pid, listening_ms, r_pid });
+                            return;
+                        }
                     }
                 }
                 _ = tokio::time::sleep(if told.is_some() { READY_POLL_TOLD } else { READY_POLL }) => {}
@@ -392,38 +392,35 @@ pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, scratch: std::p
     });
 }
 
-/// The copy's R process, as its launcher's report names it. Off the
-/// runtime: it reads a file.
-async fn r_process(scratch: &std::path::Path, pid: u32) -> Option<u32> {
-    let scratch = scratch.to_path_buf();
-    tokio::task::spawn_blocking(move || crate::wire::launch::report::read_report(&scratch, pid).and_then(|r| r.r_pid)).await.ok().flatten()
-}
-
-/// True when a socket of the copy's own listens on `port`. The report names
-/// R (looked at before the whole tree) and a claimed copy's processes' root
-/// (`procfs::adopt`). Off the runtime: it reads the report and /proc.
-async fn owns_port(scratch: &std::path::Path, pid: u32, port: u16) -> bool {
+/// `Some` when a socket of the copy's own listens on `port`, with its R
+/// process as the launcher's report names it (for the copies table). The
+/// report names R (looked at before the whole tree) and a claimed copy's
+/// processes' root (`procfs::adopt`). Off the runtime: it reads the report
+/// and /proc.
+async fn own_socket(scratch: &std::path::Path, pid: u32, port: u16) -> Option<Option<u32>> {
     let scratch = scratch.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let r = crate::wire::launch::report::read_report(&scratch, pid).and_then(|r| r.r_pid);
-        procfs::owner_among(&procfs::listening(port), pid, r) == procfs::PortOwner::Ours
+        (procfs::owner_among(&procfs::listening(port), pid, r) == procfs::PortOwner::Ours).then_some(r)
     })
     .await
-    .unwrap_or(false)
+    .ok()
+    .flatten()
 }
 
-/// True once a socket of the copy's own listens on `port`, looked for
-/// every [`LISTEN_LOOK`] for up to [`LISTEN_LOOK_FOR`]: the init's word
-/// comes as it lets R's `listen` through, a moment before the socket is in
-/// the kernel's table. False after that (the HTTP probe decides then).
-async fn listens_soon(scratch: &std::path::Path, pid: u32, port: u16) -> bool {
+/// [`own_socket`]'s answer once a socket of the copy's own listens on
+/// `port`, looked for every [`LISTEN_LOOK`] for up to [`LISTEN_LOOK_FOR`]:
+/// the init's word comes as it lets R's `listen` through, a moment before
+/// the socket is in the kernel's table. None after that (the HTTP probe
+/// decides then).
+async fn listens_soon(scratch: &std::path::Path, pid: u32, port: u16) -> Option<Option<u32>> {
     let deadline = tokio::time::Instant::now() + LISTEN_LOOK_FOR;
     loop {
-        if owns_port(scratch, pid, port).await {
-            return true;
+        if let Some(r) = own_socket(scratch, pid, port).await {
+            return Some(r);
         }
         if tokio::time::Instant::now() >= deadline {
-            return false;
+            return None;
         }
         tokio::time::sleep(LISTEN_LOOK).await;
     }
