@@ -42,7 +42,12 @@ warm-replicas: 0
 proxy_pid=$(status_py 'j["proxy_pid"]')
 
 # HAProxy with as many threads as the load balancer's runtime, in front of
-# the same copy.
+# the same copy, doing what shinyctl's load balancer does to every request
+# (src/proxy/visitors/headers.rs): the visitor's address in X-Forwarded-For
+# and X-Real-IP, X-Forwarded-Proto set, a visitor's own Forwarded,
+# X-Forwarded-Host and X-Forwarded-Port dropped, a time limit on a
+# request's head, a sticky cookie inserted with Cache-Control: private.
+# (Both drop hop-by-hop headers; neither caps connections from loopback.)
 haproxy_port=$(free_port)
 cat >"$tmp/haproxy.cfg" <<EOF
 global
@@ -53,8 +58,15 @@ defaults
     timeout connect 5s
     timeout client 30s
     timeout server 30s
+    timeout http-request 30s
 frontend fe
     bind 127.0.0.1:$haproxy_port
+    option forwardfor
+    http-request set-header X-Real-IP %[src]
+    http-request set-header X-Forwarded-Proto http
+    http-request del-header Forwarded
+    http-request del-header X-Forwarded-Host
+    http-request del-header X-Forwarded-Port
     default_backend be
 backend be
     cookie lb insert indirect nocache

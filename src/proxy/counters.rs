@@ -12,11 +12,23 @@ use std::time::Duration;
 
 use hyper::StatusCode;
 
+use crate::proxy::workers::{worker_index, WORKERS};
 use crate::wire::{AppRequests, LATENCY_BOUNDS};
 
-/// One app's counters; atomics, so a request counts without a lock.
+/// One app's counters; atomics, so a request counts without a lock, one
+/// set per worker ([`Shard`]), summed when read.
 #[derive(Default)]
 pub struct AppCounters {
+    /// Per worker: each counts on its own cache lines, as both count every
+    /// request (a line both write moves between the cores each time).
+    shards: [Shard; WORKERS],
+}
+
+/// The counts one worker made (a thread that is no worker counts in the
+/// first). Aligned so two never share a cache line.
+#[derive(Default)]
+#[repr(align(128))]
+struct Shard {
     /// Answers by status class (1xx … 5xx).
     classes: [AtomicU64; 5],
     /// Answers 502, 503 and 504 (also counted in 5xx).
@@ -24,9 +36,9 @@ pub struct AppCounters {
     /// WebSocket sessions opened.
     sessions_opened: AtomicU64,
     /// Bytes read from visitors' connections.
-    pub bytes_in: AtomicU64,
+    bytes_in: AtomicU64,
     /// Bytes written to visitors' connections.
-    pub bytes_out: AtomicU64,
+    bytes_out: AtomicU64,
     /// Answers per latency bucket ([`LATENCY_BOUNDS`], then the rest).
     buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
     /// The sum of the latencies, in microseconds.
@@ -34,17 +46,59 @@ pub struct AppCounters {
 }
 
 impl AppCounters {
+    /// The running worker's counts.
+    fn mine(&self) -> &Shard {
+        &self.shards[worker_index() % WORKERS]
+    }
+
+    /// One counter summed over the workers.
+    fn sum(&self, counter: impl Fn(&Shard) -> &AtomicU64) -> u64 {
+        self.shards.iter().map(|s| counter(s).load(Ordering::Relaxed)).sum()
+    }
+
     /// Counts one answer with `status`, `took` after the request came.
     pub fn count(&self, status: StatusCode, took: Duration) {
+        let shard = self.mine();
         let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
-        self.classes[class].fetch_add(1, Ordering::Relaxed);
+        shard.classes[class].fetch_add(1, Ordering::Relaxed);
         if let Some(i) = [502, 503, 504].iter().position(|c| *c == status.as_u16()) {
-            self.gateway[i].fetch_add(1, Ordering::Relaxed);
+            shard.gateway[i].fetch_add(1, Ordering::Relaxed);
         }
         let secs = took.as_secs_f64();
         let bucket = LATENCY_BOUNDS.iter().position(|b| secs <= *b).unwrap_or(LATENCY_BOUNDS.len());
-        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        self.sum_us.fetch_add(took.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+        shard.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        shard.sum_us.fetch_add(took.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    /// Counts `n` bytes read from a visitor, or written to one when `written`.
+    pub fn add_bytes(&self, written: bool, n: u64) {
+        let shard = self.mine();
+        (if written { &shard.bytes_out } else { &shard.bytes_in }).fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Bytes read from visitors and written to them so far.
+    pub fn bytes(&self) -> (u64, u64) {
+        (self.sum(|s| &s.bytes_in), self.sum(|s| &s.bytes_out))
+    }
+
+    /// Counts a WebSocket session opened.
+    fn session_opened(&self) {
+        self.mine().sessions_opened.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts so far, as the daemon reads them.
+    fn report(&self, name: &str) -> AppRequests {
+        let (bytes_in, bytes_out) = self.bytes();
+        AppRequests {
+            name: name.to_string(),
+            classes: std::array::from_fn(|i| self.sum(|s| &s.classes[i])),
+            latency_counts: (0..=LATENCY_BOUNDS.len()).map(|i| self.sum(|s| &s.buckets[i])).collect(),
+            latency_sum: self.sum(|s| &s.sum_us) as f64 / 1e6,
+            gateway: std::array::from_fn(|i| self.sum(|s| &s.gateway[i])),
+            sessions_opened: self.sum(|s| &s.sessions_opened),
+            bytes_in,
+            bytes_out,
+        }
     }
 }
 
@@ -68,7 +122,7 @@ impl Requests {
 
     /// Counts a WebSocket session of `app` opened.
     pub fn session_opened(&self, app: &str) {
-        self.of(app).sessions_opened.fetch_add(1, Ordering::Relaxed);
+        self.of(app).session_opened();
     }
 
     /// Counts one answer of `app` with `status`, `took` after the request came.
@@ -82,19 +136,7 @@ impl Requests {
     pub fn report(&self, keep: &[String]) -> Vec<AppRequests> {
         let mut apps = self.apps.write().unwrap_or_else(|e| e.into_inner());
         apps.retain(|name, _| keep.contains(name));
-        let mut out: Vec<AppRequests> = apps
-            .iter()
-            .map(|(name, c)| AppRequests {
-                name: name.clone(),
-                classes: std::array::from_fn(|i| c.classes[i].load(Ordering::Relaxed)),
-                latency_counts: c.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect(),
-                latency_sum: c.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
-                gateway: std::array::from_fn(|i| c.gateway[i].load(Ordering::Relaxed)),
-                sessions_opened: c.sessions_opened.load(Ordering::Relaxed),
-                bytes_in: c.bytes_in.load(Ordering::Relaxed),
-                bytes_out: c.bytes_out.load(Ordering::Relaxed),
-            })
-            .collect();
+        let mut out: Vec<AppRequests> = apps.iter().map(|(name, c)| c.report(name)).collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }
@@ -114,7 +156,7 @@ mod tests {
         r.count("a", StatusCode::GATEWAY_TIMEOUT, Duration::from_millis(7));
         r.count("a", StatusCode::INTERNAL_SERVER_ERROR, Duration::from_millis(7));
         r.session_opened("b");
-        r.of("b").bytes_in.fetch_add(10, Ordering::Relaxed);
+        r.of("b").add_bytes(false, 10);
         let all = r.report(&["a".into(), "b".into()]);
         assert_eq!(all[0].name, "a");
         assert_eq!(all[0].classes, [0, 1, 0, 1, 3]);

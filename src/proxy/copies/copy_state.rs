@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::proxy::copies::idle_connections::Pool;
+use crate::proxy::workers::{worker_index, WORKERS};
 
 /// A copy marked down is tried again after this long even if the table
 /// did not change, so a copy that refused once by mistake comes back by
@@ -49,8 +50,10 @@ pub struct CopyState {
     /// [`CopyState::mark_gone`].
     pub gone: AtomicBool,
     /// Wakes the requests waiting for the copy's answer once it is gone
-    /// ([`CopyState::gone_now`]).
-    gone_now: tokio::sync::Notify,
+    /// ([`CopyState::gone_now`]): one per worker, as a request waits on
+    /// its own worker's, so the lock every request takes to wait is never
+    /// one the other worker takes too.
+    gone_now: [tokio::sync::Notify; WORKERS],
     /// A watcher of its process runs.
     pub watched: AtomicBool,
     /// Told when it first answers ([`CopyState::heard`]): the watcher of
@@ -59,7 +62,10 @@ pub struct CopyState {
     /// When visitors were placed on it ([`crate::sys::clock::mono_ms`]), oldest
     /// first, whose WebSocket has not opened yet: each counts toward
     /// `max-sessions` until then, or for [`PLACED_FOR_MS`].
-    pub placements: std::sync::Mutex<std::collections::VecDeque<u64>>,
+    placements: std::sync::Mutex<std::collections::VecDeque<u64>>,
+    /// How many `placements` holds, so a copy with none (every copy of an
+    /// app without `max-sessions`) is looked at without the lock.
+    placed_len: AtomicU64,
 }
 
 /// A visitor placed on a copy counts toward its `max-sessions` this long at
@@ -73,19 +79,26 @@ impl CopyState {
         let mut p = self.placements.lock().unwrap_or_else(|e| e.into_inner());
         expire(&mut p, now);
         p.push_back(now);
+        self.placed_len.store(p.len() as u64, Ordering::Relaxed);
     }
 
     /// The visitors placed on the copy that still count at `now`.
     pub fn placed(&self, now: u64) -> u64 {
+        if self.placed_len.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
         let mut p = self.placements.lock().unwrap_or_else(|e| e.into_inner());
         expire(&mut p, now);
+        self.placed_len.store(p.len() as u64, Ordering::Relaxed);
         p.len() as u64
     }
 
     /// A WebSocket opened on the copy: the oldest placement is now a
     /// session, counted as one.
     pub fn session_opened(&self) {
-        self.placements.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+        let mut p = self.placements.lock().unwrap_or_else(|e| e.into_inner());
+        p.pop_front();
+        self.placed_len.store(p.len() as u64, Ordering::Relaxed);
     }
 }
 
@@ -104,13 +117,15 @@ impl CopyState {
     /// shiny: 13-30 ms), or never while a child it forked holds them.
     pub fn mark_gone(&self) {
         self.gone.store(true, Ordering::SeqCst);
-        self.gone_now.notify_waiters();
+        for n in &self.gone_now {
+            n.notify_waiters();
+        }
     }
 
     /// Returns once the copy is gone ([`CopyState::mark_gone`]), at once if
     /// it is.
     pub async fn gone_now(&self) {
-        let notified = self.gone_now.notified();
+        let notified = self.gone_now[worker_index() % WORKERS].notified();
         let mut notified = std::pin::pin!(notified);
         // Registered before the flag is read, so a mark between the two
         // still wakes it.
@@ -140,7 +155,10 @@ impl CopyState {
     /// True when it started the waiting clock (nothing was waiting).
     pub fn sent(&self, now: u64) -> bool {
         self.pending.fetch_add(1, Ordering::Relaxed);
-        self.waiting_since_ms.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        // Looked at before the swap: both workers write these lines on every
+        // request, and a read does not take the line from the other core.
+        self.waiting_since_ms.load(Ordering::Relaxed) == 0
+            && self.waiting_since_ms.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 
     /// A request counted by [`CopyState::sent`] was never written after all
@@ -166,10 +184,15 @@ impl CopyState {
     /// waiting: they count from now. Its first answer is told to the
     /// watcher of its process.
     pub fn heard(&self, now: u64, left: u64) {
-        if self.last_answer_ms.fetch_max(now, Ordering::Relaxed) == 0 {
+        // Written only when they change (at most once a millisecond), as in
+        // `sent`.
+        if self.last_answer_ms.load(Ordering::Relaxed) < now && self.last_answer_ms.fetch_max(now, Ordering::Relaxed) == 0 {
             self.first_answer.notify_one();
         }
-        self.waiting_since_ms.store(if left == 0 { 0 } else { now }, Ordering::Relaxed);
+        let since = if left == 0 { 0 } else { now };
+        if self.waiting_since_ms.load(Ordering::Relaxed) != since {
+            self.waiting_since_ms.store(since, Ordering::Relaxed);
+        }
     }
 
     /// How long, at `now`, a request has waited for the copy with

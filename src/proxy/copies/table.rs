@@ -60,7 +60,8 @@ impl LiveCopy {
     /// the wall clock, waits by [`mono_ms`]). A copy seen
     /// stalled gets a probe (`stall.rs`) that tells when it answers again.
     pub fn candidate(&self, now: u64) -> Candidate {
-        let stalled = self.state.silent_ms(mono_ms()) >= STALL_AFTER_MS;
+        let mono = mono_ms();
+        let stalled = self.state.silent_ms(mono) >= STALL_AFTER_MS;
         if stalled {
             crate::proxy::copies::stall::probe(&self.state, self.port);
         }
@@ -68,7 +69,7 @@ impl LiveCopy {
             role: self.role,
             down: self.state.is_down(now),
             connections: self.state.connections.load(Ordering::Relaxed),
-            sessions: self.state.sessions.load(Ordering::Relaxed) + self.state.placed(mono_ms()),
+            sessions: self.state.sessions.load(Ordering::Relaxed) + self.state.placed(mono),
             stalled,
             last_answer_ms: self.state.last_answer_ms.load(Ordering::Relaxed),
         }

@@ -77,7 +77,11 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
             Err(websocket::BadHandshake::Version) => return pages::websocket_version(),
         }
     }
-    app.counters.last_request_ms.store(now_ms(), Ordering::Relaxed);
+    let now = now_ms();
+    // Written once a millisecond at most: both workers write it.
+    if app.counters.last_request_ms.load(Ordering::Relaxed) != now {
+        app.counters.last_request_ms.store(now, Ordering::Relaxed);
+    }
     let client_upgrade = websocket::is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     let claimed = claimed_copy(&app, &parts);

@@ -95,7 +95,7 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
         while let Some(mut s) = copy.state.pool.take() {
             // Pooled as soon as its last answer was read, a connection may
             // not have said it is ready yet; a closed one says so at once.
-            if !matches!(tokio::time::timeout(READY_WAIT, s.ready()).await, Ok(Ok(()))) {
+            if !s.is_ready() && !matches!(tokio::time::timeout(READY_WAIT, s.ready()).await, Ok(Ok(()))) {
                 continue;
             }
             match exchange(&copy.state, &mut s, req).await {

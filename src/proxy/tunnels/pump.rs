@@ -13,7 +13,7 @@
 use std::cell::RefCell;
 use std::io;
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -261,8 +261,8 @@ impl Live {
     /// bytes in, the copy's as bytes out.
     fn step(&mut self, counters: Option<&AppCounters>) -> io::Result<Option<(Option<Interest>, Option<Interest>)>> {
         let (up, down) = BUFFER.with_borrow_mut(|buf| -> io::Result<(Flow, Flow)> {
-            let up = move_bytes(&self.visitor, &self.copy, &mut self.up, buf, false, counters.map(|c| &c.bytes_in))?;
-            let down = move_bytes(&self.copy, &self.visitor, &mut self.down, buf, true, counters.map(|c| &c.bytes_out))?;
+            let up = move_bytes(&self.visitor, &self.copy, &mut self.up, buf, false, counters.map(|c| (c, false)))?;
+            let down = move_bytes(&self.copy, &self.visitor, &mut self.down, buf, true, counters.map(|c| (c, true)))?;
             Ok((up, down))
         })?;
         if up == Flow::Done && down == Flow::Done {
@@ -296,14 +296,15 @@ fn join(read: bool, write: bool) -> Option<Interest> {
 /// Moves bytes from `src` to `dst` until one of them would block, the
 /// source is closed (and that is passed on), or the budget is spent.
 /// `quickack`: the source is a copy, whose reads are acknowledged at once.
-/// What is read is added to `read` (one add per read, not per byte).
+/// What is read is counted in `read` (one add per read, not per byte), as
+/// bytes written to the visitor when its flag is set, else as read from it.
 fn move_bytes(
     src: &TcpStream,
     dst: &TcpStream,
     way: &mut Direction,
     buf: &mut [u8],
     quickack: bool,
-    read: Option<&AtomicU64>,
+    read: Option<(&AppCounters, bool)>,
 ) -> io::Result<Flow> {
     for _ in 0..BUDGET {
         if !way.pending.is_empty() {
@@ -331,8 +332,8 @@ fn move_bytes(
         match src.try_read(buf) {
             Ok(0) => way.eof = true,
             Ok(n) => {
-                if let Some(r) = read {
-                    r.fetch_add(n as u64, Ordering::Relaxed);
+                if let Some((counters, to_visitor)) = read {
+                    counters.add_bytes(to_visitor, n as u64);
                 }
                 let written = match dst.try_write(&buf[..n]) {
                     Ok(w) => w,
@@ -370,7 +371,7 @@ mod tests {
         browser.write_all(b"hello").await.unwrap();
         r.write_all(b"world!").await.unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let counted = || (counters.bytes_in.load(Ordering::Relaxed), counters.bytes_out.load(Ordering::Relaxed));
+        let counted = || counters.bytes();
         while counted() != (5, 6) {
             assert!(std::time::Instant::now() < deadline, "counted {:?}", counted());
             live.step(Some(&counters)).unwrap();

@@ -4,7 +4,6 @@
 //! ways as they come, and the copy counts one session for as long as the
 //! tunnel lives in this load balancer.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use hyper::header::{self, HeaderMap};
@@ -118,7 +117,7 @@ fn into_live(client: Parts<TokioIo<Counted>>, upstream: Parts<TokioIo<QuickAck>>
     // What hyper read from the copy past its head goes to the visitor
     // outside the pump's reads: counted here.
     if let Some(c) = counters {
-        c.bytes_out.fetch_add(down.len() as u64, Ordering::Relaxed);
+        c.add_bytes(true, down.len() as u64);
     }
     Live {
         visitor,

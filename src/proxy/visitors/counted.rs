@@ -6,7 +6,6 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -38,7 +37,7 @@ impl Counted {
     fn add(&self, written: bool, n: usize) {
         if let Some(c) = &self.counters {
             if n > 0 {
-                (if written { &c.bytes_out } else { &c.bytes_in }).fetch_add(n as u64, Ordering::Relaxed);
+                c.add_bytes(written, n as u64);
             }
         }
     }
@@ -107,6 +106,6 @@ mod tests {
         let mut back = [0u8; 19];
         peer.read_exact(&mut back).await.unwrap();
         assert_eq!(n, 18);
-        assert_eq!((counters.bytes_in.load(Ordering::Relaxed), counters.bytes_out.load(Ordering::Relaxed)), (18, 19));
+        assert_eq!(counters.bytes(), (18, 19));
     }
 }

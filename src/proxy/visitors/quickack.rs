@@ -73,14 +73,18 @@ impl Answer {
         if self.length != Length::Pending {
             return;
         }
+        // A head nearly always comes in one read: read where it lies, with
+        // no copy (hyper reads it again; this is the second look).
+        if self.head.is_empty() {
+            if let Some(length) = whole_length(bytes, self.to_head) {
+                self.length = length;
+                return;
+            }
+        }
         let room = (HEAD_MAX + 4).saturating_sub(self.head.len());
         self.head.extend_from_slice(&bytes[..bytes.len().min(room)]);
-        if let Some(end) = self.head.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head_len = end + 4;
-            self.length = match body_length(&self.head[..head_len], self.to_head) {
-                Some(body) => Length::Exact(head_len + body),
-                None => Length::Unknown,
-            };
+        if let Some(length) = whole_length(&self.head, self.to_head) {
+            self.length = length;
             self.head = Vec::new();
         } else if self.head.len() > HEAD_MAX {
             self.length = Length::Unknown;
@@ -109,13 +113,29 @@ impl Answer {
     }
 }
 
-/// The body's length by an answer's whole `head` (status line and
-/// headers, with its blank line), when it can be told: none for a 1xx, a
-/// chunked or close-delimited body, or a head that does not read.
-fn body_length(head: &[u8], to_head: bool) -> Option<usize> {
-    let text = std::str::from_utf8(head).ok()?;
-    let mut lines = text.split("\r\n");
-    let status: u16 = lines.next()?.strip_prefix("HTTP/1.")?.get(2..5)?.parse().ok()?;
+/// Headers an answer's head is read with; one with more is of unknown
+/// length (every wait acknowledges at once).
+const HEADERS_MAX: usize = 64;
+
+/// What `head` (an answer's first bytes) says of the whole answer's length
+/// (head and body): none while the head is not whole yet.
+fn whole_length(head: &[u8], to_head: bool) -> Option<Length> {
+    let mut headers = [const { std::mem::MaybeUninit::uninit() }; HEADERS_MAX];
+    let mut resp = httparse::Response::new(&mut []);
+    match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut resp, head, &mut headers) {
+        Ok(httparse::Status::Partial) => None,
+        Ok(httparse::Status::Complete(head_len)) => Some(match body_length(resp.code?, resp.headers, to_head) {
+            Some(body) => Length::Exact(head_len + body),
+            None => Length::Unknown,
+        }),
+        Err(_) => Some(Length::Unknown),
+    }
+}
+
+/// The body's length by an answer's `status` and `headers`, when it can be
+/// told: none for a 1xx, a chunked or close-delimited body, or a length
+/// that does not read.
+fn body_length(status: u16, headers: &[httparse::Header], to_head: bool) -> Option<usize> {
     if status < 200 {
         return None;
     }
@@ -123,14 +143,13 @@ fn body_length(head: &[u8], to_head: bool) -> Option<usize> {
         return Some(0);
     }
     let mut length = None;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else { continue };
-        if name.eq_ignore_ascii_case("transfer-encoding") {
+    for h in headers {
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
             return None;
         }
-        if name.eq_ignore_ascii_case("content-length") {
+        if h.name.eq_ignore_ascii_case("content-length") {
             // Two lengths that differ: hyper refuses the answer; not ours to read.
-            let n: usize = value.trim().parse().ok()?;
+            let n: usize = std::str::from_utf8(h.value).ok()?.trim().parse().ok()?;
             if length.is_some_and(|l| l != n) {
                 return None;
             }
@@ -294,7 +313,11 @@ mod tests {
 
     #[test]
     fn an_answers_length_is_read_from_its_head_only_when_it_can_be() {
-        let len = |head: &str, to_head: bool| body_length(head.as_bytes(), to_head);
+        let len = |head: &str, to_head: bool| match whole_length(head.as_bytes(), to_head) {
+            Some(Length::Exact(total)) => Some(total - head.len()),
+            Some(Length::Unknown) => None,
+            other => panic!("{head:?}: {other:?}"),
+        };
         assert_eq!(len("HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n", false), Some(12));
         assert_eq!(len("HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n", true), Some(0), "the answer to a HEAD");
         assert_eq!(len("HTTP/1.1 304 Not Modified\r\nContent-Length: 12\r\n\r\n", false), Some(0));
@@ -304,6 +327,7 @@ mod tests {
         assert_eq!(len("HTTP/1.1 103 Early Hints\r\nContent-Length: 0\r\n\r\n", false), None);
         assert_eq!(len("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", false), None);
         assert_eq!(len("garbage\r\n\r\n", false), None);
+        assert_eq!(whole_length(b"HTTP/1.1 200 OK\r\nContent-Le", false), None, "not whole yet");
     }
 
     #[test]
