@@ -20,10 +20,12 @@
 # held request sent to the copy, the copy's answer. They come from two
 # lines of api.log: the daemon's `APP woke in N ms: …` (with `asked_ms`)
 # and the load balancer's `a request held for the wake of APP: …` (with
-# `held_ms`); a wake without both fails the bench. Last, R's listen from
+# `held_ms`); a wake without both fails the bench. Then R's listen from
 # its start, the cold copy's (from its launcher's fork: the launcher and
 # the fence) beside R alone's (from its spawn: the first connection its
-# port accepted).
+# port accepted). Last, what shinyctl adds to each cold wake: its time
+# less its own R's (R started to R listening, and R's answer to the held
+# request), each round and the most.
 #
 #   bench/wake.sh                    # 10 rounds, release build
 #   BENCH_SHORT=1 bench/wake.sh      # 1 round, a debug build
@@ -194,10 +196,12 @@ line "R's own cold start to its first 200" "$tmp/r.ms"
 awk -v p="$(median <"$tmp/pool.ms")" -v w="$(median <"$tmp/cold.ms")" -v r="$(median <"$tmp/r.ms")" \
     'BEGIN {printf "against R'"'"'s own start (medians): the pool %+.0f ms, a cold wake %+.0f ms\n", p - r, w - r}'
 echo "the steps of a wake, ms since the load balancer held the request (medians):"
-python3 - "$tmp/cold.steps" "$tmp/pool.steps" "$(median <"$tmp/cold.ms")" "$(median <"$tmp/pool.ms")" "$(median <"$tmp/r.ms")" "$(median <"$tmp/r.listen")" <<'PY'
+python3 - "$tmp/cold.steps" "$tmp/pool.steps" "$(median <"$tmp/cold.ms")" "$(median <"$tmp/pool.ms")" "$(median <"$tmp/r.ms")" "$(median <"$tmp/r.listen")" "$tmp/cold.ms" "$tmp/r.listen" <<'PY'
 import json, statistics, sys
 runs = [[json.loads(l) for l in open(f) if l.strip()] for f in sys.argv[1:3]]
-order = ["daemon told", "cycle", "launcher forked", "R listening", "ready seen", "table pushed",
+cold_ms = [float(l) for l in open(sys.argv[7]) if l.strip()]
+alone_listen = [float(l) for l in open(sys.argv[8]) if l.strip()]
+order = ["daemon told", "cycle", "launcher forked", "R started", "R listening", "ready seen", "table pushed",
          "request sent to the copy", "the copy's answer (head)"]
 def med(rs, k):
     xs = [r[k] for r in rs if k in r]
@@ -213,4 +217,28 @@ fenced = [r["R listening"] - r["launcher forked"] for r in runs[0] if "R listeni
 if fenced:
     print(f"  {'R listening, from its start':<34} {statistics.median(fenced):>6.0f}   (cold: from the launcher's fork;"
           f" R alone: {float(sys.argv[6]):.0f}, from its spawn)")
+# What shinyctl itself adds to each cold wake, told apart from R's own time
+# in that same wake (R's start, from its exec to its listen, and its answer
+# to the held request): R's start moves by tens of ms from one round to
+# the next, so a wake set beside another R's start cannot show a 20 ms
+# part for sure; set beside its own R's, it can.
+own, r_start, parts = [], [], []
+for steps, total in zip(runs[0], cold_ms):
+    if all(k in steps for k in ("R started", "R listening", "request sent to the copy", "the copy's answer (head)")):
+        r_own = (steps["R listening"] - steps["R started"]) + (steps["the copy's answer (head)"] - steps["request sent to the copy"])
+        own.append(total - r_own)
+        r_start.append(steps["R listening"] - steps["R started"])
+        # Its parts: to R's start, from R's listen to the request sent, and
+        # from the answer's head to the whole 200 at the client.
+        parts.append((steps["R started"], steps["request sent to the copy"] - steps["R listening"],
+                      total - steps["the copy's answer (head)"]))
+if own:
+    print(f"a cold wake less its R's own time (R started to R listening, and R's answer): "
+          f"median {statistics.median(own):.0f} ms, most {max(own):.0f}   each: {' '.join(f'{x:.0f}' for x in own)}")
+    print("  its parts, each round: to R's start / R listening to the request sent / the answer's head to the whole 200: "
+          + "  ".join(f"{a:.0f}/{b:.0f}/{c:.0f}" for a, b, c in parts))
+    print(f"R's start, exec to listen: in the fence {statistics.median(r_start):.0f} ms (median), "
+          f"alone {statistics.median(alone_listen):.0f} (spawn to its first connection)")
+else:
+    sys.exit("bench/wake.sh: no cold wake said when its R started and listened")
 PY

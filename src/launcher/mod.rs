@@ -213,14 +213,28 @@ fn join_cgroups(dirs: &[PathBuf]) -> Result<(), String> {
         return Err("the daemon has no cgroup it may manage (memory is watched by the daemon instead)".into());
     }
     let pid = std::process::id().to_string();
+    let alone = one_thread();
     let mut failed = None;
     for dir in dirs {
-        if let Err(e) = std::fs::write(dir.join("cgroup.procs"), &pid) {
+        // A process moved by `cgroup.procs` waits for the kernel's lock on
+        // every fork in the system, a whole RCU grace period (17 ms of each
+        // cold start on the 2-core test machine, README "Sleep"). A cgroup
+        // v1 hierarchy's `tasks` given "0" moves the calling thread alone,
+        // which needs no such lock: the same move for a launcher with one
+        // thread, as it has here (checked; else the whole process is moved).
+        let tasks = dir.join("tasks");
+        let joined = if alone && tasks.exists() { std::fs::write(&tasks, "0") } else { std::fs::write(dir.join("cgroup.procs"), &pid) };
+        if let Err(e) = joined {
             log(&format!("--- shinyctl: cannot join the cgroup {}: {e}; its limit is not kept by the kernel ---", dir.display()));
             failed = Some(format!("cannot join {}: {e}", dir.display()));
         }
     }
     failed.map_or(Ok(()), Err)
+}
+
+/// True when the calling process has one thread.
+fn one_thread() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1)
 }
 
 /// Who the copy runs as: the run-as user, for a root launcher (one that is
@@ -539,5 +553,14 @@ mod tests {
         assert!(line.contains("/shinyctl/app is read-only"), "{line}");
         assert!(line.contains("SHINYCTL_SCRATCH (/shinyctl/scratch)"), "{line}");
         assert!(!line.starts_with("--- shinyctl: copy"), "not taken for a start line");
+    }
+
+    #[test]
+    fn a_process_with_a_second_thread_is_not_moved_one_thread_at_a_time() {
+        let (stop, parked) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || drop(parked.recv()));
+        assert!(!one_thread(), "the test harness and the thread above");
+        drop(stop);
+        other.join().unwrap();
     }
 }

@@ -169,6 +169,9 @@ pub struct WakeSteps {
     pub woke: Option<u64>,
     /// The first copy's launcher was forked.
     pub forked: Option<u64>,
+    /// Its R started (the launcher's report): R's own time runs from here
+    /// to its `listen`.
+    pub r_started: Option<u64>,
     /// Its init said R listens (none for a copy without the ports fence).
     pub listening: Option<u64>,
     /// The daemon folded in that the copy is ready: it listens from its own
@@ -179,14 +182,15 @@ pub struct WakeSteps {
 }
 
 impl WakeSteps {
-    /// `cycle +1 ms, launcher forked +12, R listening +640, ready seen +650,
-    /// table pushed +655`: each step since the ask, in order; a step not
-    /// seen is left out.
+    /// `cycle +1 ms, launcher forked +12, R started +20, R listening +640,
+    /// ready seen +650, table pushed +655`: each step since the ask, in
+    /// order; a step not seen is left out.
     pub fn describe(&self) -> String {
         let Some(asked) = self.asked else { return String::new() };
         let steps = [
             ("cycle", self.woke),
             ("launcher forked", self.forked),
+            ("R started", self.r_started),
             ("R listening", self.listening),
             ("ready seen", self.ready),
             ("table pushed", self.pushed),
@@ -240,10 +244,13 @@ impl Wake {
         self.requested && state.asleep_since_ms.is_some() && state.copies.iter().all(|r| r.pid.is_none() || r.checking)
     }
 
-    /// Notes a copy's readiness (and when its init said R listens) in the
-    /// steps of the wake in progress, if one is.
-    pub fn note_ready(&mut self, listening_ms: Option<u64>, now: u64) {
+    /// Notes a copy's readiness (and when its R started and when its init
+    /// said R listens) in the steps of the wake in progress, if one is.
+    pub fn note_ready(&mut self, r_started_ms: Option<u64>, listening_ms: Option<u64>, now: u64) {
         if self.steps.asked.is_some() {
+            if let Some(at) = r_started_ms {
+                WakeSteps::note(&mut self.steps.r_started, at);
+            }
             if let Some(at) = listening_ms {
                 WakeSteps::note(&mut self.steps.listening, at);
             }
@@ -267,18 +274,22 @@ mod tests {
     #[test]
     fn a_wakes_steps_are_said_since_its_ask_in_order_and_only_while_it_goes_on() {
         let mut wake = Wake::default();
-        wake.note_ready(Some(5), 9);
+        wake.note_ready(Some(3), Some(5), 9);
         assert_eq!(wake.steps, WakeSteps::default(), "no wake asked: nothing noted");
         wake.steps.asked = Some(1000);
         wake.steps.woke = Some(1001);
         wake.steps.forked = Some(1012);
-        wake.note_ready(Some(1640), 1650);
+        wake.note_ready(Some(1020), Some(1640), 1650);
         // A second copy's readiness does not move the first's moments.
-        wake.note_ready(Some(1700), 1710);
+        wake.note_ready(Some(1030), Some(1700), 1710);
         wake.steps.pushed = Some(1655);
-        assert_eq!(wake.steps.describe(), "cycle +1 ms, launcher forked +12, R listening +640, ready seen +650, table pushed +655");
-        // A copy without the ports fence never says it listens.
-        let quiet = WakeSteps { listening: None, ..wake.steps.clone() };
+        assert_eq!(
+            wake.steps.describe(),
+            "cycle +1 ms, launcher forked +12, R started +20, R listening +640, ready seen +650, table pushed +655"
+        );
+        // A copy without the ports fence never says it listens (nor, without
+        // a launcher's report, when R started).
+        let quiet = WakeSteps { listening: None, r_started: None, ..wake.steps.clone() };
         assert_eq!(quiet.describe(), "cycle +1 ms, launcher forked +12, ready seen +650, table pushed +655");
     }
 

@@ -374,10 +374,10 @@ impl Daemon {
                 }
                 due.insert(app);
             }
-            Event::Ready { app, pid, listening_ms, r_pid } => {
+            Event::Ready { app, pid, listening_ms, r_pid, r_started_ms } => {
                 crate::serve::views::status_view::log_missing_fences(self, &app, pid);
                 if let Some(a) = self.apps.get_mut(&app) {
-                    a.wake.note_ready(listening_ms, now_ms());
+                    a.wake.note_ready(r_started_ms, listening_ms, now_ms());
                     let process = a.tracked.process_mut(pid);
                     process.probing = false;
                     process.ready = true;

@@ -89,6 +89,8 @@ pub enum Event {
         listening_ms: Option<u64>,
         /// Its R process, from its launcher's report.
         r_pid: Option<u32>,
+        /// When (Unix ms) its R started, from the same report.
+        r_started_ms: Option<u64>,
     },
     /// The load balancer saw a copy refuse a connection.
     StandIn {

@@ -52,9 +52,12 @@ fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     // Where the wake spent its time, in api.log: the daemon's steps since
     // it was asked, and the load balancer's for the request it held.
     let (woke, held) = wake_lines(&env, nap);
-    for step in ["cycle +", "launcher forked +", "R listening +", "ready seen +", "table pushed +", "asked_ms="] {
+    for step in ["cycle +", "launcher forked +", "R started +", "R listening +", "ready seen +", "table pushed +", "asked_ms="] {
         assert!(woke.contains(step), "the daemon's line names each step ({step}): {woke}");
     }
+    // R's own start is told apart from shinyctl's steps around it.
+    let (forked, started, listening) = (figure(&woke, "launcher forked +"), figure(&woke, "R started +"), figure(&woke, "R listening +"));
+    assert!(forked <= started && started <= listening, "the launcher forked, then R started, then it listened: {woke}");
     assert!(held.contains(", answered 200 +") && held.contains("held_ms="), "{held}");
     env.wait_roles(nap, "1:active 2:warm", START);
     let after = env.copies(nap);

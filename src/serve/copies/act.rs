@@ -361,9 +361,9 @@ pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, scratch: std::p
             if http && own.is_none() {
                 own = own_socket(&scratch, pid, port).await;
             }
-            if let (true, Some(r_pid)) = (http, own) {
+            if let (true, Some(r)) = (http, own) {
                 tracing::debug!(app, pid, "ready");
-                let _ = events.send(Event::Ready { app, pid, listening_ms, r_pid });
+                let _ = events.send(Event::Ready { app, pid, listening_ms, r_pid: r.pid, r_started_ms: r.started_ms });
                 return;
             }
             let word = async {
@@ -379,9 +379,9 @@ pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, scratch: std::p
                     told = None;
                     listening_ms = got.then(now_ms);
                     if got && waking {
-                        if let Some(r_pid) = listens_soon(&scratch, pid, port).await {
+                        if let Some(r) = listens_soon(&scratch, pid, port).await {
                             tracing::debug!(app, pid, "ready on the init's word: a wake's held requests go to it");
-                            let _ = events.send(Event::Ready { app, pid, listening_ms, r_pid });
+                            let _ = events.send(Event::Ready { app, pid, listening_ms, r_pid: r.pid, r_started_ms: r.started_ms });
                             return;
                         }
                     }
@@ -392,16 +392,25 @@ pub fn probe_ready(app: String, pid: u32, start: u64, port: u16, scratch: std::p
     });
 }
 
+/// A copy's R process as its launcher's report names it.
+#[derive(Debug, Clone, Copy, Default)]
+struct RProcess {
+    /// Its PID (for the copies table).
+    pid: Option<u32>,
+    /// When (Unix ms) it started (for a wake's steps).
+    started_ms: Option<u64>,
+}
+
 /// `Some` when a socket of the copy's own listens on `port`, with its R
-/// process as the launcher's report names it (for the copies table). The
-/// report names R (looked at before the whole tree) and a claimed copy's
-/// processes' root (`procfs::adopt`). Off the runtime: it reads the report
-/// and /proc.
-async fn own_socket(scratch: &std::path::Path, pid: u32, port: u16) -> Option<Option<u32>> {
+/// process as the launcher's report names it. The report names R (looked
+/// at before the whole tree) and a claimed copy's processes' root
+/// (`procfs::adopt`). Off the runtime: it reads the report and /proc.
+async fn own_socket(scratch: &std::path::Path, pid: u32, port: u16) -> Option<RProcess> {
     let scratch = scratch.to_path_buf();
     tokio::task::spawn_blocking(move || {
-        let r = crate::wire::launch::report::read_report(&scratch, pid).and_then(|r| r.r_pid);
-        (procfs::owner_among(&procfs::listening(port), pid, r) == procfs::PortOwner::Ours).then_some(r)
+        let report = crate::wire::launch::report::read_report(&scratch, pid);
+        let r = RProcess { pid: report.as_ref().and_then(|r| r.r_pid), started_ms: report.and_then(|r| r.r_started_ms) };
+        (procfs::owner_among(&procfs::listening(port), pid, r.pid) == procfs::PortOwner::Ours).then_some(r)
     })
     .await
     .ok()
@@ -413,7 +422,7 @@ async fn own_socket(scratch: &std::path::Path, pid: u32, port: u16) -> Option<Op
 /// the init's word comes as it lets R's `listen` through, a moment before
 /// the socket is in the kernel's table. None after that (the HTTP probe
 /// decides then).
-async fn listens_soon(scratch: &std::path::Path, pid: u32, port: u16) -> Option<Option<u32>> {
+async fn listens_soon(scratch: &std::path::Path, pid: u32, port: u16) -> Option<RProcess> {
     let deadline = tokio::time::Instant::now() + LISTEN_LOOK_FOR;
     loop {
         if let Some(r) = own_socket(scratch, pid, port).await {

@@ -25,6 +25,12 @@ pub struct Report {
     /// missing); the launcher then ends with [`super::EXIT_REFUSED`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// When (Unix ms) the launcher was told R starts: a cold copy's R is
+    /// exec'd (the init's word comes as its pipe closes at the exec), a
+    /// claimed fork has taken the copy on. A wake's steps start R's own
+    /// time here (README, "Sleep").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r_started_ms: Option<u64>,
     /// A claimed copy's fork of the pool's zygote (`claim`): the root of
     /// the copy's processes, which are not below the launcher.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,14 +112,16 @@ impl Writer {
         self.reserved
     }
 
-    /// Writes the report for this process, whose R is `r_pid`, or which
-    /// `refused` to start R. A failure only costs the daemon the field in
-    /// status (and a refusal is then taken for a crash), so it is not an
-    /// error.
+    /// Writes the report for this process, whose R is `r_pid` and starts
+    /// now, or which `refused` to start R. A failure only costs the daemon
+    /// the field in status (and a refusal is then taken for a crash), so it
+    /// is not an error.
     pub fn write(mut self, isolation: &Isolation, r_pid: Option<u32>, refused: Option<&str>) {
         let mut isolation = isolation.clone();
         isolation.start = self.start.take();
-        let report = Report { pid: std::process::id(), r_pid, refused: refused.map(str::to_string), fork: self.fork, isolation };
+        let r_started_ms = r_pid.map(|_| crate::sys::clock::now_ms());
+        let report =
+            Report { pid: std::process::id(), r_pid, r_started_ms, refused: refused.map(str::to_string), fork: self.fork, isolation };
         if let Ok(bytes) = serde_json::to_vec(&report) {
             // Into the room taken, then cut to the report's length.
             if self.file.write_all(&bytes).is_ok() {
@@ -144,6 +152,8 @@ mod tests {
         Writer::open(&report_path(&scratch)).unwrap().write(&iso, Some(7), None);
         let got = read_report(&scratch, std::process::id()).expect("its own report");
         assert_eq!((got.isolation, got.r_pid, got.refused), (iso.clone(), Some(7), None));
+        let now = crate::sys::clock::now_ms();
+        assert!(got.r_started_ms.is_some_and(|at| at <= now && at + 60_000 > now), "when R started: {:?}", got.r_started_ms);
         assert_eq!(read_report(&scratch, std::process::id() + 1), None, "another process of the same copy");
         let text = std::fs::read_to_string(report_path(&scratch)).unwrap();
         assert!(text.contains("\"kind\":\"landlock\""), "{text}");
