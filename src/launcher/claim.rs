@@ -55,6 +55,10 @@ pub(super) enum Msg {
     Forked {
         /// The fork's PID.
         pid: u32,
+        /// It joined the copy's cgroups itself (`join_by_tasks`); else the
+        /// launcher moves it. Absent from a zygote of an earlier shinyctl.
+        #[serde(default)]
+        joined: bool,
     },
     /// Launcher → the fork: ids mapped, cgroups joined. With the folders
     /// the launcher opened in the fork's mount namespace (as descriptors,
@@ -203,15 +207,15 @@ pub(super) fn claim(launch: &Launch, plan: &RootPlan, who: Option<&Identity>, fe
     // stdin is where the copy's init says R listens (`init::wait_for`): the
     // fork's becomes it.
     send(conn.as_raw_fd(), &Msg::Claim(Box::new(claim)), &[2, 0]).map_err(|e| format!("the zygote took no claim ({e})"))?;
-    let fork = match recv(conn.as_raw_fd()) {
-        Ok(Some((Msg::Forked { pid }, _))) => pid,
+    let (fork, joined) = match recv(conn.as_raw_fd()) {
+        Ok(Some((Msg::Forked { pid, joined }, _))) => (pid, joined),
         Ok(Some((Msg::Refused { why }, _))) => return Err(format!("the zygote refused the claim: {why}")),
         Ok(_) => return Err("the zygote hung up".into()),
         Err(e) => return Err(format!("no answer from the zygote ({e})")),
     };
     let ready = || -> Result<(), String> {
         host::map_ids(Pid::from_raw(fork as i32), who).map_err(|e| format!("{e:#}"))?;
-        if fences.has(fences::CGROUP) {
+        if fences.has(fences::CGROUP) && !joined {
             for dir in &launch.cgroups {
                 std::fs::write(dir.join("cgroup.procs"), fork.to_string())
                     .map_err(|e| format!("cannot move the zygote's fork into {}: {e}", dir.display()))?;

@@ -232,6 +232,16 @@ fn join_cgroups(dirs: &[PathBuf]) -> Result<(), String> {
     failed.map_or(Ok(()), Err)
 }
 
+/// Moves the calling process, when it has one thread, into every cgroup
+/// v1 folder in `dirs` through its `tasks` file, as [`join_cgroups`] does;
+/// false when it could not join them all so (more threads, a cgroup v2
+/// hierarchy, an error), and the caller has the process moved by
+/// `cgroup.procs`. A claimed copy's fork joins so before it leaves the
+/// host's view.
+pub(super) fn join_by_tasks(dirs: &[PathBuf]) -> bool {
+    !dirs.is_empty() && one_thread() && dirs.iter().all(|d| d.join("tasks").exists() && std::fs::write(d.join("tasks"), "0").is_ok())
+}
+
 /// True when the calling process has one thread.
 fn one_thread() -> bool {
     std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1)

@@ -159,6 +159,10 @@ fn first(listen: RawFd, conn: OwnedFd, claim: Claim, log: OwnedFd, told: Option<
         Ok(l) => l,
         Err(e) => refuse(format!("bad arguments: {e}")),
     };
+    // The copy's cgroups joined here, with one thread and the host's view
+    // still: moved from outside, by the launcher, it would wait for the
+    // kernel's lock on every fork (`super::join_by_tasks`).
+    let joined = launch.start.sandbox.mode != crate::manifest::SandboxMode::Off && super::join_by_tasks(&launch.cgroups);
     // Out of R's session and process group: the zygote's signals are not
     // the copy's.
     let _ = nix::unistd::setsid();
@@ -167,7 +171,7 @@ fn first(listen: RawFd, conn: OwnedFd, claim: Claim, log: OwnedFd, told: Option<
     if let Err(e) = nix::sched::unshare(host::all_namespaces()) {
         refuse(format!("the copy's namespaces cannot be made from the zygote ({e})"));
     }
-    if claim::send(conn.as_raw_fd(), &Msg::Forked { pid: std::process::id() }, &[]).is_err() {
+    if claim::send(conn.as_raw_fd(), &Msg::Forked { pid: std::process::id(), joined }, &[]).is_err() {
         end(0);
     }
     let _ = nix::sys::socket::setsockopt(&conn, nix::sys::socket::sockopt::ReceiveTimeout, &nix::sys::time::TimeVal::new(0, 0));

@@ -99,6 +99,17 @@ fn a_sleeping_app_woken_through_the_pool_answers_from_a_claimed_copy_never_reuse
         assert!(cmdline(zygote).contains("shinyctl_zygote") && !cmdline(zygote).contains("runApp"), "{}", cmdline(zygote));
         assert!(launcher != fork && !seen.contains(&r) && !seen.contains(&fork), "wake {wake}: a new process: {r}/{fork} after {seen:?}");
         seen.extend([r, fork]);
+        // In the copy's cgroups, as a cold copy is: the fork joined them
+        // itself (by `tasks`), its init and R with it.
+        let cgroups = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let copy_cgroups = cgroups(launcher);
+        assert!(
+            copy_cgroups.lines().any(|l| l.ends_with(&format!("/{app}-1"))),
+            "wake {wake}: the launcher is in the copy's cgroups: {copy_cgroups}"
+        );
+        for (what, pid) in [("the fork", fork), ("the init", parent(r)), ("R", r)] {
+            assert_eq!(cgroups(pid), copy_cgroups, "wake {wake}: {what} is in the copy's cgroups");
+        }
         let page = wait_http_ok(port, slow(Duration::from_secs(10))).body;
         // The copy's own environment, not the zygote's.
         assert_eq!(between(&page, "greeting=", ";"), Some("from-the-manifest"), "wake {wake}: {page}");
