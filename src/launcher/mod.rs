@@ -568,7 +568,9 @@ mod tests {
     #[test]
     fn a_process_with_a_second_thread_is_not_moved_one_thread_at_a_time() {
         let (stop, parked) = std::sync::mpsc::channel::<()>();
-        let other = std::thread::spawn(move || drop(parked.recv()));
+        let other = std::thread::spawn(move || {
+            let _ = parked.recv();
+        });
         assert!(!one_thread(), "the test harness and the thread above");
         drop(stop);
         other.join().unwrap();
