@@ -87,6 +87,41 @@ for p in filter(str.isdigit, os.listdir("/proc")):
         pass
 PY
     ); do stop_pid "$pid"; done
+    # The copies' cgroups (`shinyctl-<home tag>` in each hierarchy, as
+    # src/sys/cgroup/mod.rs names them), empty now: removed, children
+    # first, as the tests' remove_cgroups does. A daemon keeps them while
+    # its copies may outlive it; a bench's home goes for good.
+    python3 - "$home" <<'PY'
+import hashlib, os, sys, time
+name = "shinyctl-" + hashlib.sha256(os.fsencode(sys.argv[1])).digest()[:4].hex()
+found, level = [], ["/sys/fs/cgroup"]
+for _ in range(5):
+    deeper = []
+    for d in level:
+        try:
+            subs = [e.path for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        for sub in subs:
+            (found if os.path.basename(sub) == name else deeper).append(sub)
+    level = deeper
+end = time.time() + 5
+while found and time.time() < end:
+    for d in list(found):
+        try:
+            for e in os.scandir(d):
+                if e.is_dir(follow_symlinks=False):
+                    try:
+                        os.rmdir(e.path)
+                    except OSError:
+                        pass
+            os.rmdir(d)
+            found.remove(d)
+        except OSError:
+            pass
+    if found:
+        time.sleep(0.1)
+PY
 }
 
 bench_cleanup() {
