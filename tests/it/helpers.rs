@@ -737,7 +737,10 @@ impl Drop for Env {
 /// (`shinyctl-<tag>` folders, up to five levels below /sys/fs/cgroup), once
 /// the copies are ended: the daemon, ended first, could not. A cgroup is
 /// removable once the kernel has let go of its last process, which may take
-/// a moment after a SIGKILL: tried for up to 5 s.
+/// a moment after a SIGKILL, and longer for a claimed copy, whose fork ends
+/// only when it sees its launcher gone and takes its init and R with it:
+/// tried for up to 15 s (times `SHINYCTL_TEST_SLOW`; a loaded run left one
+/// behind at 5 s).
 fn remove_cgroups(home: &Path) {
     let name = format!("shinyctl-{}", shinyctl::sys::cgroup::home_tag(home));
     let mut found = Vec::new();
@@ -755,7 +758,7 @@ fn remove_cgroups(home: &Path) {
         }
         level = next;
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + slow(Duration::from_secs(15));
     while !found.is_empty() && Instant::now() < deadline {
         for dir in &found {
             // A cgroup's files go with it; its children first.
