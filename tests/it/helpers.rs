@@ -737,19 +737,19 @@ impl Drop for Env {
 /// (`shinyctl-<tag>` folders, up to five levels below /sys/fs/cgroup), once
 /// the copies are ended: the daemon, ended first, could not. A cgroup is
 /// removable once the kernel has let go of its last process, which may take
-/// a moment after a SIGKILL, and longer for a claimed copy, whose fork ends
-/// only when it sees its launcher gone and takes its init and R with it:
-/// tried for up to 15 s (times `SHINYCTL_TEST_SLOW`; a loaded run left one
-/// behind at 5 s).
+/// a moment after a SIGKILL: tried for up to 5 s. The daemon names them by
+/// the home as it sees it, which for a home reached through a symbolic link
+/// (the quick start's `~/.shinyctl`) is where the link leads.
 fn remove_cgroups(home: &Path) {
-    let name = format!("shinyctl-{}", shinyctl::sys::cgroup::home_tag(home));
+    let tag = |h: &Path| format!("shinyctl-{}", shinyctl::sys::cgroup::home_tag(h));
+    let names: Vec<String> = [Some(tag(home)), std::fs::canonicalize(home).ok().map(|h| tag(&h))].into_iter().flatten().collect();
     let mut found = Vec::new();
     let mut level = vec![PathBuf::from("/sys/fs/cgroup")];
     for _ in 0..5 {
         let mut next = Vec::new();
         for dir in &level {
             for e in std::fs::read_dir(dir).into_iter().flatten().flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
-                if e.file_name().to_string_lossy() == name {
+                if names.iter().any(|n| e.file_name().to_string_lossy() == n.as_str()) {
                     found.push(e.path());
                 } else {
                     next.push(e.path());
@@ -758,7 +758,7 @@ fn remove_cgroups(home: &Path) {
         }
         level = next;
     }
-    let deadline = Instant::now() + slow(Duration::from_secs(15));
+    let deadline = Instant::now() + Duration::from_secs(5);
     while !found.is_empty() && Instant::now() < deadline {
         for dir in &found {
             // A cgroup's files go with it; its children first.
