@@ -93,7 +93,9 @@ PY
     # its copies may outlive it; a bench's home goes for good.
     python3 - "$home" <<'PY'
 import hashlib, os, sys, time
-name = "shinyctl-" + hashlib.sha256(os.fsencode(sys.argv[1])).digest()[:4].hex()
+# By the home as given and where it leads: the daemon names them by the
+# home as it sees it.
+names = {"shinyctl-" + hashlib.sha256(os.fsencode(h)).digest()[:4].hex() for h in (sys.argv[1], os.path.realpath(sys.argv[1]))}
 found, level = [], ["/sys/fs/cgroup"]
 for _ in range(5):
     deeper = []
@@ -103,7 +105,7 @@ for _ in range(5):
         except OSError:
             continue
         for sub in subs:
-            (found if os.path.basename(sub) == name else deeper).append(sub)
+            (found if os.path.basename(sub) in names else deeper).append(sub)
     level = deeper
 end = time.time() + 5
 while found and time.time() < end:

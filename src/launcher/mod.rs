@@ -212,19 +212,13 @@ fn join_cgroups(dirs: &[PathBuf]) -> Result<(), String> {
     if dirs.is_empty() {
         return Err("the daemon has no cgroup it may manage (memory is watched by the daemon instead)".into());
     }
+    if join_by_tasks(dirs) {
+        return Ok(());
+    }
     let pid = std::process::id().to_string();
-    let alone = one_thread();
     let mut failed = None;
     for dir in dirs {
-        // A process moved by `cgroup.procs` waits for the kernel's lock on
-        // every fork in the system, a whole RCU grace period (17 ms of each
-        // cold start on the 2-core test machine, README "Sleep"). A cgroup
-        // v1 hierarchy's `tasks` given "0" moves the calling thread alone,
-        // which needs no such lock: the same move for a launcher with one
-        // thread, as it has here (checked; else the whole process is moved).
-        let tasks = dir.join("tasks");
-        let joined = if alone && tasks.exists() { std::fs::write(&tasks, "0") } else { std::fs::write(dir.join("cgroup.procs"), &pid) };
-        if let Err(e) = joined {
+        if let Err(e) = std::fs::write(dir.join("cgroup.procs"), &pid) {
             log(&format!("--- shinyctl: cannot join the cgroup {}: {e}; its limit is not kept by the kernel ---", dir.display()));
             failed = Some(format!("cannot join {}: {e}", dir.display()));
         }
@@ -233,11 +227,16 @@ fn join_cgroups(dirs: &[PathBuf]) -> Result<(), String> {
 }
 
 /// Moves the calling process, when it has one thread, into every cgroup
-/// v1 folder in `dirs` through its `tasks` file, as [`join_cgroups`] does;
-/// false when it could not join them all so (more threads, a cgroup v2
-/// hierarchy, an error), and the caller has the process moved by
-/// `cgroup.procs`. A claimed copy's fork joins so before it leaves the
-/// host's view.
+/// v1 folder in `dirs` through its `tasks` file; false when it could not
+/// join them all so (more threads, a cgroup v2 hierarchy, an error), and
+/// the caller has the process moved by `cgroup.procs`. A process moved by
+/// `cgroup.procs` waits for the kernel's lock on every fork in the system,
+/// a whole RCU grace period (17 ms of each cold start on the 2-core test
+/// machine, README "Benchmark"); "0" written to `tasks` moves the calling
+/// thread alone, which needs no such lock: the same move for a process of
+/// one thread (checked, or other threads would be left behind). The
+/// launcher joins so ([`join_cgroups`]), and a claimed copy's fork before
+/// it leaves the host's view.
 pub(super) fn join_by_tasks(dirs: &[PathBuf]) -> bool {
     !dirs.is_empty() && one_thread() && dirs.iter().all(|d| d.join("tasks").exists() && std::fs::write(d.join("tasks"), "0").is_ok())
 }

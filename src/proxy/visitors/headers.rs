@@ -18,6 +18,13 @@ const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
+/// Hop-by-hop whatever `Connection` says (`Upgrade` apart: kept for a
+/// protocol switch).
+const HOP_BY_HOP: [HeaderName; 5] = [KEEP_ALIVE, PROXY_CONNECTION, header::TE, header::TRAILER, header::TRANSFER_ENCODING];
+/// A visitor's forwarded-style headers that are removed, not replaced,
+/// unless it is a trusted proxy.
+const NOT_BELIEVED: [HeaderName; 3] = [FORWARDED, X_FORWARDED_HOST, X_FORWARDED_PORT];
+
 /// Who sent a request, as the copy is told.
 pub struct Sender<'a> {
     /// The connection's peer address, as a header value.
@@ -90,10 +97,10 @@ fn forwarded(h: &mut HeaderMap, from: &Sender) {
     h.insert(X_FORWARDED_FOR, from.address.clone());
     h.insert(X_REAL_IP, from.address.clone());
     h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    if h.keys().any(|k| k == FORWARDED || k == X_FORWARDED_HOST || k == X_FORWARDED_PORT) {
-        h.remove(FORWARDED);
-        h.remove(X_FORWARDED_HOST);
-        h.remove(X_FORWARDED_PORT);
+    if h.keys().any(|k| NOT_BELIEVED.contains(k)) {
+        for name in NOT_BELIEVED {
+            h.remove(name);
+        }
     }
 }
 
@@ -112,15 +119,7 @@ pub fn is_page_load(parts: &request::Parts) -> bool {
 fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     // Most messages carry none: one look at the names is cheaper than a
     // hashed remove of each (bench/proxy.sh, README "Benchmark").
-    let hop = |k: &HeaderName| {
-        k == header::CONNECTION
-            || k == KEEP_ALIVE
-            || k == PROXY_CONNECTION
-            || k == header::TE
-            || k == header::TRAILER
-            || k == header::TRANSFER_ENCODING
-            || (!keep_upgrade && k == header::UPGRADE)
-    };
+    let hop = |k: &HeaderName| k == header::CONNECTION || HOP_BY_HOP.contains(k) || (!keep_upgrade && k == header::UPGRADE);
     if !h.keys().any(hop) {
         return;
     }
@@ -144,11 +143,9 @@ fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
         }
         h.remove(header::CONNECTION);
     }
-    h.remove(KEEP_ALIVE);
-    h.remove(PROXY_CONNECTION);
-    h.remove(header::TE);
-    h.remove(header::TRAILER);
-    h.remove(header::TRANSFER_ENCODING);
+    for name in HOP_BY_HOP {
+        h.remove(name);
+    }
     if !keep_upgrade {
         h.remove(header::UPGRADE);
     }
