@@ -10,8 +10,11 @@
 # 200), the p50 and the worst time of the requests in flight at the kill
 # or sent after it, beside the baseline's, and what the kill added to its
 # worst request (that worst less the baseline's p50: on a loaded machine
-# R's own time moves more than a failover costs). Fails when a request
-# failed.
+# R's own time moves more than a failover costs), and the request in
+# flight at the kill: how long it had run on the killed copy and how long
+# it took after the kill (the failover itself: the load balancer sees the
+# copy end and sends it to the spare, whose whole answer it waits for).
+# Fails when a request failed.
 #
 #   bench/failover.sh                  # 5 kills, release build
 #   ROUNDS=10 bench/failover.sh
@@ -117,8 +120,8 @@ thread.join()
 
 print(f"failover: hello app (R), 1 active + 1 warm copy, a request every 10 ms on a new connection, sticky; "
       f"{rounds} SIGKILLs of the visitor's copy; {cores} cores, {build} build")
-print(f"{'kill':<5} {'copy':>4} {'before: n':>10} {'p50 ms':>7} {'worst ms':>9} {'after: n':>9} {'failed':>7} {'p50 ms':>7} {'worst ms':>9} {'worst-p50':>10} {'then on':>8}")
-total_failed, worst_after, worst_before, excess = 0, 0.0, 0.0, []
+print(f"{'kill':<5} {'copy':>4} {'before: n':>10} {'p50 ms':>7} {'worst ms':>9} {'after: n':>9} {'failed':>7} {'p50 ms':>7} {'worst ms':>9} {'worst-p50':>10} {'then on':>8} {'in flight: ran+after ms':>24}")
+total_failed, worst_after, worst_before, excess, flight = 0, 0.0, 0.0, [], []
 for i, (at, copy) in enumerate(kills, 1):
     before = [s for s in samples if at - 1.0 <= s[0] and s[0] + s[1] / 1000 < at]
     # A request sent up to its own length before the kill is in flight at it.
@@ -133,12 +136,22 @@ for i, (at, copy) in enumerate(kills, 1):
     p50a = sorted(s[1] for s in after)[len(after) // 2] if after else 0.0
     # What the failover added to its worst request: beyond a typical one.
     excess.append(wa - p50)
-    print(f"{i:<5} {copy:>4} {len(before):>10} {p50:>7.1f} {wb:>9.1f} {len(after):>9} {failed:>7} {p50a:>7.1f} {wa:>9.1f} {wa - p50:>10.1f} {then:>8}")
+    # The request sent before the kill and answered after it (none when the
+    # kill fell between two requests): its time on the killed copy, and
+    # from the kill to its answer.
+    inflight = [s for s in after if s[0] < at]
+    ran = ", ".join(f"{(at - s[0]) * 1000:.1f}+{s[1] - (at - s[0]) * 1000:.1f}" for s in inflight) or "none"
+    flight.extend(s[1] - (at - s[0]) * 1000 for s in inflight)
+    print(f"{i:<5} {copy:>4} {len(before):>10} {p50:>7.1f} {wb:>9.1f} {len(after):>9} {failed:>7} {p50a:>7.1f} {wa:>9.1f} {wa - p50:>10.1f} {then:>8} {ran:>24}")
 all_failed = sum(1 for s in samples if s[2] != 200)
 excess.sort()
 print(f"requests {len(samples)}, failed {all_failed}; worst after a kill {worst_after:.1f} ms "
       f"(worst of the seconds before the kills {worst_before:.1f} ms); "
       f"a kill's worst beyond the p50 before it: median {excess[len(excess) // 2]:.1f} ms, most {excess[-1]:.1f} ms")
+if flight:
+    flight.sort()
+    print(f"the {len(flight)} request(s) in flight at a kill, from the kill to their answer: "
+          f"median {flight[len(flight) // 2]:.1f} ms, most {flight[-1]:.1f} ms")
 if all_failed:
     sys.exit("bench/failover.sh: requests failed")
 PY

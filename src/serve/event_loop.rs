@@ -203,9 +203,10 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             let logs = shared.lock().log_paths();
             rotating.start(logs);
         }
-        let stats = proxy.stats(&home).await;
         // What /proc says of the due apps' processes, looked up with the
-        // lock released: `status` does not wait for it.
+        // lock released (`status` does not wait for it), while the load
+        // balancer is asked for its figures: the two are apart, and a wake
+        // waits for both (README, "Sleep").
         let probes = {
             let d = shared.lock();
             if all {
@@ -213,7 +214,9 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
             }
             d.probes(&due)
         };
-        let facts = tokio::task::spawn_blocking(move || probe::ProbeFacts::find(probes)).await.unwrap_or_default();
+        let looked_up = tokio::task::spawn_blocking(move || probe::ProbeFacts::find(probes));
+        let (stats, facts) = tokio::join!(proxy.stats(&home), looked_up);
+        let facts = facts.unwrap_or_default();
         // Stops are added by the cycles alone, so whether any wait is known
         // here, without locking again after the push.
         let (table, generation, launches, stopping) = {
