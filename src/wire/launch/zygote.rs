@@ -12,9 +12,14 @@ pub const GIVEN_ENV: &str = "SHINYCTL_ZYGOTE_ENV";
 
 /// The `-e` expression of the zygote's R: shiny loaded, and what its first
 /// page loads (bslib, sass, jquerylib: 0.2 s of a copy's first request),
-/// none of it an app's; then a full garbage collection, and the wait for
-/// claims in `library` (fd 3 is its socket); in a claimed copy, the call
-/// returns and R runs the copy's program.
+/// none of it an app's; a throwaway app's page asked of its own HTTP
+/// handler, no socket (shiny's way from a request to a page runs, and R's
+/// compiler compiles it, once here rather than in each claimed copy's first
+/// request; the resource paths it registers are shiny's own folders, as
+/// every app's page registers them, and nothing is left in the global
+/// environment); then a full garbage collection, and the wait for claims in
+/// `library` (fd 3 is its socket); in a claimed copy, the call returns and
+/// R runs the copy's program.
 ///
 /// The collection: the warm-up leaves R's heap near its next collection,
 /// so each claimed copy collected in its first request, and a collection
@@ -25,6 +30,9 @@ pub fn r_expr(library: &std::path::Path) -> String {
     format!(
         "suppressPackageStartupMessages(library(shiny)); \
          invisible(htmltools::renderTags(shiny::fluidPage(shiny::textOutput('o'), shiny::textInput('i', 'i')))); \
+         local({{ a <- shiny::shinyApp(shiny::fluidPage(shiny::sliderInput('n', 'n', 1, 10, 5), shiny::plotOutput('p')), function(input, output) NULL); \
+         invisible(try(a$httpHandler(list(REQUEST_METHOD = 'GET', PATH_INFO = '/', QUERY_STRING = '', HTTP_HOST = '127.0.0.1', \
+         HEADERS = c(host = '127.0.0.1'))), silent = TRUE)) }}); \
          invisible(gc(full = TRUE)); dyn.load({}); invisible(.C('shinyctl_zygote', 3L)); \
          local({{ p <- Sys.getenv('{PROGRAM_ENV}'); Sys.unsetenv('{PROGRAM_ENV}'); eval(parse(text = p), envir = globalenv()) }})",
         super::r_string(&library.to_string_lossy())
@@ -40,5 +48,7 @@ mod tests {
         let e = r_expr(std::path::Path::new("/opt/shinyctl/libshinyctl.so"));
         let (warm, gc, wait) = (e.find("renderTags").unwrap(), e.find("gc(full = TRUE)").unwrap(), e.find("shinyctl_zygote").unwrap());
         assert!(warm < gc && gc < wait, "{e}");
+        let page = e.find("httpHandler").unwrap();
+        assert!(warm < page && page < gc, "{e}");
     }
 }
