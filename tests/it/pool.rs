@@ -53,11 +53,19 @@ fn running(env: &Env, app: &str) -> (u32, u32) {
     (c["pid"].as_u64().unwrap() as u32, c["launcher_pid"].as_u64().unwrap() as u32)
 }
 
-/// Starts the daemon as `shinyctl apply` would, pool on.
-fn serve(env: &Env) {
+/// Starts the daemon as `shinyctl apply` would, pool on; its PID.
+fn serve(env: &Env) -> u32 {
     let mut cmd = Command::new(bin());
     cmd.arg("serve");
-    env.start_daemon(cmd);
+    env.start_daemon(cmd)
+}
+
+/// The variable `name` of the environment process `pid` started with.
+fn environ_var(pid: u32, name: &str) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ
+        .split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(format!("{name}=").as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned()))
 }
 
 /// The process `pid`'s start time (field 22 of its stat).
@@ -74,13 +82,14 @@ fn parent(pid: u32) -> u32 {
 
 #[test]
 fn a_sleeping_app_woken_through_the_pool_answers_from_a_claimed_copy_never_reused() {
+    let began = std::time::SystemTime::now();
     let env = Env::new("poolwake");
     let app = &unique("poolwake");
     let port = free_port();
     let manifest = env.app_running(ENV_R, app, port, &format!("{IDLE}env:\n  GREETING: from-the-manifest\n"));
     // The zygote gets ready before the app is deployed, so that even the
     // first start is a claim.
-    serve(&env);
+    let daemon = serve(&env);
     let v = env.status();
     assert_eq!(v["pool"]["on"], true, "the pool is on by default: {v}");
     let zygote = wait_pool_ready(&env);
@@ -143,6 +152,36 @@ fn a_sleeping_app_woken_through_the_pool_answers_from_a_claimed_copy_never_reuse
     assert!(!fds.iter().any(|f| inodes.iter().any(|i| *f == format!("socket:[{i}]"))), "the zygote holds no TCP socket: {fds:?}");
     let v = env.status();
     assert!(v["pool"]["zygotes"][0]["rss_bytes"].as_u64().is_some_and(|b| b > 0), "its memory is shown: {v}");
+    // The zygote's R keeps its tempdir in a folder of the pool's own, not
+    // in the shared /tmp, where R, ended by a signal as a zygote always is,
+    // left one folder behind for every zygote started; that folder goes
+    // with the daemon.
+    let tmp = environ_var(zygote, "TMPDIR").unwrap_or_default();
+    let system = std::env::temp_dir();
+    assert!(
+        std::path::Path::new(&tmp).parent() == Some(system.as_path())
+            && tmp.contains("/shinyctl-pool-")
+            && std::path::Path::new(&tmp).is_dir(),
+        "the zygote's TMPDIR is a folder of its own: {tmp:?}"
+    );
+    use std::os::unix::fs::MetadataExt;
+    let zygote_uid = std::fs::metadata(format!("/proc/{zygote}")).unwrap().uid();
+    let litter: Vec<_> = std::fs::read_dir(&system)
+        .unwrap()
+        .flatten()
+        // Made since this test began: the uid may have been another home's pool's before.
+        .filter(|e| {
+            e.file_name().to_string_lossy().starts_with("Rtmp")
+                && e.metadata().is_ok_and(|m| m.uid() == zygote_uid && m.modified().is_ok_and(|t| t >= began))
+        })
+        .map(|e| e.path())
+        .collect();
+    assert!(litter.is_empty(), "no R temporary folder of the zygote's in {}: {litter:?}", system.display());
+    signal(daemon, 15);
+    wait_until(slow(Duration::from_secs(20)), "the daemon and its zygote to end", || {
+        (!pid_alive(daemon) && !pid_alive(zygote)).then_some(())
+    });
+    assert!(!std::path::Path::new(&tmp).exists(), "the zygote's temporary folder went with the daemon: {tmp}");
 }
 
 #[test]

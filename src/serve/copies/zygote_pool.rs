@@ -62,6 +62,8 @@ struct State {
     starts: u32,
     /// Set when the daemon stops: the zygote is not started again.
     stopping: bool,
+    /// The zygote's temporary folder ([`fresh_tmp`]), removed when it ends.
+    tmp: Option<PathBuf>,
 }
 
 /// The daemon's one pool.
@@ -136,7 +138,14 @@ fn keep(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) {
         match spawn(home, cgroups, lib, socket) {
             Ok(mut child) => {
                 let status = child.wait();
-                lock().zygote = None;
+                let tmp = {
+                    let mut s = lock();
+                    s.zygote = None;
+                    s.tmp.take()
+                };
+                if let Some(tmp) = tmp {
+                    let _ = std::fs::remove_dir_all(tmp);
+                }
                 if lock().stopping {
                     return;
                 }
@@ -186,6 +195,9 @@ fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::R
         ]);
         std::os::unix::fs::chown(home.root.join("pool").join("zygote.log"), Some(uid), Some(uid))?;
     }
+    let tmp = fresh_tmp(home, uid)?;
+    given.retain(|(k, _)| k != "TMPDIR");
+    given.push(("TMPDIR".into(), tmp.clone().into_os_string()));
     let names: Vec<String> = given.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
     let mut cmd = Command::new(POOL_R);
     cmd.args(["--no-echo", "--no-restore", "--no-init-file", "-e", &zygote::r_expr(lib)])
@@ -238,10 +250,43 @@ fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::R
     };
     let mut s = lock();
     s.zygote = Some(child.id());
+    s.tmp = Some(tmp);
     s.memory_max = bounded.then_some(memory);
     s.off = None;
     tracing::info!(pid = child.id(), "the pool's zygote started");
     Ok(child)
+}
+
+/// A new temporary folder for the zygote's R (its `TMPDIR`, mode 0700,
+/// the zygote's), named for the home: `shinyctl-pool-<home tag>-XXXXXX` in
+/// the system's. R makes its `tempdir()` in it and, ended by a signal as a
+/// zygote always is, leaves it behind: in the shared /tmp that was one
+/// empty folder for every zygote ever started. The zygote's is removed when
+/// it ends ([`stop`], [`keep`]); one a daemon killed with its zygote left
+/// is removed here, at the next start. A claimed copy's R makes its own
+/// under the copy's /tmp (the claim drops what the daemon gave the zygote,
+/// `TMPDIR` with it).
+fn fresh_tmp(home: &Home, uid: Option<u32>) -> anyhow::Result<PathBuf> {
+    let system = std::env::temp_dir();
+    let prefix = format!("shinyctl-pool-{}-", crate::sys::cgroup::home_tag(&home.root));
+    let owner = uid.unwrap_or_else(|| nix::unistd::geteuid().as_raw());
+    if let Ok(entries) = std::fs::read_dir(&system) {
+        use std::os::unix::fs::MetadataExt;
+        for e in entries.flatten() {
+            let ours = e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix));
+            // Only a folder of the zygote's owner: one someone else made
+            // with the name is not ours to remove.
+            if ours && e.metadata().is_ok_and(|m| m.is_dir() && m.uid() == owner) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let made = nix::unistd::mkdtemp(&system.join(format!("{prefix}XXXXXX")))
+        .map_err(|e| anyhow::anyhow!("cannot make the zygote's temporary folder in {}: {e}", system.display()))?;
+    if let Some(uid) = uid {
+        std::os::unix::fs::chown(&made, Some(uid), Some(uid))?;
+    }
+    Ok(made)
 }
 
 /// Binds the zygote's socket afresh (mode 0600 in a folder of mode 0700).
@@ -263,6 +308,11 @@ pub fn stop() {
     s.stopping = true;
     if let Some(pid) = s.zygote.take() {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+    }
+    // Here rather than once the keeper has reaped it: the daemon may exit
+    // first. A SIGKILLed R writes nothing more.
+    if let Some(tmp) = s.tmp.take() {
+        let _ = std::fs::remove_dir_all(tmp);
     }
 }
 
