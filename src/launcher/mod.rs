@@ -403,6 +403,11 @@ fn finish(launch: &Launch, seen: &mut CopyFolders, fences: &mut Fences, send: im
             }
         }
         let tmp = seen.tmpdir.clone().unwrap_or_else(|| PathBuf::from("/tmp"));
+        // Only a /tmp of the copy's own: its namespace's, or its TMPDIR
+        // under Landlock; never the host's.
+        if fences.has(fences::MOUNT_NS) || seen.tmpdir.is_some() {
+            remove_stale_r_tmp(&tmp);
+        }
         match confine(&Confinement::new(&seen.scratch, &tmp, launch.port, &launch.start.sandbox)) {
             Ok(applied) => {
                 note_filters(fences, &applied, launch.start.sandbox.syscalls);
@@ -431,6 +436,24 @@ fn finish(launch: &Launch, seen: &mut CopyFolders, fences: &mut Fences, send: im
         log(&format!("--- shinyctl: {} ---", fences.summary()));
     }
     Ok(())
+}
+
+/// Removes R's temporary folders (`Rtmp…`) that an earlier R of this copy
+/// left in the copy's own /tmp (README, "The fence"): R removes its own
+/// only when it quits, and a copy's R ends by a signal (a sleep, a
+/// restart, a crash), so every start left one behind, with what it held
+/// (shiny keeps uploads there), on a disk that is kept through sleep and
+/// restarts. None is in use: a copy runs one R, and everything R started
+/// ends with it (its PID namespace, or its launcher, a subreaper).
+pub(crate) fn remove_stale_r_tmp(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else { return };
+    for e in entries.flatten() {
+        let r_tmp = e.file_name().to_str().is_some_and(|n| n.starts_with("Rtmp"));
+        // A folder, not a link to one: what a link points at is not R's.
+        if r_tmp && e.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Fills the Landlock and seccomp slots of the report from what the
@@ -573,5 +596,22 @@ mod tests {
         assert!(!one_thread(), "the test harness and the thread above");
         drop(stop);
         other.join().unwrap();
+    }
+
+    #[test]
+    fn only_r_s_own_temporary_folders_are_removed_from_a_copy_s_tmp() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.join("RtmpAbC123/upload")).unwrap();
+        std::fs::write(t.join("RtmpAbC123/upload/0.csv"), "x").unwrap();
+        std::fs::create_dir(t.join("app-cache")).unwrap();
+        std::fs::write(t.join("RtmpNotAFolder"), "x").unwrap();
+        std::fs::write(elsewhere.path().join("keep"), "x").unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), t.join("RtmpLink")).unwrap();
+        remove_stale_r_tmp(t);
+        assert!(!t.join("RtmpAbC123").exists(), "an ended R's folder goes, with what it held");
+        assert!(t.join("app-cache").is_dir() && t.join("RtmpNotAFolder").is_file(), "nothing else of the copy's /tmp");
+        assert!(t.join("RtmpLink").is_symlink() && elsewhere.path().join("keep").exists(), "a link is not followed");
     }
 }

@@ -36,8 +36,17 @@ fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     let pids = pids(&env, nap);
     assert_eq!(pids.len(), 2);
     assert_eq!(between(&wait_http_ok(port, Duration::from_secs(10)).body, "scratch=", ";"), Some("empty"));
+    // Copy 1's /tmp, as the host sees it, holds its R's tempdir().
+    let tmp = env.home().join("scratch").join(format!("default-{nap}")).join("1.tmp");
+    let r_tmp = || -> Vec<String> {
+        let names = std::fs::read_dir(&tmp).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect());
+        names.unwrap_or_else(|_: std::io::Error| Vec::new()).into_iter().filter(|n| n.starts_with("Rtmp")).collect()
+    };
+    let before = r_tmp();
+    assert_eq!(before.len(), 1, "one R, one tempdir() in {}: {before:?}", tmp.display());
 
     let asleep = wait_asleep(&env, nap, &pids);
+    assert_eq!(r_tmp(), before, "an R ended by a signal leaves its tempdir() behind");
     let text = env.ok(&["status", nap]);
     assert!(text.contains(&format!("{nap}: asleep for ")) && text.contains("the first request wakes it"), "{text}");
     assert!(text.contains("Memory: 0M in 0 R processes"), "all memory back to the machine: {text}");
@@ -65,6 +74,10 @@ fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     assert_eq!(numbers_and_ports(&asleep), numbers_and_ports(&after), "the same copies, on the same ports");
     assert_eq!(after.len(), 2);
     assert!(after.iter().all(|c| c.pid.is_some_and(|p| !pids.contains(&p))), "new processes: {after:?}");
+    // The R before's tempdir() went when the new R started (README, "The
+    // fence"): a copy's /tmp is kept through sleep, and each start left one.
+    let now = r_tmp();
+    assert!(now.len() == 1 && now != before, "only the new R's tempdir() in {}: {now:?} (before the sleep {before:?})", tmp.display());
 }
 
 /// The wake's two lines in api.log: the daemon's `APP woke in …` and the
