@@ -151,6 +151,7 @@ fn keep(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) {
                 }
                 tracing::warn!("the pool's zygote (pid {}) ended ({status:?}); starting another", child.id());
             }
+            Err(_) if lock().stopping => return,
             Err(e) => {
                 tracing::warn!("the pool's zygote cannot start: {e:#}");
                 lock().off = Some(format!("the zygote cannot start: {e:#}"));
@@ -212,7 +213,8 @@ fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::R
         cmd.uid(uid).gid(uid);
     }
     let fd = listener.as_raw_fd();
-    // SAFETY: only async-signal-safe calls (dup2, close_range, setsid, prctl).
+    let daemon = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe calls (dup2, close_range, setsid, prctl, getppid).
     unsafe {
         cmd.pre_exec(move || {
             if libc::dup2(fd, 3) < 0 {
@@ -225,6 +227,11 @@ fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::R
             }
             libc::setsid();
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            // A daemon that ended between the fork and the line above sent
+            // no signal: a zygote would be left with no one to end it.
+            if libc::getppid() != daemon {
+                return Err(std::io::Error::other("the daemon ended"));
+            }
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
             Ok(())
         });
@@ -242,13 +249,28 @@ fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::R
     // end it): there the zygote stays in the daemon's cgroups, as copies.
     let leaf = format!("pool-{n}");
     let cgroup = if cgroups.is_v2() { cgroups.prepare(&leaf, Some(memory), 4096) } else { Ok(Vec::new()) };
-    let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run {POOL_R}: {e}"))?;
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(anyhow::anyhow!("cannot run {POOL_R}: {e}"));
+        }
+    };
     drop(listener);
     let bounded = match &cgroup {
         Ok(dirs) if !dirs.is_empty() => dirs.iter().all(|d| std::fs::write(d.join("cgroup.procs"), child.id().to_string()).is_ok()),
         _ => false,
     };
     let mut s = lock();
+    if s.stopping {
+        // `stop` ran while this zygote started, and found none to end.
+        drop(s);
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&tmp);
+        anyhow::bail!("the daemon is stopping");
+    }
     s.zygote = Some(child.id());
     s.tmp = Some(tmp);
     s.memory_max = bounded.then_some(memory);
