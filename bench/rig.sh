@@ -107,6 +107,13 @@ for _ in range(5):
         for sub in subs:
             (found if os.path.basename(sub) in names else deeper).append(sub)
     level = deeper
+# The pool's zygote's temporary folder (`shinyctl-pool-<tag>-…`, see
+# src/serve/copies/zygote_pool.rs), left when a daemon was killed.
+import shutil, tempfile
+for n in names:
+    for e in os.scandir(tempfile.gettempdir()):
+        if e.name.startswith(n.replace("shinyctl-", "shinyctl-pool-", 1) + "-"):
+            shutil.rmtree(e.path, ignore_errors=True)
 end = time.time() + 5
 while found and time.time() < end:
     for d in list(found):

@@ -132,6 +132,15 @@ impl TestUser {
 
 impl Drop for TestUser {
     fn drop(&mut self) {
+        // Its daemons' pool folders (see `remove_pool_tmp`): its homes are
+        // the test's own, so they are found by their owner.
+        use std::os::unix::fs::MetadataExt;
+        let uid = self.id("-u");
+        for e in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
+            if e.file_name().to_string_lossy().starts_with("shinyctl-pool-") && e.metadata().is_ok_and(|m| m.uid() == uid) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
         let _ = Command::new("userdel").args(["-f", &self.name]).output();
     }
 }
@@ -726,6 +735,7 @@ impl Drop for Env {
             let _ = Command::new("cp").arg("-r").arg(self.home().join("logs")).arg(self.home().join("api.log")).arg(&to).status();
         }
         remove_cgroups(&self.home());
+        remove_pool_tmp(&self.home());
         // A root daemon's copies' disks of their own outlive the daemon (as
         // they do a restart): unmounted here, which frees their loop devices.
         shinyctl::sys::disk::detach_below(&self.dir).into_iter().for_each(|t| drop(t.join()));
@@ -740,6 +750,21 @@ impl Drop for Env {
 /// a moment after a SIGKILL: tried for up to 5 s. The daemon names them by
 /// the home as it sees it, which for a home reached through a symbolic link
 /// (the quick start's `~/.shinyctl`) is where the link leads.
+/// Removes the temporary folder of this home's pool's zygote
+/// (`shinyctl-pool-<tag>-…` in the system's temporary folder), which a
+/// daemon ended by SIGKILL leaves (one ended by SIGTERM removes it; a later
+/// daemon of the same home would too), by the home as given and where it
+/// leads, as [`remove_cgroups`] finds the cgroups.
+fn remove_pool_tmp(home: &Path) {
+    let prefix = |h: &Path| format!("shinyctl-pool-{}-", shinyctl::sys::cgroup::home_tag(h));
+    let prefixes: Vec<String> = [Some(prefix(home)), std::fs::canonicalize(home).ok().map(|h| prefix(&h))].into_iter().flatten().collect();
+    for e in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
+        if prefixes.iter().any(|p| e.file_name().to_string_lossy().starts_with(p.as_str())) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 fn remove_cgroups(home: &Path) {
     let tag = |h: &Path| format!("shinyctl-{}", shinyctl::sys::cgroup::home_tag(h));
     let names: Vec<String> = [Some(tag(home)), std::fs::canonicalize(home).ok().map(|h| tag(&h))].into_iter().flatten().collect();
