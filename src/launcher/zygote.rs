@@ -58,7 +58,15 @@ fn end(code: i32) -> ! {
 fn serve(listen: RawFd) -> std::io::Result<()> {
     nix::sys::socket::listen(&unsafe_borrow(listen), nix::sys::socket::Backlog::new(64).unwrap_or(nix::sys::socket::Backlog::MAXCONN))?;
     super::log(&format!("--- shinyctl: the pool's zygote {} is ready ---", std::process::id()));
+    let daemon = nix::unistd::getppid();
     loop {
+        // Its daemon gone (the parent-death signal covers this, but not a
+        // daemon that ended before the zygote could ask for it): no one
+        // would claim from it or end it.
+        if nix::unistd::getppid() != daemon {
+            super::log("--- shinyctl: the pool's zygote stops: its daemon ended ---");
+            end(0);
+        }
         reap();
         let mut pfd = [libc::pollfd { fd: listen, events: libc::POLLIN, revents: 0 }];
         // SAFETY: poll on one pollfd; a timeout so forks that ended are reaped.
