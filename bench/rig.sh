@@ -95,7 +95,8 @@ PY
 import hashlib, os, sys, time
 # By the home as given and where it leads: the daemon names them by the
 # home as it sees it.
-names = {"shinyctl-" + hashlib.sha256(os.fsencode(h)).digest()[:4].hex() for h in (sys.argv[1], os.path.realpath(sys.argv[1]))}
+tags = {hashlib.sha256(os.fsencode(h)).digest()[:4].hex() for h in (sys.argv[1], os.path.realpath(sys.argv[1]))}
+names = {"shinyctl-" + t for t in tags}
 found, level = [], ["/sys/fs/cgroup"]
 for _ in range(5):
     deeper = []
@@ -107,13 +108,6 @@ for _ in range(5):
         for sub in subs:
             (found if os.path.basename(sub) in names else deeper).append(sub)
     level = deeper
-# The pool's zygote's temporary folder (`shinyctl-pool-<tag>-…`, see
-# src/serve/copies/zygote_pool.rs), left when a daemon was killed.
-import shutil, tempfile
-for n in names:
-    for e in os.scandir(tempfile.gettempdir()):
-        if e.name.startswith(n.replace("shinyctl-", "shinyctl-pool-", 1) + "-"):
-            shutil.rmtree(e.path, ignore_errors=True)
 end = time.time() + 5
 while found and time.time() < end:
     for d in list(found):
@@ -130,6 +124,12 @@ while found and time.time() < end:
             pass
     if found:
         time.sleep(0.1)
+# The pool's zygote's temporary folder (`shinyctl-pool-<tag>-…`, see
+# src/serve/copies/zygote_pool.rs), which a daemon killed leaves.
+import shutil, tempfile
+for e in os.scandir(tempfile.gettempdir()):
+    if any(e.name.startswith(f"shinyctl-pool-{t}-") for t in tags):
+        shutil.rmtree(e.path, ignore_errors=True)
 PY
 }
 

@@ -132,15 +132,11 @@ impl TestUser {
 
 impl Drop for TestUser {
     fn drop(&mut self) {
-        // Its daemons' pool folders (see `remove_pool_tmp`): its homes are
-        // the test's own, so they are found by their owner.
+        // Its daemons' pool folders: its homes are the test's own, so
+        // they are found by their owner.
         use std::os::unix::fs::MetadataExt;
         let uid = self.id("-u");
-        for e in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
-            if e.file_name().to_string_lossy().starts_with("shinyctl-pool-") && e.metadata().is_ok_and(|m| m.uid() == uid) {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
-        }
+        remove_pool_folders(|e| e.metadata().is_ok_and(|m| m.uid() == uid));
         let _ = Command::new("userdel").args(["-f", &self.name]).output();
     }
 }
@@ -743,31 +739,41 @@ impl Drop for Env {
     }
 }
 
-/// Removes the cgroups a daemon of this home made for its copies
-/// (`shinyctl-<tag>` folders, up to five levels below /sys/fs/cgroup), once
-/// the copies are ended: the daemon, ended first, could not. A cgroup is
-/// removable once the kernel has let go of its last process, which may take
-/// a moment after a SIGKILL: tried for up to 5 s. The daemon names them by
-/// the home as it sees it, which for a home reached through a symbolic link
-/// (the quick start's `~/.shinyctl`) is where the link leads.
-/// Removes the temporary folder of this home's pool's zygote
-/// (`shinyctl-pool-<tag>-…` in the system's temporary folder), which a
-/// daemon ended by SIGKILL leaves (one ended by SIGTERM removes it; a later
-/// daemon of the same home would too), by the home as given and where it
-/// leads, as [`remove_cgroups`] finds the cgroups.
-fn remove_pool_tmp(home: &Path) {
-    let prefix = |h: &Path| format!("shinyctl-pool-{}-", shinyctl::sys::cgroup::home_tag(h));
-    let prefixes: Vec<String> = [Some(prefix(home)), std::fs::canonicalize(home).ok().map(|h| prefix(&h))].into_iter().flatten().collect();
+/// The tags a daemon of `home` names its cgroups and its pool's folder by
+/// (`shinyctl::sys::cgroup::home_tag`): of the home as it sees it, which
+/// for a home reached through a symbolic link (the quick start's
+/// `~/.shinyctl`) is where the link leads, and of the home as given.
+fn home_tags(home: &Path) -> Vec<String> {
+    let tag = shinyctl::sys::cgroup::home_tag;
+    [Some(tag(home)), std::fs::canonicalize(home).ok().map(|h| tag(&h))].into_iter().flatten().collect()
+}
+
+/// Removes the pool's zygote's temporary folders (`shinyctl-pool-<tag>-…`
+/// in the system's temporary folder) that `ours` picks. A daemon ended by
+/// SIGKILL leaves its own (one ended by SIGTERM removes it; a later daemon
+/// of the same home would too).
+fn remove_pool_folders(ours: impl Fn(&std::fs::DirEntry) -> bool) {
     for e in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
-        if prefixes.iter().any(|p| e.file_name().to_string_lossy().starts_with(p.as_str())) {
+        if e.file_name().to_string_lossy().starts_with("shinyctl-pool-") && ours(&e) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
 }
 
+/// Removes this home's pool's folder ([`remove_pool_folders`]), found by
+/// the home's tags.
+fn remove_pool_tmp(home: &Path) {
+    let prefixes: Vec<String> = home_tags(home).iter().map(|t| format!("shinyctl-pool-{t}-")).collect();
+    remove_pool_folders(|e| prefixes.iter().any(|p| e.file_name().to_string_lossy().starts_with(p.as_str())));
+}
+
+/// Removes the cgroups a daemon of this home made for its copies
+/// (`shinyctl-<tag>` folders, up to five levels below /sys/fs/cgroup, by
+/// [`home_tags`]), once the copies are ended: the daemon, ended first,
+/// could not. A cgroup is removable once the kernel has let go of its last
+/// process, which may take a moment after a SIGKILL: tried for up to 5 s.
 fn remove_cgroups(home: &Path) {
-    let tag = |h: &Path| format!("shinyctl-{}", shinyctl::sys::cgroup::home_tag(h));
-    let names: Vec<String> = [Some(tag(home)), std::fs::canonicalize(home).ok().map(|h| tag(&h))].into_iter().flatten().collect();
+    let names: Vec<String> = home_tags(home).iter().map(|t| format!("shinyctl-{t}")).collect();
     let mut found = Vec::new();
     let mut level = vec![PathBuf::from("/sys/fs/cgroup")];
     for _ in 0..5 {
