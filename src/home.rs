@@ -154,7 +154,7 @@ fn remove_now(path: &Path) {
 /// Writes `bytes` to `path` atomically: a temporary file beside it, fsync,
 /// rename, then fsync of the folder.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    write_replacing(path, bytes, mode, true)
+    write_replacing(path, bytes, mode, Durability::Synced(None))
 }
 
 /// Writes `bytes` to `path` atomically but not durably: a temporary file
@@ -163,22 +163,48 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
 /// needs it after the machine restarts, so the cycle does not wait for the
 /// disk (two fsyncs, 2–16 ms each on a loaded machine).
 pub fn write_replace(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    write_replacing(path, bytes, mode, false)
+    write_replacing(path, bytes, mode, Durability::Renamed)
 }
 
-fn write_replacing(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> io::Result<()> {
+/// How far [`write_replacing`] waits for the disk.
+#[derive(Clone, Copy)]
+pub enum Durability<'a> {
+    /// Renamed into place only: atomic for every process, but after a power
+    /// cut the file may hold an earlier version, or, on a filesystem that
+    /// does not flush a file renamed over another (XFS), nothing.
+    Renamed,
+    /// On the disk before the call returns (fsync of the file and its
+    /// folder). With a second path, that path is made another name (a hard
+    /// link) of the same file: later `Renamed` writes give `path` new files,
+    /// and the second name keeps this one, whole on the disk, for a reader
+    /// that finds `path` empty after a power cut.
+    Synced(Option<&'a Path>),
+}
+
+/// Writes `bytes` to `path` atomically, as durably as `durability` says.
+pub fn write_replacing(path: &Path, bytes: &[u8], mode: u32, durability: Durability) -> io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}.{}", std::process::id(), TMP_NONCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    let tmp_beside = |of: &Path| {
+        let name = of.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        dir.join(format!(".{name}.tmp.{}.{}", std::process::id(), TMP_NONCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)))
+    };
+    let tmp = tmp_beside(path);
     // Created exclusively: a file or symlink someone put at the temporary
     // name is never written through, only refused.
     let write = || -> io::Result<()> {
         let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(libc::O_NOFOLLOW).open(&tmp)?;
         f.write_all(bytes)?;
-        if durable {
+        if let Durability::Synced(second) = durability {
             f.sync_all()?;
+            if let Some(second) = second {
+                // Linked under a temporary name and renamed, so the second
+                // name always names a whole file, old or new.
+                let link = tmp_beside(second);
+                fs::hard_link(&tmp, &link)?;
+                fs::rename(&link, second).inspect_err(|_| drop(fs::remove_file(&link)))?;
+            }
         }
         fs::rename(&tmp, path)
     };
@@ -188,7 +214,7 @@ fn write_replacing(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> io::R
         }
         return Err(e);
     }
-    if durable {
+    if let Durability::Synced(_) = durability {
         if let Ok(d) = fs::File::open(dir) {
             let _ = d.sync_all();
         }

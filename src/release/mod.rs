@@ -40,11 +40,14 @@ fn random_u16() -> u16 {
 }
 
 /// What a release of this app is taken from, and what it leaves out
-/// besides the names in [`snapshot::LEFT_OUT_NAMES`]: the state-file (the
-/// daemon writes it all the time) and the home folder when it lies inside
+/// besides the names in [`snapshot::LEFT_OUT_NAMES`]: the state-file and its
+/// second name (the daemon writes them all the time) and the home folder when it lies inside
 /// working-dir.
 pub fn source(spec: &AppSpec, home: &Home) -> snapshot::Source {
-    snapshot::Source { dir: spec.start.working_dir.clone(), leave_out: vec![spec.state_file.clone(), home.root.clone()] }
+    snapshot::Source {
+        dir: spec.start.working_dir.clone(),
+        leave_out: vec![spec.state_file.clone(), crate::wire::state::synced_path(&spec.state_file), home.root.clone()],
+    }
 }
 
 /// Makes `release` the current one; the current one becomes the one before

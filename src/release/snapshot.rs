@@ -341,12 +341,14 @@ mod tests {
         fs::write(app.join("sub/.Rhistory"), "secret").unwrap();
         fs::write(app.join("state.json"), "{}").unwrap();
         fs::write(app.join(".state.json.tmp.123"), "{}").unwrap();
+        fs::write(app.join("state.json.synced"), "{}").unwrap();
+        fs::write(app.join(".state.json.synced.tmp.123.4"), "{}").unwrap();
         std::os::unix::fs::symlink("/nonexistent/renv/cache", app.join("renv-lib")).unwrap();
         std::os::unix::fs::symlink("R/helpers.R", app.join("helpers.R")).unwrap();
         fs::set_permissions(app.join("app.R"), fs::Permissions::from_mode(0o640)).unwrap();
 
         let dest = t.0.join("releases/r1");
-        let pending = take(&source(&app, &[app.join("state.json")]), &dest, 1 << 20).unwrap();
+        let pending = take(&source(&app, &[app.join("state.json"), app.join("state.json.synced")]), &dest, 1 << 20).unwrap();
         assert!(!dest.exists(), "nothing is in place before the commit");
         assert_eq!((pending.bytes, pending.files), (3, 4), "v1 + h, plus two symlinks");
         let dir = pending.commit().unwrap();

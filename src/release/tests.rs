@@ -195,3 +195,15 @@ fn a_state_json_from_before_releases_reads_as_one_with_none() {
     assert_eq!(st.copies[0].release, None, "adopted as it is: it runs working-dir");
     assert!(notes("hello", &st, &|_| true).is_empty());
 }
+
+#[test]
+fn a_release_leaves_out_the_state_file_and_its_second_name() {
+    let tmp_dir = tempfile::tempdir().unwrap();
+    let dir = tmp_dir.path().join("app");
+    let spec = spec(&dir);
+    let home = crate::home::Home { root: tmp_dir.path().join("home") };
+    let src = source(&spec, &home);
+    for name in ["state.json", "state.json.synced"] {
+        assert!(src.leave_out.contains(&dir.join(name)), "{name}: {:?}", src.leave_out);
+    }
+}

@@ -65,6 +65,9 @@ pub struct Tracked {
     /// The load balancer reported every active copy full since the last
     /// cycle (README, "Capacity"); the next cycle takes it.
     pub full: bool,
+    /// What the disk surely holds of its state file, so a save that changes
+    /// only processes does not wait for the disk.
+    pub on_disk: crate::serve::state_files::OnDisk,
 }
 
 /// What the daemon knows at run time of one process the state names.

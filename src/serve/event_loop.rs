@@ -78,7 +78,7 @@ async fn stop_everything(shared: &Shared, proxy_pid: Option<u32>) {
                     procs.push((pid, rec.pid_start.take()));
                 }
             }
-            let _ = state_files::save_state(&app.recorded.spec.state_file, &app.recorded.state);
+            state_files::record(&app.recorded, &mut app.tracked);
         }
     }
     procs.extend(proxy_pid.map(|p| (p, crate::sys::procfs::start_ticks(p))));

@@ -8,9 +8,11 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::home::{write_atomic, Home};
+use crate::home::{write_atomic, write_replacing, Durability, Home};
+use crate::wire::state::synced_path;
 use crate::wire::{AppState, Registry};
 
+use crate::serve::app::{Recorded, Tracked};
 use crate::serve::AppRt;
 use crate::serve::Daemon;
 use crate::serve::LOG_ROTATE_BYTES;
@@ -40,26 +42,76 @@ pub fn save_registry(home: &Home, registry: &Registry) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Reads an app's state.json, if there is a readable one.
+/// Reads an app's state.json, if there is a readable one; when it is there
+/// but does not parse (a power cut after a save that did not wait for the
+/// disk), the version last written with fsync.
 pub fn load_state(path: &Path) -> Option<AppState> {
     let bytes = fs::read(path).ok()?;
-    match serde_json::from_slice(&bytes) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::warn!(file = %path.display(), "unreadable state, starting afresh: {e}");
+    let e = match serde_json::from_slice(&bytes) {
+        Ok(s) => return Some(s),
+        Err(e) => e,
+    };
+    let synced = synced_path(path);
+    match fs::read(&synced).map_err(anyhow::Error::from).and_then(|b| Ok(serde_json::from_slice(&b)?)) {
+        Ok(s) => {
+            tracing::warn!(file = %path.display(), "unreadable state ({e}); read {} in its place, the version last known to be on the disk", synced.display());
+            Some(s)
+        }
+        Err(e2) => {
+            tracing::warn!(file = %path.display(), "unreadable state, starting afresh: {e} (and {}: {e2})", synced.display());
             None
         }
     }
 }
 
-/// Writes an app's state.json atomically. A failure is logged and
-/// returned; the previous file stays whole.
-pub fn save_state(path: &Path, state: &AppState) -> io::Result<()> {
-    let result = serde_json::to_vec_pretty(state).map_err(io::Error::other).and_then(|b| write_atomic(path, &b, 0o644));
+/// Writes an app's state.json atomically, with fsync when `durable` (and
+/// its second name, [`synced_path`], then names it). A failure is logged
+/// and returned; the previous file stays whole.
+pub fn save_state(path: &Path, state: &AppState, durable: bool) -> io::Result<()> {
+    let synced = synced_path(path);
+    let durability = if durable { Durability::Synced(Some(&synced)) } else { Durability::Renamed };
+    let result = serde_json::to_vec_pretty(state).map_err(io::Error::other).and_then(|b| write_replacing(path, &b, 0o644, durability));
     if let Err(e) = &result {
         tracing::error!(file = %path.display(), "cannot record state: {e}");
     }
     result
+}
+
+/// Removes an app's state file and its second name (that one first: a
+/// second name without its state file would be read as the app's state).
+pub fn remove_state(path: &Path) {
+    let _ = fs::remove_file(synced_path(path));
+    let _ = fs::remove_file(path);
+}
+
+/// What the disk surely holds of an app's state file: the [`AppState::lasting`]
+/// part of the version last written to it with fsync.
+#[derive(Default)]
+pub struct OnDisk {
+    /// The file and that part; none before this daemon's first durable
+    /// write of it.
+    last: Option<(PathBuf, AppState)>,
+}
+
+/// The record step: writes the app's state to its state file, waiting for
+/// the disk only when its lasting part changed since the disk last had it
+/// (a deploy, a new copy, a crash, a stop). A save that changes only
+/// processes (a wake's starts, a copy seen ready) is atomic without the
+/// disk: a daemon that dies still finds it, and after a power cut, when
+/// nothing runs, the version on the disk holds the same lasting part.
+pub fn record(recorded: &Recorded, tracked: &mut Tracked) {
+    let path = &recorded.spec.state_file;
+    let lasting = recorded.state.lasting();
+    let durable = tracked.on_disk.last.as_ref().is_none_or(|(p, l)| p != path || *l != lasting);
+    match save_state(path, &recorded.state, durable) {
+        Ok(()) => {
+            if durable {
+                tracked.on_disk.last = Some((path.clone(), lasting));
+            }
+            tracked.state_error = None;
+        }
+        Err(e) => tracked.state_error = Some(e.to_string()),
+    }
 }
 
 /// Checks, before an apply changes anything, that `path` can be the app's
@@ -69,7 +121,9 @@ pub fn save_state(path: &Path, state: &AppState) -> io::Result<()> {
 pub fn check_state_file(path: &Path) -> Result<(), StateFileRefused> {
     match fs::read(path) {
         Ok(bytes) => {
-            if serde_json::from_slice::<AppState>(&bytes).is_err() {
+            // Torn by a power cut, it is still ours when its second name is.
+            let synced = || fs::read(synced_path(path)).ok().is_some_and(|b| serde_json::from_slice::<AppState>(&b).is_ok());
+            if serde_json::from_slice::<AppState>(&bytes).is_err() && !synced() {
                 return Err(StateFileRefused::NotOurs(path.to_path_buf()));
             }
         }
@@ -214,6 +268,96 @@ mod tests {
         // README, "Files": "Logs rotate at 1 GiB." The daemon's rotation
         // is rotate_if_larger with this limit (tested above with a small one).
         assert_eq!(crate::serve::LOG_ROTATE_BYTES, 1024 * 1024 * 1024);
+    }
+
+    /// An app's records as the daemon holds them, its state file in `dir`.
+    fn app(dir: &Path) -> (Recorded, Tracked) {
+        std::fs::write(dir.join("app.R"), "").unwrap();
+        let spec = crate::manifest::parse(&dir.join("app.yaml"), "app-name: hello\nport: 8080\n").unwrap();
+        let copy = crate::wire::CopyRecord { copy: 1, port: 40001, ..Default::default() };
+        let state = AppState { app: "hello".into(), next_copy: 2, asleep_since_ms: Some(5), copies: vec![copy], ..Default::default() };
+        (Recorded { spec, state, deleting: false }, Tracked::default())
+    }
+
+    fn inode(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(path).unwrap().ino()
+    }
+
+    #[test]
+    fn a_save_that_changes_only_processes_does_not_wait_for_the_disk() {
+        let temp = tempfile::tempdir().unwrap();
+        let (mut recorded, mut tracked) = app(temp.path());
+        let path = recorded.spec.state_file.clone();
+        let synced = synced_path(&path);
+        record(&recorded, &mut tracked);
+        assert_eq!(inode(&path), inode(&synced), "the first save waits for the disk and names the file twice");
+        let asleep = fs::read(&synced).unwrap();
+
+        // A wake: the app is awake, its copy has a process, then is ready.
+        recorded.state.asleep_since_ms = None;
+        recorded.state.awake_since_ms = Some(9);
+        crate::serve::copies::act::started(&mut recorded.state.copies[0], std::process::id());
+        record(&recorded, &mut tracked);
+        recorded.state.copies[0].ever_ready = true;
+        record(&recorded, &mut tracked);
+        assert_ne!(inode(&path), inode(&synced));
+        assert_eq!(load_state(&path).unwrap(), recorded.state, "the state file has every save");
+        assert_eq!(fs::read(&synced).unwrap(), asleep, "no save of the wake waited for the disk");
+
+        // A crash is lasting: that save waits for the disk.
+        recorded.state.copies[0].crashes = 1;
+        record(&recorded, &mut tracked);
+        assert_eq!(inode(&path), inode(&synced));
+        assert_eq!(tracked.state_error, None);
+    }
+
+    #[test]
+    fn a_state_file_torn_by_a_power_cut_is_read_from_its_second_name() {
+        let temp = tempfile::tempdir().unwrap();
+        let (mut recorded, mut tracked) = app(temp.path());
+        let path = recorded.spec.state_file.clone();
+        record(&recorded, &mut tracked);
+        let lasting = recorded.state.clone();
+        recorded.state.asleep_since_ms = None;
+        record(&recorded, &mut tracked);
+        // What XFS may leave of a file renamed over another without fsync.
+        fs::write(&path, b"").unwrap();
+        assert_eq!(load_state(&path), Some(lasting), "the version last on the disk");
+        assert!(check_state_file(&path).is_ok(), "an apply still takes the file as the app's");
+        fs::write(synced_path(&path), b"{").unwrap();
+        assert_eq!(load_state(&path), None, "neither parses: the app starts afresh");
+        assert!(matches!(check_state_file(&path), Err(StateFileRefused::NotOurs(_))));
+        remove_state(&path);
+        assert!(!path.exists() && !synced_path(&path).exists());
+    }
+
+    #[test]
+    fn what_lasts_leaves_out_only_processes_and_moments() {
+        let (temp, mut s) = (tempfile::tempdir().unwrap(), AppState::default());
+        let (recorded, _) = app(temp.path());
+        s.copies = recorded.state.copies.clone();
+        let before = s.lasting();
+        s.awake_since_ms = Some(1);
+        s.low_since_ms = Some(2);
+        s.held_by_memory = Some("memory".into());
+        s.copies[0].pid = Some(3);
+        s.copies[0].pid_start = Some(4);
+        s.copies[0].started_ms = Some(5);
+        s.copies[0].ever_ready = true;
+        assert_eq!(s.lasting(), before);
+        for change in [
+            |s: &mut AppState| s.next_copy += 1,
+            |s: &mut AppState| s.revision += 1,
+            |s: &mut AppState| s.stopped_since_ms = Some(1),
+            |s: &mut AppState| s.copies[0].port += 1,
+            |s: &mut AppState| s.copies[0].last_exit = Some(crate::wire::Exit::default()),
+            |s: &mut AppState| s.releases.push(Default::default()),
+        ] {
+            let mut t = s.clone();
+            change(&mut t);
+            assert_ne!(t.lasting(), before);
+        }
     }
 
     #[test]

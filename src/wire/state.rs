@@ -84,6 +84,40 @@ pub struct AppState {
     pub shrinks: u64,
 }
 
+/// The second name of an app's state file: the last version of it written
+/// with fsync (README, "Files"), read when the state file itself is empty or
+/// torn after a power cut.
+pub fn synced_path(path: &std::path::Path) -> std::path::PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".synced");
+    std::path::PathBuf::from(p)
+}
+
+impl AppState {
+    /// This state less what only describes the processes of this boot and
+    /// the moment: PIDs, their start times and readiness, when the app fell
+    /// asleep or woke, the load's low mark. What is left is what a power
+    /// cut must not lose (releases, revisions, copy numbers and ports,
+    /// crashes, the operator's stop). After a power cut no process is left,
+    /// so an earlier value of what is cleared here is as good as the last:
+    /// a save that changes only that need not wait for the disk (README,
+    /// "Files").
+    pub fn lasting(&self) -> AppState {
+        let mut s = self.clone();
+        s.asleep_since_ms = None;
+        s.awake_since_ms = None;
+        s.low_since_ms = None;
+        s.held_by_memory = None;
+        for c in &mut s.copies {
+            c.pid = None;
+            c.pid_start = None;
+            c.started_ms = None;
+            c.ever_ready = false;
+        }
+        s
+    }
+}
+
 /// A release: a snapshot of working-dir taken by a deploy, which its copies
 /// run from (read-only), with the settings it was deployed with.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -826,15 +826,15 @@ impl Env {
 }
 
 /// A folder's entry names, sorted (none when it cannot be read), but for
-/// the state-file the daemon keeps in an app folder and its temporary file
-/// caught mid-write.
+/// the state-file the daemon keeps in an app folder, its second name
+/// (README, "Files") and their temporary files caught mid-write.
 pub fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != "state.json" && !n.starts_with(".state.json.tmp."))
+        .filter(|n| !["state.json", "state.json.synced"].contains(&n.as_str()) && !n.starts_with(".state.json."))
         .collect();
     names.sort();
     names

@@ -74,6 +74,20 @@ fn an_idle_app_sleeps_and_the_first_request_wakes_it_in_place() {
     assert_eq!(numbers_and_ports(&asleep), numbers_and_ports(&after), "the same copies, on the same ports");
     assert_eq!(after.len(), 2);
     assert!(after.iter().all(|c| c.pid.is_some_and(|p| !pids.contains(&p))), "new processes: {after:?}");
+    // The wake's saves of state.json changed only processes, so none
+    // waited for the disk (README, "Files"): its second name, the version
+    // last written with fsync, is one from before, naming none of them.
+    let state = env.dir.join("apps").join(nap).join("state.json");
+    let pids_in = |file: &std::path::Path| -> Vec<(u64, Option<u64>)> {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+        let mut pids: Vec<_> = v["copies"].as_array().unwrap().iter().map(|c| (c["copy"].as_u64().unwrap(), c["pid"].as_u64())).collect();
+        pids.sort();
+        pids
+    };
+    let recorded = pids_in(&state);
+    assert!(recorded.len() == 2 && recorded.iter().all(|(_, pid)| pid.is_some()), "state.json names the new processes: {recorded:?}");
+    let synced = pids_in(&state.with_file_name("state.json.synced"));
+    assert!(synced.iter().all(|s| !recorded.contains(s)), "state.json.synced is from before the wake: {synced:?}, now {recorded:?}");
     // The R before's tempdir() went when the new R started (README, "The
     // fence"): a copy's /tmp is kept through sleep, and each start left one.
     let now = r_tmp();

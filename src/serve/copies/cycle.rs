@@ -181,10 +181,10 @@ impl Daemon {
         // cycle ends, so no moment between the two needs its own record.
         let acted = act_on(&cx, plan.actions, recorded, tracked, &taken, stops, launches);
         if acted || recorded.state != before || tracked.state_error.is_some() {
-            tracked.state_error = state_files::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
+            state_files::record(recorded, tracked);
         }
         if recorded.deleting && recorded.state.copies.is_empty() {
-            let _ = std::fs::remove_file(&recorded.spec.state_file);
+            state_files::remove_state(&recorded.spec.state_file);
             release::forget(cx.home, &recorded.spec, &recorded.state);
             self.apps.remove(name);
             tracing::info!(app = name, "deleted");
@@ -440,7 +440,7 @@ impl Daemon {
                 }
                 Err(e) => not_started(&cx, recorded, copy, &e),
             }
-            tracked.state_error = state_files::save_state(&recorded.spec.state_file, &recorded.state).err().map(|e| e.to_string());
+            state_files::record(recorded, tracked);
         }
     }
 }

@@ -94,8 +94,7 @@ impl Daemon {
         }
         if adopted > 0 {
             for app in self.apps.values_mut() {
-                app.tracked.state_error =
-                    crate::serve::state_files::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
+                crate::serve::state_files::record(&app.recorded, &mut app.tracked);
             }
         }
         (adopted, stopped)

@@ -254,12 +254,12 @@ fn update(
         app.recorded.state.revision += 1;
     }
     if !crate::serve::same_path(&app.recorded.spec.state_file, &spec.state_file) {
-        let _ = std::fs::remove_file(&app.recorded.spec.state_file);
+        state_files::remove_state(&app.recorded.spec.state_file);
     }
     app.recorded.spec = spec.clone();
     app.recorded.state.stop_now = now;
     let asleep = app.recorded.state.asleep_since_ms.is_some();
-    app.tracked.state_error = state_files::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
+    state_files::record(&app.recorded, &mut app.tracked);
     d.apps.insert(spec.name.clone(), app);
     let name = &spec.name;
     let line = if same {
@@ -286,7 +286,7 @@ fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<TakenRelease>)
         Ok(rel) => rel,
         Err(why) => return Err(ServeError::Failed(why)),
     };
-    if let Err(e) = state_files::save_state(&spec.state_file, &state) {
+    if let Err(e) = state_files::save_state(&spec.state_file, &state, true) {
         return Err(ServeError::Invalid(format!(
             "{}: cannot write its state file {}: {e}; nothing was started",
             spec.name,
@@ -361,7 +361,7 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Result<Done, Ser
         Err(why) => return Err(ServeError::Failed(why)),
     };
     if !crate::serve::same_path(&app.recorded.spec.state_file, &spec.state_file) {
-        let _ = std::fs::remove_file(&app.recorded.spec.state_file);
+        state_files::remove_state(&app.recorded.spec.state_file);
     }
     app.recorded.spec = spec;
     let (rev, how) = redeploy(&mut d, name, now)?;
@@ -380,7 +380,7 @@ fn redeploy(d: &mut Daemon, name: &str, now: bool) -> Result<(u64, &'static str)
     app.recorded.state.stop_now = now;
     let rev = app.recorded.state.revision;
     let asleep = app.recorded.state.asleep_since_ms.is_some();
-    app.tracked.state_error = state_files::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
+    state_files::record(&app.recorded, &mut app.tracked);
     d.save_registry().map_err(ServeError::Registry)?;
     let _ = d.events.send(Event::Changed { app: name.to_string() });
     Ok((

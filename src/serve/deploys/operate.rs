@@ -36,7 +36,7 @@ impl Daemon {
         app.recorded.state.stopped_since_ms = Some(crate::serve::now_ms());
         app.recorded.state.stop_now = true;
         let copies = app.recorded.state.copies.iter().filter(|r| r.pid.is_some()).count();
-        app.tracked.state_error = state_files::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
+        state_files::record(&app.recorded, &mut app.tracked);
         let port = app.recorded.spec.route.port;
         self.changed(name);
         Ok(Done::said(format!(
@@ -54,7 +54,7 @@ impl Daemon {
         app.recorded.state.asleep_since_ms = None;
         app.recorded.state.awake_since_ms = None;
         let n = app.recorded.spec.scale.replicas + app.recorded.spec.scale.warm_replicas;
-        app.tracked.state_error = state_files::save_state(&app.recorded.spec.state_file, &app.recorded.state).err().map(|e| e.to_string());
+        state_files::record(&app.recorded, &mut app.tracked);
         self.changed(name);
         Ok(Done::said(format!("{name}: starting {n} {}. Watch: shinyctl status {name}", if n == 1 { "copy" } else { "copies" })))
     }
