@@ -172,6 +172,20 @@ fn a_confined_process_is_refused_what_the_fence_refuses_and_keeps_the_rest() {
             ("a thread starts", std::thread::spawn(|| 7).join().ok() == Some(7)),
             ("personality(ADDR_NO_RANDOMIZE) -> EPERM", errno_is(unsafe { libc::syscall(libc::SYS_personality, 0x0040000) }, libc::EPERM)),
             ("personality query works", unsafe { libc::syscall(libc::SYS_personality, 0xffff_ffffu32) } >= 0),
+            (
+                "socket(AF_ALG) -> EPERM",
+                errno_is(unsafe { libc::syscall(libc::SYS_socket, libc::AF_ALG, libc::SOCK_SEQPACKET, 0) }, libc::EPERM),
+            ),
+            (
+                "socket(AF_VSOCK) -> EPERM",
+                errno_is(unsafe { libc::syscall(libc::SYS_socket, libc::AF_VSOCK, libc::SOCK_STREAM, 0) }, libc::EPERM),
+            ),
+            ("socket(AF_UNIX) works", socket_works(libc::AF_UNIX)),
+            ("a call newer than the list -> ENOSYS", errno_is(unsafe { libc::syscall(seccomp::NEWEST + 1) }, libc::ENOSYS)),
+            (
+                "a call off the list (pidfd_getfd) -> EPERM",
+                errno_is(unsafe { libc::syscall(libc::SYS_pidfd_getfd, -1, -1, 0) }, libc::EPERM),
+            ),
             ("write outside -> EACCES", open_write(&outside) == Err(libc::EACCES)),
             ("write to scratch works", open_write(&scratch).is_ok()),
             ("write to tmp works", open_write(&tmp).is_ok()),
@@ -194,6 +208,17 @@ fn a_confined_process_is_refused_what_the_fence_refuses_and_keeps_the_rest() {
         }
         checks
     }));
+}
+
+/// Whether a stream socket of `family` can be made (and closes it).
+fn socket_works(family: libc::c_int) -> bool {
+    // SAFETY: socket with scalar arguments; the descriptor is closed.
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM, 0) };
+    if fd >= 0 {
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(fd) };
+    }
+    fd >= 0
 }
 
 /// `clone` with `flags` and SIGCHLD, like fork: the new process (if any)

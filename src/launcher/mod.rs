@@ -37,6 +37,7 @@ mod rlimits;
 mod seccomp;
 mod signals;
 mod sources;
+mod syscall_tree;
 pub mod zygote;
 
 use std::ffi::OsString;

@@ -7,16 +7,21 @@
 //! starts threads with `clone`, whose flags a filter can read). `clone`
 //! with any namespace flag is refused like `unshare`.
 //!
-//! Four filters are installed, because a `seccompiler` filter has one
-//! action for all its rules: the allow list, the EPERM list, the ENOSYS
-//! one for `clone3`, and a small one for newer calls. The first three are
-//! patched so that a call of another architecture (i386 through `int
-//! 0x80`, x32 numbers on x86_64) is refused with EPERM rather than killing
-//! the process or slipping past the numbers of this one.
+//! Two filters are installed. The first answers by the call's number
+//! alone, a binary search over ranges of numbers (`syscall_tree.rs`, far
+//! quicker for the kernel to install than `seccompiler`'s one comparison
+//! per listed call): allowed, EPERM, or ENOSYS (`clone3` and calls newer
+//! than the list); the [`REFUSED`] calls get EPERM there, before the
+//! allow list is looked at. The second, built with `seccompiler`, looks at the
+//! arguments of the three calls allowed only with some: `clone`,
+//! `personality` and `socket`. Both refuse a call of another architecture
+//! (i386 through `int 0x80`, x32 numbers on x86_64) with EPERM rather than
+//! killing the process or letting it slip past the numbers of this one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::allowed;
+use super::syscall_tree;
 use seccompiler::{BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule, TargetArch};
 
 /// Calls refused outright (EPERM), on every architecture.
@@ -105,83 +110,59 @@ const NAMESPACE_FLAGS: [libc::c_int; 7] = [
 /// address randomisation above all) are refused.
 const PERSONALITIES: [u64; 5] = [0, 0x0008, 0x0002_0000, 0x0002_0008, 0xffff_ffff];
 
-/// x32 system calls on x86_64 carry this bit in their number.
-#[cfg(target_arch = "x86_64")]
-const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-
 /// The compiled filters, in the order they are installed. The kernel runs
-/// them all and takes the strictest answer; among refusals, the last
-/// installed filter's errno: so `clone3` and calls newer than the list get
-/// ENOSYS although the allow list refuses them with EPERM.
+/// both and takes the strictest answer.
 pub struct Filters {
-    /// The allow list: every call not on it refused with EPERM.
-    pub allowed: BpfProgram,
-    /// What the fence refuses, with EPERM (also off the allow list, or
-    /// allowed only with some arguments: `clone`, `personality`).
-    pub refused: BpfProgram,
-    /// `clone3`, answered with ENOSYS.
-    pub no_clone3: BpfProgram,
-    /// Calls newer than the list, answered with ENOSYS.
-    pub newer: BpfProgram,
+    /// Every call by its number: allowed, EPERM (off the list, refused), or
+    /// ENOSYS (`clone3`, newer than the list).
+    pub numbers: BpfProgram,
+    /// `clone`, `personality` and `socket` with refused arguments: EPERM.
+    pub arguments: BpfProgram,
 }
 
 /// Compiles the filters for the architecture this binary is built for.
 pub fn build() -> Result<Filters, String> {
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| format!("no filter for this architecture ({e})"))?;
-    let mut refused: BTreeMap<i64, Vec<SeccompRule>> = REFUSED.iter().map(|&nr| (nr, Vec::new())).collect();
-    refused.insert(libc::SYS_clone, clone_rules()?);
-    refused.insert(libc::SYS_personality, vec![personality_rule()?]);
-    let no_clone3 = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
-    let mut allowed: BTreeMap<i64, Vec<SeccompRule>> =
-        allowed::ALLOWED.iter().chain(allowed::ALLOWED_HERE).chain(allowed::ALLOWED_BY_NUMBER).map(|&nr| (nr, Vec::new())).collect();
-    for nr in [libc::SYS_clone, libc::SYS_personality] {
-        allowed.insert(nr, Vec::new());
-    }
-    allowed.insert(libc::SYS_socket, vec![socket_rule()?]);
-    let allowed = SeccompFilter::new(allowed, SeccompAction::Errno(libc::EPERM as u32), SeccompAction::Allow, arch).map_err(err)?;
-    Ok(Filters {
-        allowed: foreign_calls_refused(allowed.try_into().map_err(err)?),
-        refused: compile(refused, libc::EPERM, arch)?,
-        no_clone3: compile(no_clone3, libc::ENOSYS, arch)?,
-        newer: newer_than_the_list(),
-    })
-}
-
-/// `socket` is allowed for every family but [`REFUSED_FAMILIES`].
-fn socket_rule() -> Result<SeccompRule, String> {
-    let conditions = REFUSED_FAMILIES
+    let allowed: BTreeSet<libc::c_long> = allowed::ALLOWED
         .iter()
-        .map(|&f| SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, f).map_err(err))
-        .collect::<Result<Vec<_>, _>>()?;
-    SeccompRule::new(conditions).map_err(err)
+        .chain(allowed::ALLOWED_HERE)
+        .chain(allowed::ALLOWED_BY_NUMBER)
+        .chain(&[libc::SYS_clone, libc::SYS_personality, libc::SYS_socket])
+        .copied()
+        .collect();
+    let (eperm, enosys) = (libc::SECCOMP_RET_ERRNO | libc::EPERM as u32, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+    // A refused call is refused even were it on the allow list.
+    let answer = |nr: u32| match libc::c_long::from(nr) {
+        nr if REFUSED.contains(&nr) => eperm,
+        nr if allowed.contains(&nr) => libc::SECCOMP_RET_ALLOW,
+        libc::SYS_clone3 => enosys,
+        _ => eperm,
+    };
+    let ranges = syscall_tree::ranges(answer, NEWEST as u32, enosys);
+    let numbers = syscall_tree::program(&ranges, super::ports::AUDIT_ARCH, eperm, cfg!(target_arch = "x86_64"));
+    let arguments = BTreeMap::from([
+        (libc::SYS_clone, clone_rules()?),
+        (libc::SYS_personality, vec![personality_rule()?]),
+        (libc::SYS_socket, socket_rules()?),
+    ]);
+    Ok(Filters { numbers, arguments: compile(arguments, libc::EPERM, arch)? })
 }
 
-/// ENOSYS for a call of this architecture numbered above [`NEWEST`] (x32
-/// numbers and other architectures are left to the other filters, which
-/// refuse them).
-fn newer_than_the_list() -> BpfProgram {
-    const JGT_K: u16 = 0x25;
-    let op = |code: u16, jt: u8, jf: u8, k: u32| seccompiler::sock_filter { code, jt, jf, k };
-    let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
-    vec![
-        /* 0 */ op(LD_W_ABS, 0, 0, 4),
-        /* 1 */ op(JEQ_K, 1, 0, super::ports::AUDIT_ARCH),
-        /* 2 */ op(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
-        /* 3 */ op(LD_W_ABS, 0, 0, 0),
-        /* 4 */ op(JGE_K, 2, 0, 0x4000_0000),
-        /* 5 */ op(JGT_K, 0, 1, NEWEST as u32),
-        /* 6 */ op(RET_K, 0, 0, enosys),
-        /* 7 */ op(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
-    ]
+/// `socket` is refused for the families in [`REFUSED_FAMILIES`]: one rule
+/// per family, any of which matches.
+fn socket_rules() -> Result<Vec<SeccompRule>, String> {
+    REFUSED_FAMILIES
+        .iter()
+        .map(|&f| SeccompRule::new(vec![SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, f).map_err(err)?]).map_err(err))
+        .collect()
 }
 
-/// Installs both filters on this thread (and so on what it execs). Sets
-/// no_new_privs first, as the kernel requires of an unprivileged caller.
+/// Installs both filters on this thread (and so on what it execs). The
+/// caller has set no_new_privs, as the kernel requires of an unprivileged
+/// caller.
 pub fn install(filters: &Filters) -> Result<(), String> {
-    seccompiler::apply_filter(&filters.allowed).map_err(|e| format!("the allow list cannot be installed ({e})"))?;
-    seccompiler::apply_filter(&filters.refused).map_err(|e| format!("the filter cannot be installed ({e})"))?;
-    seccompiler::apply_filter(&filters.no_clone3).map_err(|e| format!("the clone3 filter cannot be installed ({e})"))?;
-    seccompiler::apply_filter(&filters.newer).map_err(|e| format!("the filter of newer calls cannot be installed ({e})"))
+    seccompiler::apply_filter(&filters.numbers).map_err(|e| format!("the allow list cannot be installed ({e})"))?;
+    seccompiler::apply_filter(&filters.arguments).map_err(|e| format!("the filter of arguments cannot be installed ({e})"))
 }
 
 /// `clone` is refused when its flags (the first argument on x86_64 and
@@ -233,7 +214,7 @@ fn foreign_calls_refused(mut program: BpfProgram) -> BpfProgram {
         const NR_OFFSET: u32 = 0;
         let x32 = [
             seccompiler::sock_filter { code: LD_W_ABS, jt: 0, jf: 0, k: NR_OFFSET },
-            seccompiler::sock_filter { code: JGE_K, jt: 0, jf: 1, k: X32_SYSCALL_BIT },
+            seccompiler::sock_filter { code: JGE_K, jt: 0, jf: 1, k: syscall_tree::X32_SYSCALL_BIT },
             seccompiler::sock_filter { code: RET_K, jt: 0, jf: 0, k: eperm },
         ];
         program.splice(3..3, x32);
@@ -247,8 +228,6 @@ const RET_K: u16 = 0x06;
 const LD_W_ABS: u16 = 0x20;
 /// BPF_JMP | BPF_JGE | BPF_K.
 const JGE_K: u16 = 0x35;
-/// BPF_JMP | BPF_JEQ | BPF_K.
-const JEQ_K: u16 = 0x15;
 
 /// A `seccompiler` error as text.
 fn err(e: seccompiler::BackendError) -> String {
@@ -262,7 +241,7 @@ mod tests {
     #[test]
     fn the_filters_compile_and_nothing_in_them_kills() {
         let f = build().expect("filters for this architecture");
-        for program in [&f.allowed, &f.refused, &f.no_clone3] {
+        for program in [&f.numbers, &f.arguments] {
             assert!(program.len() > 6, "a real program");
             assert!(program.iter().all(|i| !(i.code == RET_K && i.k == libc::SECCOMP_RET_KILL_PROCESS)), "no kill action left");
             assert_eq!(program[2].code, RET_K, "the architecture check's refusal");
@@ -288,15 +267,39 @@ mod tests {
             assert!(listed.contains(&nr), "syscall {nr} is allowed");
         }
         let f = build().expect("filters for this architecture");
-        assert!(f.allowed.len() < 4096, "within the kernel's limit: {}", f.allowed.len());
+        assert!(f.numbers.len() < 400, "a search, not a list: {}", f.numbers.len());
     }
 
     #[test]
-    fn the_lists_name_no_call_twice_and_leave_clone3_to_its_own_filter() {
+    fn the_refused_list_names_no_call_twice_nor_clone_or_clone3() {
         let mut seen = std::collections::HashSet::new();
         for nr in REFUSED {
             assert!(seen.insert(nr), "syscall {nr} listed twice");
         }
         assert!(!REFUSED.contains(&libc::SYS_clone3) && !REFUSED.contains(&libc::SYS_clone));
+    }
+
+    #[test]
+    fn every_call_number_gets_the_answer_of_the_lists() {
+        let f = build().expect("filters for this architecture");
+        let arch = crate::launcher::ports::AUDIT_ARCH;
+        let listed: Vec<libc::c_long> =
+            allowed::ALLOWED.iter().chain(allowed::ALLOWED_HERE).chain(allowed::ALLOWED_BY_NUMBER).copied().collect();
+        let (eperm, enosys) = (libc::SECCOMP_RET_ERRNO | libc::EPERM as u32, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+        for nr in 0..=(NEWEST + 100) {
+            let want = if REFUSED.contains(&nr) {
+                eperm
+            } else if listed.contains(&nr) || [libc::SYS_clone, libc::SYS_personality, libc::SYS_socket].contains(&nr) {
+                libc::SECCOMP_RET_ALLOW
+            } else if nr == libc::SYS_clone3 || nr > NEWEST {
+                enosys
+            } else {
+                eperm
+            };
+            let (got, compared) = syscall_tree::tests::run(&f.numbers, arch, nr as u32);
+            assert_eq!(got, want, "call {nr}");
+            assert!(compared <= 12, "call {nr}: {compared} comparisons");
+        }
+        assert_eq!(syscall_tree::tests::run(&f.numbers, arch ^ 1, libc::SYS_getpid as u32).0, eperm, "another architecture");
     }
 }
