@@ -67,7 +67,16 @@ pub struct Tracked {
     pub full: bool,
     /// What the disk surely holds of its state file, so a save that changes
     /// only processes does not wait for the disk.
-    pub on_disk: crate::serve::state_files::OnDisk,
+    pub on_disk: OnDisk,
+}
+
+/// What the disk surely holds of an app's state file: the [`AppState::lasting`](crate::wire::AppState::lasting)
+/// part of the version last written to it with fsync.
+#[derive(Default)]
+pub struct OnDisk {
+    /// The file and that part; none before this daemon's first durable
+    /// write of it.
+    pub last: Option<(std::path::PathBuf, AppState)>,
 }
 
 /// What the daemon knows at run time of one process the state names.

@@ -84,15 +84,6 @@ pub fn remove_state(path: &Path) {
     let _ = fs::remove_file(path);
 }
 
-/// What the disk surely holds of an app's state file: the [`AppState::lasting`]
-/// part of the version last written to it with fsync.
-#[derive(Default)]
-pub struct OnDisk {
-    /// The file and that part; none before this daemon's first durable
-    /// write of it.
-    last: Option<(PathBuf, AppState)>,
-}
-
 /// The record step: writes the app's state to its state file, waiting for
 /// the disk only when its lasting part changed since the disk last had it
 /// (a deploy, a new copy, a crash, a stop). A save that changes only
@@ -297,7 +288,8 @@ mod tests {
         // A wake: the app is awake, its copy has a process, then is ready.
         recorded.state.asleep_since_ms = None;
         recorded.state.awake_since_ms = Some(9);
-        crate::serve::copies::act::started(&mut recorded.state.copies[0], std::process::id());
+        let copy = &mut recorded.state.copies[0];
+        (copy.pid, copy.pid_start, copy.started_ms) = (Some(std::process::id()), Some(7), Some(9));
         record(&recorded, &mut tracked);
         recorded.state.copies[0].ever_ready = true;
         record(&recorded, &mut tracked);
