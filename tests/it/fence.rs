@@ -406,6 +406,8 @@ fn a_root_daemon_runs_a_copy_as_its_run_as_user() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!text.contains("cannot") && !text.contains("left out"), "the copy's root was built whole: {text}");
     assert!(!f.env.ok(&["status"]).contains("copies run as root"), "no root line with run-as");
+    // The next R, as the run-as user, removes the tempdir() of this one.
+    killed_r_leaves_no_tempdir(&f.env, &app, r);
 }
 
 #[test]

@@ -1068,3 +1068,25 @@ pub fn another_build(dir: &Path) -> PathBuf {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path
 }
+
+/// README, "The fence": an R ended by a signal leaves its `tempdir()` in
+/// its copy's /tmp (kept through restarts), and the copy's next R removes
+/// it. Kills copy 1's R (`r`, with one `Rtmp*` folder in the copy's /tmp),
+/// waits until the copy has started again and is active, and checks that
+/// only the new R's folder is there.
+pub fn killed_r_leaves_no_tempdir(env: &Env, app: &str, r: u32) {
+    let tmp = env.home().join(format!("scratch/default-{app}/1.tmp"));
+    let r_tmp = || -> Vec<String> {
+        let names = std::fs::read_dir(&tmp).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect());
+        names.unwrap_or_else(|_: std::io::Error| Vec::new()).into_iter().filter(|n| n.starts_with("Rtmp")).collect()
+    };
+    let before = r_tmp();
+    assert_eq!(before.len(), 1, "one R, one tempdir() in {}: {before:?}", tmp.display());
+    signal(r, libc::SIGKILL);
+    wait_until(Duration::from_secs(60), "copy 1 started again", || {
+        env.copies(app).iter().find(|c| c.copy == 1).and_then(|c| c.pid).filter(|&p| p != r).map(|_| ())
+    });
+    env.wait_roles(app, "1:active", Duration::from_secs(60));
+    let now = r_tmp();
+    assert!(now.len() == 1 && now != before, "only the new R's tempdir() is left in {}: {now:?} (before {before:?})", tmp.display());
+}

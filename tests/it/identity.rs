@@ -174,22 +174,9 @@ fn an_unprivileged_daemon_with_subordinate_ids_runs_each_app_as_one_of_them() {
     let mine = std::fs::metadata(scratch.join("1/mine")).unwrap();
     assert_eq!((mine.uid(), mine.mode() & 0o777), (uid, 0o700), "a folder the app makes is its uid's");
 
-    // An R ended by a signal leaves its tempdir() in the copy's /tmp; the
-    // next R of the copy, as the app's uid, removes it (README, "The fence").
-    let r_tmp = || -> Vec<String> {
-        let names =
-            std::fs::read_dir(scratch.join("1.tmp")).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect());
-        names.unwrap_or_else(|_: std::io::Error| Vec::new()).into_iter().filter(|n| n.starts_with("Rtmp")).collect()
-    };
-    let before = r_tmp();
-    assert_eq!(before.len(), 1, "one R, one tempdir(): {before:?}");
-    signal(r, libc::SIGKILL);
-    wait_until(Duration::from_secs(60), "copy 1 started again", || {
-        env.copies(&app).iter().find(|c| c.copy == 1).and_then(|c| c.pid).filter(|&p| p != r).map(|_| ())
-    });
-    env.wait_roles(&app, "1:active", Duration::from_secs(60));
-    let now = r_tmp();
-    assert!(now.len() == 1 && now != before, "only the new R's tempdir() is left: {now:?} (before {before:?})");
+    // The next R of the copy, as the app's uid, removes the tempdir() the
+    // killed one left in the copy's /tmp.
+    killed_r_leaves_no_tempdir(&env, &app, r);
 
     // Deleted: what it wrote goes too, though its user could not remove it
     // (nor its folder set aside to be removed).
