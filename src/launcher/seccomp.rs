@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::allowed;
-use super::syscall_tree;
+use super::syscall_tree::{self, RET_K};
 use seccompiler::{BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule, TargetArch};
 
 /// Calls refused outright (EPERM), on every architecture.
@@ -211,23 +211,10 @@ fn foreign_calls_refused(mut program: BpfProgram) -> BpfProgram {
         // The architecture check is 3 instructions: load, jump over the
         // next one when it matches, return. Jumps are relative and none
         // crosses this point, so inserting here moves nothing else.
-        const NR_OFFSET: u32 = 0;
-        let x32 = [
-            seccompiler::sock_filter { code: LD_W_ABS, jt: 0, jf: 0, k: NR_OFFSET },
-            seccompiler::sock_filter { code: JGE_K, jt: 0, jf: 1, k: syscall_tree::X32_SYSCALL_BIT },
-            seccompiler::sock_filter { code: RET_K, jt: 0, jf: 0, k: eperm },
-        ];
-        program.splice(3..3, x32);
+        program.splice(3..3, syscall_tree::number_loaded(eperm, true));
     }
     program
 }
-
-/// BPF_RET | BPF_K.
-const RET_K: u16 = 0x06;
-/// BPF_LD | BPF_W | BPF_ABS.
-const LD_W_ABS: u16 = 0x20;
-/// BPF_JMP | BPF_JGE | BPF_K.
-const JGE_K: u16 = 0x35;
 
 /// A `seccompiler` error as text.
 fn err(e: seccompiler::BackendError) -> String {

@@ -20,14 +20,14 @@ const JEQ_K: u16 = 0x15;
 /// BPF_JMP | BPF_JGE | BPF_K.
 const JGE_K: u16 = 0x35;
 /// BPF_RET | BPF_K.
-const RET_K: u16 = 0x06;
+pub(super) const RET_K: u16 = 0x06;
 /// Where `struct seccomp_data` holds the call's number and architecture.
 const NR: u32 = 0;
 /// See [`NR`].
 const ARCH: u32 = 4;
 
 /// x32 calls on x86_64 carry this bit in their number.
-pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
 /// The ranges of call numbers `0..=newest` with the answer `answer` gives
 /// each, and `above` for every number after: `(first number, answer)`, in
@@ -47,11 +47,21 @@ pub fn ranges(answer: impl Fn(u32) -> u32, newest: u32, above: u32) -> Vec<(u32,
 /// call the answer of its number's range in `ranges` (from [`ranges`]).
 pub fn program(ranges: &[(u32, u32)], arch: u32, refused: u32, x32: bool) -> Vec<sock_filter> {
     let op = |code: u16, jt: u8, jf: u8, k: u32| sock_filter { code, jt, jf, k };
-    let mut out = vec![op(LD_W_ABS, 0, 0, ARCH), op(JEQ_K, 1, 0, arch), op(RET_K, 0, 0, refused), op(LD_W_ABS, 0, 0, NR)];
+    let mut out = vec![op(LD_W_ABS, 0, 0, ARCH), op(JEQ_K, 1, 0, arch), op(RET_K, 0, 0, refused)];
+    out.extend(number_loaded(refused, x32));
+    out.extend(search(ranges));
+    out
+}
+
+/// What follows an architecture check: the call's number loaded, and an
+/// x32 number refused with `refused` when `x32` (x86_64), before any
+/// number is compared. (`seccomp.rs` puts it into `seccompiler`'s program.)
+pub fn number_loaded(refused: u32, x32: bool) -> Vec<sock_filter> {
+    let op = |code: u16, jt: u8, jf: u8, k: u32| sock_filter { code, jt, jf, k };
+    let mut out = vec![op(LD_W_ABS, 0, 0, NR)];
     if x32 {
         out.extend([op(JGE_K, 0, 1, X32_SYSCALL_BIT), op(RET_K, 0, 0, refused)]);
     }
-    out.extend(search(ranges));
     out
 }
 

@@ -52,7 +52,7 @@ pub fn load_state(path: &Path) -> Option<AppState> {
         Err(e) => e,
     };
     let synced = synced_path(path);
-    match fs::read(&synced).map_err(anyhow::Error::from).and_then(|b| Ok(serde_json::from_slice(&b)?)) {
+    match read_synced(path) {
         Ok(s) => {
             tracing::warn!(file = %path.display(), "unreadable state ({e}); read {} in its place, the version last known to be on the disk", synced.display());
             Some(s)
@@ -62,6 +62,12 @@ pub fn load_state(path: &Path) -> Option<AppState> {
             None
         }
     }
+}
+
+/// The version of an app's state file last written with fsync, read from
+/// its second name ([`synced_path`]).
+fn read_synced(path: &Path) -> anyhow::Result<AppState> {
+    Ok(serde_json::from_slice(&fs::read(synced_path(path))?)?)
 }
 
 /// Writes an app's state.json atomically, with fsync when `durable` (and
@@ -113,8 +119,7 @@ pub fn check_state_file(path: &Path) -> Result<(), StateFileRefused> {
     match fs::read(path) {
         Ok(bytes) => {
             // Torn by a power cut, it is still ours when its second name is.
-            let synced = || fs::read(synced_path(path)).ok().is_some_and(|b| serde_json::from_slice::<AppState>(&b).is_ok());
-            if serde_json::from_slice::<AppState>(&bytes).is_err() && !synced() {
+            if serde_json::from_slice::<AppState>(&bytes).is_err() && read_synced(path).is_err() {
                 return Err(StateFileRefused::NotOurs(path.to_path_buf()));
             }
         }
