@@ -18,6 +18,10 @@
 # With BASE, another build of shinyctl is timed fenced beside this one, in
 # the same rounds: what a change to the fence costs.
 #
+# R's front script alone too: ALONE times with /bin/true as its R, the
+# run expression given as `-e` and as the launcher gives it (on standard
+# input): what a copy's start saves by not using `-e`.
+#
 # Then the disk: write throughput (dd of WRITE_MIB MiB, 256 by default,
 # conv=fsync, median of 3) to the copy's disk of its own (under root the
 # fenced launcher made its scratch an ext4 in a sparse image on a loop
@@ -69,19 +73,32 @@ def launch(mode, r_path, binary=bin):
     return [binary, "launch", "--home", home, "--spec", json.dumps(spec)]
 
 expr = f"shiny::runApp(appDir = '{app}/app.R', port = {port}L, host = '127.0.0.1', launch.browser = FALSE)"
+# R started as the launcher starts it (src/launcher/mod.rs, r_args): the
+# expression on its standard input, and after --args for ps alone.
+R_ARGS = ["--no-echo", "--no-restore", "--no-save", "--args"]
 commands = {
-    "direct": ["R", "--no-echo", "--no-restore", "-e", expr],
+    "direct": ["R", *R_ARGS, expr],
     "off": launch("off", "R"),
     "on": launch("on", "R"),
 }
 if base:
     commands["base"] = launch("on", "R", base)
 
+def holding(text):
+    """A pipe's reading end that holds `text` whole, its writing end closed."""
+    r, w = os.pipe()
+    os.write(w, text.encode())
+    os.close(w)
+    return r
+
 def start(mode):
     cmd = commands[mode]
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=app, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    given = holding(expr + "\n") if mode == "direct" else subprocess.DEVNULL
+    p = subprocess.Popen(cmd, cwd=app, stdin=given, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                          env=dict(os.environ, SHINYCTL_COPY="1", SHINYCTL_SCRATCH=scratch))
+    if mode == "direct":
+        os.close(given)
     deadline = t0 + 60
     while not answers():
         if p.poll() is not None or time.perf_counter() > deadline:
@@ -98,6 +115,36 @@ def launcher_alone(mode, binary=bin):
     t0 = time.perf_counter()
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return (time.perf_counter() - t0) * 1000
+
+# R's front script (`R` on PATH, a shell script that sets R's variables and
+# execs R's binary) alone: a copy of it whose binary is /bin/true, given
+# the run expression as `-e` (R's usual way, the launcher's before) and as
+# the launcher gives it now (on standard input, after --args), in turn.
+front = subprocess.run(["sh", "-c", "command -v R"], capture_output=True, text=True).stdout.strip()
+binary_line = 'R_binary="${R_HOME}/bin/exec${R_ARCH}/R"'
+script = open(front).read() if front and os.path.isfile(front) else ""
+if binary_line in script:
+    fake = f"{tmp}/R-front"
+    with open(fake, "w") as f:
+        f.write(script.replace(binary_line, 'R_binary=/bin/true'))
+    os.chmod(fake, 0o755)
+    def front_alone(args, text):
+        given = holding(text) if text else subprocess.DEVNULL
+        t0 = time.perf_counter()
+        subprocess.run([fake, *args], stdin=given, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        ms = (time.perf_counter() - t0) * 1000
+        if text:
+            os.close(given)
+        return ms
+    fe, fs = [], []
+    for _ in range(alone):
+        fe.append(front_alone(["--no-echo", "--no-restore", "-e", expr], None))
+        fs.append(front_alone([*R_ARGS, expr], expr + "\n"))
+    me, ms_ = statistics.median(fe), statistics.median(fs)
+    print(f"R's front script ({front}) alone, its R /bin/true, median of {alone}: "
+          f"the expression as -e {me:.1f} ms, on standard input {ms_:.1f} ms ({ms_ - me:+.1f} ms)")
+else:
+    print(f"(R on PATH, {front or 'none'}, is not R's front script: its time alone is not measured)")
 
 ao, af = [], []
 for _ in range(alone):

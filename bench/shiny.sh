@@ -10,6 +10,9 @@
 #   - input→output round trips over Shiny's WebSocket
 #   - the load event of the app in headless Chromium with its cache off
 #   - shinyctl's load balancer's memory with SESSIONS open Shiny sessions
+#     (10,000; fewer when the open-files limit cannot hold them: two
+#     descriptors each in the load balancer, and R's memory grows ~0.4 MiB
+#     a session)
 # Every figure is taken in ROUNDS rounds, the targets in turn and a
 # different one first in each round (Chromium's loads too), and the median
 # of the rounds is printed, then the ratios to direct R.
@@ -30,7 +33,7 @@ GETS=${GETS:-$(pick 10 150)}
 PAGES=${PAGES:-$(pick 2 30)}
 TRIPS=${TRIPS:-$(pick 10 200)}
 LOADS=${LOADS:-$(pick 1 10)}
-SESSIONS=${SESSIONS:-$(pick 50 1000)}
+SESSIONS=${SESSIONS:-$(pick 50 10000)}
 
 bash scripts/deps.sh haproxy curl >/dev/null
 bench_build shiny_client
@@ -54,12 +57,23 @@ shinyApp(ui, server)
 EOF
 
 # The sessions held at the end: two descriptors each in the load balancer,
-# one in R. The daemon, so the load balancer, inherits this shell's limit.
+# one in R and in the client. The daemon, so the load balancer, inherits
+# this shell's limit: raised to fit them where the hard limit allows it
+# (root may raise that too), and the app's max-connections past them.
+need=$((2 * SESSIONS + 1024))
+if [ "$(ulimit -Hn)" != unlimited ] && [ "$(ulimit -Hn)" -lt "$need" ]; then
+    ulimit -Hn "$need" 2>/dev/null || true
+fi
 ulimit -n "$(ulimit -Hn)"
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$need" ]; then
+    fit=$((($(ulimit -n) - 1024) / 2))
+    echo "(the open-files limit is $(ulimit -n) and cannot be raised here: $fit sessions, not $SESSIONS)"
+    SESSIONS=$fit
+fi
 files=$((SESSIONS + 1024 > 4096 ? SESSIONS + 1024 : 4096))
 shinyctl=$(free_port)
-printf 'app-name: benchapp\nport: %s\nhost: 127.0.0.1\nworking-dir: %s\nwarm-replicas: 0\nidle-timeout: 0\nsandbox:\n  open-files: %s\n' \
-    "$shinyctl" "$tmp/app" "$files" >"$tmp/app.yaml"
+printf 'app-name: benchapp\nport: %s\nhost: 127.0.0.1\nworking-dir: %s\nwarm-replicas: 0\nidle-timeout: 0\nmax-connections: %s\nsandbox:\n  open-files: %s\n' \
+    "$shinyctl" "$tmp/app" "$files" "$files" >"$tmp/app.yaml"
 bench_apply "$tmp/app.yaml"
 wait_copies benchapp 1
 direct=$(status_py "j['apps'][0]['copies'][0]['copy_port']")

@@ -64,8 +64,9 @@ pub const APP_DIR: &str = "/shinyctl/app";
 /// namespace.
 pub const SCRATCH_DIR: &str = "/shinyctl/scratch";
 
-/// The `-e` expression a copy runs, for the app folder as the copy sees it,
-/// by the entrypoint's layout (README, "Every Shiny layout"):
+/// The expression a copy runs (R reads it on its standard input, see
+/// [`r_args`]), for the app folder as the copy sees it, by the
+/// entrypoint's layout (README, "Every Shiny layout"):
 /// - `app.R` (or another `.R` file): `shiny::runApp` of that file;
 /// - `server.R` or `ui.R`: `shiny::runApp` of its folder, which reads
 ///   `global.R`, `ui.R` and `server.R` as Shiny Server does;
@@ -513,10 +514,13 @@ fn exec_r(launch: &Launch, seen: &CopyFolders, who: Option<&Identity>) -> i32 {
     if let Err(e) = std::env::set_current_dir(&seen.app_dir) {
         return fail(&format!("cannot enter the app folder {}: {e}", seen.app_dir.display()));
     }
+    let run = run_app_expr(&seen.app_dir, &launch.start.entrypoint, launch.port);
     let mut r = Command::new(&launch.start.r_path);
-    r.args(["--no-echo", "--no-restore", "-e", &run_app_expr(&seen.app_dir, &launch.start.entrypoint, launch.port)])
-        .env("SHINYCTL_SCRATCH", &seen.scratch)
-        .stdin(Stdio::null());
+    match run_input(&run) {
+        Some(input) => r.args(r_args(&run)).stdin(Stdio::from(input)),
+        None => r.args(["--no-echo", "--no-restore", "-e", &run]).stdin(Stdio::null()),
+    };
+    r.env("SHINYCTL_SCRATCH", &seen.scratch);
     if let Some(tmp) = &seen.tmpdir {
         r.env("TMPDIR", tmp);
     }
@@ -531,6 +535,31 @@ fn exec_r(launch: &Launch, seen: &CopyFolders, who: Option<&Identity>) -> i32 {
     let err = r.exec();
     log(&format!("--- shinyctl: cannot run {}: {err} ---", launch.start.r_path));
     EXIT_NO_R
+}
+
+/// What follows R's path on a copy's command line. R reads the run
+/// expression from its standard input ([`run_input`]), not from `-e`: R's
+/// front script (`bin/R`) runs `sed` three times in two subshells on an
+/// `-e` argument before R starts, a few milliseconds of every copy's start
+/// and wake (README, "Benchmark"), and nothing on these. Past `--args`
+/// neither the script nor R reads anything: the expression is there for
+/// `ps` (and `commandArgs()`) alone. `--no-save` is what `-e` implied.
+pub fn r_args(run: &str) -> [&str; 5] {
+    ["--no-echo", "--no-restore", "--no-save", "--args", run]
+}
+
+/// The run expression as R's standard input: a pipe holding it whole, its
+/// writing end closed, so R reads the expression and then the end (as
+/// `/dev/null` would give it). `None` when it does not fit the pipe at
+/// once (a pipe may hold as little as a page when its user has many): the
+/// caller passes it with `-e` then.
+fn run_input(run: &str) -> Option<std::os::fd::OwnedFd> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).ok()?;
+    // Never blocks: a full pipe is a short write, and the fallback.
+    fcntl(std::os::fd::AsRawFd::as_raw_fd(&write), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).ok()?;
+    std::fs::File::from(write).write_all(format!("{run}\n").as_bytes()).ok()?;
+    Some(read)
 }
 
 /// Writes one line to the copy's log (the launcher's stderr).
@@ -553,6 +582,18 @@ fn refuse(why: &str) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn r_reads_the_run_expression_from_a_pipe_that_holds_it_whole() {
+        use std::io::Read;
+        let fd = run_input("shiny::runApp(port = 1L)").expect("a short expression fits a pipe");
+        let mut got = String::new();
+        std::fs::File::from(fd).read_to_string(&mut got).unwrap();
+        assert_eq!(got, "shiny::runApp(port = 1L)\n", "the expression, a newline, then the end");
+        // More than a pipe holds: no pipe (and no blocking), -e instead.
+        assert!(run_input(&"x".repeat(4 << 20)).is_none());
+        assert_eq!(r_args("E"), ["--no-echo", "--no-restore", "--no-save", "--args", "E"]);
+    }
 
     #[test]
     fn the_run_app_expression_uses_the_path_the_copy_sees() {

@@ -326,7 +326,7 @@ fn become_app(
 }
 
 /// Shows the copy as a cold copy's R shows (`ps`, `/proc/N/cmdline`: its
-/// R, `--no-echo --no-restore -e` and the app's run expression) instead of
+/// R, then [`super::r_args`] with the app's run expression) instead of
 /// the zygote's command line: written over this process's argument area
 /// (`arg_start`..`arg_end` of `/proc/self/stat`), which R copied when it
 /// started (`commandArgs()` reads its copy); cut to fit.
@@ -345,7 +345,7 @@ fn show_as_cold(run: &str) {
     let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
     let r = cmdline.split(|b| *b == 0).next().unwrap_or(b"R");
     let mut bytes: Vec<u8> = Vec::with_capacity(end - start);
-    for part in [r, b"--no-echo", b"--no-restore", b"-e", run.as_bytes()] {
+    for part in std::iter::once(r).chain(super::r_args(run).map(str::as_bytes)) {
         bytes.extend_from_slice(part);
         bytes.push(0);
     }
