@@ -73,11 +73,11 @@ def launch(mode, r_path, binary=bin):
     return [binary, "launch", "--home", home, "--spec", json.dumps(spec)]
 
 expr = f"shiny::runApp(appDir = '{app}/app.R', port = {port}L, host = '127.0.0.1', launch.browser = FALSE)"
-# R started as the launcher starts it (src/launcher/mod.rs, r_args): the
-# expression on its standard input, and after --args for ps alone.
-R_ARGS = ["--no-echo", "--no-restore", "--no-save", "--args"]
+# R started as the launcher starts it (src/launcher/mod.rs, R_ARGS): the
+# expression on its standard input.
+R_ARGS = ["--no-echo", "--no-restore", "--no-save"]
 commands = {
-    "direct": ["R", *R_ARGS, expr],
+    "direct": ["R", *R_ARGS],
     "off": launch("off", "R"),
     "on": launch("on", "R"),
 }
@@ -119,7 +119,7 @@ def launcher_alone(mode, binary=bin):
 # R's front script (`R` on PATH, a shell script that sets R's variables and
 # execs R's binary) alone: a copy of it whose binary is /bin/true, given
 # the run expression as `-e` (R's usual way, the launcher's before) and as
-# the launcher gives it now (on standard input, after --args), in turn.
+# the launcher gives it now (on standard input), in turn.
 front = subprocess.run(["sh", "-c", "command -v R"], capture_output=True, text=True).stdout.strip()
 binary_line = 'R_binary="${R_HOME}/bin/exec${R_ARCH}/R"'
 script = open(front).read() if front and os.path.isfile(front) else ""
@@ -139,7 +139,7 @@ if binary_line in script:
     fe, fs = [], []
     for _ in range(alone):
         fe.append(front_alone(["--no-echo", "--no-restore", "-e", expr], None))
-        fs.append(front_alone([*R_ARGS, expr], expr + "\n"))
+        fs.append(front_alone(R_ARGS, expr + "\n"))
     me, ms_ = statistics.median(fe), statistics.median(fs)
     print(f"R's front script ({front}) alone, its R /bin/true, median of {alone}: "
           f"the expression as -e {me:.1f} ms, on standard input {ms_:.1f} ms ({ms_ - me:+.1f} ms)")

@@ -27,8 +27,9 @@
 # daemon starts it through the launcher, fence and all, and the load
 # balancer it started sends visitors to it. The manifest's r-path is a
 # stand-in for R (bench/stand-in-R): the launcher runs
-#   R --no-echo --no-restore --no-save --args "shiny::runApp(appDir = ..., port = NNNNL, ...)"
-# with that expression on R's standard input, and the stand-in takes the
+#   R --no-echo --no-restore --no-save
+# with "shiny::runApp(appDir = ..., port = NNNNL, ...)" on R's standard
+# input, and the stand-in takes the
 # port out of the expression and execs the
 # backend, which the working-dir holds (so the release holds it, and the
 # fenced copy sees it in its own app folder).

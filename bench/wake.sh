@@ -7,9 +7,9 @@
 # app sleeps, timed from the connect to the whole 200 (the request is held
 # while the daemon starts the copy: launcher, claim or R, fence, shiny,
 # readiness, the table pushed); and R started directly (`R --no-echo
-# --no-restore --no-save --args "shiny::runApp(...)"` with the expression
-# on its standard input, as the launcher starts it, no launcher, no fence)
-# until its port answers 200. ROUNDS rounds, a
+# --no-restore --no-save` with `shiny::runApp(...)` on its standard input,
+# as the launcher starts it, no launcher, no fence) until its port answers
+# 200. ROUNDS rounds, a
 # different one first in each; prints the median, the range and every
 # sample of each, and the differences of the medians. A pool wake whose
 # copy was not claimed fails the bench.
@@ -117,12 +117,12 @@ else:
     app = sys.argv[3]
     expr = f"shiny::runApp(appDir = '{app}', port = {port}L, host = '127.0.0.1', launch.browser = FALSE)"
     t0 = time.perf_counter()
-    # As the launcher starts R (src/launcher/mod.rs, r_args): the
+    # As the launcher starts R (src/launcher/mod.rs, R_ARGS): the
     # expression on R's standard input, a pipe that holds it whole.
     given, w = os.pipe()
     os.write(w, (expr + "\n").encode())
     os.close(w)
-    p = subprocess.Popen(["R", "--no-echo", "--no-restore", "--no-save", "--args", expr], cwd=app, stdin=given,
+    p = subprocess.Popen(["R", "--no-echo", "--no-restore", "--no-save"], cwd=app, stdin=given,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     os.close(given)
     try:

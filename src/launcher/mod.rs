@@ -65,7 +65,7 @@ pub const APP_DIR: &str = "/shinyctl/app";
 pub const SCRATCH_DIR: &str = "/shinyctl/scratch";
 
 /// The expression a copy runs (R reads it on its standard input, see
-/// [`r_args`]), for the app folder as the copy sees it, by the
+/// [`R_ARGS`]), for the app folder as the copy sees it, by the
 /// entrypoint's layout (README, "Every Shiny layout"):
 /// - `app.R` (or another `.R` file): `shiny::runApp` of that file;
 /// - `server.R` or `ui.R`: `shiny::runApp` of its folder, which reads
@@ -517,7 +517,7 @@ fn exec_r(launch: &Launch, seen: &CopyFolders, who: Option<&Identity>) -> i32 {
     let run = run_app_expr(&seen.app_dir, &launch.start.entrypoint, launch.port);
     let mut r = Command::new(&launch.start.r_path);
     match run_input(&run) {
-        Some(input) => r.args(r_args(&run)).stdin(Stdio::from(input)),
+        Some(input) => r.args(R_ARGS).stdin(Stdio::from(input)),
         None => r.args(["--no-echo", "--no-restore", "-e", &run]).stdin(Stdio::null()),
     };
     r.env("SHINYCTL_SCRATCH", &seen.scratch);
@@ -541,12 +541,10 @@ fn exec_r(launch: &Launch, seen: &CopyFolders, who: Option<&Identity>) -> i32 {
 /// expression from its standard input ([`run_input`]), not from `-e`: R's
 /// front script (`bin/R`) runs `sed` three times in two subshells on an
 /// `-e` argument before R starts, a few milliseconds of every copy's start
-/// and wake (README, "Benchmark"), and nothing on these. Past `--args`
-/// neither the script nor R reads anything: the expression is there for
-/// `ps` (and `commandArgs()`) alone. `--no-save` is what `-e` implied.
-pub fn r_args(run: &str) -> [&str; 5] {
-    ["--no-echo", "--no-restore", "--no-save", "--args", run]
-}
+/// and wake (README, "Benchmark"), and none on these three. `--no-save` is
+/// what `-e` implied. No trailing arguments: an app that reads
+/// `commandArgs(trailingOnly = TRUE)` finds none, as under `R -e`.
+pub const R_ARGS: [&str; 3] = ["--no-echo", "--no-restore", "--no-save"];
 
 /// The run expression as R's standard input: a pipe holding it whole, its
 /// writing end closed, so R reads the expression and then the end (as
@@ -592,7 +590,6 @@ mod tests {
         assert_eq!(got, "shiny::runApp(port = 1L)\n", "the expression, a newline, then the end");
         // More than a pipe holds: no pipe (and no blocking), -e instead.
         assert!(run_input(&"x".repeat(4 << 20)).is_none());
-        assert_eq!(r_args("E"), ["--no-echo", "--no-restore", "--no-save", "--args", "E"]);
     }
 
     #[test]

@@ -316,21 +316,22 @@ fn become_app(
         end(code);
     }
     drop(conn);
-    // R's stdin is /dev/null, as a cold R's (its init keeps the word).
+    // R's stdin is at its end, as a cold R's once it has read its run
+    // expression (its init keeps the word).
     if let Ok(null) = std::fs::File::open("/dev/null") {
         let _ = nix::unistd::dup2(null.as_raw_fd(), 0);
     }
-    show_as_cold(&super::run_app_expr(std::path::Path::new(super::APP_DIR), &launch.start.entrypoint, launch.port));
+    show_as_cold();
     set_env(claim, &seen, claim.who.as_ref());
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&r_mask), None);
 }
 
 /// Shows the copy as a cold copy's R shows (`ps`, `/proc/N/cmdline`: its
-/// R, then [`super::r_args`] with the app's run expression) instead of
-/// the zygote's command line: written over this process's argument area
-/// (`arg_start`..`arg_end` of `/proc/self/stat`), which R copied when it
-/// started (`commandArgs()` reads its copy); cut to fit.
-fn show_as_cold(run: &str) {
+/// R, then [`super::R_ARGS`]) instead of the zygote's command line:
+/// written over this process's argument area (`arg_start`..`arg_end` of
+/// `/proc/self/stat`), which R copied when it started (`commandArgs()`
+/// reads its copy); cut to fit.
+fn show_as_cold() {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
     // Fields 48 and 49 of stat; `fields` starts at field 3.
@@ -345,7 +346,7 @@ fn show_as_cold(run: &str) {
     let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
     let r = cmdline.split(|b| *b == 0).next().unwrap_or(b"R");
     let mut bytes: Vec<u8> = Vec::with_capacity(end - start);
-    for part in std::iter::once(r).chain(super::r_args(run).map(str::as_bytes)) {
+    for part in std::iter::once(r).chain(super::R_ARGS.map(str::as_bytes)) {
         bytes.extend_from_slice(part);
         bytes.push(0);
     }

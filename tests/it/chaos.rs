@@ -395,7 +395,7 @@ fn session_loop(client: usize, port: u16, tally: &Mutex<Tally>, stop: &AtomicBoo
 fn started_at(ticks: u64) -> bool {
     let Ok(dir) = std::fs::read_dir("/proc") else { return false };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .any(|pid| shinyctl::sys::procfs::start_ticks(pid) == Some(ticks) && pid_alive(pid) && cmdline(pid).contains("runApp"))
+        .any(|pid| shinyctl::sys::procfs::start_ticks(pid) == Some(ticks) && pid_alive(pid) && is_copy_r(pid))
 }
 
 /// Explains the failures and cuts by what happened around them, and checks

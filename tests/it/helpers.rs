@@ -249,6 +249,13 @@ pub fn cmdline(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// True when process `pid` is a copy's R: R's binary run as the launcher
+/// runs it (its run expression on its standard input), cold or claimed.
+pub fn is_copy_r(pid: u32) -> bool {
+    let cmd = cmdline(pid);
+    cmd.ends_with(&format!("/R {}", shinyctl::launcher::R_ARGS.join(" ")))
+}
+
 /// Sends a signal to a process by PID.
 pub fn signal(pid: u32, sig: i32) {
     // SAFETY: kill(2) with a PID this test started.

@@ -153,8 +153,10 @@ fn a_ui_and_server_app_runs_as_shiny_runs_it() {
         &app,
         port,
         &[
-            ("global.R", "greeting <- 'from global.R'\n"),
-            ("ui.R", "library(shiny)\nfluidPage(tags$p(paste0('ui=', greeting, ';')), textOutput('out'))\n"),
+            // What R was started with shows too: no trailing arguments,
+            // not interactive, as under `R -e`.
+            ("global.R", "greeting <- 'from global.R'\nstarted <- paste(length(commandArgs(TRUE)), interactive())\n"),
+            ("ui.R", "library(shiny)\nfluidPage(tags$p(paste0('ui=', greeting, ';args=', started, ';')), textOutput('out'))\n"),
             ("server.R", "function(input, output, session) { output$out <- renderText('from server.R') }\n"),
         ],
     );
@@ -162,6 +164,7 @@ fn a_ui_and_server_app_runs_as_shiny_runs_it() {
     assert!(out.contains("serves"), "{out}");
     let page = wait_http_ok(port, Duration::from_secs(30)).body;
     assert_eq!(between(&page, "ui=", ";"), Some("from global.R"), "global.R ran before ui.R: {page}");
+    assert_eq!(between(&page, "args=", ";"), Some("0 FALSE"), "R's trailing arguments and interactive(): {page}");
     let status = env.status();
     assert_eq!(status["apps"][0]["copies"][0]["isolation"]["kind"], "mount-namespace", "fenced: {status}");
 }
