@@ -1,5 +1,5 @@
 //! The copy launcher: `shinyctl launch …` (hidden), through which every copy
-//! starts. The daemon spawns it (in the copy's own session, env set, output
+//! starts. The daemon spawns it (in the copy's own process group, env set, output
 //! to the copy's log); it prepares the copy's world and then execs R, so the
 //! PID the daemon records is R's.
 //!

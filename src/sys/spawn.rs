@@ -10,7 +10,7 @@ use crate::home::Home;
 
 /// Makes the command's process lead a session of its own (setsid): it does
 /// not die with the daemon, and its whole process group can be signalled.
-pub fn own_session(cmd: &mut Command) -> &mut Command {
+fn own_session(cmd: &mut Command) -> &mut Command {
     // SAFETY: setsid is async-signal-safe, as pre_exec requires.
     unsafe {
         cmd.pre_exec(|| {

@@ -80,7 +80,7 @@ impl Launching {
 }
 
 /// Readies a copy's process: the launcher (`shinyctl launch`, which makes
-/// the copy's world and execs R) in its own session, output appended
+/// the copy's world and execs R) in its own process group, output appended
 /// straight to its log file. Picks the copy's port and records it; the
 /// PID is recorded once [`Launching::spawn`] has run ([`started`]).
 /// `dir` is the folder it runs (on the host; the launcher mounts it
@@ -157,7 +157,13 @@ pub fn prepare_start(
         }
     };
     cmd.envs(&spec.start.env).env("SHINYCTL_COPY", rec.copy.to_string()).stdin(stdin).stdout(log.try_clone()?).stderr(log);
-    crate::sys::spawn::own_session(&mut cmd);
+    // Its own process group, which every stop signals (README, "Status").
+    // Not its own session by `setsid` in `pre_exec`: a closure there makes
+    // the standard library fork the daemon (page tables and all, 1-3 ms of
+    // every copy's start for a daemon of tens of MB) where a process group
+    // is set by posix_spawn (a vfork) itself. The session stays the
+    // daemon's, which has no terminal (README, "Copies and roles").
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     rec.port = port;
     Ok(Launching { cmd, told })
 }
