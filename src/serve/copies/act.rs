@@ -162,7 +162,8 @@ pub fn prepare_start(
     // the standard library fork the daemon (page tables and all, 1-3 ms of
     // every copy's start for a daemon of tens of MB) where a process group
     // is set by posix_spawn (a vfork) itself. The session stays the
-    // daemon's, which has no terminal (README, "Copies and roles").
+    // daemon's, which has no terminal (`serve -d` and systemd start it in
+    // a session of its own).
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     rec.port = port;
     Ok(Launching { cmd, told })
