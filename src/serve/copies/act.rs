@@ -162,8 +162,9 @@ pub fn prepare_start(
     // the standard library fork the daemon (page tables and all, 1-3 ms of
     // every copy's start for a daemon of tens of MB) where a process group
     // is set by posix_spawn (a vfork) itself. The session stays the
-    // daemon's, which has no terminal (`serve -d` and systemd start it in
-    // a session of its own).
+    // daemon's: one of its own with no terminal under `serve -d` and
+    // systemd; a daemon run in a terminal shares the terminal's, and its
+    // copies, in groups of their own, get none of its job-control signals.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     rec.port = port;
     Ok(Launching { cmd, told })
