@@ -84,6 +84,9 @@ commands = {
 if base:
     commands["base"] = launch("on", "R", base)
 
+rtmp = f"{tmp}/rtmp"
+os.makedirs(rtmp, exist_ok=True)
+
 def holding(text):
     """A pipe's reading end that holds `text` whole, its writing end closed."""
     r, w = os.pipe()
@@ -95,8 +98,14 @@ def start(mode):
     cmd = commands[mode]
     t0 = time.perf_counter()
     given = holding(expr + "\n") if mode == "direct" else subprocess.DEVNULL
+    env = dict(os.environ, SHINYCTL_COPY="1", SHINYCTL_SCRATCH=scratch)
+    if mode in ("direct", "off"):
+        # R's tempdir() in the bench's own folder (a fenced copy has a /tmp
+        # of its own): R ended by a signal leaves it, and the bench removes
+        # that folder when it ends.
+        env["TMPDIR"] = rtmp
     p = subprocess.Popen(cmd, cwd=app, stdin=given, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                         env=dict(os.environ, SHINYCTL_COPY="1", SHINYCTL_SCRATCH=scratch))
+                         env=env)
     if mode == "direct":
         os.close(given)
     deadline = t0 + 60

@@ -121,8 +121,13 @@ else:
     given, w = os.pipe()
     os.write(w, (expr + "\n").encode())
     os.close(w)
+    # R's tempdir() in the bench's own folder: R ended by a signal leaves
+    # it, and the bench removes that folder when it ends.
+    rtmp = os.path.join(os.path.dirname(app), "rtmp")
+    os.makedirs(rtmp, exist_ok=True)
     p = subprocess.Popen(["R", "--no-echo", "--no-restore", "--no-save"], cwd=app, stdin=given,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                         env=dict(os.environ, TMPDIR=rtmp))
     os.close(given)
     try:
         while get_status(port, 2) != 200:
