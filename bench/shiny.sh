@@ -148,7 +148,9 @@ done
 # different one first each time.
 if command -v chromedriver >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1; then
     cd_port=$(free_port)
-    setsid chromedriver --port="$cd_port" >"$tmp/chromedriver.log" 2>&1 &
+    # Chromium's temporary folders in the bench's own, which goes with it.
+    mkdir -p "$tmp/browser-tmp"
+    TMPDIR=$tmp/browser-tmp setsid chromedriver --port="$cd_port" >"$tmp/chromedriver.log" 2>&1 &
     pids+=($!)
     for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$cd_port/status" >/dev/null 2>&1 && break; sleep 0.1; done
     wd() { curl -fsS -X "$1" -H 'Content-Type: application/json' "http://127.0.0.1:$cd_port$2" ${3:+-d "$3"}; }

@@ -124,8 +124,13 @@ impl<'a> Browser<'a> {
         }
         let port = free_port();
         let log = std::fs::File::create(env.dir.join("chromedriver.log")).unwrap();
+        // Chromium's temporary folders in the test's own, which goes with
+        // it: one it had no time to remove as it quit stayed in /tmp.
+        let tmp = env.dir.join("browser-tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
         let driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
+            .env("TMPDIR", &tmp)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
