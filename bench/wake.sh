@@ -10,8 +10,8 @@
 # --no-restore --no-save` with `shiny::runApp(...)` on its standard input,
 # as the launcher starts it, no launcher, no fence) until its port answers
 # 200. ROUNDS rounds, a different one first in each; prints the median,
-# the range and every sample of each, and the differences of the medians. A pool wake whose
-# copy was not claimed fails the bench.
+# the range and every sample of each, and the differences of the medians.
+# A pool wake whose copy was not claimed fails the bench.
 #
 # Then each wake's steps side by side, cold and with the pool (medians, ms
 # since the load balancer first held the request): the daemon told, its
