@@ -104,7 +104,8 @@ pub struct CopyFolders {
     pub app_dir: PathBuf,
     /// The scratch disk (`SHINYCTL_SCRATCH`).
     pub scratch: PathBuf,
-    /// R's TMPDIR, when /tmp is not the copy's to write to.
+    /// R's TMPDIR, when the copy has no /tmp of its own (no mount
+    /// namespace) and the manifest sets none: `<scratch>.tmp`.
     pub tmpdir: Option<PathBuf>,
     /// R_LIBS_USER, when the daemon user's own R libraries are bound into
     /// the copy (see `mount::Plan::libraries`).
@@ -314,6 +315,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
         (Ok(a), Ok(s)) => (a, s),
         (Err(e), _) | (_, Err(e)) => return fail(&e),
     };
+    let tmpdir = own_tmpdir(&scratch, who);
     signals::block_signals();
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         return fail(&format!("cannot stay the parent of what the copy starts (PR_SET_CHILD_SUBREAPER): {e}"));
@@ -342,7 +344,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
             // After the user is set (a change of user clears it): R does not
             // outlive its launcher.
             let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-            let mut seen = CopyFolders { app_dir, scratch, tmpdir: None, r_libs_user: None };
+            let mut seen = CopyFolders { app_dir, scratch, tmpdir, r_libs_user: None };
             drop(sup);
             if launch.start.sandbox.mode != SandboxMode::Off {
                 init::hand_over_ports(&sup_child, &mut fences);
@@ -400,16 +402,13 @@ fn finish(launch: &Launch, seen: &mut CopyFolders, fences: &mut Fences, send: im
         // Without a mount namespace, Landlock also keeps the app folder
         // read-only and gives R a /tmp of its own.
         if !fences.has(fences::MOUNT_NS) {
-            if let Ok(tmpdir) = landlock::restrict(&seen.scratch, &seen.app_dir) {
-                seen.tmpdir = tmpdir;
-            }
+            let _ = landlock::restrict(&seen.scratch, seen.tmpdir.as_deref(), &seen.app_dir);
+        }
+        // Only a /tmp of the copy's own: never the host's.
+        if fences.has(fences::MOUNT_NS) {
+            remove_stale_r_tmp(Path::new("/tmp"));
         }
         let tmp = seen.tmpdir.clone().unwrap_or_else(|| PathBuf::from("/tmp"));
-        // Only a /tmp of the copy's own: its namespace's, or its TMPDIR
-        // under Landlock; never the host's.
-        if fences.has(fences::MOUNT_NS) || seen.tmpdir.is_some() {
-            remove_stale_r_tmp(&tmp);
-        }
         match confine(&Confinement::new(&seen.scratch, &tmp, launch.port, &launch.start.sandbox)) {
             Ok(applied) => {
                 note_filters(fences, &applied, launch.start.sandbox.syscalls);
@@ -426,6 +425,9 @@ fn finish(launch: &Launch, seen: &mut CopyFolders, fences: &mut Fences, send: im
             }
         }
     }
+    if let Some(tmp) = &seen.tmpdir {
+        remove_stale_r_tmp(tmp);
+    }
     if launch.start.sandbox.mode == SandboxMode::Strict {
         if let Some(why) = fences.strict_refusal() {
             send(fences, Some(&why));
@@ -438,6 +440,21 @@ fn finish(launch: &Launch, seen: &mut CopyFolders, fences: &mut Fences, send: im
         log(&format!("--- shinyctl: {} ---", fences.summary()));
     }
     Ok(())
+}
+
+/// R's TMPDIR for a copy without a mount namespace (the Landlock fallback,
+/// `sandbox.mode: off`): `<scratch>.tmp`, a folder of the copy's own (made
+/// here, given to `who`), where its R keeps `tempdir()` rather than in the
+/// host's /tmp, so the folder a killed R leaves goes at its next start and
+/// with the copy (README, "Where a copy runs"). None when the launcher's
+/// environment has a TMPDIR (the manifest's `env`, which travels there, or
+/// with the fence off the daemon's own: a choice kept), or the folder
+/// cannot be made (said in the log; R then uses /tmp).
+fn own_tmpdir(scratch: &Path, who: Option<&Identity>) -> Option<PathBuf> {
+    if std::env::var_os("TMPDIR").is_some() {
+        return None;
+    }
+    plan::own_folder(&disk::tmp_path(scratch), who).map_err(|e| log(&format!("--- shinyctl: R's tempdir() is in /tmp: {e:#} ---"))).ok()
 }
 
 /// Removes R's temporary folders (`Rtmp…`) that an earlier R of this copy

@@ -122,7 +122,7 @@ pub fn user_libraries(r_libs_user: Option<&str>, home: Option<PathBuf>) -> Vec<P
 }
 
 /// Makes a folder of the copy's own (mode 0700, the run-as user's).
-fn own_folder(dir: &Path, who: Option<&Identity>) -> anyhow::Result<PathBuf> {
+pub(super) fn own_folder(dir: &Path, who: Option<&Identity>) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)

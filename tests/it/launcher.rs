@@ -191,6 +191,45 @@ fn without_namespaces_landlock_keeps_the_folder_unwritten() {
     assert!(log.contains("isolation: Landlock (no mount namespace: user namespaces are switched off here"), "{log}");
 }
 
+/// An app whose page says where R's `tempdir()` is, and R's PID.
+const TEMPDIR_R: &str = r#"
+library(shiny)
+ui <- fluidPage(tags$p(paste0("tmp=", tempdir(), ";")), tags$p(paste0("pid=", Sys.getpid(), ";")))
+shinyApp(ui, function(input, output) {})
+"#;
+
+/// README, "The fence": a copy without a /tmp of its own (the Landlock
+/// fallback, `sandbox.mode: off`) has R keep its `tempdir()` in a folder of
+/// the copy's own beside its scratch disk, never the host's /tmp, and the
+/// one a killed R leaves goes at the copy's next start; a `TMPDIR` in the
+/// manifest's `env` is kept.
+#[test]
+fn without_a_mount_namespace_r_s_tempdir_is_the_copy_s_own() {
+    let env = Env::new("owntmp");
+    serve_without_namespaces(&env);
+    let chosen = env.dir.join("chosen-tmp");
+    std::fs::create_dir_all(&chosen).unwrap();
+    let off = "warm-replicas: 0\nsandbox:\n  mode: off\n";
+    let kept = format!("{off}env:\n  TMPDIR: \"{}\"\n", chosen.display());
+    for (name, extra) in [("landtmp", "warm-replicas: 0\n"), ("offtmp", off), ("keptmp", kept.as_str())] {
+        let port = free_port();
+        let manifest = env.app_running(TEMPDIR_R, name, port, extra);
+        let page = deploy(&env, name, &manifest, port);
+        let own = env.home().join(format!("scratch/default-{name}/1.tmp"));
+        let tmp = PathBuf::from(between(&page, "tmp=", ";").unwrap_or_default());
+        if name == "keptmp" {
+            assert_eq!(tmp.parent(), Some(chosen.as_path()), "the manifest's TMPDIR is kept: {page}");
+            assert!(!own.exists(), "no folder of its own made: {}", own.display());
+            continue;
+        }
+        let own = std::fs::canonicalize(own).unwrap();
+        assert_eq!(tmp.parent(), Some(own.as_path()), "{name}: R's tempdir() in the copy's own folder: {page}");
+        assert!(tmp.file_name().is_some_and(|n| n.to_string_lossy().starts_with("Rtmp")), "{page}");
+        let r: u32 = between(&page, "pid=", ";").and_then(|p| p.parse().ok()).expect("R's PID on the page");
+        killed_r_leaves_no_tempdir(&env, name, r);
+    }
+}
+
 #[test]
 fn bad_launcher_arguments_exit_with_the_launchers_own_status() {
     let out = Command::new(bin()).args(["launch", "--port", "20001"]).output().unwrap();
