@@ -52,7 +52,9 @@ pub fn rollout(state: &AppState, settings: &str, replicas: u32, roles: &[(u32, R
         })
         .collect();
     let ready_n = state.copies.iter().filter(|r| ours(r) && ready(r)).count();
-    reply(RolloutState::Starting, format!("revision {revision}: {ready_n} of {replicas} ready; {}", starting.join(", ")))
+    // Right after the deploy, before the daemon's cycle has made its copies.
+    let starting = if starting.is_empty() { "none of its copies made yet".to_string() } else { starting.join(", ") };
+    reply(RolloutState::Starting, format!("revision {revision}: {ready_n} of {replicas} ready; {starting}"))
 }
 
 #[cfg(test)]
@@ -72,6 +74,14 @@ mod tests {
         assert!(r.message.contains("0 of 1 ready") && r.message.contains("copy 2 starting for 3s"), "{}", r.message);
         let r = rollout(&st, "s", 1, &[(2, Role::Active), (3, Role::Warm), (1, Role::Draining)], 2, 3000);
         assert_eq!(r.state, RolloutState::Serving, "{}", r.message);
+    }
+
+    #[test]
+    fn a_deploy_whose_copies_are_not_made_yet_says_so() {
+        let st = AppState { revision: 1, ..AppState::default() };
+        let r = rollout(&st, "s", 1, &[], 1, 0);
+        assert_eq!(r.state, RolloutState::Starting);
+        assert_eq!(r.message, "revision 1: 0 of 1 ready; none of its copies made yet");
     }
 
     #[test]

@@ -78,13 +78,13 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Shared) -> Reply {
         ApiRequest::Restart { app, now } => answer(crate::serve::deploys::deploy::restart(&shared, &app, now).await),
         ApiRequest::Rollback { app, now, to } => answer(crate::serve::deploys::deploy::rollback(&shared, &app, now, to.as_deref()).await),
         ApiRequest::Releases { app } => json(shared.lock().releases_view(&app)),
-        ApiRequest::Delete { app, now } => answer(shared.lock().delete(&app, now)),
+        ApiRequest::Delete { app, now } => answer(shared.change_then_push(|d| d.delete(&app, now)).await),
         ApiRequest::Logs { app, copy } => json(shared.lock().logs_view(&app, copy)),
         ApiRequest::Rollout { app, revision } => {
             uds::json_response(StatusCode::OK, &shared.read_as_pushed(|d| d.rollout_view(&app, revision)).await)
         }
-        ApiRequest::Stop { app } => answer(shared.lock().stop_app(&app)),
-        ApiRequest::Start { app } => answer(shared.lock().start_app(&app)),
+        ApiRequest::Stop { app } => answer(shared.change_then_push(|d| d.stop_app(&app)).await),
+        ApiRequest::Start { app } => answer(shared.change_then_push(|d| d.start_app(&app)).await),
         ApiRequest::Scale { app, replicas } => answer(shared.lock().scale(&app, replicas)),
         ApiRequest::Shutdown { all } => answer(Ok(shared.lock().shut_down(all))),
         ApiRequest::Reload => uds::json_response(StatusCode::OK, &crate::serve::deploys::reload::reload(&shared).await),

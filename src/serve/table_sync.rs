@@ -64,6 +64,13 @@ impl TableGenerations {
         });
     }
 
+    /// True when the daemon's `table` now differs from the last one a
+    /// cycle made: the next cycle makes a new generation.
+    fn would_change(&self, table: &ProxyTable) -> bool {
+        let digest = digest(table);
+        digest.is_none() || self.last != digest
+    }
+
     /// True when the newest table made has been pushed.
     fn settled(&self) -> bool {
         *self.pushed.borrow() >= self.made
@@ -99,6 +106,27 @@ impl Shared {
             }
             // Pushed: read again, since a cycle may have run meanwhile.
         }
+    }
+
+    /// Runs `change` under the lock (an operator's command: `stop`, `start`,
+    /// `delete`) and answers once the load balancer has a table made after
+    /// it, or after [`PUSH_WAIT`]: `shinyctl stop hello && curl …` gets the
+    /// stopped page, not the app. A change that leaves the table as it was
+    /// (an app already stopped, an error) answers at once. The lock is not
+    /// held while waiting.
+    pub async fn change_then_push<T>(&self, change: impl FnOnce(&mut Daemon) -> T) -> T {
+        let (value, wait) = {
+            let mut d = self.lock();
+            let made = d.table_generations.made;
+            let value = change(&mut d);
+            let table = d.table();
+            let wait = d.table_generations.would_change(&table).then(|| (made, d.table_generations.pushed.subscribe()));
+            (value, wait)
+        };
+        if let Some((made, mut pushed)) = wait {
+            let _ = tokio::time::timeout(PUSH_WAIT, pushed.wait_for(|g| *g > made)).await;
+        }
+        value
     }
 }
 

@@ -332,6 +332,10 @@ fn stop_start_scale_list_restart_all_and_shutdown() {
     let r = env.pid_of(&a, 1);
     let out = env.ok(&["stop", &a]);
     assert!(out.contains("stays held"), "{out}");
+    // Once stop has returned, the load balancer answers for the app: the
+    // very next request gets the stopped page, not the copy.
+    let page = get(port_a, "/", &[]).unwrap();
+    assert_eq!(page.status, 503, "the first request after stop returned: {page:?}");
     wait_gone(r, Duration::from_secs(15), "the copy to stop");
     let page = get(port_a, "/", &[]).unwrap();
     assert_eq!(page.status, 503, "{page:?}");
