@@ -49,6 +49,13 @@ pub fn render(report: &StatusReport, wide: bool) -> String {
     let header = COLUMNS.iter().chain(if wide { WIDE.as_slice() } else { &[] });
     let mut rows: Vec<Vec<String>> = vec![header.map(|c| c.to_string()).collect()];
     for app in &report.apps {
+        // An app with no copy (stopped) still has its line: where it stands.
+        if app.copies.is_empty() {
+            let mut row: Vec<String> = [app.name.as_str(), "-", "-"].map(str::to_string).to_vec();
+            row.extend([app.port.to_string(), "-".into(), app.state.clone(), "-".into(), "-".into(), "0".into(), "-".into(), "-".into()]);
+            row.extend(std::iter::repeat_n("-".to_string(), if wide { WIDE.len() } else { 0 }));
+            rows.push(row);
+        }
         for c in &app.copies {
             let mut row = vec![
                 app.name.clone(),
@@ -221,6 +228,18 @@ hello: copy 1 is draining with 2 sessions; it stops when they end, or in 15m at 
         let cells: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(cells, ["a", "1", "-", "1", "7", "crash-looping", "-", "50M", "0", "2", "x"]);
         assert!(text.contains("Memory: 50M in 1 R process; the load balancer is not running."));
+    }
+
+    #[test]
+    fn an_app_without_copies_has_a_line_that_says_where_it_stands() {
+        let app = |name: &str, state: &str| AppStatus { name: name.into(), port: 8766, state: state.into(), ..Default::default() };
+        let report = StatusReport { apps: vec![app("hello", "stopped")], ..Default::default() };
+        for wide in [false, true] {
+            let text = render(&report, wide);
+            let cells: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+            assert_eq!(cells[..11], ["hello", "-", "-", "8766", "-", "stopped", "-", "-", "0", "-", "-"], "{text}");
+            assert_eq!(cells.len(), text.lines().next().unwrap().split_whitespace().count(), "every column: {text}");
+        }
     }
 
     #[test]
