@@ -40,11 +40,17 @@ pub fn print_and_follow(home: &Home, app: &str, reply: ActionReply, wait: Option
             println!("{app}: {}", now.message);
             said = now.message.clone();
         }
+        // What visitors get meanwhile (a daemon before `before_serves`
+        // always had a version before to say so of).
+        let before = match now.before_serves {
+            Some(false) => format!("no version of {app} serves"),
+            _ => "the version before still serves".to_string(),
+        };
         match now.state {
             RolloutState::Serving => return Ok(()),
-            RolloutState::Failed => anyhow::bail!("{app}: the deploy failed; the version before still serves.{}", last_error(&client, app)),
+            RolloutState::Failed => anyhow::bail!("{app}: the deploy failed; {before}.{}", last_error(&client, app)),
             RolloutState::Starting if Instant::now() >= end => anyhow::bail!(
-                "{app}: revision {revision} did not serve within {}; the version before still serves.{}",
+                "{app}: revision {revision} did not serve within {}; {before}.{}",
                 crate::sys::fmt::duration(limit, crate::sys::fmt::DurationStyle::Span),
                 last_error(&client, app)
             ),

@@ -14,18 +14,19 @@ use crate::wire::{AppState, CopyRecord, Role, RolloutReply, RolloutState};
 /// or another deploy replaced it; starting otherwise. `settings` is the
 /// hash of how the app starts now; `roles` are the ready copies' roles.
 pub fn rollout(state: &AppState, settings: &str, replicas: u32, roles: &[(u32, Role)], revision: u64, now_ms: u64) -> RolloutReply {
-    let reply = |state, message: String| RolloutReply { state, message };
+    let ours = |r: &CopyRecord| r.revision == revision && r.settings == settings;
+    let asleep = state.asleep_since_ms.is_some();
+    let before = state.copies.iter().any(|r| !ours(r) && (asleep || roles.iter().any(|(c, role)| *c == r.copy && *role == Role::Active)));
+    let reply = |state, message: String| RolloutReply { state, message, before_serves: Some(before) };
     if state.revision != revision {
         return reply(RolloutState::Failed, format!("revision {revision} was replaced by revision {} before it served", state.revision));
     }
-    let ours = |r: &CopyRecord| r.revision == revision && r.settings == settings;
     let ready = |r: &CopyRecord| roles.iter().any(|(c, _)| *c == r.copy);
     if let Some(r) = state.copies.iter().find(|r| ours(r) && !ready(r) && (r.crashes > 0 || r.left_down.is_some())) {
         let how = r.last_exit.map(|e| e.describe()).unwrap_or_else(|| "ended".into());
         let why = r.left_down.clone().unwrap_or_else(|| format!("it {how} before it was ready"));
         return reply(RolloutState::Failed, format!("copy {} of revision {revision} failed: {why}", r.copy));
     }
-    let asleep = state.asleep_since_ms.is_some();
     if asleep {
         // Settled once the check's process has ended too: until then the
         // app is still stopping it, not asleep on the new version.
@@ -74,6 +75,21 @@ mod tests {
         assert!(r.message.contains("0 of 1 ready") && r.message.contains("copy 2 starting for 3s"), "{}", r.message);
         let r = rollout(&st, "s", 1, &[(2, Role::Active), (3, Role::Warm), (1, Role::Draining)], 2, 3000);
         assert_eq!(r.state, RolloutState::Serving, "{}", r.message);
+    }
+
+    #[test]
+    fn a_failed_deploy_says_whether_a_version_before_serves() {
+        let mut broken = copy(2, 2);
+        broken.pid = None;
+        broken.crashes = 1;
+        let first = AppState { revision: 2, copies: vec![broken.clone()], ..AppState::default() };
+        let r = rollout(&first, "s", 1, &[], 2, 0);
+        assert_eq!((r.state, r.before_serves), (RolloutState::Failed, Some(false)), "nothing before it: {}", r.message);
+        let over = AppState { revision: 2, copies: vec![copy(1, 1), broken], ..AppState::default() };
+        let r = rollout(&over, "s", 1, &[(1, Role::Active)], 2, 0);
+        assert_eq!((r.state, r.before_serves), (RolloutState::Failed, Some(true)), "{}", r.message);
+        let asleep = AppState { asleep_since_ms: Some(1), ..over };
+        assert_eq!(rollout(&asleep, "s", 1, &[], 2, 0).before_serves, Some(true), "the sleeping version before wakes");
     }
 
     #[test]

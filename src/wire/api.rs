@@ -137,6 +137,11 @@ pub struct RolloutReply {
     pub state: RolloutState,
     /// One line for a person: what is starting, what serves, or why it failed.
     pub message: String,
+    /// Whether a version before this deploy serves the app (awake: a copy
+    /// of it is active; asleep: its sleeping copies are kept), so a failed
+    /// deploy can say what visitors get. None from a daemon before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_serves: Option<bool>,
 }
 
 /// Where a deploy stands.

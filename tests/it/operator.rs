@@ -242,6 +242,8 @@ fn a_copy_not_ready_within_start_timeout_is_stopped_and_said() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "apply --wait fails: {stderr}");
     assert!(stderr.contains("not ready within start-timeout 3s"), "{stderr}");
+    // Its first deploy: there is no version before it to serve.
+    assert!(stderr.contains(&format!("no version of {app} serves")) && !stderr.contains("version before"), "{stderr}");
     let status = env.ok(&["status", &app]);
     assert!(status.contains("was stopped: not ready within start-timeout 3s"), "{status}");
     let log = std::fs::read_to_string(env.home().join(format!("logs/default-{app}.log"))).unwrap();

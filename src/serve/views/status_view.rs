@@ -79,7 +79,11 @@ impl Daemon {
     /// goes (what `--wait` follows); failed once the app is deleted.
     pub(in crate::serve) fn rollout_view(&self, name: &str, revision: u64) -> crate::wire::RolloutReply {
         let Some(app) = self.apps.get(name).filter(|a| !a.recorded.deleting) else {
-            return crate::wire::RolloutReply { state: crate::wire::RolloutState::Failed, message: format!("{name} was deleted") };
+            return crate::wire::RolloutReply {
+                state: crate::wire::RolloutState::Failed,
+                message: format!("{name} was deleted"),
+                before_serves: Some(false),
+            };
         };
         let (spec, state) = (&app.recorded.spec, &app.recorded.state);
         reconcile::rollout(state, &spec.settings_hash(), spec.scale.replicas, &app.tracked.roles, revision, now_ms())
