@@ -7,7 +7,7 @@
 # over time, for the same app run two ways, one after the other:
 #   fixed:    replicas: 1
 #   capacity: replicas: 1, max-replicas: 8, max-sessions: 3
-# plus each one's memory at the end (its copies' resident memory, spares
+# plus each one's memory at the end (its copies' memory as status shows it, spares
 # included) and B, the p95 of one session alone with the same reactive,
 # measured first in the same run. The target: p95 under capacity ≤ 2.5 × B.
 #
@@ -49,7 +49,7 @@ start_app() {
 # active NAME: the app's active copies now.
 active() { status_py "[a['capacity']['active'] for a in j['apps'] if a['name'] == '$1'][0]"; }
 
-# memory NAME: the resident memory of the app's copies, in MiB.
+# memory NAME: the memory of the app's copies as status shows it (MEM), in MiB.
 memory() { status_py "round(sum(c['mem_bytes'] or 0 for a in j['apps'] if a['name'] == '$1' for c in a['copies']) / 2**20)"; }
 
 # ramp NAME PORT: the load on the app; its figures in $tmp/NAME.out, its

@@ -122,7 +122,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         launches: Vec::new(),
         tallies: Tallies::default(),
         cpu_percent: Default::default(),
-        copy_rss: Default::default(),
+        copy_mem: Default::default(),
         cgroups: cgroups.clone(),
         shutting_down: None,
         table_generations: Default::default(),

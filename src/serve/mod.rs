@@ -139,10 +139,11 @@ pub struct Daemon {
     tallies: Tallies,
     /// Each running copy's CPU percent, as the sampler last read it.
     cpu_percent: watches::cpu::CpuPercent,
-    /// Each running copy's resident memory (its process tree), by PID, as
-    /// the sampler last read it (every 5 s, off the lock): what the memory
-    /// bound on growth counts.
-    copy_rss: HashMap<u32, u64>,
+    /// Each running copy's memory (its process tree's proportional set
+    /// size, `procfs::mem_bytes`), by PID, as the sampler last read it
+    /// (every 5 s, off the lock): status's MEM and what the memory bound on
+    /// growth counts.
+    copy_mem: HashMap<u32, u64>,
     /// `shinyctl shutdown` asked the daemon to stop; `Some(true)` with
     /// `--all`: the copies and the load balancer are stopped first.
     shutting_down: Option<bool>,

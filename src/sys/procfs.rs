@@ -18,7 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use procfs::process::{FDTarget, MountInfo, StatM, Status};
+use procfs::process::{FDTarget, MountInfo, SmapsRollup, StatM, Status};
 use procfs::FromRead;
 
 /// The text of a /proc file, read with one open and read: the scans of
@@ -223,9 +223,29 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     Some(parse_statm_resident(&read(&format!("/proc/{pid}/statm"))?)? * procfs::page_size())
 }
 
-/// The resident memory of `pid` and all its descendants, summed, in bytes
-/// (what status shows as a copy's MEM: R and whatever it started). `None`
-/// when `pid` does not exist. Pages shared between the processes are
+/// The proportional set size (`Pss` of `/proc/<pid>/smaps_rollup`) from
+/// its text, in bytes: each resident page divided by the number of
+/// processes that map it.
+fn parse_pss(rollup: &[u8]) -> Option<u64> {
+    let rollup = SmapsRollup::from_read(rollup).ok()?;
+    rollup.memory_map_rollup.0.first()?.extension.map.get("Pss").copied()
+}
+
+/// What one process's memory costs the machine, in bytes: its proportional
+/// set size, where the pages it shares with other processes (a claimed
+/// copy's with the pool's zygote, R's libraries with every R) count for
+/// their share only, so a sum over processes is what they use together.
+/// Its resident memory where `smaps_rollup` cannot be read (an older kernel,
+/// a process whose memory another user may not look at). `None` when there
+/// is no such process. About 1 ms for an R process (the kernel walks its
+/// page tables), against 0.02 for the resident memory: read off the lock,
+/// every few seconds.
+pub fn mem_bytes(pid: u32) -> Option<u64> {
+    read(&format!("/proc/{pid}/smaps_rollup")).and_then(|r| parse_pss(&r)).or_else(|| rss_bytes(pid))
+}
+
+/// The resident memory of `pid` and all its descendants, summed, in bytes.
+/// `None` when `pid` does not exist. Pages shared between the processes are
 /// counted once per process, as `ps` and `top` do.
 pub fn tree_rss_bytes(pid: u32) -> Option<u64> {
     Processes::read().tree_rss_bytes(pid)
@@ -247,6 +267,15 @@ impl Processes {
     pub fn tree_rss_bytes(&self, pid: u32) -> Option<u64> {
         let own = rss_bytes(pid)?;
         Some(own + descendants_in(pid, &self.0).iter().skip(1).filter_map(|&p| rss_bytes(p)).sum::<u64>())
+    }
+
+    /// [`mem_bytes`] of `pid` and its descendants as this snapshot saw them,
+    /// summed (what status shows as a copy's MEM, what its memory limit
+    /// outside a cgroup and the memory bound on growth count). `None` when
+    /// `pid` is gone.
+    pub fn tree_mem_bytes(&self, pid: u32) -> Option<u64> {
+        let own = mem_bytes(pid)?;
+        Some(own + descendants_in(pid, &self.0).iter().skip(1).filter_map(|&p| mem_bytes(p)).sum::<u64>())
     }
 }
 
@@ -700,6 +729,28 @@ mod tests {
         assert_eq!(rss_bytes(u32::MAX), None);
         assert_eq!(tree_rss_bytes(u32::MAX), None);
         assert_eq!(parse_statm_resident(b"100 25 3 1 0 20 0"), Some(25));
+    }
+
+    #[test]
+    fn a_process_s_memory_is_its_proportional_share() {
+        let rollup = b"55d8c6a1c000-7ffd3b1f9000 ---p 00000000 00:00 0                          [rollup]
+Rss:              114484 kB
+Pss:               79187 kB
+Pss_Anon:          71900 kB
+Shared_Clean:      10404 kB
+Shared_Dirty:      32256 kB
+Private_Clean:         0 kB
+Private_Dirty:     71824 kB
+";
+        assert_eq!(parse_pss(rollup), Some(79187 * 1024));
+        assert_eq!(parse_pss(b"nothing here"), None);
+        let me = std::process::id();
+        let (pss, rss) = (mem_bytes(me).unwrap(), rss_bytes(me).unwrap());
+        // This test process shares its libraries with others: at most its
+        // resident memory (other test threads move it a little meanwhile).
+        assert!(pss > 0 && pss <= rss + rss / 4, "{pss} beside {rss}");
+        assert_eq!(mem_bytes(u32::MAX), None);
+        assert!(Processes::read().tree_mem_bytes(me).is_some_and(|t| t >= pss / 2));
     }
 
     #[test]

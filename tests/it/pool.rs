@@ -80,6 +80,28 @@ fn parent(pid: u32) -> u32 {
     stat.rsplit_once(") ").and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
 }
 
+/// README, "Status": a claimed copy's MEM is its processes' proportional
+/// share of their memory, not their resident memory, most of which (R and
+/// shiny) is the zygote's pages, shared. `tree`: the copy's processes.
+fn claimed_memory_is_its_share(env: &Env, app: &str, tree: &[u32]) {
+    let rss_kib = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+    };
+    let resident: u64 = tree.iter().map(|&p| rss_kib(p) * 1024).sum();
+    let mem = || {
+        let v = env.status();
+        let apps = v["apps"].as_array().cloned().unwrap_or_default();
+        apps.iter().find(|a| a["name"] == app).and_then(|a| a["copies"][0]["mem_bytes"].as_u64()).unwrap_or(0)
+    };
+    // The daemon reads it every 5 s; until then status has the resident memory.
+    let shown = wait_until(slow(Duration::from_secs(15)), "status's MEM to be the copy's share", || {
+        let m = mem();
+        (m > 0 && m < resident * 6 / 10).then_some(m)
+    });
+    assert!(shown > 20 << 20, "an R with shiny holds more than 20 MiB of its own: {shown} (resident {resident})");
+}
+
 #[test]
 fn a_sleeping_app_woken_through_the_pool_answers_from_a_claimed_copy_never_reused() {
     let began = std::time::SystemTime::now();
@@ -125,6 +147,9 @@ fn a_sleeping_app_woken_through_the_pool_answers_from_a_claimed_copy_never_reuse
         assert_eq!(between(&page, "zygote=", ";"), Some(""), "wake {wake}: nothing of the zygote's environment: {page}");
         assert_eq!(between(&page, "wd=", ";"), Some("/shinyctl/app"), "wake {wake}: {page}");
         assert!(between(&page, "tmp=", ";").is_some_and(|t| t.starts_with("/tmp/Rtmp") && t.ends_with("/ok")), "wake {wake}: {page}");
+        if wake == 0 {
+            claimed_memory_is_its_share(&env, app, &[launcher, fork, parent(r), r]);
+        }
         env.wait_asleep(app, slow(Duration::from_secs(90)));
         wait_until(slow(Duration::from_secs(30)), "the claimed processes to be gone", || (!pid_alive(r) && !pid_alive(fork)).then_some(()));
         // The request that wakes it is answered by a copy claimed anew.

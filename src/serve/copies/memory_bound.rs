@@ -51,7 +51,7 @@ impl Daemon {
         }
         let bound = bound()?;
         // Read by the sampler off the lock (`cpu.rs`), not here under it.
-        let size = |pid: Option<u32>| pid.and_then(|p| self.copy_rss.get(&p).copied()).unwrap_or(0);
+        let size = |pid: Option<u32>| pid.and_then(|p| self.copy_mem.get(&p).copied()).unwrap_or(0);
         // The pool's zygote counts too: it holds R and shiny for the next wake.
         let used = self.apps.values().flat_map(|a| &a.recorded.state.copies).map(|r| size(r.pid)).sum::<u64>()
             + crate::serve::copies::zygote_pool::memory_used();

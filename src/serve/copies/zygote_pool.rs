@@ -420,10 +420,12 @@ fn listening(path: &Path) -> bool {
     })
 }
 
-/// The zygotes' resident memory, counted in capacity's memory bound.
+/// The zygote's memory counted in capacity's memory bound: its
+/// proportional share, as the copies' (`procfs::mem_bytes`), so the pages
+/// it shares with its claimed copies are counted once in the sum.
 pub fn memory_used() -> u64 {
     let pid = lock().zygote;
-    pid.and_then(crate::sys::procfs::rss_bytes).unwrap_or(0)
+    pid.and_then(crate::sys::procfs::mem_bytes).unwrap_or(0)
 }
 
 #[cfg(test)]

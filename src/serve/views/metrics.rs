@@ -279,7 +279,7 @@ fn add_copies(reg: &mut Registry, view: &View, proxy: Option<&ProxyStats>) {
     add(reg, "copy_role", "1 for each copy, its role as a label (none while it starts or is down)", None, g, f.role);
     add(reg, "copy_state", "1 for each copy, its status column as a label (alive, starting, crash-looping, asleep, ...)", None, g, f.state);
     add(reg, "copy_ready", "1 when the copy is ready to take visitors", None, g, f.ready);
-    add(reg, "copy_resident_memory", "Resident memory of the copy's process tree", bytes.clone(), g, f.mem);
+    add(reg, "copy_resident_memory", "Memory of the copy's process tree: proportional set size, as status's MEM", bytes.clone(), g, f.mem);
     add(reg, "copy_memory_limit", "The memory limit the copy runs under (sandbox.memory)", bytes.clone(), g, f.limit);
     add(reg, "copy_disk_size", "The size of the copy's disk: scratch, /tmp and /dev/shm together (sandbox.disk)", bytes, g, f.disk);
     add(reg, "copy_cpu", "CPU time used by the copy's process tree", secs.clone(), MetricType::Counter, f.cpu);

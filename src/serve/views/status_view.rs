@@ -150,7 +150,9 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
                         launcher_pid: rec.pid.filter(|_| alive),
                         status: status.to_string(),
                         ready,
-                        mem_bytes,
+                        // The sampler's proportional share; the resident
+                        // memory just read for a copy it has not read yet.
+                        mem_bytes: rec.pid.filter(|_| alive).and_then(|p| d.copy_mem.get(&p).copied()).or(mem_bytes),
                         sessions,
                         crashes: rec.crashes,
                         started: rec.started_ms.filter(|_| alive).map(procfs::local_rfc3339),

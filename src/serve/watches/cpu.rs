@@ -53,13 +53,15 @@ pub fn spawn_sampler(shared: Shared) {
             let read = tokio::task::spawn_blocking(move || {
                 let processes = (!running.is_empty()).then(Processes::read);
                 let at = Instant::now();
-                // Each copy's memory too, from the same scan: the memory
-                // bound on growth reads it without a scan of its own.
-                let rss: HashMap<u32, u64> = running.iter().filter_map(|k| Some((k.0, processes.as_ref()?.tree_rss_bytes(k.0)?))).collect();
+                // Each copy's memory too, from the same scan (its
+                // proportional share, ~1 ms an R process, so here every 5 s
+                // and not in each status): status's MEM and the memory
+                // bound on growth read it.
+                let mem: HashMap<u32, u64> = running.iter().filter_map(|k| Some((k.0, processes.as_ref()?.tree_mem_bytes(k.0)?))).collect();
                 let cpu = running.into_iter().filter_map(|k| Some((k, processes.as_ref()?.tree_cpu_secs(k.0)?, at))).collect::<Vec<_>>();
-                (cpu, rss)
+                (cpu, mem)
             });
-            let Ok((readings, rss)) = read.await else { continue };
+            let Ok((readings, mem)) = read.await else { continue };
             let mut figures = HashMap::new();
             for (key, secs, at) in &readings {
                 if let Some(p) = last.get(key).and_then(|(was, then)| percent(*was, *secs, at.duration_since(*then))) {
@@ -71,7 +73,7 @@ pub fn spawn_sampler(shared: Shared) {
             last = readings.into_iter().map(|(k, s, at)| (k, (s, at))).collect();
             let mut d = shared.lock();
             d.cpu_percent = CpuPercent(figures);
-            d.copy_rss = rss;
+            d.copy_mem = mem;
         }
     });
 }

@@ -27,21 +27,22 @@ pub struct Sample {
     /// The copy's memory cgroup, when it is in one: the kernel keeps the
     /// limit, and its count of OOM kills says when it did.
     pub cgroup: Option<CgroupSample>,
-    /// The resident memory of the copy's process tree (none once it is
-    /// gone).
-    pub rss: Option<u64>,
+    /// The memory of the copy's process tree, each process's proportional
+    /// share (`procfs::mem_bytes`): a claimed copy's pages shared with the
+    /// pool's zygote are not all its own. None once it is gone.
+    pub used: Option<u64>,
 }
 
 /// The watch's decision for one copy: stop it (with what it used) or not.
 /// In a memory cgroup the kernel holds the limit, and an OOM kill there
 /// means the copy went over it (the rest of the copy is then stopped too);
-/// outside one, resident memory past the limit does.
+/// outside one, its memory (proportional set size) past the limit does.
 pub fn watch_verdict(s: &Sample) -> Option<MemoryStop> {
     match s.cgroup {
         // The peak cannot pass the limit in a cgroup; it reached it.
         Some(cg) if cg.oom_kills > 0 => Some(MemoryStop { used: cg.peak.max(s.limit), limit: s.limit }),
         Some(_) => None,
-        None => s.rss.filter(|&rss| rss > s.limit).map(|used| MemoryStop { used, limit: s.limit }),
+        None => s.used.filter(|&used| used > s.limit).map(|used| MemoryStop { used, limit: s.limit }),
     }
 }
 
@@ -94,7 +95,7 @@ pub fn memory_stop_at_exit(
     }
     let limit = limit?;
     let cgroup = cgroups.memory_sample(&cgroup::leaf(name, rec.copy));
-    watch_verdict(&Sample { limit, cgroup: Some(cgroup?), rss: None })
+    watch_verdict(&Sample { limit, cgroup: Some(cgroup?), used: None })
 }
 
 /// A fenced copy whose process runs (see `Daemon::fenced_running`).
@@ -234,10 +235,21 @@ fn over_limit(cgroups: &Cgroups, watched: Vec<Watched>) -> Vec<(Watched, MemoryS
         .filter_map(|w| {
             let leaf = cgroup::leaf(&w.app, w.copy);
             let cgroup: Option<CgroupSample> = if cgroups.holds_memory(w.pid, &leaf) { cgroups.memory_sample(&leaf) } else { None };
-            let rss = if cgroup.is_some() { None } else { processes.get_or_init(procfs::Processes::read).tree_rss_bytes(w.pid) };
-            watch_verdict(&Sample { limit: w.limit, cgroup, rss }).map(|stop| (w, stop))
+            let used = if cgroup.is_some() { None } else { tree_memory(processes.get_or_init(procfs::Processes::read), w.pid, w.limit) };
+            watch_verdict(&Sample { limit: w.limit, cgroup, used }).map(|stop| (w, stop))
         })
         .collect()
+}
+
+/// The memory of copy `pid`'s process tree as the watch counts it: its
+/// resident memory while that is within `limit` (0.02 ms a process, read
+/// every [`WATCH_EVERY`]), else its proportional share, which is never
+/// more (about 1 ms a process: read only for a copy that may be over).
+fn tree_memory(processes: &procfs::Processes, pid: u32, limit: u64) -> Option<u64> {
+    match processes.tree_rss_bytes(pid)? {
+        rss if rss <= limit => Some(rss),
+        _ => processes.tree_mem_bytes(pid),
+    }
 }
 
 #[cfg(test)]
@@ -248,7 +260,7 @@ mod tests {
 
     #[test]
     fn outside_a_cgroup_resident_memory_past_the_limit_stops_the_copy() {
-        let s = |rss| Sample { limit: 200 * M, cgroup: None, rss };
+        let s = |rss| Sample { limit: 200 * M, cgroup: None, used: rss };
         assert_eq!(watch_verdict(&s(Some(199 * M))), None);
         assert_eq!(watch_verdict(&s(Some(200 * M))), None, "at the limit is not over it");
         assert_eq!(watch_verdict(&s(Some(210 * M))), Some(MemoryStop { used: 210 * M, limit: 200 * M }));
@@ -257,7 +269,7 @@ mod tests {
 
     #[test]
     fn in_a_cgroup_an_oom_kill_stops_the_copy_and_resident_memory_is_the_kernels_business() {
-        let s = |oom_kills, peak, rss| Sample { limit: 200 * M, cgroup: Some(CgroupSample { oom_kills, peak }), rss: Some(rss) };
+        let s = |oom_kills, peak, rss| Sample { limit: 200 * M, cgroup: Some(CgroupSample { oom_kills, peak }), used: Some(rss) };
         assert_eq!(watch_verdict(&s(0, 150 * M, 150 * M)), None);
         assert_eq!(watch_verdict(&s(0, 200 * M, 300 * M)), None, "shared pages counted twice by RSS are no reason");
         assert_eq!(watch_verdict(&s(1, 199 * M, 10 * M)), Some(MemoryStop { used: 200 * M, limit: 200 * M }));
