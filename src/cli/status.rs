@@ -133,6 +133,12 @@ fn memory_line(report: &StatusReport) -> String {
     if !parts.is_empty() {
         line.push_str(&format!(" ({})", parts.join(", ")));
     }
+    // The zygote's share of the pages it shares with its claimed copies
+    // (theirs is in their MEM): with it, the line is what R takes in all.
+    let pool = report.pool.iter().flat_map(|p| &p.zygotes).map(|z| z.mem_bytes).sum::<u64>();
+    if pool > 0 {
+        line.push_str(&format!(", plus {} for the pool", size(pool, SizeStyle::WholeMib)));
+    }
     match report.proxy_rss_bytes {
         Some(rss) => line.push_str(&format!(", plus {} for the load balancer.", size(rss, SizeStyle::WholeMib))),
         None => line.push_str("; the load balancer is not running."),
@@ -228,6 +234,19 @@ hello: copy 1 is draining with 2 sessions; it stops when they end, or in 15m at 
         let cells: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(cells, ["a", "1", "-", "1", "7", "crash-looping", "-", "50M", "0", "2", "x"]);
         assert!(text.contains("Memory: 50M in 1 R process; the load balancer is not running."));
+    }
+
+    #[test]
+    fn the_memory_line_adds_the_pools_share() {
+        let zygote = crate::wire::ZygoteReport { pid: 9, rss_bytes: 80 * M, mem_bytes: 22 * M, ready: true };
+        let report = StatusReport {
+            apps: vec![AppStatus { name: "a".into(), port: 1, copies: vec![copy(1, Role::Active, 7, 90, 0, "x")], ..Default::default() }],
+            proxy_rss_bytes: Some(8 * M),
+            pool: Some(crate::wire::PoolReport { on: true, zygotes: vec![zygote], ..Default::default() }),
+            ..Default::default()
+        };
+        let text = render(&report, false);
+        assert!(text.contains("Memory: 90M in 1 R process, plus 22M for the pool, plus 8M for the load balancer."), "{text}");
     }
 
     #[test]

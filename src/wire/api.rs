@@ -211,6 +211,10 @@ pub struct ZygoteReport {
     pub pid: u32,
     /// Its resident memory, in bytes.
     pub rss_bytes: u64,
+    /// Its proportional share of that (as a copy's MEM: the pages its
+    /// claimed copies still share with it are split among them), in bytes.
+    #[serde(default)]
+    pub mem_bytes: u64,
     /// It has loaded shiny and takes claims.
     pub ready: bool,
 }

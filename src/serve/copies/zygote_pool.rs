@@ -402,6 +402,7 @@ pub fn report() -> crate::wire::PoolReport {
         .map(|&pid| crate::wire::ZygoteReport {
             pid,
             rss_bytes: crate::sys::procfs::rss_bytes(pid).unwrap_or(0),
+            mem_bytes: crate::sys::procfs::mem_bytes(pid).unwrap_or(0),
             ready: listening(&s.socket),
         })
         .collect();
