@@ -772,6 +772,23 @@ fn remove_pool_folders(ours: impl Fn(&std::fs::DirEntry) -> bool) {
 fn remove_pool_tmp(home: &Path) {
     let prefixes: Vec<String> = home_tags(home).iter().map(|t| format!("shinyctl-pool-{t}-")).collect();
     remove_pool_folders(|e| prefixes.iter().any(|p| e.file_name().to_string_lossy().starts_with(p.as_str())));
+    remove_old_zygote_r_tmp(home);
+}
+
+/// Removes the `Rtmp…` folders in /tmp of this home's zygote's uid (under
+/// a root daemon, from the ids file): a zygote of a build from before the
+/// pool had a temporary folder of its own (the upgrade tests' previous
+/// build) kept R's tempdir() in /tmp, and R ended by a signal leaves it.
+fn remove_old_zygote_r_tmp(home: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let ids: Value = std::fs::read(shinyctl::sys::ids::ids_file()).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    let Some(uid) = ids["apps"][format!("{}:.pool/zygote", home.display())].as_u64() else { return };
+    for e in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
+        let r_tmp = e.file_name().to_string_lossy().starts_with("Rtmp");
+        if r_tmp && e.metadata().is_ok_and(|m| m.is_dir() && u64::from(m.uid()) == uid) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Removes the cgroups a daemon of this home made for its copies
