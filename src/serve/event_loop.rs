@@ -89,6 +89,34 @@ async fn stop_everything(shared: &Shared, proxy_pid: Option<u32>) {
     for s in stops {
         let _ = s.await;
     }
+    finish_deletes(shared).await;
+}
+
+/// After `shutdown --all` has stopped every copy: an app being deleted is
+/// done with, so what its cycles would have removed as its copies ended
+/// goes now (each copy's disk, unmounted, its cgroups, its state file and
+/// releases). The next daemon does not know the app (registry.json leaves
+/// it out) and would never remove them. Waits for the removals, which run
+/// on threads of their own, since the daemon exits next.
+async fn finish_deletes(shared: &Shared) {
+    let removals: Vec<std::thread::JoinHandle<()>> = {
+        let mut d = shared.lock();
+        let deleting: Vec<String> = d.apps.iter().filter(|(_, a)| a.recorded.deleting).map(|(n, _)| n.clone()).collect();
+        let mut threads = Vec::new();
+        for name in deleting {
+            let Some(app) = d.apps.remove(&name) else { continue };
+            let (spec, state) = (&app.recorded.spec, &app.recorded.state);
+            for rec in &state.copies {
+                threads.extend(crate::wire::launch::remove_scratch(&d.home.scratch_dir(&spec.group, &spec.name, rec.copy)));
+                d.cgroups.remove(&crate::sys::cgroup::leaf(&name, rec.copy));
+            }
+            state_files::remove_state(&spec.state_file);
+            crate::release::forget(&d.home, spec, state);
+            tracing::info!(app = name, "deleted");
+        }
+        threads
+    };
+    let _ = tokio::task::spawn_blocking(move || removals.into_iter().for_each(|t| drop(t.join()))).await;
 }
 
 /// True when two paths name the same file (device and inode).

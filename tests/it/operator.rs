@@ -389,6 +389,31 @@ fn stop_start_scale_list_restart_all_and_shutdown() {
     assert!(get(port_a, "/", &[]).is_err(), "nothing listens once everything stopped");
 }
 
+/// `delete --now` and at once `shutdown --all` (before the daemon's cycle
+/// saw the copies end): the app's copies' disks (unmounted first, under a
+/// root daemon), its state file and its releases go all the same; the next
+/// daemon, which does not know the app, would never remove them.
+#[test]
+fn a_delete_cut_short_by_shutdown_all_leaves_nothing_of_the_app() {
+    let env = Env::new("opdelshut");
+    let app = unique("delshut");
+    env.started(&app, "warm-replicas: 1\n", "1:active 2:warm");
+    let state = env.dir.join("apps").join(&app).join("state.json");
+    assert!(state.exists(), "the app's state file beside its manifest");
+    let scratch = env.home().join(format!("scratch/default-{app}"));
+    assert!(scratch.join("1").exists(), "copy 1's disk");
+    let r = env.pid_of(&app, 1);
+    env.ok(&["delete", &app, "--now"]);
+    env.ok(&["shutdown", "--all"]);
+    wait_gone(r, Duration::from_secs(20), "the copy to stop");
+    let left: Vec<_> = std::fs::read_dir(&scratch).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "nothing of the app's copies' disks is left: {left:?}");
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(!mounts.contains(scratch.to_str().unwrap()), "no disk of the app stays mounted: {mounts}");
+    assert!(!state.exists(), "its state file went");
+    assert!(!env.home().join(format!("releases/default/{app}")).exists(), "its releases went");
+}
+
 /// v1, v2, a broken edit (refused: v2 keeps serving), v3, then rollback:
 /// it goes to v2, the last release that served, never to the broken one;
 /// `releases` lists the broken one as failed, and `rollback --to` goes to
