@@ -105,14 +105,12 @@ async fn finish_deletes(shared: &Shared) {
         let mut threads = Vec::new();
         for name in deleting {
             let Some(app) = d.apps.remove(&name) else { continue };
-            let (spec, state) = (&app.recorded.spec, &app.recorded.state);
-            for rec in &state.copies {
+            let spec = &app.recorded.spec;
+            for rec in &app.recorded.state.copies {
                 threads.extend(crate::wire::launch::remove_scratch(&d.home.scratch_dir(&spec.group, &spec.name, rec.copy)));
                 d.cgroups.remove(&crate::sys::cgroup::leaf(&name, rec.copy));
             }
-            state_files::remove_state(&spec.state_file);
-            crate::release::forget(&d.home, spec, state);
-            tracing::info!(app = name, "deleted");
+            state_files::forget_deleted(&d.home, &name, &app.recorded);
         }
         threads
     };

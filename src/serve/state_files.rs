@@ -90,6 +90,15 @@ pub fn remove_state(path: &Path) {
     let _ = fs::remove_file(path);
 }
 
+/// The end of a delete, once the app's copies are gone (its cycle) or
+/// stopped (`shutdown --all`): its state file and releases go. The caller
+/// removes the app from the daemon's apps.
+pub(in crate::serve) fn forget_deleted(home: &Home, name: &str, recorded: &Recorded) {
+    remove_state(&recorded.spec.state_file);
+    crate::release::forget(home, &recorded.spec, &recorded.state);
+    tracing::info!(app = name, "deleted");
+}
+
 /// The record step: writes the app's state to its state file, waiting for
 /// the disk only when its lasting part changed since the disk last had it
 /// (a deploy, a new copy, a crash, a stop). A save that changes only

@@ -184,10 +184,8 @@ impl Daemon {
             state_files::record(recorded, tracked);
         }
         if recorded.deleting && recorded.state.copies.is_empty() {
-            state_files::remove_state(&recorded.spec.state_file);
-            release::forget(cx.home, &recorded.spec, &recorded.state);
+            state_files::forget_deleted(cx.home, name, recorded);
             self.apps.remove(name);
-            tracing::info!(app = name, "deleted");
         }
     }
 
