@@ -149,6 +149,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         tallies: Tallies::default(),
         cpu_percent: Default::default(),
         copy_mem: Default::default(),
+        pool_mem: 0,
         cgroups: cgroups.clone(),
         shutting_down: None,
         table_generations: Default::default(),

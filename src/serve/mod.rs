@@ -144,6 +144,9 @@ pub struct Daemon {
     /// (every 5 s, off the lock): status's MEM and what the memory bound on
     /// growth counts.
     copy_mem: HashMap<u32, u64>,
+    /// The pool's zygote's memory, its proportional share, as the same
+    /// sampler last read it: what the memory bound counts for the pool.
+    pool_mem: u64,
     /// `shinyctl shutdown` asked the daemon to stop; `Some(true)` with
     /// `--all`: the copies and the load balancer are stopped first.
     shutting_down: Option<bool>,

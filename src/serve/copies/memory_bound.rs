@@ -53,8 +53,7 @@ impl Daemon {
         // Read by the sampler off the lock (`cpu.rs`), not here under it.
         let size = |pid: Option<u32>| pid.and_then(|p| self.copy_mem.get(&p).copied()).unwrap_or(0);
         // The pool's zygote counts too: it holds R and shiny for the next wake.
-        let used = self.apps.values().flat_map(|a| &a.recorded.state.copies).map(|r| size(r.pid)).sum::<u64>()
-            + crate::serve::copies::zygote_pool::memory_used();
+        let used = self.apps.values().flat_map(|a| &a.recorded.state.copies).map(|r| size(r.pid)).sum::<u64>() + self.pool_mem;
         let per_copy = self.apps.get(name)?.recorded.state.copies.iter().map(|r| size(r.pid)).max().filter(|&n| n > 0)?;
         Some(MemoryRoom { used, bound, per_copy })
     }

@@ -59,9 +59,9 @@ pub fn spawn_sampler(shared: Shared) {
                 // bound on growth read it.
                 let mem: HashMap<u32, u64> = running.iter().filter_map(|k| Some((k.0, processes.as_ref()?.tree_mem_bytes(k.0)?))).collect();
                 let cpu = running.into_iter().filter_map(|k| Some((k, processes.as_ref()?.tree_cpu_secs(k.0)?, at))).collect::<Vec<_>>();
-                (cpu, mem)
+                (cpu, mem, crate::serve::copies::zygote_pool::memory_used())
             });
-            let Ok((readings, mem)) = read.await else { continue };
+            let Ok((readings, mem, pool_mem)) = read.await else { continue };
             let mut figures = HashMap::new();
             for (key, secs, at) in &readings {
                 if let Some(p) = last.get(key).and_then(|(was, then)| percent(*was, *secs, at.duration_since(*then))) {
@@ -74,6 +74,7 @@ pub fn spawn_sampler(shared: Shared) {
             let mut d = shared.lock();
             d.cpu_percent = CpuPercent(figures);
             d.copy_mem = mem;
+            d.pool_mem = pool_mem;
         }
     });
 }
