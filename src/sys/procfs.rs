@@ -265,8 +265,14 @@ impl Processes {
     /// [`tree_rss_bytes`], for the tree as this snapshot saw it (a process
     /// started since is not counted). `None` when `pid` is gone.
     pub fn tree_rss_bytes(&self, pid: u32) -> Option<u64> {
-        let own = rss_bytes(pid)?;
-        Some(own + descendants_in(pid, &self.0).iter().skip(1).filter_map(|&p| rss_bytes(p)).sum::<u64>())
+        self.tree_sum(pid, rss_bytes)
+    }
+
+    /// `figure` of `pid` and of each of its descendants that still has one,
+    /// summed; `None` when `pid` has none (it is gone).
+    fn tree_sum(&self, pid: u32, figure: impl Fn(u32) -> Option<u64>) -> Option<u64> {
+        let own = figure(pid)?;
+        Some(own + descendants_in(pid, &self.0).iter().skip(1).filter_map(|&p| figure(p)).sum::<u64>())
     }
 
     /// [`mem_bytes`] of `pid` and its descendants as this snapshot saw them,
@@ -274,8 +280,7 @@ impl Processes {
     /// outside a cgroup and the memory bound on growth count). `None` when
     /// `pid` is gone.
     pub fn tree_mem_bytes(&self, pid: u32) -> Option<u64> {
-        let own = mem_bytes(pid)?;
-        Some(own + descendants_in(pid, &self.0).iter().skip(1).filter_map(|&p| mem_bytes(p)).sum::<u64>())
+        self.tree_sum(pid, mem_bytes)
     }
 }
 
@@ -284,9 +289,7 @@ impl Processes {
     /// snapshot saw them (what `status --wide` shows as a copy's CPU time).
     /// `None` when `pid` is gone.
     pub fn tree_cpu_secs(&self, pid: u32) -> Option<f64> {
-        let own = cpu_ticks(pid)?;
-        let ticks = own + descendants_in(pid, &self.0).iter().skip(1).filter_map(|&p| cpu_ticks(p)).sum::<u64>();
-        Some(ticks as f64 / ticks_per_sec() as f64)
+        Some(self.tree_sum(pid, cpu_ticks)? as f64 / ticks_per_sec() as f64)
     }
 }
 
