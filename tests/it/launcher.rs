@@ -191,12 +191,37 @@ fn without_namespaces_landlock_keeps_the_folder_unwritten() {
     assert!(log.contains("isolation: Landlock (no mount namespace: user namespaces are switched off here"), "{log}");
 }
 
+/// A manifest's lines for one copy with the fence off.
+const OFF: &str = "warm-replicas: 0\nsandbox:\n  mode: off\n";
+
 /// An app whose page says where R's `tempdir()` is, and R's PID.
 const TEMPDIR_R: &str = r#"
 library(shiny)
 ui <- fluidPage(tags$p(paste0("tmp=", tempdir(), ";")), tags$p(paste0("pid=", Sys.getpid(), ";")))
 shinyApp(ui, function(input, output) {})
 "#;
+
+/// Deploys `name` with TEMPDIR_R and checks that its R keeps `tempdir()`
+/// in the copy's own folder beside its scratch disk, not in the host's
+/// /tmp, and that the one a SIGKILLed R leaves goes at the copy's next
+/// start. Returns the folder.
+fn tempdir_is_the_copy_s_own(env: &Env, name: &str, extra: &str) -> PathBuf {
+    let port = free_port();
+    let manifest = env.app_running(TEMPDIR_R, name, port, extra);
+    deployed_tempdir_is_the_copy_s_own(env, name, &manifest, port)
+}
+
+/// [`tempdir_is_the_copy_s_own`] for an app folder written already.
+fn deployed_tempdir_is_the_copy_s_own(env: &Env, name: &str, manifest: &Path, port: u16) -> PathBuf {
+    let page = deploy(env, name, manifest, port);
+    let own = std::fs::canonicalize(env.home().join(format!("scratch/default-{name}/1.tmp"))).unwrap();
+    let tmp = PathBuf::from(between(&page, "tmp=", ";").unwrap_or_default());
+    assert_eq!(tmp.parent(), Some(own.as_path()), "{name}: R's tempdir() in the copy's own folder: {page}");
+    assert!(tmp.file_name().is_some_and(|n| n.to_string_lossy().starts_with("Rtmp")), "{page}");
+    let r: u32 = between(&page, "pid=", ";").and_then(|p| p.parse().ok()).expect("R's PID on the page");
+    killed_r_leaves_no_tempdir(env, name, r);
+    own
+}
 
 /// README, "The fence": a copy without a /tmp of its own (the Landlock
 /// fallback, `sandbox.mode: off`) has R keep its `tempdir()` in a folder of
@@ -207,27 +232,38 @@ shinyApp(ui, function(input, output) {})
 fn without_a_mount_namespace_r_s_tempdir_is_the_copy_s_own() {
     let env = Env::new("owntmp");
     serve_without_namespaces(&env);
+    tempdir_is_the_copy_s_own(&env, "landtmp", "warm-replicas: 0\n");
+    tempdir_is_the_copy_s_own(&env, "offtmp", OFF);
     let chosen = env.dir.join("chosen-tmp");
     std::fs::create_dir_all(&chosen).unwrap();
-    let off = "warm-replicas: 0\nsandbox:\n  mode: off\n";
-    let kept = format!("{off}env:\n  TMPDIR: \"{}\"\n", chosen.display());
-    for (name, extra) in [("landtmp", "warm-replicas: 0\n"), ("offtmp", off), ("keptmp", kept.as_str())] {
-        let port = free_port();
-        let manifest = env.app_running(TEMPDIR_R, name, port, extra);
-        let page = deploy(&env, name, &manifest, port);
-        let own = env.home().join(format!("scratch/default-{name}/1.tmp"));
-        let tmp = PathBuf::from(between(&page, "tmp=", ";").unwrap_or_default());
-        if name == "keptmp" {
-            assert_eq!(tmp.parent(), Some(chosen.as_path()), "the manifest's TMPDIR is kept: {page}");
-            assert!(!own.exists(), "no folder of its own made: {}", own.display());
-            continue;
-        }
-        let own = std::fs::canonicalize(own).unwrap();
-        assert_eq!(tmp.parent(), Some(own.as_path()), "{name}: R's tempdir() in the copy's own folder: {page}");
-        assert!(tmp.file_name().is_some_and(|n| n.to_string_lossy().starts_with("Rtmp")), "{page}");
-        let r: u32 = between(&page, "pid=", ";").and_then(|p| p.parse().ok()).expect("R's PID on the page");
-        killed_r_leaves_no_tempdir(&env, name, r);
-    }
+    let port = free_port();
+    let manifest = env.app_running(TEMPDIR_R, "keptmp", port, &format!("{OFF}env:\n  TMPDIR: \"{}\"\n", chosen.display()));
+    let page = deploy(&env, "keptmp", &manifest, port);
+    let tmp = PathBuf::from(between(&page, "tmp=", ";").unwrap_or_default());
+    assert_eq!(tmp.parent(), Some(chosen.as_path()), "the manifest's TMPDIR is kept: {page}");
+    let own = env.home().join("scratch/default-keptmp/1.tmp");
+    assert!(!own.exists(), "no folder of its own made: {}", own.display());
+}
+
+/// The same for a `mode: off` copy under a root daemon and under a daemon
+/// that is not root (the folder is the daemon's user's). (With `run-as`, a
+/// `mode: off` copy cannot start at all: its release, under the root
+/// daemon's home, is not the run-as user's to read.)
+#[test]
+fn a_mode_off_copy_s_tempdir_is_its_own_under_root_and_unprivileged_daemons() {
+    use std::os::unix::fs::MetadataExt;
+    let env = Env::new("owntmp-root");
+    let own = tempdir_is_the_copy_s_own(&env, "roottmp", OFF);
+    assert_eq!(std::fs::metadata(&own).unwrap().uid(), 0, "the folder is the daemon's user's");
+
+    let env = Env::new("owntmp-nobody");
+    let port = free_port();
+    let manifest = env.app_running(TEMPDIR_R, "nobodytmp", port, OFF);
+    let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(&env.dir).status().unwrap();
+    assert!(chown.success());
+    serve_through(&env, "setpriv", &["--reuid=65534", "--regid=65534", "--clear-groups"]);
+    let own = deployed_tempdir_is_the_copy_s_own(&env, "nobodytmp", &manifest, port);
+    assert_eq!(std::fs::metadata(&own).unwrap().uid(), 65534, "the folder is the daemon's user's");
 }
 
 #[test]
