@@ -168,7 +168,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
     tokio::spawn(api::serve(listener, shared.clone()));
     memory::spawn_watch(shared.clone(), cgroups);
     crate::serve::watches::disk::spawn_watch(shared.clone());
-    crate::serve::watches::cpu::spawn_sampler(shared.clone());
+    crate::serve::watches::cpu::spawn_sampler(shared.clone(), crate::serve::copies::zygote_pool::memory_used);
     tokio::spawn(metrics::serve_tcp_from_env(shared.clone()));
     if let Some(socket) = notify_socket.clone() {
         tokio::spawn(notify::ready_when_answering(socket, home.api_sock()));

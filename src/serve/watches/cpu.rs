@@ -38,8 +38,10 @@ pub fn percent(before: f64, after: f64, elapsed: Duration) -> Option<f64> {
     (secs >= 0.5).then(|| ((after - before).max(0.0) / secs * 1000.0).round() / 10.0)
 }
 
-/// Starts the task that reads the copies' CPU time.
-pub fn spawn_sampler(shared: Shared) {
+/// Starts the task that reads the copies' CPU time and memory, and the
+/// pool's memory through `pool_memory` (given by the caller: the pool is
+/// `serve::copies`' and the copies' room uses this one).
+pub fn spawn_sampler(shared: Shared, pool_memory: fn() -> u64) {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(SAMPLE_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -59,7 +61,7 @@ pub fn spawn_sampler(shared: Shared) {
                 // bound on growth read it.
                 let mem: HashMap<u32, u64> = running.iter().filter_map(|k| Some((k.0, processes.as_ref()?.tree_mem_bytes(k.0)?))).collect();
                 let cpu = running.into_iter().filter_map(|k| Some((k, processes.as_ref()?.tree_cpu_secs(k.0)?, at))).collect::<Vec<_>>();
-                (cpu, mem, crate::serve::copies::zygote_pool::memory_used())
+                (cpu, mem, pool_memory())
             });
             let Ok((readings, mem, pool_mem)) = read.await else { continue };
             let mut figures = HashMap::new();
