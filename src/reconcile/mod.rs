@@ -86,6 +86,11 @@ pub struct Observed {
     /// keeps under (`SHINYCTL_MAX_MEMORY`); none when not looked at (an app
     /// that cannot grow).
     pub memory: Option<MemoryRoom>,
+    /// The load balancer's connection and session figures have not been
+    /// read since this daemon started (it adopted the copies a moment ago):
+    /// zero connections then says nothing, and a draining copy is not taken
+    /// for idle, or its open sessions would end with the daemon's restart.
+    pub traffic_unknown: bool,
 }
 
 /// The memory growth may use (README, "Capacity").
@@ -356,13 +361,16 @@ pub fn decide(spec: &AppSpec, deleting: bool, state: &AppState, observed: &Obser
     // are given (NOW_PAUSE_MS at least, NOW_GRACE_MS at most).
     for rec in st.copies.iter_mut().filter(|r| r.stop_started_ms.is_none()) {
         let Some(since) = rec.drain_started_ms else { continue };
-        if phase(rec) != Phase::Ready {
+        // A copy drains only once it was ready; one whose readiness is not
+        // known (adopted by a daemon that just started, probed again) still
+        // holds its sessions. Only one with no process has nothing to drain.
+        if phase(rec) == Phase::Down {
             rec.stop_started_ms = Some(now_ms);
             continue;
         }
         let settle_end = since + SETTLE_MS;
         let timeout_end = since.saturating_add(spec.scale.drain_timeout_ms);
-        let idle = conns(rec.copy) == 0;
+        let idle = !observed.traffic_unknown && conns(rec.copy) == 0;
         let in_flight = conns(rec.copy).saturating_sub(sessions(rec.copy));
         // A --now hurries it from then on, whatever comes after. One that
         // drained for a while already has its moments behind it.

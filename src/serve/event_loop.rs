@@ -112,6 +112,7 @@ async fn finish_deletes(shared: &Shared) {
             }
             state_files::forget_deleted(&d.home, &name, &app.recorded);
         }
+        d.save_registry_or_warn();
         threads
     };
     let _ = tokio::task::spawn_blocking(move || removals.into_iter().for_each(|t| drop(t.join()))).await;
@@ -142,6 +143,7 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
         events: tx.clone(),
         proxy_pid: None,
         traffic: HashMap::new(),
+        traffic_heard: false,
         refusing: HashMap::new(),
         sockets,
         stops: Vec::new(),
@@ -447,5 +449,6 @@ impl Daemon {
         }
         self.refusing = stats.apps.iter().map(|a| (a.name.clone(), a.refusing.clone())).collect();
         self.traffic = stats.apps.into_iter().map(|a| (a.name, a.copies.into_iter().map(|c| (c.copy, c)).collect())).collect();
+        self.traffic_heard = true;
     }
 }

@@ -123,6 +123,10 @@ pub struct Daemon {
     proxy_pid: Option<u32>,
     /// The last traffic figures from the load balancer, by app then copy.
     traffic: HashMap<String, HashMap<u32, CopyTraffic>>,
+    /// The load balancer's figures were read at least once since this
+    /// daemon started: before, `traffic` is empty for want of them, not
+    /// because no visitor is connected.
+    traffic_heard: bool,
     /// The requests the load balancer refuses for a while, by app (each was
     /// in flight when two copies died).
     refusing: HashMap<String, Vec<Refusing>>,

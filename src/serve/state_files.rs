@@ -226,9 +226,15 @@ impl Daemon {
         // Nothing is being taken yet: partial copies are a dead daemon's.
         crate::release::clean_leftovers(&self.home.releases_root());
         let registry = load_registry(&self.home)?;
-        for (name, spec) in registry.apps {
+        let deleting = registry.deleting.into_iter().map(|app| (app, true));
+        for ((name, spec), deleting) in registry.apps.into_iter().map(|app| (app, false)).chain(deleting) {
             let state = load_state(&spec.state_file).unwrap_or_default();
-            self.apps.insert(name, AppRt::new(spec, state));
+            let mut app = AppRt::new(spec, state);
+            // A delete a shutdown cut short goes on where it was: the cycle
+            // stops its copies (drained, or at once as it was asked) and
+            // then forgets it.
+            app.recorded.deleting = deleting;
+            self.apps.insert(name, app);
         }
         Ok(())
     }
@@ -241,10 +247,20 @@ impl Daemon {
         copies.chain([self.home.api_log()]).collect()
     }
 
-    /// Saves registry.json from the apps held (those not being deleted).
+    /// Saves registry.json from the apps held, those being deleted apart.
     pub(in crate::serve) fn save_registry(&self) -> anyhow::Result<()> {
-        let apps = self.apps.iter().filter(|(_, a)| !a.recorded.deleting).map(|(n, a)| (n.clone(), a.recorded.spec.clone())).collect();
-        save_registry(&self.home, &Registry { apps })
+        let (deleting, apps) =
+            self.apps.iter().map(|(n, a)| (n.clone(), a.recorded.spec.clone())).partition(|(n, _)| self.apps[n].recorded.deleting);
+        save_registry(&self.home, &Registry { apps, deleting })
+    }
+
+    /// Saves registry.json once a delete has ended. Where it cannot be
+    /// written the app stays listed as being deleted, and the next daemon
+    /// finds nothing left of it to remove: a warning is enough.
+    pub(in crate::serve) fn save_registry_or_warn(&self) {
+        if let Err(e) = self.save_registry() {
+            tracing::warn!("cannot write registry.json after a delete: {e:#}");
+        }
     }
 }
 

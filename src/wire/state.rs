@@ -322,4 +322,11 @@ impl MemoryStop {
 pub struct Registry {
     /// The applied spec of each app, by app name.
     pub apps: BTreeMap<String, AppSpec>,
+    /// The apps whose delete is under way (their copies stopping), by app
+    /// name: a daemon that starts while one is, after a `shutdown` in the
+    /// middle of it, finishes it (the copies stopped, their disks, the state
+    /// file and the releases removed). Absent when empty, so a registry
+    /// without deletes reads the same to a daemon from before the field.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub deleting: BTreeMap<String, AppSpec>,
 }

@@ -414,6 +414,48 @@ fn a_delete_cut_short_by_shutdown_all_leaves_nothing_of_the_app() {
     assert!(!env.home().join(format!("releases/default/{app}")).exists(), "its releases went");
 }
 
+/// A delete that drains (a session open on the app's copy) cut short by a
+/// plain `shutdown`: the copy runs on, draining, and the next daemon
+/// finishes the delete once the session ends (the copy stopped, its disk,
+/// the state file and the releases removed), where it used to know nothing
+/// of the app and leave its disk and state file for good.
+#[test]
+fn a_delete_cut_short_by_shutdown_is_finished_by_the_next_daemon() {
+    let env = Env::new("opdelnext");
+    let app = unique("delnext");
+    let port = env.started(&app, "warm-replicas: 0\n", "1:active");
+    let state = env.dir.join("apps").join(&app).join("state.json");
+    let scratch = env.home().join(format!("scratch/default-{app}"));
+    let r = env.pid_of(&app, 1);
+    let session = Session::open(port, "");
+    let out = env.ok(&["delete", &app]);
+    assert!(out.contains("stops once its sessions end"), "{out}");
+    let daemon = env.status()["daemon_pid"].as_u64().unwrap() as u32;
+    env.ok(&["shutdown"]);
+    wait_gone(daemon, Duration::from_secs(10), "the daemon to end");
+    assert!(pid_alive(r), "the draining copy runs on while its session is open");
+    assert!(scratch.join("1").exists() && state.exists(), "the delete is not finished yet");
+
+    env.ok(&["serve", "-d"]);
+    wait_until(Duration::from_secs(30), "the new daemon to adopt the draining copy of the app being deleted", || {
+        let app_state = env.status()["apps"].as_array()?.iter().find(|a| a["name"] == app.as_str())?["state"].clone();
+        let copy = env.copies(&app).into_iter().find(|c| c.copy == 1)?;
+        (app_state == "being-deleted" && copy.pid == Some(r) && copy.role == "draining").then_some(())
+    });
+    holds_for(Duration::from_secs(2), "the new daemon keeps the copy draining while its session is open", || pid_alive(r));
+    session.close();
+    wait_gone(r, Duration::from_secs(30), "the copy to stop once its session ended");
+    wait_until(Duration::from_secs(30), "the delete finished: the app's disk and state file gone", || {
+        let left = std::fs::read_dir(&scratch).map(|d| d.flatten().count()).unwrap_or(0);
+        (left == 0 && !state.exists()).then_some(())
+    });
+    assert!(!std::fs::read_to_string("/proc/mounts").unwrap().contains(scratch.to_str().unwrap()), "no disk of the app stays mounted");
+    assert!(!env.home().join(format!("releases/default/{app}")).exists(), "its releases went");
+    let registry = std::fs::read_to_string(env.home().join("registry.json")).unwrap();
+    assert!(!registry.contains(&app), "registry.json forgets the app once the delete is done: {registry}");
+    assert!(!env.ok(&["list"]).contains(&app), "no longer listed");
+}
+
 /// v1, v2, a broken edit (refused: v2 keeps serving), v3, then rollback:
 /// it goes to v2, the last release that served, never to the broken one;
 /// `releases` lists the broken one as failed, and `rollback --to` goes to

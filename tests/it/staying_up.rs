@@ -136,6 +136,33 @@ fn a_redeploy_drains_the_old_copy_while_its_session_stays_open() {
     assert!(errors.is_empty(), "no request lost during the redeploy: {} of {sent}: {errors:?}", errors.len());
 }
 
+/// A daemon that starts during a drain (an upgrade; `shutdown` then
+/// `serve -d`) keeps the draining copy's sessions: its first cycle runs
+/// before it has probed the adopted copy or read the load balancer's
+/// figures, and used to take the copy for not ready and idle, and stop it.
+#[test]
+fn a_daemon_started_during_a_drain_keeps_the_draining_copy_s_sessions() {
+    let env = Env::new("drainadopt");
+    let port = free_port();
+    env.apply(&env.app("da", port, "warm-replicas: 0\ndrain-timeout: 60s\n"));
+    env.wait_roles("da", "1:active", START);
+    let old = env.pid_of("da", 1);
+    let mut session = Session::open(port, "");
+    env.ok(&["restart", "da"]);
+    env.wait_roles("da", "2:active 1:draining", START);
+    let daemon = env.status()["daemon_pid"].as_u64().unwrap() as u32;
+    env.ok(&["shutdown"]);
+    wait_gone(daemon, Duration::from_secs(10), "the daemon to end");
+    env.ok(&["serve", "-d"]);
+    env.wait_roles("da", "2:active 1:draining", START);
+    holds_for(Duration::from_secs(3), "the new daemon keeps the draining copy while its session is open", || pid_alive(old));
+    session.still_on_its_copy(1);
+    let text = env.status_text(Some("da"));
+    assert!(text.contains("da: copy 1 is draining with 1 session"), "{text}");
+    session.close();
+    wait_gone(old, Duration::from_secs(30), "the drained copy to stop once its session ended");
+}
+
 #[test]
 fn a_draining_copy_stops_at_drain_timeout_and_now_does_not_wait() {
     let env = Env::new("timeout");

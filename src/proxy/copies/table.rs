@@ -184,9 +184,12 @@ impl Leaving {
         self.state.connections.load(Ordering::Relaxed).saturating_sub(self.state.sessions.load(Ordering::Relaxed))
     }
 
-    /// Still worth keeping at `now` ([`mono_ms`]).
+    /// Still worth keeping at `now` ([`mono_ms`]): while anything is open
+    /// to it, sessions too, so a copy a push names again (a daemon that just
+    /// started pushes its first table before it has probed the copies it
+    /// adopted) takes back its counts.
     fn lingers(&self, now: u64) -> bool {
-        self.requests() > 0 || now < self.left_ms + LEAVING_LINGER_MS
+        self.state.connections.load(Ordering::Relaxed) > 0 || now < self.left_ms + LEAVING_LINGER_MS
     }
 }
 
@@ -219,6 +222,10 @@ impl Table {
                 let state = old
                     .and_then(|a| a.copies.iter().find(|x| x.copy == c.copy && x.pid == c.pid && x.port == c.port))
                     .map(|x| x.state.clone())
+                    .or_else(|| {
+                        let back = |l: &&Leaving| l.app == app.name && l.copy == c.copy && l.pid == c.pid && l.port == c.port;
+                        prev.leaving.iter().find(back).map(|l| l.state.clone())
+                    })
                     .unwrap_or_default();
                 let value = cookie::sign(key, app.route.port, c.copy);
                 let set_cookie =
@@ -455,6 +462,25 @@ mod tests {
         assert!(t3.traffic()[0].leaving.is_empty(), "reported only while a request is in flight");
         let back = Table::build(table(&[(1, 20001, 100), (2, 20002, 200)]), &key, &t3);
         assert!(back.leaving.is_empty(), "a copy named again is in the table, not leaving");
+    }
+
+    #[test]
+    fn a_copy_taken_out_and_named_again_keeps_its_sessions_count() {
+        let key = [1u8; 32];
+        let t1 = Table::build(table(&[(1, 20001, 100)]), &key, &Table::default());
+        t1.apps[0].copies[0].state.sessions.fetch_add(1, Ordering::Relaxed);
+        t1.apps[0].copies[0].state.connections.fetch_add(1, Ordering::Relaxed);
+        let empty = Table::build(table(&[]), &key, &t1);
+        assert_eq!(empty.leaving.len(), 1);
+        assert!(empty.traffic()[0].leaving.is_empty(), "a session is not a request the daemon waits for");
+        let mut later = Table::build(table(&[]), &key, &empty);
+        later.leaving.iter_mut().for_each(|l| l.left_ms = 0);
+        let later = Table::build(table(&[]), &key, &later);
+        assert_eq!(later.leaving.len(), 1, "kept past the linger while its session is open");
+        let back = Table::build(table(&[(1, 20001, 100)]), &key, &later);
+        assert_eq!(back.traffic()[0].copies[0].sessions, 1, "the open session is still counted");
+        let other = Table::build(table(&[(1, 20001, 101)]), &key, &later);
+        assert_eq!(other.traffic()[0].copies[0].sessions, 0, "another process is another copy");
     }
 
     #[test]

@@ -346,6 +346,33 @@ fn an_old_copy_with_no_sessions_stops_after_the_settle() {
     assert_eq!(sim.copies(), "3 4", "a stopped copy is forgotten once its process is gone");
 }
 
+/// A daemon that starts during a drain (an upgrade, a `shutdown` and
+/// `serve`) adopts the draining copy before it has probed it again or read
+/// the load balancer's figures: the copy keeps draining, its sessions open,
+/// and stops once the figures say they ended.
+#[test]
+fn a_draining_copy_adopted_by_a_new_daemon_keeps_its_sessions() {
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle().sessions(1, 1);
+    sim.at(100).restart(false).cycle().ready(&[2]);
+    sim.at(101).cycle();
+    assert_eq!(sim.roles(), "2:active 1:draining");
+    // The new daemon: copy 1 runs, not yet seen ready, no figures yet.
+    sim.at(200);
+    sim.world.traffic_unknown = true;
+    for c in [1, 2] {
+        sim.world.copies.insert(c, ObservedCopy { process: Process::Running { ready: false }, connections: 0, sessions: 0 });
+    }
+    sim.cycle();
+    assert!(sim.actions().is_empty(), "nothing stops on what is not known yet: {:?}", sim.actions());
+    assert!(sim.record(1).drain_started_ms.is_some() && sim.record(1).stop_started_ms.is_none());
+    sim.world.traffic_unknown = false;
+    sim.ready(&[1, 2]).sessions(1, 1).at(201).cycle();
+    assert!(sim.actions().is_empty(), "its session is still open");
+    sim.sessions(1, 0).at(202).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(1)], "stopped once its last session ended");
+}
+
 #[test]
 fn a_draining_copy_stops_at_drain_timeout_even_with_sessions() {
     let mut sim = Sim::new(1, 0);

@@ -40,6 +40,7 @@ impl Daemon {
         let home = self.home.clone();
         let memory = self.memory_room(name);
         let traffic = self.traffic.get(name).cloned().unwrap_or_default();
+        let traffic_unknown = !self.traffic_heard;
         let cgroups = &self.cgroups;
         let counts = &mut self.tallies;
         let Some(AppRt { recorded, tracked, wake }) = self.apps.get_mut(name) else { return Observed::default() };
@@ -51,6 +52,7 @@ impl Daemon {
             last_request_ms: tracked.last_request_ms.max(held),
             full: std::mem::take(&mut tracked.full),
             memory,
+            traffic_unknown,
             ..Observed::default()
         };
         for rec in &recorded.state.copies {
@@ -186,6 +188,7 @@ impl Daemon {
         if recorded.deleting && recorded.state.copies.is_empty() {
             state_files::forget_deleted(cx.home, name, recorded);
             self.apps.remove(name);
+            self.save_registry_or_warn();
         }
     }
 
