@@ -410,6 +410,31 @@ fn a_root_daemon_runs_a_copy_as_its_run_as_user() {
     killed_r_leaves_no_tempdir(&f.env, &app, r);
 }
 
+/// `run-as` with the fence off under a root daemon: the copy would run as
+/// the user with no mount namespace, and the user cannot enter the
+/// daemon's home (0700, root's) where its release is. apply refuses it,
+/// naming the line and what works, and starts nothing (it used to accept
+/// it and crash-loop on "cannot enter the app folder").
+#[test]
+fn a_root_daemon_refuses_run_as_with_the_fence_off_and_says_what_works() {
+    if !needs_root("only a root daemon runs copies as a run-as user") {
+        return;
+    }
+    let user = TestUser::create(None);
+    let env = Env::new("fencerunasoff");
+    let app = unique("runasoff");
+    let manifest = env.app(&app, free_port(), &format!("warm-replicas: 0\nrun-as: {}\nsandbox:\n  mode: off\n", user.name));
+    let out = env.run(&["apply", "-f", manifest.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "refused: {err}");
+    let want = format!("{}:4: run-as: {} with sandbox.mode: off cannot work under a root daemon", manifest.display(), user.name);
+    assert!(err.contains(&want) && err.contains("use sandbox.mode: on (the default)"), "{err}");
+    assert!(!env.ok(&["list"]).contains(&app), "nothing was deployed");
+    // With the fence on, the same user works (a_root_daemon_runs_a_copy_as_its_run_as_user).
+    std::fs::write(&manifest, format!("app-name: {app}\nport: {}\nwarm-replicas: 0\nrun-as: {}\n", free_port(), user.name)).unwrap();
+    env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait=60s"]);
+}
+
 #[test]
 fn strict_mode_refuses_a_copy_without_the_whole_fence() {
     let env = Env::new("fencestrict");

@@ -94,6 +94,9 @@ fn check(d: &Daemon, spec: &AppSpec, lines: &manifest::KeyLines) -> Result<Optio
     let here = |key: &str, message: String| {
         manifest::ManifestError { file: spec.manifest.clone(), line: lines.line(key), key: Some(key.into()), message }.to_string()
     };
+    if let Some(why) = run_as_unreachable(d, spec) {
+        return Err(ServeError::Invalid(here("run-as", why)));
+    }
     let existing = d
         .apps
         .iter()
@@ -135,6 +138,22 @@ fn check(d: &Daemon, spec: &AppSpec, lines: &manifest::KeyLines) -> Result<Optio
         }
     }
     Ok(existing)
+}
+
+/// Why a root daemon cannot run this spec's copies as its `run-as` user
+/// with the fence off: with no mount namespace the copy reaches its release
+/// and disk by their paths in the daemon's home, which is 0700 (it holds the
+/// cookie key, every app's state and releases) and root's, so the user's R
+/// could not enter its app folder and every start would fail.
+fn run_as_unreachable(d: &Daemon, spec: &AppSpec) -> Option<String> {
+    let user = spec.start.run_as.as_deref()?;
+    if spec.start.sandbox.mode != crate::manifest::SandboxMode::Off || !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    Some(format!(
+        "{user} with sandbox.mode: off cannot work under a root daemon: such a copy runs as {user} without a mount namespace, and {user} cannot reach its release and disk in shinyctl's home ({}, mode 0700, root's); use sandbox.mode: on (the default), where the copy sees them through its own namespace, and still runs as {user}",
+        d.home.root.display()
+    ))
 }
 
 /// The app's listening socket, bound now when the daemon does not hold it
