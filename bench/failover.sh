@@ -10,7 +10,9 @@
 # 200), the p50 and the worst time of the requests in flight at the kill
 # or sent after it, beside the baseline's, and what the kill added to its
 # worst request (that worst less the baseline's p50: on a loaded machine
-# R's own time moves more than a failover costs), and the request in
+# R's own time moves more than a failover costs) with when that worst
+# request was sent (ms after the kill; negative: it was in flight at the
+# kill), and the request in
 # flight at the kill: how long it had run on the killed copy and how long
 # it took after the kill (the failover itself: the load balancer sees the
 # copy end and sends it to the spare, whose whole answer it waits for).
@@ -120,7 +122,7 @@ thread.join()
 
 print(f"failover: hello app (R), 1 active + 1 warm copy, a request every 10 ms on a new connection, sticky; "
       f"{rounds} SIGKILLs of the visitor's copy; {cores} cores, {build} build")
-print(f"{'kill':<5} {'copy':>4} {'before: n':>10} {'p50 ms':>7} {'worst ms':>9} {'after: n':>9} {'failed':>7} {'p50 ms':>7} {'worst ms':>9} {'worst-p50':>10} {'then on':>8} {'in flight: ran+after ms':>24}")
+print(f"{'kill':<5} {'copy':>4} {'before: n':>10} {'p50 ms':>7} {'worst ms':>9} {'after: n':>9} {'failed':>7} {'p50 ms':>7} {'worst ms':>9} {'worst-p50':>10} {'sent at':>8} {'then on':>8} {'in flight: ran+after ms':>24}")
 total_failed, worst_after, worst_before, excess, flight = 0, 0.0, 0.0, [], []
 for i, (at, copy) in enumerate(kills, 1):
     before = [s for s in samples if at - 1.0 <= s[0] and s[0] + s[1] / 1000 < at]
@@ -129,6 +131,8 @@ for i, (at, copy) in enumerate(kills, 1):
     failed = sum(1 for s in after if s[2] != 200)
     wb = max((s[1] for s in before), default=0.0)
     wa = max((s[1] for s in after), default=0.0)
+    # When the worst one was sent, in ms after the kill (negative: in flight).
+    worst_at = max(after, key=lambda s: s[1])[0] - at if after else 0.0
     total_failed += failed
     worst_after, worst_before = max(worst_after, wa), max(worst_before, wb)
     then = after[-1][3] if after else 0
@@ -142,7 +146,7 @@ for i, (at, copy) in enumerate(kills, 1):
     inflight = [s for s in after if s[0] < at]
     ran = ", ".join(f"{(at - s[0]) * 1000:.1f}+{s[1] - (at - s[0]) * 1000:.1f}" for s in inflight) or "none"
     flight.extend(s[1] - (at - s[0]) * 1000 for s in inflight)
-    print(f"{i:<5} {copy:>4} {len(before):>10} {p50:>7.1f} {wb:>9.1f} {len(after):>9} {failed:>7} {p50a:>7.1f} {wa:>9.1f} {wa - p50:>10.1f} {then:>8} {ran:>24}")
+    print(f"{i:<5} {copy:>4} {len(before):>10} {p50:>7.1f} {wb:>9.1f} {len(after):>9} {failed:>7} {p50a:>7.1f} {wa:>9.1f} {wa - p50:>10.1f} {worst_at * 1000:>+8.0f} {then:>8} {ran:>24}")
 all_failed = sum(1 for s in samples if s[2] != 200)
 excess.sort()
 print(f"requests {len(samples)}, failed {all_failed}; worst after a kill {worst_after:.1f} ms "
