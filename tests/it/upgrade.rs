@@ -78,6 +78,29 @@ fn the_documented_restart_line_pkill_then_serve_d_leaves_a_daemon_running() {
     assert_eq!(env.pid_of("pk", 1), copy, "the copy was adopted");
 }
 
+/// A daemon started while copies run (a restart, an upgrade of the same
+/// build) takes the copies that were ready, and still listen on their own
+/// ports, as ready at once: the load balancer never gets a table without
+/// them (it used to, until the new daemon had probed each, holding every
+/// visitor's request meanwhile).
+#[test]
+fn a_restarted_daemon_never_pushes_a_table_without_the_copies_it_adopted() {
+    let env = Env::new("adoptready");
+    env.started("ar", "warm-replicas: 1\n", "1:active 2:warm");
+    let log = env.home().join("api.log");
+    let tables =
+        || std::fs::read_to_string(&log).unwrap().lines().filter(|l| l.contains("new table: ")).map(str::to_string).collect::<Vec<_>>();
+    let before = tables().len();
+    let copies = (env.pid_of("ar", 1), env.pid_of("ar", 2));
+    env.ok(&["shutdown"]);
+    env.ok(&["serve", "-d"]);
+    env.wait_roles("ar", "1:active 2:warm", Duration::from_secs(10));
+    holds_for(Duration::from_secs(3), "every table the new daemon pushes names both copies", || {
+        tables()[before..].iter().all(|l| l.contains("1=active@") && l.contains("2=warm@"))
+    });
+    assert_eq!((env.pid_of("ar", 1), env.pid_of("ar", 2)), copies, "adopted, not started again");
+}
+
 /// A daemon that dies between starting the new build's load balancer and
 /// stopping the old one (SIGKILL, a crash) leaves the old one running,
 /// still serving the same sockets with an old table; the next daemon finds

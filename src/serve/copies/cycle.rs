@@ -80,6 +80,7 @@ impl Daemon {
             } else {
                 let put_to_sleep = recorded.state.asleep_since_ms.is_some() && !rec.checking;
                 let owner = port_owner(name, rec, pid, put_to_sleep, tracked, facts);
+                adopt_ready(rec, pid, owner, tracked, facts);
                 let ready = tracked.process(pid).ready;
                 // The daemon watches what it starts from the start, so a
                 // process first watched here is one it adopted.
@@ -510,6 +511,22 @@ fn port_owner(name: &str, rec: &CopyRecord, pid: u32, put_to_sleep: bool, tracke
         );
     }
     owner
+}
+
+/// A copy a daemon that just started adopts is ready at once when it was
+/// ready before and its own R still listens on its port (looked up just
+/// before, off the lock): the first table then names it, so a restart or
+/// an upgrade of the daemon holds no visitor's request while it probes
+/// again, and `status` shows its role at once. One that never was ready,
+/// or whose port is not its own, is probed as a new one is.
+fn adopt_ready(rec: &CopyRecord, pid: u32, owner: procfs::PortOwner, tracked: &mut Tracked, facts: &ProbeFacts) {
+    let checked = rec.moving_from.is_none() && rec.stop_started_ms.is_none();
+    if tracked.process(pid).watched || !rec.ever_ready || !checked || owner != procfs::PortOwner::Ours {
+        return;
+    }
+    let process = tracked.process_mut(pid);
+    process.ready = true;
+    process.r_pid = facts.r_pid(pid, rec.port);
 }
 
 /// How long a copy's port must stay held by a socket outside the copy

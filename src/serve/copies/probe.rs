@@ -42,6 +42,8 @@ struct Fact {
     alive: bool,
     /// Who listens on its port, when that was checked.
     owner: Option<PortOwner>,
+    /// R's PID as the launcher's report names it, when the port was checked.
+    r_pid: Option<u32>,
 }
 
 /// The facts found, by (launcher PID, port).
@@ -59,11 +61,10 @@ impl ProbeFacts {
             .into_iter()
             .map(|p| {
                 let alive = p.pid_start.is_some_and(|s| procfs::is_alive(p.pid, s));
-                let owner = (alive && p.check_port).then(|| {
-                    let r = crate::wire::launch::report::read_report(&p.scratch, p.pid).and_then(|r| r.r_pid);
-                    procfs::owner_among(listening.get(&p.port).map_or(&[], Vec::as_slice), p.pid, r)
-                });
-                ((p.pid, p.port), Fact { alive, owner })
+                let checked = alive && p.check_port;
+                let r_pid = checked.then(|| crate::wire::launch::report::read_report(&p.scratch, p.pid).and_then(|r| r.r_pid)).flatten();
+                let owner = checked.then(|| procfs::owner_among(listening.get(&p.port).map_or(&[], Vec::as_slice), p.pid, r_pid));
+                ((p.pid, p.port), Fact { alive, owner, r_pid })
             })
             .collect();
         ProbeFacts(facts)
@@ -75,6 +76,12 @@ impl ProbeFacts {
             Some(f) => f.alive,
             None => start.is_some_and(|s| procfs::is_alive(pid, s)),
         }
+    }
+
+    /// R's PID in the copy of launcher `pid` on `port`, as its launcher's
+    /// report names it, when it was looked up.
+    pub fn r_pid(&self, pid: u32, port: u16) -> Option<u32> {
+        self.0.get(&(pid, port)).and_then(|f| f.r_pid)
     }
 
     /// Who listens on `port`, from the process `pid`'s point of view.
