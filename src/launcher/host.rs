@@ -209,7 +209,9 @@ fn map_subordinate(child: Pid, (uid, gid): (u32, u32), w: &Identity) -> anyhow::
 
 /// The user a copy runs as, for the report.
 pub fn user_name(who: Option<&Identity>) -> String {
-    who.map(|w| w.name.clone()).or_else(|| Identity::current().map(|i| i.name)).unwrap_or_else(|| nix::unistd::geteuid().to_string())
+    who.map(|w| w.name.clone())
+        .or_else(|| crate::sys::users::current_user().map(|u| u.name))
+        .unwrap_or_else(|| nix::unistd::geteuid().to_string())
 }
 
 /// The PID (as the host sees it) of the init's one child, R.

@@ -63,7 +63,7 @@ pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<RootPl
     let tmp = own_folder(&crate::sys::disk::tmp_path(&scratch), who)?;
     let shm = own_folder(&crate::sys::disk::shm_path(&scratch), who)?;
     let mut homes: Vec<PathBuf> = std::env::var_os("HOME").map(PathBuf::from).into_iter().collect();
-    homes.extend(Identity::current().map(|i| i.home));
+    homes.extend(crate::sys::users::current_user().map(|u| u.dir));
     homes.extend(who.map(|w| w.home.clone()));
     // The users' own shinyctl homes (the default `~/.shinyctl`) go with
     // the secrets: a run-as user's daemon is no business of their copies.
