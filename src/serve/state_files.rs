@@ -249,9 +249,10 @@ impl Daemon {
 
     /// Saves registry.json from the apps held, those being deleted apart.
     pub(in crate::serve) fn save_registry(&self) -> anyhow::Result<()> {
-        let (deleting, apps) =
-            self.apps.iter().map(|(n, a)| (n.clone(), a.recorded.spec.clone())).partition(|(n, _)| self.apps[n].recorded.deleting);
-        save_registry(&self.home, &Registry { apps, deleting })
+        let specs = |deleting: bool| {
+            self.apps.iter().filter(|(_, a)| a.recorded.deleting == deleting).map(|(n, a)| (n.clone(), a.recorded.spec.clone())).collect()
+        };
+        save_registry(&self.home, &Registry { apps: specs(false), deleting: specs(true) })
     }
 
     /// Saves registry.json once a delete has ended. Where it cannot be

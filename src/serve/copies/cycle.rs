@@ -80,7 +80,7 @@ impl Daemon {
             } else {
                 let put_to_sleep = recorded.state.asleep_since_ms.is_some() && !rec.checking;
                 let owner = port_owner(name, rec, pid, put_to_sleep, tracked, facts);
-                adopt_ready(rec, pid, owner, tracked, facts);
+                adopt_ready(rec, pid, tracked, facts);
                 let ready = tracked.process(pid).ready;
                 // The daemon watches what it starts from the start, so a
                 // process first watched here is one it adopted.
@@ -518,15 +518,16 @@ fn port_owner(name: &str, rec: &CopyRecord, pid: u32, put_to_sleep: bool, tracke
 /// before, off the lock): the first table then names it, so a restart or
 /// an upgrade of the daemon holds no visitor's request while it probes
 /// again, and `status` shows its role at once. One that never was ready,
-/// or whose port is not its own, is probed as a new one is.
-fn adopt_ready(rec: &CopyRecord, pid: u32, owner: procfs::PortOwner, tracked: &mut Tracked, facts: &ProbeFacts) {
-    let checked = rec.moving_from.is_none() && rec.stop_started_ms.is_none();
-    if tracked.process(pid).watched || !rec.ever_ready || !checked || owner != procfs::PortOwner::Ours {
+/// whose port is not its own, or whose port was not looked at (it moves or
+/// is being stopped), is probed as a new one is.
+fn adopt_ready(rec: &CopyRecord, pid: u32, tracked: &mut Tracked, facts: &ProbeFacts) {
+    let Some((procfs::PortOwner::Ours, r_pid)) = facts.looked_up(pid, rec.port) else { return };
+    if tracked.process(pid).watched || !rec.ever_ready {
         return;
     }
     let process = tracked.process_mut(pid);
     process.ready = true;
-    process.r_pid = facts.r_pid(pid, rec.port);
+    process.r_pid = r_pid;
 }
 
 /// How long a copy's port must stay held by a socket outside the copy

@@ -78,10 +78,12 @@ impl ProbeFacts {
         }
     }
 
-    /// R's PID in the copy of launcher `pid` on `port`, as its launcher's
-    /// report names it, when it was looked up.
-    pub fn r_pid(&self, pid: u32, port: u16) -> Option<u32> {
-        self.0.get(&(pid, port)).and_then(|f| f.r_pid)
+    /// Who listens on `port` and R's PID as the launcher's report names
+    /// it, when the look-up checked the port of launcher `pid` (it does not
+    /// for a copy that moves or is being stopped).
+    pub fn looked_up(&self, pid: u32, port: u16) -> Option<(PortOwner, Option<u32>)> {
+        let fact = self.0.get(&(pid, port))?;
+        Some((fact.owner?, fact.r_pid))
     }
 
     /// Who listens on `port`, from the process `pid`'s point of view.
