@@ -9,8 +9,9 @@
 # copy. ROUNDS rounds, the three targets in turn within each and a
 # different one first in each round, so a change in the machine's load
 # falls on all of them. Prints requests/s, p50 and p99 latency of each
-# round, the median and range of the ratios, and the resident memory of
-# both load balancers after the load. Any non-2xx answer or socket error
+# round, each load balancer's CPU time per request answered (user and
+# system, from /proc), the median and range of the ratios, and the
+# resident memory of both load balancers after the load. Any non-2xx answer or socket error
 # fails the run: a speed of errors is no speed.
 #
 #   bench/proxy.sh                    # 5 rounds of wrk -t2 -c32 -d10s --latency
@@ -84,10 +85,16 @@ curl -sfi "http://127.0.0.1:$app_port/" | grep -qi '^set-cookie: lb_' || {
 }
 curl -sf "http://127.0.0.1:$haproxy_port/" >/dev/null || { echo "bench/proxy.sh: haproxy does not answer" >&2; cat "$tmp/haproxy.log" >&2; exit 1; }
 
+# CPU time (user + system, clock ticks) a process has used so far.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+ticks_per_s=$(getconf CLK_TCK)
+
 run() { # one measurement of $1 on port $2, appended to $tmp/results
-    local name=$1 port=$2 round=$3 out
+    local name=$1 port=$2 round=$3 out lb=${4:-} before=0 after=0
     if [ "$WARMUP" != 0 ]; then wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" "http://127.0.0.1:$port/" >/dev/null; fi
+    [ -z "$lb" ] || before=$(cpu_ticks "$lb")
     out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/")
+    [ -z "$lb" ] || after=$(cpu_ticks "$lb")
     if grep -q 'Non-2xx\|Socket errors' <<<"$out"; then
         echo "bench/proxy.sh: errors while measuring $name (round $round):" >&2
         grep 'Non-2xx\|Socket errors' <<<"$out" >&2
@@ -100,13 +107,19 @@ run() { # one measurement of $1 on port $2, appended to $tmp/results
         echo "$out" >&2
         exit 1
     fi
-    echo "$round $name $rps $(awk '$1 == "50%" {print $2}' <<<"$out") $(awk '$1 == "99%" {print $2}' <<<"$out")" >>"$tmp/results"
+    # The load balancer's CPU per request answered, in microseconds: what
+    # it costs the machine, a figure the machine's other load moves less
+    # than requests/s ("-" for direct, where there is none).
+    local requests cpu_us=-
+    requests=$(awk '/requests in/ {print $1}' <<<"$out")
+    [ -z "$lb" ] || cpu_us=$(awk -v t=$((after - before)) -v hz="$ticks_per_s" -v n="$requests" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
+    echo "$round $name $rps $(awk '$1 == "50%" {print $2}' <<<"$out") $(awk '$1 == "99%" {print $2}' <<<"$out") $cpu_us" >>"$tmp/results"
 }
-targets=("direct $copy_port" "shinyctl $app_port" "haproxy $haproxy_port")
+targets=("direct $copy_port" "shinyctl $app_port $proxy_pid" "haproxy $haproxy_port $haproxy_pid")
 for round in $(seq 1 "$ROUNDS"); do
     for i in 0 1 2; do
-        read -r name port <<<"${targets[$(((round + i) % 3))]}"
-        run "$name" "$port" "$round"
+        read -r name port lb <<<"${targets[$(((round + i) % 3))]}"
+        run "$name" "$port" "$round" "$lb"
     done
 done
 
@@ -114,11 +127,11 @@ rss_mib() { awk '/^VmRSS:/ {printf "%.1f MiB", $2 / 1024}' "/proc/$1/status"; }
 
 echo "$ROUNDS rounds of wrk -t$THREADS -c$CONNS -d$DURATION --latency, $(nproc) cores, $(haproxy -v | head -n 1 | awk '{print "HAProxy " $3}'), $(basename "$(dirname "$bin")") build"
 echo "the fast backend started by the daemon as an app (fenced); direct and HAProxy at its copy's port"
-printf '%-6s %-10s %12s %10s %10s\n' "round" "target" "requests/s" "p50" "p99"
-sort -k1,1n -k2,2 "$tmp/results" | awk '{printf "%-6s %-10s %12s %10s %10s\n", $1, $2, $3, $4, $5}'
+printf '%-6s %-10s %12s %10s %10s %12s\n' "round" "target" "requests/s" "p50" "p99" "LB CPU/req"
+sort -k1,1n -k2,2 "$tmp/results" | awk '{printf "%-6s %-10s %12s %10s %10s %12s\n", $1, $2, $3, $4, $5, ($6 == "-") ? "-" : $6 " us"}'
 # Per round, the ratios; then their median and range.
-awk '{rps[$1, $2] = $3; rounds[$1] = 1} END {
-    for (r in rounds) print rps[r, "shinyctl"] / rps[r, "haproxy"], rps[r, "shinyctl"] / rps[r, "direct"]
+awk '{rps[$1, $2] = $3; cpu[$1, $2] = $6; rounds[$1] = 1} END {
+    for (r in rounds) print rps[r, "shinyctl"] / rps[r, "haproxy"], rps[r, "shinyctl"] / rps[r, "direct"], (cpu[r, "haproxy"] > 0) ? cpu[r, "shinyctl"] / cpu[r, "haproxy"] : 0
 }' "$tmp/results" >"$tmp/ratios"
 summary() { # column $1 of the ratios: median (min-max)
     cut -d' ' -f"$1" "$tmp/ratios" | sort -g | awk '{a[NR] = $1} END {
@@ -127,4 +140,5 @@ summary() { # column $1 of the ratios: median (min-max)
     }'
 }
 echo "median (range) over the rounds: shinyctl/haproxy $(summary 1)   shinyctl/direct $(summary 2)"
+echo "load balancer CPU per request, shinyctl/haproxy (lower is better): $(summary 3)"
 echo "RSS after the load: shinyctl's load balancer $(rss_mib "$proxy_pid"), haproxy $(rss_mib "$haproxy_pid")"
