@@ -5,28 +5,27 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::proxy::copies::copy_state::CopyState;
-use crate::proxy::copies::idle_connections::Sender;
+use crate::proxy::copies::copy_conn::CopyConn;
 
 /// A request counted against a copy until its answer is read to the end;
 /// then its connection goes back to the pool.
 pub struct Lease {
     /// The copy's counters and pool.
     state: Arc<CopyState>,
-    /// The connection, when it may be reused.
-    pub sender: Option<Sender>,
 }
 
 impl Lease {
     /// Counts a request against the copy `state` belongs to.
     pub fn new(state: Arc<CopyState>) -> Lease {
         state.connections.fetch_add(1, Ordering::Relaxed);
-        Lease { state, sender: None }
+        Lease { state }
     }
 
-    /// The answer was read to the end: the connection may serve another.
-    pub fn finish(mut self) {
-        if let Some(s) = self.sender.take() {
-            self.state.pool.put(s);
+    /// The answer was read to the end: its connection, when the copy keeps
+    /// it open, may serve another.
+    pub fn finish(self, conn: Option<CopyConn>) {
+        if let Some(c) = conn {
+            self.state.pool.put(c);
         }
     }
 }

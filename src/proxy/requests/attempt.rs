@@ -8,7 +8,7 @@ use hyper::http::request;
 use hyper::{Method, Request, Response, Uri};
 use tokio::time::Instant;
 
-use crate::proxy::copies::idle_connections::UpBody;
+use crate::proxy::copies::copy_conn::UpBody;
 use crate::proxy::copies::retry::{self, Lost};
 use crate::proxy::copies::table::{LiveApp, LiveCopy};
 use crate::proxy::daemon_link::WakeWatch;

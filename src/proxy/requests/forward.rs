@@ -17,7 +17,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
 use crate::proxy::copies::balance::{self, Capacity, Need, Placement};
-use crate::proxy::copies::idle_connections::UpBody;
+use crate::proxy::copies::copy_conn::UpBody;
 use crate::proxy::copies::table::{LiveApp, LiveCopy};
 use crate::proxy::daemon_link::{wake_outcome, WakeAnswer};
 use crate::proxy::error_source::ErrorSource;
@@ -308,12 +308,11 @@ fn respond(
     sent: Sent,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Response<DownBody> {
-    let Sent { mut resp, lease } = sent;
+    let Sent { resp, lease } = sent;
     let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-    let upstream_upgrade = switching.then(|| hyper::upgrade::on(&mut resp));
-    let (mut parts, body) = resp.into_parts();
+    let (mut parts, mut body) = resp.into_parts();
     headers::for_visitor(&mut parts, switching, (claimed != Some(copy.copy)).then_some(&copy.set_cookie));
-    match (upstream_upgrade, client_upgrade) {
+    match (body.upgraded(), client_upgrade) {
         (Some(upstream), Some(client)) => {
             parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             shared.requests.session_opened(&app.name);
@@ -323,13 +322,14 @@ fn respond(
             Response::from_parts(parts, DownBody::empty())
         }
         (Some(_), None) => {
+            // Not reached: a copy's connection refuses a switch it was not asked for.
             tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, "copy switched protocols unasked");
             pages::bad_gateway(&app.name)
         }
         (None, _) => {
             let lease = if body.is_end_stream() {
                 // Nothing to stream (HEAD, 204, 304): the connection is free now.
-                lease.finish();
+                lease.finish(body.reusable());
                 None
             } else {
                 Some(lease)

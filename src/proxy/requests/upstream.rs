@@ -6,27 +6,21 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use hyper::body::Incoming;
 use hyper::header::HeaderMap;
 use hyper::http::request;
 use hyper::{Method, Request, Response, Uri, Version};
-use hyper_util::rt::TokioIo;
 
+use crate::proxy::copies::answer::{self, AnswerBody};
+use crate::proxy::copies::copy_conn::{self, CopyConn, UpBody};
 use crate::proxy::copies::copy_state::CopyState;
-use crate::proxy::copies::idle_connections::Sender;
-use crate::proxy::copies::idle_connections::UpBody;
 use crate::proxy::copies::lease::Lease;
 use crate::proxy::copies::table::LiveCopy;
-use crate::proxy::error_source::ErrorSource;
 use crate::proxy::visitors::caps;
-use crate::proxy::visitors::quickack::QuickAck;
 use crate::sys::clock::mono_ms;
 
 /// A connection to a copy that is refused or times out within this marks
 /// the copy down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long an idle pooled connection may take to say it is ready again.
-const READY_WAIT: Duration = Duration::from_millis(200);
 
 /// What a failed send leaves.
 pub enum Failure {
@@ -37,7 +31,7 @@ pub enum Failure {
     /// descriptors, buffers, memory, local ports): no copy is at fault.
     Local(io::Error),
     /// The request was sent (maybe in part) and no answer came.
-    Lost(hyper::Error),
+    Lost(io::Error),
     /// The request was sent and the copy's process began to exit before
     /// answering (`liveness.rs`): lost to a copy that died, known before
     /// its sockets close.
@@ -48,9 +42,9 @@ pub enum Failure {
 enum Unanswered {
     /// The request was never written (the connection had closed): it comes
     /// back.
-    Unsent(Box<Request<UpBody>>, hyper::Error),
+    Unsent(Box<Request<UpBody>>, io::Error),
     /// The request was sent (maybe in part) and the connection broke.
-    Broke(hyper::Error),
+    Broke(io::Error),
     /// The copy's process began to exit while the request waited.
     Ending,
 }
@@ -58,7 +52,7 @@ enum Unanswered {
 /// A sent request's answer, with the lease it holds.
 pub struct Sent {
     /// The copy's answer, its body not yet read.
-    pub resp: Response<Incoming>,
+    pub resp: Response<AnswerBody>,
     /// Counts the request against the copy until the body is read.
     pub lease: Lease,
 }
@@ -90,19 +84,11 @@ impl Replay {
 /// Sends the request to a copy: on an idle pooled connection when there is
 /// one (a WebSocket always gets a new one), else on a new connection.
 pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> Result<Sent, Failure> {
-    let mut lease = Lease::new(copy.state.clone());
+    let lease = Lease::new(copy.state.clone());
     if !upgrade {
-        while let Some(mut s) = copy.state.pool.take() {
-            // Pooled as soon as its last answer was read, a connection may
-            // not have said it is ready yet; a closed one says so at once.
-            if !s.is_ready() && !matches!(tokio::time::timeout(READY_WAIT, s.ready()).await, Ok(Ok(()))) {
-                continue;
-            }
-            match exchange(&copy.state, &mut s, req).await {
-                Ok(resp) => {
-                    lease.sender = Some(s);
-                    return Ok(Sent { resp, lease });
-                }
+        while let Some(conn) = copy.state.pool.take() {
+            match exchange(&copy.state, conn, req).await {
+                Ok(resp) => return Ok(Sent { resp, lease }),
                 // Never written: the connection had closed. Try another.
                 Err(Unanswered::Unsent(back, _)) => req = *back,
                 Err(Unanswered::Broke(e)) => return Err(Failure::Lost(e)),
@@ -121,53 +107,31 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
     // A copy that dies without a word (its machine side, a frozen process
     // under a WebSocket) is found by keepalive, never by a quiet spell.
     caps::watch_socket(&stream);
-    // R writes a response's head and body apart: acknowledge at once, so
-    // the body never waits for a delayed ACK (quickack.rs).
-    let (mut s, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(QuickAck::new(stream))).await {
-        Ok(pair) => pair,
-        Err(e) => return Err(Failure::Local(io::Error::other(e))),
-    };
-    let port = copy.port;
-    if upgrade {
-        tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(source = %ErrorSource::Upstream, port, "connection: {e}");
-            }
-        });
-    } else {
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(source = %ErrorSource::Upstream, port, "connection: {e}");
-            }
-        });
-    }
-    match exchange(&copy.state, &mut s, req).await {
-        Ok(resp) => {
-            if !upgrade {
-                lease.sender = Some(s);
-            }
-            Ok(Sent { resp, lease })
-        }
+    match exchange(&copy.state, CopyConn::new(stream), req).await {
+        Ok(resp) => Ok(Sent { resp, lease }),
         // Accepted, then closed before a byte was written: a copy on its
         // way out is as good as one that refuses.
-        Err(Unanswered::Unsent(back, e)) => Err(Failure::Refused(back, io::Error::other(e))),
+        Err(Unanswered::Unsent(back, e)) => Err(Failure::Refused(back, e)),
         Err(Unanswered::Broke(e)) => Err(Failure::Lost(e)),
         Err(Unanswered::Ending) => Err(Failure::Ending),
     }
 }
 
-/// Sends `req` on `s`, counted as waiting for the copy's answer until its
-/// head comes, so a copy that answers nothing shows (`stall.rs`). A request
-/// never written is not counted; one lost, or abandoned by its visitor,
-/// counts as unanswered. Given up on the moment the copy's process begins
-/// to exit, which is tens of milliseconds before its sockets close; an
-/// answer that came first is taken.
-async fn exchange(state: &CopyState, s: &mut Sender, req: Request<UpBody>) -> Result<Response<Incoming>, Unanswered> {
+/// Sends `req` on `conn`, counted as waiting for the copy's answer until
+/// its head comes, so a copy that answers nothing shows (`stall.rs`). A
+/// request never written is not counted; one lost, or abandoned by its
+/// visitor, counts as unanswered. Given up on the moment the copy's process
+/// begins to exit, which is tens of milliseconds before its sockets close;
+/// an answer that came first is taken.
+async fn exchange(state: &CopyState, conn: CopyConn, req: Request<UpBody>) -> Result<Response<AnswerBody>, Unanswered> {
     let started = state.sent(mono_ms());
     let mut waiting = Waiting { state, done: false };
     let sent = tokio::select! {
         biased;
-        sent = s.try_send_request(req) => Some(sent),
+        sent = async {
+            let (head, conn) = conn.round_trip(req).await?;
+            answer::response(head, conn).map_err(copy_conn::Unanswered::Broke)
+        } => Some(sent),
         () = state.gone_now() => None,
     };
     waiting.done = true;
@@ -176,16 +140,14 @@ async fn exchange(state: &CopyState, s: &mut Sender, req: Request<UpBody>) -> Re
             state.done(true, mono_ms());
             Ok(resp)
         }
-        Some(Err(mut e)) => match e.take_message() {
-            Some(back) => {
-                state.unsent(started);
-                Err(Unanswered::Unsent(Box::new(back), e.into_error()))
-            }
-            None => {
-                state.done(false, mono_ms());
-                Err(Unanswered::Broke(e.into_error()))
-            }
-        },
+        Some(Err(copy_conn::Unanswered::Unsent(back, e))) => {
+            state.unsent(started);
+            Err(Unanswered::Unsent(back, e))
+        }
+        Some(Err(copy_conn::Unanswered::Broke(e))) => {
+            state.done(false, mono_ms());
+            Err(Unanswered::Broke(e))
+        }
         None => {
             state.done(false, mono_ms());
             Err(Unanswered::Ending)

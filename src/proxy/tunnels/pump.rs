@@ -232,7 +232,7 @@ async fn changed(take: &mut watch::Receiver<bool>) {
 pub struct Live {
     /// The visitor's connection.
     pub visitor: TcpStream,
-    /// The connection to the copy (acknowledged at once, see quickack.rs).
+    /// The connection to the copy (acknowledged at once, see copies/copy_conn.rs).
     pub copy: TcpStream,
     /// From the visitor to the copy.
     pub up: Direction,
@@ -326,7 +326,7 @@ fn move_bytes(
         }
         if quickack {
             // R writes a frame's parts apart; the kernel clears the flag by
-            // itself, so it is set again around every read (quickack.rs).
+            // itself, so it is set again around every read (copies/copy_conn.rs).
             let _ = socket2::SockRef::from(src).set_tcp_quickack(true);
         }
         match src.try_read(buf) {

@@ -7,14 +7,14 @@
 use std::sync::Arc;
 
 use hyper::header::{self, HeaderMap};
-use hyper::upgrade::{OnUpgrade, Parts, Upgraded};
+use hyper::upgrade::{OnUpgrade, Parts};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::proxy::error_source::ErrorSource;
 use crate::proxy::tunnels::pump::{Direction, Live, Pump};
 use crate::proxy::visitors::counted::Counted;
-use crate::proxy::visitors::quickack::QuickAck;
 
 /// True for a request that asks to switch to the WebSocket protocol
 /// (`Connection: upgrade` and `Upgrade: websocket`, in any case, among
@@ -73,77 +73,66 @@ fn has_token(h: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
 /// Once the visitor's and the copy's connections have both switched
 /// protocols, carries bytes between them until both sides have closed (a
 /// close is passed on) or either fails: in the pump, on the raw sockets,
-/// with the bytes hyper read past each head going first.
+/// with the bytes read past each head going first. `copy_side`: the copy's
+/// socket and what it sent past its head.
 pub fn tunnel(
     pump: &Arc<Pump>,
     client: OnUpgrade,
-    upstream: OnUpgrade,
+    copy_side: (TcpStream, bytes::Bytes),
     session: crate::proxy::tunnels::pump::Session,
     app: String,
     copy: u32,
 ) {
     let slot = pump.slot();
     tokio::spawn(async move {
-        let (client, upstream) = match tokio::join!(client, upstream) {
-            (Ok(c), Ok(u)) => (c, u),
-            (Err(e), _) => {
+        let client = match client.await {
+            Ok(c) => c,
+            Err(e) => {
                 tracing::debug!(source = %ErrorSource::Downstream, app, copy, "WebSocket upgrade: {e}");
                 return;
             }
-            (_, Err(e)) => {
-                tracing::debug!(source = %ErrorSource::Upstream, app, copy, "WebSocket upgrade: {e}");
-                return;
-            }
         };
-        match (client.downcast::<TokioIo<Counted>>(), upstream.downcast::<TokioIo<QuickAck>>()) {
-            (Ok(c), Ok(u)) => slot.run(into_live(c, u), app, copy, session).await,
-            (c, u) => {
+        match client.downcast::<TokioIo<Counted>>() {
+            Ok(c) => slot.run(into_live(c, copy_side), app, copy, session).await,
+            Err(upgraded) => {
                 drop(slot);
                 tracing::warn!(app, copy, "a WebSocket's connection is not a plain socket; carried outside the pump");
-                carry_wrapped(raw_or_wrapped(c), raw_or_wrapped(u), &app, copy).await;
+                let client: Side = (Box::new(TokioIo::new(upgraded)), bytes::Bytes::new());
+                let (stream, down) = copy_side;
+                carry_wrapped(client, (Box::new(stream), down), &app, copy).await;
                 drop(session);
             }
         }
     });
 }
 
-/// The raw sockets of an upgrade, with the bytes hyper read past each head
-/// (copied: hyper's `read_buf` keeps its whole read buffer, 8 KiB or more,
-/// alive, and it is dropped here rather than held for the session's life).
-fn into_live(client: Parts<TokioIo<Counted>>, upstream: Parts<TokioIo<QuickAck>>) -> Live {
+/// The raw sockets of an upgrade, with the bytes read past each head
+/// (the visitor's copied: hyper's `read_buf` keeps its whole read buffer,
+/// 8 KiB or more, alive, and it is dropped here rather than held for the
+/// session's life).
+fn into_live(client: Parts<TokioIo<Counted>>, copy_side: (TcpStream, bytes::Bytes)) -> Live {
     let Parts { io: visitor, read_buf: up, .. } = client;
-    let Parts { io: copy, read_buf: down, .. } = upstream;
+    let (copy, down) = copy_side;
     let (visitor, counters) = visitor.into_inner().into_parts();
-    // What hyper read from the copy past its head goes to the visitor
+    // What was read from the copy past its head goes to the visitor
     // outside the pump's reads: counted here.
     if let Some(c) = counters {
         c.add_bytes(true, down.len() as u64);
     }
-    Live {
-        visitor,
-        copy: copy.into_inner().into_inner(),
-        up: Direction::new(up.to_vec(), false),
-        down: Direction::new(down.to_vec(), false),
-    }
+    Live { visitor, copy, up: Direction::new(up.to_vec(), false), down: Direction::new(down.to_vec(), false) }
 }
 
 /// Either side of a tunnel as something to read and write, with the bytes
-/// hyper read past its head.
+/// read past its head.
 type Side = (Box<dyn Stream>, bytes::Bytes);
 
 /// What a tunnel carries bytes over outside the pump.
 trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
-fn raw_or_wrapped<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(side: Result<Parts<TokioIo<T>>, Upgraded>) -> Side {
-    match side {
-        Ok(p) => (Box::new(p.io.into_inner()), p.read_buf),
-        Err(upgraded) => (Box::new(TokioIo::new(upgraded)), bytes::Bytes::new()),
-    }
-}
-
-/// Carries a tunnel whose connections are not plain sockets (a wrapper
-/// type the pump does not know) as before the pump: two copy buffers.
+/// Carries a tunnel whose visitor connection is not a plain socket (a
+/// wrapper type the pump does not know) as before the pump: two copy
+/// buffers.
 async fn carry_wrapped(client: Side, upstream: Side, app: &str, copy: u32) {
     let ((mut client, client_buf), (mut upstream, upstream_buf)) = (client, upstream);
     let first = async {

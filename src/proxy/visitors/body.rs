@@ -6,8 +6,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 
+use crate::proxy::copies::answer::AnswerBody;
 use crate::proxy::copies::lease::Lease;
 use crate::proxy::error_source::ErrorSource;
 use crate::proxy::progress::{self, BoxError, Idle};
@@ -17,7 +18,7 @@ pub enum DownBody {
     /// A copy's answer; the lease ends with it.
     Upstream {
         /// The copy's body.
-        body: Incoming,
+        body: AnswerBody,
         /// Ends (and pools the connection) once the body is read.
         lease: Option<Lease>,
         /// Cuts the answer when the copy stops sending it.
@@ -43,8 +44,8 @@ impl Body for DownBody {
             DownBody::Upstream { body, lease, idle } => {
                 let polled = progress::poll_watched(Pin::new(&mut *body).poll_frame(cx), idle, cx, "a copy's answer");
                 match &polled {
-                    Poll::Ready(None) => finish(lease),
-                    Poll::Ready(Some(Ok(_))) if body.is_end_stream() => finish(lease),
+                    Poll::Ready(None) => finish(lease, body),
+                    Poll::Ready(Some(Ok(_))) if body.is_end_stream() => finish(lease, body),
                     Poll::Ready(Some(Err(e))) => {
                         tracing::warn!(source = %ErrorSource::Upstream, "a copy's answer broke off: {e}");
                         // Not pooled: the connection is in no state to reuse.
@@ -73,8 +74,8 @@ impl Body for DownBody {
     }
 }
 
-fn finish(lease: &mut Option<Lease>) {
+fn finish(lease: &mut Option<Lease>, body: &mut AnswerBody) {
     if let Some(l) = lease.take() {
-        l.finish();
+        l.finish(body.reusable());
     }
 }

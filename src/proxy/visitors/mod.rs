@@ -9,4 +9,3 @@ pub(super) mod caps;
 pub(super) mod counted;
 pub(super) mod headers;
 pub(super) mod pages;
-pub(super) mod quickack;

@@ -1,0 +1,333 @@
+//! A copy's answer body as it comes off its connection ([`AnswerBody`]):
+//! framed by its head (RFC 9112, 6.3: none, a length, chunked, or until the
+//! copy closes), handed on in the pieces it was read in, with no copy, and
+//! the connection given back for another request once the answer was read
+//! whole and the copy keeps it open.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes};
+use hyper::body::{Body, Frame, SizeHint};
+use hyper::header::{self, HeaderMap};
+use hyper::StatusCode;
+use tokio::net::TcpStream;
+
+use crate::proxy::copies::copy_conn::{has_close, invalid, CopyConn, Head};
+
+/// The answer whose head was just read from `conn`, its body to be read
+/// from it; an error when the head does not say how, or switches protocols
+/// unasked.
+pub fn response(head: Head, conn: CopyConn) -> io::Result<hyper::Response<AnswerBody>> {
+    let framing = Framing::of(&head, head.to_head).map_err(invalid)?;
+    if framing == Framing::Upgrade && !head.upgrade_asked {
+        return Err(invalid("the copy switched protocols unasked"));
+    }
+    let keep_alive = head.version == hyper::Version::HTTP_11 && !has_close(&head.headers);
+    let mut resp = hyper::Response::new(AnswerBody::new(conn, framing, keep_alive));
+    *resp.status_mut() = head.status;
+    *resp.version_mut() = head.version;
+    *resp.headers_mut() = head.headers;
+    Ok(resp)
+}
+
+/// The longest chunk-size line or trailer line read.
+const LINE_MAX: usize = 8 * 1024;
+
+/// How an answer's body is delimited, and how far it has been read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Read to its end, or there is none (an answer to a HEAD, a 204, a 304).
+    Done,
+    /// A switch of protocols: the connection is the WebSocket's.
+    Upgrade,
+    /// This many bytes are still to come.
+    Length(u64),
+    /// Chunked, at this point of it.
+    Chunked(Chunk),
+    /// Until the copy closes the connection, which then serves no other.
+    UntilClose,
+}
+
+/// Where a chunked body's reading is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chunk {
+    /// At a chunk's size line.
+    Size,
+    /// In a chunk's data, this many bytes still to come.
+    Data(u64),
+    /// At the line end after a chunk's data.
+    DataEnd,
+    /// Past the last chunk, at the trailers (passed over) and the end.
+    Trailers,
+}
+
+impl Framing {
+    /// The framing of the answer with `head`; `to_head`: the request was a
+    /// HEAD. An error names what does not read.
+    pub fn of(head: &Head, to_head: bool) -> Result<Framing, &'static str> {
+        if head.status == StatusCode::SWITCHING_PROTOCOLS {
+            return Ok(Framing::Upgrade);
+        }
+        if to_head || head.status == StatusCode::NO_CONTENT || head.status == StatusCode::NOT_MODIFIED {
+            return Ok(Framing::Done);
+        }
+        if let Some(last) = last_token(&head.headers, header::TRANSFER_ENCODING) {
+            return Ok(if last.eq_ignore_ascii_case("chunked") { Framing::Chunked(Chunk::Size) } else { Framing::UntilClose });
+        }
+        let mut length = None;
+        for v in head.headers.get_all(header::CONTENT_LENGTH) {
+            let n = std::str::from_utf8(v.as_bytes()).ok().and_then(|s| s.trim().parse::<u64>().ok()).ok_or("a Content-Length that does not read")?;
+            if length.is_some_and(|l| l != n) {
+                return Err("two Content-Lengths that differ");
+            }
+            length = Some(n);
+        }
+        Ok(match length {
+            Some(0) => Framing::Done,
+            Some(n) => Framing::Length(n),
+            None => Framing::UntilClose,
+        })
+    }
+}
+
+/// The last token of the header `name` (over all its lines), if any.
+fn last_token(h: &HeaderMap, name: header::HeaderName) -> Option<String> {
+    let last = h.get_all(name).iter().last()?;
+    Some(last.to_str().unwrap_or("").rsplit(',').next().unwrap_or("").trim().to_string())
+}
+
+/// A copy's answer body, read from its connection as the visitor takes it.
+#[derive(Debug)]
+pub struct AnswerBody {
+    /// The connection, until it is given back or closed.
+    conn: Option<CopyConn>,
+    /// How the body is delimited and how far it was read.
+    framing: Framing,
+    /// The copy keeps the connection open after the answer.
+    keep_alive: bool,
+}
+
+impl AnswerBody {
+    /// The body of an answer whose head was just read from `conn`.
+    pub fn new(mut conn: CopyConn, framing: Framing, keep_alive: bool) -> AnswerBody {
+        conn.set_mid_answer(framing != Framing::Done && framing != Framing::Upgrade);
+        AnswerBody { conn: Some(conn), framing, keep_alive }
+    }
+
+    /// The connection, when the answer was read whole and the copy keeps it
+    /// open with nothing more on it: it may carry another request.
+    pub fn reusable(&mut self) -> Option<CopyConn> {
+        if self.framing != Framing::Done || !self.keep_alive {
+            return None;
+        }
+        self.conn.take().filter(|c| c.is_clear())
+    }
+
+    /// The socket of a switch of protocols and the bytes the copy sent past
+    /// its head.
+    pub fn upgraded(&mut self) -> Option<(TcpStream, Bytes)> {
+        if self.framing != Framing::Upgrade {
+            return None;
+        }
+        self.conn.take().map(CopyConn::into_parts)
+    }
+
+    /// The next piece of the body, or its end, or what broke it.
+    fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
+        loop {
+            let Some(conn) = self.conn.as_mut() else { return Poll::Ready(None) };
+            let buf = conn.buffered();
+            match self.framing {
+                Framing::Done | Framing::Upgrade => return Poll::Ready(None),
+                Framing::Length(left) if !buf.is_empty() => {
+                    let n = left.min(buf.len() as u64);
+                    let piece = buf.split_to(n as usize).freeze();
+                    self.framing = if n == left { Framing::Done } else { Framing::Length(left - n) };
+                    return self.piece(piece);
+                }
+                Framing::UntilClose if !buf.is_empty() => {
+                    let piece = buf.split().freeze();
+                    return Poll::Ready(Some(Ok(piece)));
+                }
+                Framing::Chunked(at) => match chunked(buf, at) {
+                    Ok(Step::Piece(piece, next)) => {
+                        self.framing = Framing::Chunked(next);
+                        return Poll::Ready(Some(Ok(piece)));
+                    }
+                    Ok(Step::Next(next)) => {
+                        self.framing = Framing::Chunked(next);
+                        continue;
+                    }
+                    Ok(Step::End) => {
+                        self.framing = Framing::Done;
+                        conn.set_mid_answer(false);
+                        return Poll::Ready(None);
+                    }
+                    Ok(Step::More) => {}
+                    Err(why) => return Poll::Ready(Some(Err(io::Error::new(io::ErrorKind::InvalidData, why)))),
+                },
+                Framing::Length(_) | Framing::UntilClose => {}
+            }
+            match ready!(conn.poll_fill(cx)) {
+                Ok(0) if self.framing == Framing::UntilClose => {
+                    // The close is the end; the connection serves no other.
+                    self.framing = Framing::Done;
+                    self.keep_alive = false;
+                    return Poll::Ready(None);
+                }
+                Ok(0) => return Poll::Ready(Some(Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the copy closed the connection mid-answer")))),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
+        }
+    }
+
+    /// `piece`, noting the end of the answer when it was the last.
+    fn piece(&mut self, piece: Bytes) -> Poll<Option<io::Result<Bytes>>> {
+        if self.framing == Framing::Done {
+            if let Some(c) = self.conn.as_mut() {
+                c.set_mid_answer(false);
+            }
+        }
+        Poll::Ready(Some(Ok(piece)))
+    }
+}
+
+/// What a look at a chunked body's buffered bytes gave.
+enum Step {
+    /// A piece of data, and where the reading is after it.
+    Piece(Bytes, Chunk),
+    /// A line was taken; the reading is here now.
+    Next(Chunk),
+    /// The body's end (the last chunk and the trailers taken).
+    End,
+    /// More bytes must be read first.
+    More,
+}
+
+/// Takes what it can of a chunked body at `at` from `buf`.
+fn chunked(buf: &mut bytes::BytesMut, at: Chunk) -> Result<Step, &'static str> {
+    Ok(match at {
+        Chunk::Size => match httparse::parse_chunk_size(buf) {
+            Ok(httparse::Status::Complete((used, size))) => {
+                buf.advance(used);
+                Step::Next(if size == 0 { Chunk::Trailers } else { Chunk::Data(size) })
+            }
+            Ok(httparse::Status::Partial) if buf.len() > LINE_MAX => return Err("a chunk size line too long"),
+            Ok(httparse::Status::Partial) => Step::More,
+            Err(_) => return Err("a chunk size that does not read"),
+        },
+        Chunk::Data(_) if buf.is_empty() => Step::More,
+        Chunk::Data(left) => {
+            let n = left.min(buf.len() as u64);
+            let piece = buf.split_to(n as usize).freeze();
+            Step::Piece(piece, if n == left { Chunk::DataEnd } else { Chunk::Data(left - n) })
+        }
+        Chunk::DataEnd if buf.len() < 2 => Step::More,
+        Chunk::DataEnd if &buf[..2] == b"\r\n" => {
+            buf.advance(2);
+            Step::Next(Chunk::Size)
+        }
+        Chunk::DataEnd => return Err("a chunk longer than its size"),
+        Chunk::Trailers => match buf.windows(2).position(|w| w == b"\r\n") {
+            Some(0) => {
+                buf.advance(2);
+                Step::End
+            }
+            // A trailer: passed over (hyper's server sends the visitor none).
+            Some(i) => {
+                buf.advance(i + 2);
+                Step::Next(Chunk::Trailers)
+            }
+            None if buf.len() > LINE_MAX => return Err("a trailer line too long"),
+            None => Step::More,
+        },
+    })
+}
+
+impl Body for AnswerBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        self.get_mut().poll_piece(cx).map(|p| p.map(|r| r.map(Frame::data)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.framing, Framing::Done | Framing::Upgrade)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.framing {
+            Framing::Done | Framing::Upgrade => SizeHint::with_exact(0),
+            Framing::Length(n) => SizeHint::with_exact(n),
+            Framing::Chunked(_) | Framing::UntilClose => SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chunked body read from `wire` in pieces of `step` bytes: its data.
+    fn dechunk(wire: &[u8], step: usize) -> Result<Vec<u8>, &'static str> {
+        let mut buf = bytes::BytesMut::new();
+        let (mut at, mut out, mut fed) = (Chunk::Size, Vec::new(), 0);
+        loop {
+            match chunked(&mut buf, at)? {
+                Step::Piece(p, next) => {
+                    out.extend_from_slice(&p);
+                    at = next;
+                }
+                Step::Next(next) => at = next,
+                Step::End => return Ok(out),
+                Step::More if fed >= wire.len() => return Err("ran out"),
+                Step::More => {
+                    let end = (fed + step).min(wire.len());
+                    buf.extend_from_slice(&wire[fed..end]);
+                    fed = end;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_chunked_body_is_read_whole_in_any_pieces() {
+        let wire = b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nx-trailer: 1\r\n\r\n";
+        for step in [1, 2, 3, 7, 100] {
+            assert_eq!(dechunk(wire, step).unwrap(), b"hello, world", "pieces of {step}");
+        }
+        assert!(dechunk(b"5\r\nhelloXX\r\n0\r\n\r\n", 100).is_err(), "data longer than its size");
+        assert!(dechunk(b"zz\r\n", 100).is_err(), "a size that does not read");
+        assert!(dechunk(b"5\r\nhel", 100).is_err(), "cut short");
+    }
+
+    fn head(status: u16, headers: &[(&str, &str)]) -> Head {
+        Head {
+            status: StatusCode::from_u16(status).unwrap(),
+            version: hyper::Version::HTTP_11,
+            headers: headers.iter().map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap())).collect(),
+            to_head: false,
+            upgrade_asked: false,
+        }
+    }
+
+    #[test]
+    fn the_framing_is_read_from_the_head_as_the_rfc_says() {
+        assert_eq!(Framing::of(&head(200, &[("content-length", "12")]), false), Ok(Framing::Length(12)));
+        assert_eq!(Framing::of(&head(200, &[("content-length", "12")]), true), Ok(Framing::Done), "the answer to a HEAD");
+        assert_eq!(Framing::of(&head(304, &[("content-length", "12")]), false), Ok(Framing::Done));
+        assert_eq!(Framing::of(&head(204, &[]), false), Ok(Framing::Done));
+        assert_eq!(Framing::of(&head(200, &[("content-length", "0")]), false), Ok(Framing::Done));
+        assert_eq!(Framing::of(&head(200, &[("transfer-encoding", "gzip, chunked")]), false), Ok(Framing::Chunked(Chunk::Size)));
+        assert_eq!(Framing::of(&head(200, &[("transfer-encoding", "chunked"), ("content-length", "3")]), false), Ok(Framing::Chunked(Chunk::Size)));
+        assert_eq!(Framing::of(&head(200, &[("transfer-encoding", "gzip")]), false), Ok(Framing::UntilClose));
+        assert_eq!(Framing::of(&head(200, &[]), false), Ok(Framing::UntilClose));
+        assert_eq!(Framing::of(&head(101, &[]), false), Ok(Framing::Upgrade));
+        assert!(Framing::of(&head(200, &[("content-length", "1"), ("content-length", "2")]), false).is_err());
+        assert!(Framing::of(&head(200, &[("content-length", "x")]), false).is_err());
+    }
+}
