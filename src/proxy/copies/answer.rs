@@ -94,7 +94,7 @@ impl Framing {
 
 /// The last token of the header `name` (over all its lines), if any.
 fn last_token(h: &HeaderMap, name: header::HeaderName) -> Option<String> {
-    let last = h.get_all(name).iter().last()?;
+    let last = h.get_all(name).iter().next_back()?;
     Some(last.to_str().unwrap_or("").rsplit(',').next().unwrap_or("").trim().to_string())
 }
 

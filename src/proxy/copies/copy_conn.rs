@@ -26,7 +26,7 @@ use bytes::{Bytes, BytesMut};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::request;
-use hyper::{Method, Request, StatusCode, Version};
+use hyper::{Method, StatusCode, Version};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -92,8 +92,8 @@ pub struct CopyConn {
 /// Why a request got no answer's head.
 pub enum Unanswered {
     /// Nothing of the request was written (the copy had closed the
-    /// connection): it comes back whole.
-    Unsent(Box<Request<UpBody>>, io::Error),
+    /// connection): its body comes back unread.
+    Unsent(UpBody, io::Error),
     /// The request was written, maybe in part, and no whole head came.
     Broke(io::Error),
 }
@@ -125,14 +125,13 @@ impl CopyConn {
 
     /// Sends `req` and reads its answer's head; the answer's body is what
     /// the connection reads next (`answer.rs`).
-    pub async fn round_trip(mut self, req: Request<UpBody>) -> Result<(Head, CopyConn), Unanswered> {
-        let (parts, body) = req.into_parts();
+    pub async fn round_trip(mut self, parts: &request::Parts, body: UpBody) -> Result<(Head, CopyConn), Unanswered> {
         let chunked = !body.is_end_stream() && body.size_hint().exact().is_none();
         let mut head = Vec::with_capacity(512);
-        request_head(&parts, chunked, &mut head);
+        request_head(parts, chunked, &mut head);
         if let Err(e) = self.stream.write_all(&head).await {
             // Nothing of a head this small is written when the write fails.
-            return Err(Unanswered::Unsent(Box::new(Request::from_parts(parts, body)), e));
+            return Err(Unanswered::Unsent(body, e));
         }
         if !body.is_end_stream() {
             self.write_body(body, chunked).await.map_err(Unanswered::Broke)?;
@@ -276,14 +275,16 @@ fn parse_head(buf: &mut BytesMut) -> io::Result<Option<Head>> {
     // Where each name and value lies in the head, so they can be sliced
     // from it once it is frozen.
     let base = buf.as_ptr() as usize;
-    let mut spans = [(0, 0, 0, 0); HEADERS_MAX];
+    let offset = |part: &[u8]| (part.as_ptr() as usize - base) as u32;
+    let mut spans = [(0u32, 0u32, 0u32, 0u32); HEADERS_MAX];
     let count = resp.headers.len();
     for (span, h) in spans.iter_mut().zip(resp.headers.iter()) {
-        *span = (h.name.as_ptr() as usize - base, h.name.len(), h.value.as_ptr() as usize - base, h.value.len());
+        *span = (offset(h.name.as_bytes()), h.name.len() as u32, offset(h.value), h.value.len() as u32);
     }
     let bytes = buf.split_to(len).freeze();
     let mut map = HeaderMap::with_capacity(count);
     for &(name_at, name_len, value_at, value_len) in &spans[..count] {
+        let (name_at, name_len, value_at, value_len) = (name_at as usize, name_len as usize, value_at as usize, value_len as usize);
         let name = HeaderName::from_bytes(&bytes[name_at..name_at + name_len]).map_err(|_| invalid("a header name of the copy's answer does not read"))?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(value_at..value_at + value_len))
             .map_err(|_| invalid("a header value of the copy's answer does not read"))?;
@@ -338,8 +339,8 @@ mod tests {
         (listener, conn)
     }
 
-    fn get(path: &str) -> Request<UpBody> {
-        Request::builder().uri(path).header("host", "localhost").body(UpBody::Empty).unwrap()
+    fn get(path: &str) -> request::Parts {
+        hyper::Request::builder().uri(path).header("host", "localhost").body(()).unwrap().into_parts().0
     }
 
     /// Reads one request head (to its blank line) from `s`.
@@ -355,7 +356,7 @@ mod tests {
 
     #[test]
     fn a_request_head_is_written_as_parsed_and_a_body_of_unknown_length_is_chunked() {
-        let req = Request::builder().method("POST").uri("/up?x=1").header("host", "a").header("content-length", "3").body(()).unwrap();
+        let req = hyper::Request::builder().method("POST").uri("/up?x=1").header("host", "a").header("content-length", "3").body(()).unwrap();
         let (parts, ()) = req.into_parts();
         let mut out = Vec::new();
         request_head(&parts, false, &mut out);
@@ -382,7 +383,7 @@ mod tests {
         });
         let mut conn = Some(conn);
         for (path, want, again) in [("/a", "hello", true), ("/b", "hello, world", true), ("/c", "bye", false)] {
-            let (head, c) = conn.take().unwrap().round_trip(get(path)).await.unwrap_or_else(|_| panic!("{path}: no answer"));
+            let (head, c) = conn.take().unwrap().round_trip(&get(path), UpBody::Empty).await.unwrap_or_else(|_| panic!("{path}: no answer"));
             let mut body = answer::response(head, c).unwrap().into_body();
             let mut got = Vec::new();
             while let Some(frame) = body.frame().await {
@@ -418,7 +419,7 @@ mod tests {
         };
         let mut conn = Some(conn);
         for _ in 0..3 {
-            let (head, c) = conn.take().unwrap().round_trip(get("/")).await.ok().unwrap();
+            let (head, c) = conn.take().unwrap().round_trip(&get("/"), UpBody::Empty).await.ok().unwrap();
             let mut body = answer::response(head, c).unwrap().into_body();
             // The kernel clears it by itself (we clear it by hand): is it set again?
             flag.set_tcp_quickack(false).unwrap();
@@ -427,7 +428,7 @@ mod tests {
             assert!(flag.tcp_quickack().unwrap(), "set while the body is due");
             go_on.send(()).unwrap();
             assert_eq!(&body.frame().await.unwrap().unwrap().into_data().unwrap()[..], b"body");
-            let (head, c) = body.reusable().unwrap().round_trip(get("/")).await.ok().unwrap();
+            let (head, c) = body.reusable().unwrap().round_trip(&get("/"), UpBody::Empty).await.ok().unwrap();
             let mut whole = answer::response(head, c).unwrap().into_body();
             assert_eq!(&whole.frame().await.unwrap().unwrap().into_data().unwrap()[..], b"ok");
             let mut c = whole.reusable().unwrap();

@@ -5,7 +5,7 @@
 //! another copy, when `copies/retry.rs` says it may be.
 
 use hyper::http::request;
-use hyper::{Method, Request, Response, Uri};
+use hyper::{Method, Response, Uri};
 use tokio::time::Instant;
 
 use crate::proxy::copies::copy_conn::UpBody;
@@ -13,7 +13,7 @@ use crate::proxy::copies::retry::{self, Lost};
 use crate::proxy::copies::table::{LiveApp, LiveCopy};
 use crate::proxy::daemon_link::WakeWatch;
 use crate::proxy::error_source::ErrorSource;
-use crate::proxy::requests::upstream::{Failure, Replay};
+use crate::proxy::requests::upstream::Failure;
 use crate::proxy::shared::BalancerState;
 use crate::proxy::visitors::body::DownBody;
 use crate::proxy::visitors::pages;
@@ -104,9 +104,10 @@ impl Attempt {
         !deaths.is_empty() && deaths.refused(&self.line(), now)
     }
 
-    /// Takes in a failed send to `copy`: the request to send again, or the
-    /// page that answers it when it cannot be. `died`: the send was lost
-    /// and the copy's process is gone.
+    /// Takes in a failed send to `copy`: the body to send the request again
+    /// with, or the page that answers it when it cannot be. `replayable`:
+    /// the request had no body, so it can be sent again after it was lost.
+    /// `died`: the send was lost and the copy's process is gone.
     // The page is the request's answer, as large as the request beside it;
     // boxing it would only add an allocation to a failure.
     #[allow(clippy::result_large_err)]
@@ -116,15 +117,15 @@ impl Attempt {
         app: &LiveApp,
         copy: &LiveCopy,
         failure: Failure,
-        replay: Option<&Replay>,
+        replayable: bool,
         died: bool,
-    ) -> Result<Request<UpBody>, Response<DownBody>> {
+    ) -> Result<UpBody, Response<DownBody>> {
         let again = match failure {
             Failure::Refused(back, e) => {
                 // The copy failed one: its other idle connections are likely dead too.
                 copy.state.pool.clear();
                 self.mark_down(app, copy, &format!("refused a connection ({e})"));
-                *back
+                back
             }
             Failure::Local(e) => {
                 tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy,
@@ -133,11 +134,11 @@ impl Attempt {
             }
             Failure::Lost(e) => {
                 copy.state.pool.clear();
-                self.lost(app, copy, replay, died, &e)?
+                self.lost(app, copy, replayable, died, &e)?
             }
             Failure::Ending => {
                 copy.state.pool.clear();
-                self.lost(app, copy, replay, true, &"its process began to exit")?
+                self.lost(app, copy, replayable, true, &"its process began to exit")?
             }
         };
         if self.sends >= MAX_SENDS {
@@ -154,10 +155,10 @@ impl Attempt {
         &mut self,
         app: &LiveApp,
         copy: &LiveCopy,
-        replay: Option<&Replay>,
+        replayable: bool,
         died: bool,
         e: &dyn std::fmt::Display,
-    ) -> Result<Request<UpBody>, Response<DownBody>> {
+    ) -> Result<UpBody, Response<DownBody>> {
         let line = self.line();
         if died {
             self.mark_down(app, copy, &format!("died with {line} in flight ({e})"));
@@ -182,13 +183,13 @@ impl Attempt {
                 return Err(pages::bad_gateway(&app.name));
             }
         }
-        match (retry::after_lost(&self.method, self.retried, replay.is_some()), replay) {
-            (Lost::Retry, Some(r)) => {
+        match retry::after_lost(&self.method, self.retried, replayable) {
+            Lost::Retry => {
                 tracing::info!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, request = %line,
                     "copy {} lost {line} ({e}); sending it once to another copy", copy.copy);
                 self.retried = true;
                 self.avoid = Some((copy.copy, copy.pid));
-                Ok(r.request())
+                Ok(UpBody::Empty)
             }
             _ => {
                 tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, copy = copy.copy, request = %line,

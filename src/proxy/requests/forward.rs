@@ -23,7 +23,7 @@ use crate::proxy::daemon_link::{wake_outcome, WakeAnswer};
 use crate::proxy::error_source::ErrorSource;
 use crate::proxy::progress::Idle;
 use crate::proxy::requests::attempt::Attempt;
-use crate::proxy::requests::upstream::{self, send, Failure, Replay, Sent};
+use crate::proxy::requests::upstream::{self, send, Failure, Sent};
 use crate::proxy::shared::BalancerState;
 use crate::proxy::tunnels::websocket;
 use crate::proxy::visitors::body::DownBody;
@@ -89,14 +89,14 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
     headers::for_copy(&mut parts, &from, client_upgrade.is_some());
     // A request without a body can be sent again if it is lost on a dying
     // connection; one with a body cannot (it was consumed).
-    let replay = body.is_end_stream().then(|| Replay::of(&parts));
+    let replayable = body.is_end_stream();
     let mut attempt = Attempt::new(&parts);
     if attempt.refused(&app, mono_ms()) {
         tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, request = %attempt.line(),
             "answered 502 at once: this request was in flight when two copies died within a minute");
         return pages::bad_gateway(&app.name);
     }
-    let mut req = Request::from_parts(parts, UpBody::VisitorConnection(body, Idle::default()));
+    let mut body = UpBody::VisitorConnection(body, Idle::default());
     loop {
         let (i, spare);
         (app, i, spare) = match wait_for_copy(shared, client.port, app, claimed, &mut attempt).await {
@@ -116,7 +116,7 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
         shared.daemon.report_stand_in(&app.name, attempt.notice.take(), (copy.role == Role::Warm).then_some(copy.copy));
         attempt.sends += 1;
         let sent_ms = attempt.held_for_wake_ms.map(|_| now_ms());
-        req = match send(copy, req, client_upgrade.is_some()).await {
+        body = match send(copy, &parts, body, client_upgrade.is_some()).await {
             Ok(sent) => {
                 if let Some(at) = sent_ms {
                     attempt.say_woken(&app.name, copy.copy, at, sent.resp.status());
@@ -129,7 +129,7 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
                     Failure::Lost(_) => upstream::died(copy.pid).await,
                     Failure::Refused(..) | Failure::Local(_) => false,
                 };
-                match attempt.failed(shared, &app, copy, failure, replay.as_ref(), died) {
+                match attempt.failed(shared, &app, copy, failure, replayable, died) {
                     Ok(again) => again,
                     Err(page) => return page,
                 }

@@ -6,9 +6,8 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use hyper::header::HeaderMap;
 use hyper::http::request;
-use hyper::{Method, Request, Response, Uri, Version};
+use hyper::Response;
 
 use crate::proxy::copies::answer::{self, AnswerBody};
 use crate::proxy::copies::copy_conn::{self, CopyConn, UpBody};
@@ -25,8 +24,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// What a failed send leaves.
 pub enum Failure {
     /// The copy refused the connection, reset it or did not accept it in
-    /// time; the request was not sent and comes back.
-    Refused(Box<Request<UpBody>>, io::Error),
+    /// time; the request was not sent, and its body comes back.
+    Refused(UpBody, io::Error),
     /// The load balancer itself could not open a connection (out of
     /// descriptors, buffers, memory, local ports): no copy is at fault.
     Local(io::Error),
@@ -40,9 +39,9 @@ pub enum Failure {
 
 /// Why [`exchange`] got no answer.
 enum Unanswered {
-    /// The request was never written (the connection had closed): it comes
-    /// back.
-    Unsent(Box<Request<UpBody>>, io::Error),
+    /// The request was never written (the connection had closed): its body
+    /// comes back.
+    Unsent(UpBody, io::Error),
     /// The request was sent (maybe in part) and the connection broke.
     Broke(io::Error),
     /// The copy's process began to exit while the request waited.
@@ -57,40 +56,17 @@ pub struct Sent {
     pub lease: Lease,
 }
 
-/// The head of a request without a body, kept so it can be sent again.
-pub struct Replay {
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-}
-
-impl Replay {
-    /// The head of `parts`, kept.
-    pub fn of(parts: &request::Parts) -> Replay {
-        Replay { method: parts.method.clone(), uri: parts.uri.clone(), headers: parts.headers.clone() }
-    }
-
-    /// The request again, with no body.
-    pub fn request(&self) -> Request<UpBody> {
-        let mut req = Request::new(UpBody::Empty);
-        *req.method_mut() = self.method.clone();
-        *req.uri_mut() = self.uri.clone();
-        *req.headers_mut() = self.headers.clone();
-        *req.version_mut() = Version::HTTP_11;
-        req
-    }
-}
-
-/// Sends the request to a copy: on an idle pooled connection when there is
-/// one (a WebSocket always gets a new one), else on a new connection.
-pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> Result<Sent, Failure> {
+/// Sends the request (`parts`, kept by the caller for another send, and
+/// `body`) to a copy: on an idle pooled connection when there is one (a
+/// WebSocket always gets a new one), else on a new connection.
+pub async fn send(copy: &LiveCopy, parts: &request::Parts, mut body: UpBody, upgrade: bool) -> Result<Sent, Failure> {
     let lease = Lease::new(copy.state.clone());
     if !upgrade {
         while let Some(conn) = copy.state.pool.take() {
-            match exchange(&copy.state, conn, req).await {
+            match exchange(&copy.state, conn, parts, body).await {
                 Ok(resp) => return Ok(Sent { resp, lease }),
                 // Never written: the connection had closed. Try another.
-                Err(Unanswered::Unsent(back, _)) => req = *back,
+                Err(Unanswered::Unsent(back, _)) => body = back,
                 Err(Unanswered::Broke(e)) => return Err(Failure::Lost(e)),
                 Err(Unanswered::Ending) => return Err(Failure::Ending),
             }
@@ -99,15 +75,15 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
     let connect = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, copy.port));
     let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) if blames_copy(&e) => return Err(Failure::Refused(Box::new(req), e)),
+        Ok(Err(e)) if blames_copy(&e) => return Err(Failure::Refused(body, e)),
         Ok(Err(e)) => return Err(Failure::Local(e)),
-        Err(_) => return Err(Failure::Refused(Box::new(req), io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))),
+        Err(_) => return Err(Failure::Refused(body, io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))),
     };
     let _ = stream.set_nodelay(true);
     // A copy that dies without a word (its machine side, a frozen process
     // under a WebSocket) is found by keepalive, never by a quiet spell.
     caps::watch_socket(&stream);
-    match exchange(&copy.state, CopyConn::new(stream), req).await {
+    match exchange(&copy.state, CopyConn::new(stream), parts, body).await {
         Ok(resp) => Ok(Sent { resp, lease }),
         // Accepted, then closed before a byte was written: a copy on its
         // way out is as good as one that refuses.
@@ -123,13 +99,13 @@ pub async fn send(copy: &LiveCopy, mut req: Request<UpBody>, upgrade: bool) -> R
 /// visitor, counts as unanswered. Given up on the moment the copy's process
 /// begins to exit, which is tens of milliseconds before its sockets close;
 /// an answer that came first is taken.
-async fn exchange(state: &CopyState, conn: CopyConn, req: Request<UpBody>) -> Result<Response<AnswerBody>, Unanswered> {
+async fn exchange(state: &CopyState, conn: CopyConn, parts: &request::Parts, body: UpBody) -> Result<Response<AnswerBody>, Unanswered> {
     let started = state.sent(mono_ms());
     let mut waiting = Waiting { state, done: false };
     let sent = tokio::select! {
         biased;
         sent = async {
-            let (head, conn) = conn.round_trip(req).await?;
+            let (head, conn) = conn.round_trip(parts, body).await?;
             answer::response(head, conn).map_err(copy_conn::Unanswered::Broke)
         } => Some(sent),
         () = state.gone_now() => None,
