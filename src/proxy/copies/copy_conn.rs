@@ -326,32 +326,14 @@ pub(super) fn invalid(why: &str) -> io::Error {
 
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
-    use crate::proxy::copies::answer;
-    use http_body_util::BodyExt;
-    use tokio::io::AsyncReadExt;
 
     /// A listener and a connection to it.
-    async fn pair() -> (tokio::net::TcpListener, CopyConn) {
+    pub(in crate::proxy::copies) async fn pair() -> (tokio::net::TcpListener, CopyConn) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let conn = CopyConn::new(TcpStream::connect(listener.local_addr().unwrap()).await.unwrap());
         (listener, conn)
-    }
-
-    fn get(path: &str) -> request::Parts {
-        hyper::Request::builder().uri(path).header("host", "localhost").body(()).unwrap().into_parts().0
-    }
-
-    /// Reads one request head (to its blank line) from `s`.
-    async fn read_request(s: &mut TcpStream) -> Vec<u8> {
-        let mut got = Vec::new();
-        let mut b = [0; 1];
-        while !got.ends_with(b"\r\n\r\n") {
-            assert_eq!(s.read(&mut b).await.unwrap(), 1, "the request ended early: {:?}", String::from_utf8_lossy(&got));
-            got.push(b[0]);
-        }
-        got
     }
 
     #[test]
@@ -364,83 +346,6 @@ mod tests {
         out.clear();
         request_head(&parts, true, &mut out);
         assert_eq!(out, b"POST /up?x=1 HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\n");
-    }
-
-    #[tokio::test]
-    async fn answers_of_each_framing_are_read_whole_and_only_a_kept_open_connection_serves_again() {
-        let (listener, conn) = pair().await;
-        let server = tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            read_request(&mut s).await;
-            // The head and its body apart, as httpuv writes them.
-            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").await.unwrap();
-            s.write_all(b"hello").await.unwrap();
-            read_request(&mut s).await;
-            s.write_all(b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n").await.unwrap();
-            s.write_all(b"7\r\n, world\r\n0\r\n\r\n").await.unwrap();
-            read_request(&mut s).await;
-            s.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nbye").await.unwrap();
-        });
-        let mut conn = Some(conn);
-        for (path, want, again) in [("/a", "hello", true), ("/b", "hello, world", true), ("/c", "bye", false)] {
-            let (head, c) = conn.take().unwrap().round_trip(&get(path), UpBody::Empty).await.unwrap_or_else(|_| panic!("{path}: no answer"));
-            let mut body = answer::response(head, c).unwrap().into_body();
-            let mut got = Vec::new();
-            while let Some(frame) = body.frame().await {
-                got.extend_from_slice(&frame.unwrap().into_data().unwrap());
-            }
-            assert_eq!(String::from_utf8_lossy(&got), want, "{path}");
-            conn = body.reusable();
-            assert_eq!(conn.is_some(), again, "{path}: serves again");
-        }
-        server.await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_wait_in_the_middle_of_an_answer_acknowledges_at_once_and_a_whole_answer_does_not() {
-        let (listener, conn) = pair().await;
-        let (go_on, mut told) = tokio::sync::mpsc::unbounded_channel::<()>();
-        let server = tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            for _ in 0..3 {
-                read_request(&mut s).await;
-                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n").await.unwrap();
-                told.recv().await.unwrap();
-                s.write_all(b"body").await.unwrap();
-                read_request(&mut s).await;
-                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.unwrap();
-            }
-            // Open until the client is done, so its last wait is a wait.
-            let _ = s.read(&mut [0; 1]).await;
-        });
-        let flag = {
-            use std::os::fd::AsFd;
-            socket2::Socket::from(conn.stream.as_fd().try_clone_to_owned().unwrap())
-        };
-        let mut conn = Some(conn);
-        for _ in 0..3 {
-            let (head, c) = conn.take().unwrap().round_trip(&get("/"), UpBody::Empty).await.ok().unwrap();
-            let mut body = answer::response(head, c).unwrap().into_body();
-            // The kernel clears it by itself (we clear it by hand): is it set again?
-            flag.set_tcp_quickack(false).unwrap();
-            let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx).is_pending())).await;
-            assert!(first, "the body is not there yet");
-            assert!(flag.tcp_quickack().unwrap(), "set while the body is due");
-            go_on.send(()).unwrap();
-            assert_eq!(&body.frame().await.unwrap().unwrap().into_data().unwrap()[..], b"body");
-            let (head, c) = body.reusable().unwrap().round_trip(&get("/"), UpBody::Empty).await.ok().unwrap();
-            let mut whole = answer::response(head, c).unwrap().into_body();
-            assert_eq!(&whole.frame().await.unwrap().unwrap().into_data().unwrap()[..], b"ok");
-            let mut c = whole.reusable().unwrap();
-            flag.set_tcp_quickack(false).unwrap();
-            let waited = std::future::poll_fn(|cx| Poll::Ready(c.poll_fill(cx).is_pending())).await;
-            assert!(waited);
-            assert!(!flag.tcp_quickack().unwrap(), "a whole answer is acknowledged with the next request");
-            conn = Some(c);
-        }
-        // The probe is the same socket: closed with it, or the server waits.
-        drop((flag, conn));
-        server.await.unwrap();
     }
 
     #[tokio::test]
