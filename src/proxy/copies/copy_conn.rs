@@ -207,8 +207,11 @@ impl CopyConn {
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Ready(Ok(())) => {
                 let n = read.filled().len();
-                // The stream filled the buffer it was given, not another.
-                assert_eq!(start.cast::<u8>(), read.filled().as_ptr());
+                if start.cast::<u8>() != read.filled().as_ptr() {
+                    // A stream that swapped the buffer it was given: what it
+                    // read is not where it is counted; never so for a socket.
+                    return Poll::Ready(Err(io::Error::other("a read went to another buffer")));
+                }
                 // SAFETY: ReadBuf vouches that its first n bytes, which
                 // are the buffer's spare capacity, are initialised.
                 unsafe { self.buf.set_len(self.buf.len() + n) };
