@@ -78,7 +78,10 @@ impl Framing {
         }
         let mut length = None;
         for v in head.headers.get_all(header::CONTENT_LENGTH) {
-            let n = std::str::from_utf8(v.as_bytes()).ok().and_then(|s| s.trim().parse::<u64>().ok()).ok_or("a Content-Length that does not read")?;
+            let n = std::str::from_utf8(v.as_bytes())
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or("a Content-Length that does not read")?;
             if length.is_some_and(|l| l != n) {
                 return Err("two Content-Lengths that differ");
             }
@@ -177,7 +180,12 @@ impl AnswerBody {
                     self.keep_alive = false;
                     return Poll::Ready(None);
                 }
-                Ok(0) => return Poll::Ready(Some(Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the copy closed the connection mid-answer")))),
+                Ok(0) => {
+                    return Poll::Ready(Some(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the copy closed the connection mid-answer",
+                    ))))
+                }
                 Ok(_) => {}
                 Err(e) => return Poll::Ready(Some(Err(e))),
             }
@@ -302,14 +310,19 @@ mod tests {
             s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").await.unwrap();
             s.write_all(b"hello").await.unwrap();
             read_request(&mut s).await;
-            s.write_all(b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n").await.unwrap();
+            s.write_all(
+                b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+            )
+            .await
+            .unwrap();
             s.write_all(b"7\r\n, world\r\n0\r\n\r\n").await.unwrap();
             read_request(&mut s).await;
             s.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nbye").await.unwrap();
         });
         let mut conn = Some(conn);
         for (path, want, again) in [("/a", "hello", true), ("/b", "hello, world", true), ("/c", "bye", false)] {
-            let (head, c) = conn.take().unwrap().round_trip(&get(path), UpBody::Empty).await.unwrap_or_else(|_| panic!("{path}: no answer"));
+            let (head, c) =
+                conn.take().unwrap().round_trip(&get(path), UpBody::Empty).await.unwrap_or_else(|_| panic!("{path}: no answer"));
             let mut body = response(head, c).unwrap().into_body();
             let mut got = Vec::new();
             while let Some(frame) = body.frame().await {
@@ -372,7 +385,6 @@ mod tests {
         server.await.unwrap();
     }
 
-
     /// A chunked body read from `wire` in pieces of `step` bytes: its data.
     fn dechunk(wire: &[u8], step: usize) -> Result<Vec<u8>, &'static str> {
         let mut buf = bytes::BytesMut::new();
@@ -424,7 +436,10 @@ mod tests {
         assert_eq!(Framing::of(&head(204, &[]), false), Ok(Framing::Done));
         assert_eq!(Framing::of(&head(200, &[("content-length", "0")]), false), Ok(Framing::Done));
         assert_eq!(Framing::of(&head(200, &[("transfer-encoding", "gzip, chunked")]), false), Ok(Framing::Chunked(Chunk::Size)));
-        assert_eq!(Framing::of(&head(200, &[("transfer-encoding", "chunked"), ("content-length", "3")]), false), Ok(Framing::Chunked(Chunk::Size)));
+        assert_eq!(
+            Framing::of(&head(200, &[("transfer-encoding", "chunked"), ("content-length", "3")]), false),
+            Ok(Framing::Chunked(Chunk::Size))
+        );
         assert_eq!(Framing::of(&head(200, &[("transfer-encoding", "gzip")]), false), Ok(Framing::UntilClose));
         assert_eq!(Framing::of(&head(200, &[]), false), Ok(Framing::UntilClose));
         assert_eq!(Framing::of(&head(101, &[]), false), Ok(Framing::Upgrade));

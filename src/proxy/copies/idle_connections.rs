@@ -17,8 +17,9 @@ const POOL_MAX: usize = 256;
 pub const POOL_IDLE: Duration = Duration::from_secs(30);
 
 /// Idle keep-alive connections to one copy, one list per worker: a
-/// connection is driven by the worker that opened it, so a request reuses
-/// only its own worker's (the lock is then never contended).
+/// connection's socket is registered with the runtime of the worker that
+/// opened it, whose thread hears its events, so a request reuses only its
+/// own worker's (the lock is then never contended).
 #[derive(Default)]
 pub struct Pool {
     /// Per worker, most recently used last, each with when it was put back.

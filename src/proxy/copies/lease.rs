@@ -4,8 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::proxy::copies::copy_state::CopyState;
 use crate::proxy::copies::copy_conn::CopyConn;
+use crate::proxy::copies::copy_state::CopyState;
 
 /// A request counted against a copy until its answer is read to the end;
 /// then its connection goes back to the pool.
