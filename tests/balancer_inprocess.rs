@@ -839,3 +839,72 @@ async fn at_max_replicas_with_every_copy_full_a_visitor_is_held_for_a_free_place
     let waited = t.elapsed();
     assert!(waited >= Duration::from_secs(2) && waited < Duration::from_secs(4), "held until the place freed: {waited:?}");
 }
+
+/// A copy that answers each request with what it got of its body: its
+/// length, how it was framed, and the body itself.
+async fn body_backend() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let svc = hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
+                let chunked = req.headers().get("transfer-encoding").is_some_and(|v| v == "chunked");
+                let got = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                let body = format!("{} bytes, chunked: {chunked}, {}", got.len(), String::from_utf8_lossy(&got));
+                Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(body))))
+            });
+            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc));
+        }
+    });
+    port
+}
+
+/// A copy that answers every request with bytes that are no HTTP answer.
+async fn garbage_backend() -> (u16, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut b = [0; 4096];
+                if stream.read(&mut b).await.unwrap_or(0) > 0 {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let _ = stream.write_all(b"SPDY/9 what\r\n\r\n").await;
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+#[tokio::test]
+async fn request_bodies_reach_the_copy_whole_by_length_or_chunked() {
+    let copy = body_backend().await;
+    let rig = start(|p| table(p, LbPolicy::First, false, 30_000, &[(1, copy, Role::Active)])).await;
+    let by_length = request(rig.port, "POST", None, "hello, copy").await;
+    assert_eq!((by_length.status, by_length.body.as_str()), (200, "11 bytes, chunked: false, hello, copy"), "{by_length:?}");
+    let chunked = raw_request(
+        rig.port,
+        "POST / HTTP/1.1\r\nHost: test\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n",
+    )
+    .await;
+    assert_eq!((chunked.status, chunked.body.as_str()), (200, "12 bytes, chunked: true, hello, world"), "{chunked:?}");
+    let empty = request(rig.port, "POST", None, "").await;
+    assert_eq!((empty.status, empty.body.as_str()), (200, "0 bytes, chunked: false, "), "{empty:?}");
+}
+
+#[tokio::test]
+async fn a_copy_whose_answer_does_not_read_is_passed_over_for_a_get_and_a_post_gets_a_502() {
+    let (bad, bad_seen) = garbage_backend().await;
+    let (good, good_seen) = backend(2).await;
+    let rig = start(|p| table(p, LbPolicy::First, false, 30_000, &[(1, bad, Role::Active), (2, good, Role::Active)])).await;
+    let a = get(rig.port, None).await;
+    assert_eq!((a.status, a.copy()), (200, 2), "a GET is sent once more, to the other copy: {a:?}");
+    assert_eq!((bad_seen.load(Ordering::SeqCst), good_seen.load(Ordering::SeqCst)), (1, 1));
+    let b = request(rig.port, "POST", None, "x").await;
+    assert_eq!(b.status, 502, "a POST is never sent twice: {b:?}");
+    assert_eq!((bad_seen.load(Ordering::SeqCst), good_seen.load(Ordering::SeqCst)), (2, 1));
+}

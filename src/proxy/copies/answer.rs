@@ -78,9 +78,12 @@ impl Framing {
         }
         let mut length = None;
         for v in head.headers.get_all(header::CONTENT_LENGTH) {
+            // Digits only (RFC 9110, 8.6): `parse` would also take a sign.
             let n = std::str::from_utf8(v.as_bytes())
                 .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
+                .map(str::trim)
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse::<u64>().ok())
                 .ok_or("a Content-Length that does not read")?;
             if length.is_some_and(|l| l != n) {
                 return Err("two Content-Lengths that differ");
@@ -445,5 +448,6 @@ mod tests {
         assert_eq!(Framing::of(&head(101, &[]), false), Ok(Framing::Upgrade));
         assert!(Framing::of(&head(200, &[("content-length", "1"), ("content-length", "2")]), false).is_err());
         assert!(Framing::of(&head(200, &[("content-length", "x")]), false).is_err());
+        assert!(Framing::of(&head(200, &[("content-length", "+5")]), false).is_err(), "digits only");
     }
 }
