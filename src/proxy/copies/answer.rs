@@ -117,8 +117,7 @@ pub struct AnswerBody {
 
 impl AnswerBody {
     /// The body of an answer whose head was just read from `conn`.
-    pub fn new(mut conn: CopyConn, framing: Framing, keep_alive: bool) -> AnswerBody {
-        conn.set_mid_answer(framing != Framing::Done && framing != Framing::Upgrade);
+    pub fn new(conn: CopyConn, framing: Framing, keep_alive: bool) -> AnswerBody {
         AnswerBody { conn: Some(conn), framing, keep_alive }
     }
 
@@ -151,7 +150,7 @@ impl AnswerBody {
                     let n = left.min(buf.len() as u64);
                     let piece = buf.split_to(n as usize).freeze();
                     self.framing = if n == left { Framing::Done } else { Framing::Length(left - n) };
-                    return self.piece(piece);
+                    return Poll::Ready(Some(Ok(piece)));
                 }
                 Framing::UntilClose if !buf.is_empty() => {
                     let piece = buf.split().freeze();
@@ -168,7 +167,6 @@ impl AnswerBody {
                     }
                     Ok(Step::End) => {
                         self.framing = Framing::Done;
-                        conn.set_mid_answer(false);
                         return Poll::Ready(None);
                     }
                     Ok(Step::More) => {}
@@ -176,7 +174,8 @@ impl AnswerBody {
                 },
                 Framing::Length(_) | Framing::UntilClose => {}
             }
-            match ready!(conn.poll_fill(cx)) {
+            // Its head has come and the rest is due: a wait acknowledges at once.
+            match ready!(conn.poll_fill(cx, true)) {
                 Ok(0) if self.framing == Framing::UntilClose => {
                     // The close is the end; the connection serves no other.
                     self.framing = Framing::Done;
@@ -193,16 +192,6 @@ impl AnswerBody {
                 Err(e) => return Poll::Ready(Some(Err(e))),
             }
         }
-    }
-
-    /// `piece`, noting the end of the answer when it was the last.
-    fn piece(&mut self, piece: Bytes) -> Poll<Option<io::Result<Bytes>>> {
-        if self.framing == Framing::Done {
-            if let Some(c) = self.conn.as_mut() {
-                c.set_mid_answer(false);
-            }
-        }
-        Poll::Ready(Some(Ok(piece)))
     }
 }
 
@@ -353,20 +342,29 @@ mod tests {
             let (mut s, _) = listener.accept().await.unwrap();
             for _ in 0..3 {
                 read_request(&mut s).await;
+                // Nothing of the answer until told, then its head and its
+                // body apart, as httpuv writes them.
+                told.recv().await.unwrap();
                 s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n").await.unwrap();
                 told.recv().await.unwrap();
                 s.write_all(b"body").await.unwrap();
                 read_request(&mut s).await;
                 s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.unwrap();
             }
-            // Open until the client is done, so its last wait is a wait.
-            let _ = s.read(&mut [0; 1]).await;
         });
         let mut conn = Some(conn);
         for _ in 0..3 {
-            let (head, c) = conn.take().unwrap().round_trip(&get("/"), UpBody::Empty).await.ok().unwrap();
+            // The kernel clears it by itself (we clear it by hand): is it set?
+            flag.set_tcp_quickack(false).unwrap();
+            let parts = get("/");
+            let sent = conn.take().unwrap().round_trip(&parts, UpBody::Empty);
+            tokio::pin!(sent);
+            let waiting = std::future::poll_fn(|cx| Poll::Ready(std::future::Future::poll(sent.as_mut(), cx).is_pending())).await;
+            assert!(waiting, "no byte of the answer yet");
+            assert!(!flag.tcp_quickack().unwrap(), "a wait before any byte of an answer (after a whole one) acknowledges with the request");
+            go_on.send(()).unwrap();
+            let (head, c) = sent.await.ok().unwrap();
             let mut body = response(head, c).unwrap().into_body();
-            // The kernel clears it by itself (we clear it by hand): is it set again?
             flag.set_tcp_quickack(false).unwrap();
             let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx).is_pending())).await;
             assert!(first, "the body is not there yet");
@@ -376,12 +374,7 @@ mod tests {
             let (head, c) = body.reusable().unwrap().round_trip(&get("/"), UpBody::Empty).await.ok().unwrap();
             let mut whole = response(head, c).unwrap().into_body();
             assert_eq!(&whole.frame().await.unwrap().unwrap().into_data().unwrap()[..], b"ok");
-            let mut c = whole.reusable().unwrap();
-            flag.set_tcp_quickack(false).unwrap();
-            let waited = std::future::poll_fn(|cx| Poll::Ready(c.poll_fill(cx).is_pending())).await;
-            assert!(waited);
-            assert!(!flag.tcp_quickack().unwrap(), "a whole answer is acknowledged with the next request");
-            conn = Some(c);
+            conn = Some(whole.reusable().unwrap());
         }
         // The probe is the same socket: closed with it, or the server waits.
         drop((flag, conn));

@@ -84,9 +84,6 @@ pub struct CopyConn {
     stream: TcpStream,
     /// Bytes read from the copy and not yet taken.
     buf: BytesMut,
-    /// Bytes of the current answer have come and more are due: a read that
-    /// waits now acknowledges at once.
-    mid_answer: bool,
 }
 
 /// Why a request got no answer's head.
@@ -101,7 +98,7 @@ pub enum Unanswered {
 impl CopyConn {
     /// A new connection to a copy.
     pub fn new(stream: TcpStream) -> CopyConn {
-        CopyConn { stream, buf: BytesMut::new(), mid_answer: false }
+        CopyConn { stream, buf: BytesMut::new() }
     }
 
     /// True while an idle connection can carry a request: the copy has
@@ -169,7 +166,8 @@ impl CopyConn {
     /// Reads the answer's head, passing over interim answers (1xx but a
     /// switch of protocols).
     async fn read_head(&mut self) -> io::Result<Head> {
-        self.mid_answer = false;
+        // Bytes of the answer have come: a wait now is for the rest of it.
+        let mut begun = false;
         loop {
             if let Some(head) = parse_head(&mut self.buf)? {
                 if head.status.is_informational() && head.status != StatusCode::SWITCHING_PROTOCOLS {
@@ -180,16 +178,17 @@ impl CopyConn {
             if self.buf.len() > HEAD_MAX {
                 return Err(invalid("the copy's answer head is too long"));
             }
-            if std::future::poll_fn(|cx| self.poll_fill(cx)).await? == 0 {
+            if std::future::poll_fn(|cx| self.poll_fill(cx, begun)).await? == 0 {
                 return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the copy closed the connection before answering"));
             }
-            self.mid_answer = true;
+            begun = true;
         }
     }
 
     /// Reads what the copy sent into the buffer: the bytes read, 0 at its
-    /// close. A wait in the middle of an answer acknowledges at once.
-    pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+    /// close. `mid_answer`: bytes of an answer have come and more are due,
+    /// so a wait acknowledges at once.
+    pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>, mid_answer: bool) -> Poll<io::Result<usize>> {
         if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
             self.buf.reserve(READ_SIZE);
         }
@@ -198,7 +197,7 @@ impl CopyConn {
         let mut read = ReadBuf::uninit(spare);
         match Pin::new(&mut self.stream).poll_read(cx, &mut read) {
             Poll::Pending => {
-                if self.mid_answer {
+                if mid_answer {
                     // Best effort: a socket that refuses it only reads more slowly.
                     let _ = socket2::SockRef::from(&self.stream).set_tcp_quickack(true);
                 }
@@ -229,11 +228,6 @@ impl CopyConn {
     /// The bytes read and not yet taken.
     pub(super) fn buffered(&mut self) -> &mut BytesMut {
         &mut self.buf
-    }
-
-    /// Whether a wait now acknowledges at once (the answer is under way).
-    pub(super) fn set_mid_answer(&mut self, on: bool) {
-        self.mid_answer = on;
     }
 
     /// The socket and the bytes read past the answer's head: a WebSocket's
