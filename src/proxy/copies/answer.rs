@@ -14,17 +14,17 @@ use hyper::header::{self, HeaderMap};
 use hyper::StatusCode;
 use tokio::net::TcpStream;
 
-use crate::proxy::copies::copy_conn::{has_close, invalid, CopyConn, Head};
+use crate::proxy::copies::copy_conn::{has_token, invalid, CopyConn, Head};
 
 /// The answer whose head was just read from `conn`, its body to be read
 /// from it; an error when the head does not say how, or switches protocols
 /// unasked.
 pub fn response(head: Head, conn: CopyConn) -> io::Result<hyper::Response<AnswerBody>> {
-    let framing = Framing::of(&head, head.to_head).map_err(invalid)?;
+    let framing = Framing::of(&head).map_err(invalid)?;
     if framing == Framing::Upgrade && !head.upgrade_asked {
         return Err(invalid("the copy switched protocols unasked"));
     }
-    let keep_alive = head.version == hyper::Version::HTTP_11 && !has_close(&head.headers);
+    let keep_alive = head.version == hyper::Version::HTTP_11 && !has_token(&head.headers, header::CONNECTION, "close");
     let mut resp = hyper::Response::new(AnswerBody::new(conn, framing, keep_alive));
     *resp.status_mut() = head.status;
     *resp.version_mut() = head.version;
@@ -64,13 +64,13 @@ pub enum Chunk {
 }
 
 impl Framing {
-    /// The framing of the answer with `head`; `to_head`: the request was a
-    /// HEAD. An error names what does not read.
-    pub fn of(head: &Head, to_head: bool) -> Result<Framing, &'static str> {
+    /// The framing of the answer with `head`. An error names what does not
+    /// read.
+    pub fn of(head: &Head) -> Result<Framing, &'static str> {
         if head.status == StatusCode::SWITCHING_PROTOCOLS {
             return Ok(Framing::Upgrade);
         }
-        if to_head || head.status == StatusCode::NO_CONTENT || head.status == StatusCode::NOT_MODIFIED {
+        if head.to_head || head.status == StatusCode::NO_CONTENT || head.status == StatusCode::NOT_MODIFIED {
             return Ok(Framing::Done);
         }
         if let Some(last) = last_token(&head.headers, header::TRANSFER_ENCODING) {
@@ -99,9 +99,9 @@ impl Framing {
 }
 
 /// The last token of the header `name` (over all its lines), if any.
-fn last_token(h: &HeaderMap, name: header::HeaderName) -> Option<String> {
+fn last_token(h: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     let last = h.get_all(name).iter().next_back()?;
-    Some(last.to_str().unwrap_or("").rsplit(',').next().unwrap_or("").trim().to_string())
+    Some(last.to_str().unwrap_or("").rsplit(',').next().unwrap_or("").trim())
 }
 
 /// A copy's answer body, read from its connection as the visitor takes it.
@@ -426,21 +426,25 @@ mod tests {
 
     #[test]
     fn the_framing_is_read_from_the_head_as_the_rfc_says() {
-        assert_eq!(Framing::of(&head(200, &[("content-length", "12")]), false), Ok(Framing::Length(12)));
-        assert_eq!(Framing::of(&head(200, &[("content-length", "12")]), true), Ok(Framing::Done), "the answer to a HEAD");
-        assert_eq!(Framing::of(&head(304, &[("content-length", "12")]), false), Ok(Framing::Done));
-        assert_eq!(Framing::of(&head(204, &[]), false), Ok(Framing::Done));
-        assert_eq!(Framing::of(&head(200, &[("content-length", "0")]), false), Ok(Framing::Done));
-        assert_eq!(Framing::of(&head(200, &[("transfer-encoding", "gzip, chunked")]), false), Ok(Framing::Chunked(Chunk::Size)));
+        assert_eq!(Framing::of(&head(200, &[("content-length", "12")])), Ok(Framing::Length(12)));
         assert_eq!(
-            Framing::of(&head(200, &[("transfer-encoding", "chunked"), ("content-length", "3")]), false),
+            Framing::of(&Head { to_head: true, ..head(200, &[("content-length", "12")]) }),
+            Ok(Framing::Done),
+            "the answer to a HEAD"
+        );
+        assert_eq!(Framing::of(&head(304, &[("content-length", "12")])), Ok(Framing::Done));
+        assert_eq!(Framing::of(&head(204, &[])), Ok(Framing::Done));
+        assert_eq!(Framing::of(&head(200, &[("content-length", "0")])), Ok(Framing::Done));
+        assert_eq!(Framing::of(&head(200, &[("transfer-encoding", "gzip, chunked")])), Ok(Framing::Chunked(Chunk::Size)));
+        assert_eq!(
+            Framing::of(&head(200, &[("transfer-encoding", "chunked"), ("content-length", "3")])),
             Ok(Framing::Chunked(Chunk::Size))
         );
-        assert_eq!(Framing::of(&head(200, &[("transfer-encoding", "gzip")]), false), Ok(Framing::UntilClose));
-        assert_eq!(Framing::of(&head(200, &[]), false), Ok(Framing::UntilClose));
-        assert_eq!(Framing::of(&head(101, &[]), false), Ok(Framing::Upgrade));
-        assert!(Framing::of(&head(200, &[("content-length", "1"), ("content-length", "2")]), false).is_err());
-        assert!(Framing::of(&head(200, &[("content-length", "x")]), false).is_err());
-        assert!(Framing::of(&head(200, &[("content-length", "+5")]), false).is_err(), "digits only");
+        assert_eq!(Framing::of(&head(200, &[("transfer-encoding", "gzip")])), Ok(Framing::UntilClose));
+        assert_eq!(Framing::of(&head(200, &[])), Ok(Framing::UntilClose));
+        assert_eq!(Framing::of(&head(101, &[])), Ok(Framing::Upgrade));
+        assert!(Framing::of(&head(200, &[("content-length", "1"), ("content-length", "2")])).is_err());
+        assert!(Framing::of(&head(200, &[("content-length", "x")])).is_err());
+        assert!(Framing::of(&head(200, &[("content-length", "+5")])).is_err(), "digits only");
     }
 }

@@ -313,9 +313,10 @@ fn request_head(parts: &request::Parts, chunked: bool, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// True when the answer says the connection closes after it.
-pub(super) fn has_close(h: &HeaderMap) -> bool {
-    h.get_all(header::CONNECTION).iter().any(|v| v.to_str().unwrap_or("").split(',').any(|t| t.trim().eq_ignore_ascii_case("close")))
+/// True when the header `name`, on any of its lines, lists `token` (in any
+/// case): `Connection: close`, `Upgrade: websocket`.
+pub fn has_token(h: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    h.get_all(name).iter().any(|v| v.to_str().unwrap_or("").split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
 
 pub(super) fn invalid(why: &str) -> io::Error {

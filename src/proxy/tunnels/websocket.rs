@@ -12,6 +12,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::proxy::copies::copy_conn::has_token;
 use crate::proxy::error_source::ErrorSource;
 use crate::proxy::tunnels::pump::{Direction, Live, Pump};
 use crate::proxy::visitors::counted::Counted;
@@ -64,10 +65,6 @@ fn is_key(k: &str) -> bool {
     let b = k.as_bytes();
     let alphabet = |c: &u8| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/';
     b.len() == 24 && b[..22].iter().all(alphabet) && b"AQgw".contains(&b[21]) && &b[22..] == b"=="
-}
-
-fn has_token(h: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
-    h.get_all(name).iter().any(|v| v.to_str().unwrap_or("").split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
 
 /// Once the visitor's and the copy's connections have both switched
