@@ -908,3 +908,77 @@ async fn a_copy_whose_answer_does_not_read_is_passed_over_for_a_get_and_a_post_g
     assert_eq!(b.status, 502, "a POST is never sent twice: {b:?}");
     assert_eq!((bad_seen.load(Ordering::SeqCst), good_seen.load(Ordering::SeqCst)), (2, 1));
 }
+
+/// A copy that answers every request with a head declaring `declared`
+/// bytes and only the first `sent` of them, then closes the connection
+/// (`hold: false`: a copy killed between httpuv's two writes) or keeps it
+/// open and silent for a minute (`hold: true`: a long answer still coming).
+/// Counts the requests it read.
+async fn cut_backend(declared: usize, sent: usize, hold: bool) -> (u16, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => head.extend_from_slice(&buf[..k]),
+                    }
+                }
+                counter.fetch_add(1, Ordering::SeqCst);
+                let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {declared}\r\n\r\n{}", "x".repeat(sent));
+                let _ = stream.write_all(answer.as_bytes()).await;
+                if hold {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+#[tokio::test]
+async fn a_get_whose_short_answer_breaks_off_is_answered_whole_by_another_copy() {
+    let (cut, cut_seen) = cut_backend(10, 4, false).await;
+    let (good, good_seen) = backend(2).await;
+    let rig = start(|p| table(p, LbPolicy::First, false, 30_000, &[(1, cut, Role::Active), (2, good, Role::Active)])).await;
+    let a = get(rig.port, None).await;
+    assert_eq!((a.status, a.body.as_str()), (200, "copy=2;"), "the visitor gets none of the cut answer: {a:?}");
+    assert_eq!((cut_seen.load(Ordering::SeqCst), good_seen.load(Ordering::SeqCst)), (1, 1));
+    // A POST is never sent twice: its answer streams, cut as it is.
+    let mut post = tokio::net::TcpStream::connect(("127.0.0.1", rig.port)).await.unwrap();
+    post.write_all(b"POST / HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 1\r\n\r\nx").await.unwrap();
+    let mut got = Vec::new();
+    let _ = timeout(DEADLINE, post.read_to_end(&mut got)).await.expect("the POST's connection ends");
+    let got = String::from_utf8_lossy(&got);
+    assert!(!got.contains("copy=2"), "a POST went to a second copy: {got:?}");
+    assert_eq!((cut_seen.load(Ordering::SeqCst), good_seen.load(Ordering::SeqCst)), (1 + 1, 1));
+}
+
+#[tokio::test]
+async fn a_get_whose_answer_is_long_gets_its_head_before_the_body_is_whole() {
+    let (slow, _) = cut_backend(300 * 1024, 1024, true).await;
+    let rig = start(|p| table(p, LbPolicy::First, false, 30_000, &[(1, slow, Role::Active)])).await;
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", rig.port)).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    // The copy holds the rest of its answer for a minute: the head and the
+    // first KiB come now, streamed, not held until the answer is whole.
+    timeout(Duration::from_secs(10), async {
+        while got.len() < 1024 || !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the answer ended: {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("the long answer's head and first bytes, before its end");
+    assert!(got.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&got));
+}

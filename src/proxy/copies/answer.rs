@@ -32,6 +32,15 @@ pub fn response(head: Head, conn: CopyConn) -> io::Result<hyper::Response<Answer
     Ok(resp)
 }
 
+/// The longest answer body read whole before its visitor gets any of it,
+/// when its request would be sent again if lost (README, "Staying up": every
+/// request is answered). httpuv writes an answer's head and body apart, so
+/// a copy killed between the two left a visitor a page cut short; held
+/// until whole, that answer is a lost request, sent to another copy. A
+/// Shiny page is a few KiB and its largest script (`shiny.min.js`) 191 KiB;
+/// larger answers (downloads) are streamed as they come.
+pub const HOLD_MAX: u64 = 256 * 1024;
+
 /// The longest chunk-size line or trailer line read.
 const LINE_MAX: usize = 8 * 1024;
 
@@ -137,6 +146,27 @@ impl AnswerBody {
             return None;
         }
         self.conn.take().map(CopyConn::into_parts)
+    }
+
+    /// Reads the rest of a body of known length up to [`HOLD_MAX`] before it
+    /// is handed on, so that a copy that breaks off mid-answer leaves the
+    /// request unanswered rather than its visitor with part of an answer.
+    /// Any other body is left to stream.
+    pub async fn read_whole(&mut self) -> io::Result<()> {
+        let (Framing::Length(left), Some(conn)) = (self.framing, self.conn.as_mut()) else { return Ok(()) };
+        if left > HOLD_MAX {
+            return Ok(());
+        }
+        // At most HOLD_MAX, so the cast holds.
+        let left = left as usize;
+        let buffered = conn.buffered().len();
+        conn.buffered().reserve(left.saturating_sub(buffered));
+        while conn.buffered().len() < left {
+            if std::future::poll_fn(|cx| conn.poll_fill(cx, true)).await? == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the copy closed the connection mid-answer"));
+            }
+        }
+        Ok(())
     }
 
     /// The next piece of the body, or its end, or what broke it.

@@ -18,12 +18,13 @@ use tokio::time::Instant;
 
 use crate::proxy::copies::balance::{self, Capacity, Need, Placement};
 use crate::proxy::copies::copy_conn::UpBody;
+use crate::proxy::copies::retry;
 use crate::proxy::copies::table::{LiveApp, LiveCopy};
 use crate::proxy::daemon_link::{wake_outcome, WakeAnswer};
 use crate::proxy::error_source::ErrorSource;
 use crate::proxy::progress::Idle;
 use crate::proxy::requests::attempt::Attempt;
-use crate::proxy::requests::upstream::{self, send, Failure, Sent};
+use crate::proxy::requests::upstream::{self, send, Failure, Kind, Sent};
 use crate::proxy::shared::BalancerState;
 use crate::proxy::tunnels::websocket;
 use crate::proxy::visitors::body::DownBody;
@@ -90,6 +91,13 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
     // A request without a body can be sent again if it is lost on a dying
     // connection; one with a body cannot (it was consumed).
     let replayable = body.is_end_stream();
+    let kind = if client_upgrade.is_some() {
+        Kind::Upgrade
+    } else if replayable && retry::is_safe(&parts.method) {
+        Kind::Resendable
+    } else {
+        Kind::Once
+    };
     let mut attempt = Attempt::new(&parts);
     if attempt.refused(&app, mono_ms()) {
         tracing::warn!(source = %ErrorSource::Upstream, app = %app.name, request = %attempt.line(),
@@ -116,7 +124,7 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
         shared.daemon.report_stand_in(&app.name, attempt.notice.take(), (copy.role == Role::Warm).then_some(copy.copy));
         attempt.sends += 1;
         let sent_ms = attempt.held_for_wake_ms.map(|_| now_ms());
-        body = match send(copy, &parts, body, client_upgrade.is_some()).await {
+        body = match send(copy, &parts, body, kind).await {
             Ok(sent) => {
                 if let Some(at) = sent_ms {
                     attempt.say_woken(&app.name, copy.copy, at, sent.resp.status());

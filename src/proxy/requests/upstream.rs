@@ -48,6 +48,21 @@ enum Unanswered {
     Ending,
 }
 
+/// What kind of request a send carries, for how its answer is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A WebSocket handshake: always on a new connection, whose socket the
+    /// copy's 101 hands over.
+    Upgrade,
+    /// A request sent again to another copy when it is lost (`retry.rs`):
+    /// its answer, when short (`answer::HOLD_MAX`), is read whole before the
+    /// visitor gets any of it, so a copy that dies mid-answer loses the
+    /// request rather than cutting its answer short.
+    Resendable,
+    /// Any other request: its answer streams as it comes.
+    Once,
+}
+
 /// A sent request's answer, with the lease it holds.
 pub struct Sent {
     /// The copy's answer, its body not yet read.
@@ -59,11 +74,11 @@ pub struct Sent {
 /// Sends the request (`parts`, kept by the caller for another send, and
 /// `body`) to a copy: on an idle pooled connection when there is one (a
 /// WebSocket always gets a new one), else on a new connection.
-pub async fn send(copy: &LiveCopy, parts: &request::Parts, mut body: UpBody, upgrade: bool) -> Result<Sent, Failure> {
+pub async fn send(copy: &LiveCopy, parts: &request::Parts, mut body: UpBody, kind: Kind) -> Result<Sent, Failure> {
     let lease = Lease::new(copy.state.clone());
-    if !upgrade {
+    if kind != Kind::Upgrade {
         while let Some(conn) = copy.state.pool.take() {
-            match exchange(&copy.state, conn, parts, body).await {
+            match exchange(&copy.state, conn, parts, body, kind).await {
                 Ok(resp) => return Ok(Sent { resp, lease }),
                 // Never written: the connection had closed. Try another.
                 Err(Unanswered::Unsent(back, _)) => body = back,
@@ -83,7 +98,7 @@ pub async fn send(copy: &LiveCopy, parts: &request::Parts, mut body: UpBody, upg
     // A copy that dies without a word (its machine side, a frozen process
     // under a WebSocket) is found by keepalive, never by a quiet spell.
     caps::watch_socket(&stream);
-    match exchange(&copy.state, CopyConn::new(stream), parts, body).await {
+    match exchange(&copy.state, CopyConn::new(stream), parts, body, kind).await {
         Ok(resp) => Ok(Sent { resp, lease }),
         // Accepted, then closed before a byte was written: a copy on its
         // way out is as good as one that refuses.
@@ -94,19 +109,30 @@ pub async fn send(copy: &LiveCopy, parts: &request::Parts, mut body: UpBody, upg
 }
 
 /// Sends `req` on `conn`, counted as waiting for the copy's answer until
-/// its head comes, so a copy that answers nothing shows (`stall.rs`). A
+/// its head comes (with a [`Kind::Resendable`] request's short body, read
+/// whole), so a copy that answers nothing shows (`stall.rs`). A
 /// request never written is not counted; one lost, or abandoned by its
 /// visitor, counts as unanswered. Given up on the moment the copy's process
 /// begins to exit, which is tens of milliseconds before its sockets close;
 /// an answer that came first is taken.
-async fn exchange(state: &CopyState, conn: CopyConn, parts: &request::Parts, body: UpBody) -> Result<Response<AnswerBody>, Unanswered> {
+async fn exchange(
+    state: &CopyState,
+    conn: CopyConn,
+    parts: &request::Parts,
+    body: UpBody,
+    kind: Kind,
+) -> Result<Response<AnswerBody>, Unanswered> {
     let started = state.sent(mono_ms());
     let mut waiting = Waiting { state, done: false };
     let sent = tokio::select! {
         biased;
         sent = async {
             let (head, conn) = conn.round_trip(parts, body).await?;
-            answer::response(head, conn).map_err(copy_conn::Unanswered::Broke)
+            let mut resp = answer::response(head, conn).map_err(copy_conn::Unanswered::Broke)?;
+            if kind == Kind::Resendable {
+                resp.body_mut().read_whole().await.map_err(copy_conn::Unanswered::Broke)?;
+            }
+            Ok(resp)
         } => Some(sent),
         () = state.gone_now() => None,
     };
