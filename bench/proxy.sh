@@ -10,9 +10,10 @@
 # different one first in each round, so a change in the machine's load
 # falls on all of them. Prints requests/s, p50 and p99 latency of each
 # round, each load balancer's CPU time per request answered (user and
-# system, from /proc), the median and range of the ratios, and the
-# resident memory of both load balancers after the load. Any non-2xx answer or socket error
-# fails the run: a speed of errors is no speed.
+# system, from /proc), the median and range of the ratios (requests/s,
+# CPU per request, p99), and the resident memory of both load balancers
+# after the load. Any non-2xx answer or socket error fails the run: a
+# speed of errors is no speed.
 #
 #   bench/proxy.sh                    # 5 rounds of wrk -t2 -c32 -d10s --latency
 #   ROUNDS=9 DURATION=30s CONNS=64 bench/proxy.sh
@@ -130,8 +131,13 @@ echo "the fast backend started by the daemon as an app (fenced); direct and HAPr
 printf '%-6s %-10s %12s %10s %10s %12s\n' "round" "target" "requests/s" "p50" "p99" "LB CPU/req"
 sort -k1,1n -k2,2 "$tmp/results" | awk '{printf "%-6s %-10s %12s %10s %10s %12s\n", $1, $2, $3, $4, $5, ($6 == "-") ? "-" : $6 " us"}'
 # Per round, the ratios; then their median and range.
-awk '{rps[$1, $2] = $3; cpu[$1, $2] = $6; rounds[$1] = 1} END {
-    for (r in rounds) print rps[r, "shinyctl"] / rps[r, "haproxy"], rps[r, "shinyctl"] / rps[r, "direct"], (cpu[r, "haproxy"] > 0) ? cpu[r, "shinyctl"] / cpu[r, "haproxy"] : 0
+awk 'function us(t) { # a latency as wrk prints it (588.00us, 1.57ms, 2.00s) in microseconds
+        if (t ~ /us$/) return t + 0
+        if (t ~ /ms$/) return t * 1000
+        return t * 1000000
+    }
+    {rps[$1, $2] = $3; p99[$1, $2] = us($5); cpu[$1, $2] = $6; rounds[$1] = 1} END {
+    for (r in rounds) print rps[r, "shinyctl"] / rps[r, "haproxy"], rps[r, "shinyctl"] / rps[r, "direct"], (cpu[r, "haproxy"] > 0) ? cpu[r, "shinyctl"] / cpu[r, "haproxy"] : 0, p99[r, "shinyctl"] / p99[r, "haproxy"]
 }' "$tmp/results" >"$tmp/ratios"
 summary() { # column $1 of the ratios: median (min-max)
     cut -d' ' -f"$1" "$tmp/ratios" | sort -g | awk '{a[NR] = $1} END {
@@ -141,4 +147,5 @@ summary() { # column $1 of the ratios: median (min-max)
 }
 echo "median (range) over the rounds: shinyctl/haproxy $(summary 1)   shinyctl/direct $(summary 2)"
 echo "load balancer CPU per request, shinyctl/haproxy (lower is better): $(summary 3)"
+echo "p99 latency, shinyctl/haproxy (lower is better): $(summary 4)"
 echo "RSS after the load: shinyctl's load balancer $(rss_mib "$proxy_pid"), haproxy $(rss_mib "$haproxy_pid")"
