@@ -16,7 +16,11 @@
 # flight at the kill: how long it had run on the killed copy and how long
 # it took after the kill (the failover itself: the load balancer sees the
 # copy end and sends it to the spare, whose whole answer it waits for).
-# Fails when a request failed.
+# And, from the load balancer's own lines in api.log, when it saw each
+# killed process end and when it sent the request in flight again, in ms
+# after the kill: shinyctl's part of that request's time; the rest is R's
+# (its time on the killed copy and the spare's whole answer).
+# Fails when a request failed, or when the log shows none of the deaths.
 #
 #   bench/failover.sh                  # 5 kills, release build
 #   ROUNDS=10 bench/failover.sh
@@ -38,11 +42,11 @@ printf 'app-name: failover\nport: %s\nhost: 127.0.0.1\nreplicas: 1\nwarm-replica
 bench_apply "$tmp/app/app.yaml"
 wait_copies failover 2
 
-python3 - "$bin" "$port" "$ROUNDS" "$WINDOW" "$(nproc)" "$(basename "$(dirname "$bin")")" <<'PY'
-import json, os, re, socket, subprocess, sys, threading, time
+python3 - "$bin" "$port" "$ROUNDS" "$WINDOW" "$(nproc)" "$(basename "$(dirname "$bin")")" "$SHINYCTL_HOME/api.log" <<'PY'
+import datetime, json, os, re, socket, subprocess, sys, threading, time
 
 binary, port, rounds, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-cores, build = sys.argv[5], sys.argv[6]
+cores, build, api_log = sys.argv[5], sys.argv[6], sys.argv[7]
 cookie_re = re.compile(rb"(?im)^set-cookie:\s*(lb_%d=(\d+)\.[0-9a-f]+)" % port)
 
 def get(cookie):
@@ -113,18 +117,43 @@ for r in range(rounds):
     time.sleep(1.0)
     copy = samples[-1][3]
     pid = both_ready(copy)
-    at = time.perf_counter()
+    at, wall = time.perf_counter(), time.time()
     os.kill(pid, 9)
-    kills.append((at, copy))
+    kills.append((at, copy, pid, wall))
     time.sleep(window)
 stop.set()
 thread.join()
 
 print(f"failover: hello app (R), 1 active + 1 warm copy, a request every 10 ms on a new connection, sticky; "
       f"{rounds} SIGKILLs of the visitor's copy; {cores} cores, {build} build")
-print(f"{'kill':<5} {'copy':>4} {'before: n':>10} {'p50 ms':>7} {'worst ms':>9} {'after: n':>9} {'failed':>7} {'p50 ms':>7} {'worst ms':>9} {'worst-p50':>10} {'sent at':>8} {'then on':>8} {'in flight: ran+after ms':>24}")
+def log_time(line):
+    """The Unix time of an api.log line (its first word, RFC 3339 in UTC)."""
+    stamp = line.split(" ", 1)[0].rstrip("Z")
+    return datetime.datetime.fromisoformat(stamp).replace(tzinfo=datetime.timezone.utc).timestamp()
+
+# The load balancer's side of each kill, from its lines in api.log: when it
+# saw the killed process end (a thread of R's ended with the process), and
+# when it sent the request in flight again (none when no request was).
+with open(api_log, errors="replace") as f:
+    lines = f.read().splitlines()
+def first_after(wall, pattern):
+    """Ms from the kill to the first api.log line after it matching pattern, within the window."""
+    for line in lines:
+        if re.search(pattern, line):
+            try:
+                t = log_time(line)
+            except ValueError:
+                continue
+            if wall - 0.005 <= t < wall + window:
+                return (t - wall) * 1000
+    return None
+seen = [first_after(wall, r"process %d is ending" % pid) for _, _, pid, wall in kills]
+resent = [first_after(wall, r"copy %d lost .*sending it once to another copy" % copy) for _, copy, _, wall in kills]
+ms = lambda v: "-" if v is None else f"{v:+.1f}"
+
+print(f"{'kill':<5} {'copy':>4} {'before: n':>10} {'p50 ms':>7} {'worst ms':>9} {'after: n':>9} {'failed':>7} {'p50 ms':>7} {'worst ms':>9} {'worst-p50':>10} {'sent at':>8} {'then on':>8} {'in flight: ran+after ms':>24} {'seen':>6} {'resent':>7}")
 total_failed, worst_after, worst_before, excess, flight = 0, 0.0, 0.0, [], []
-for i, (at, copy) in enumerate(kills, 1):
+for i, (at, copy, _, _) in enumerate(kills, 1):
     before = [s for s in samples if at - 1.0 <= s[0] and s[0] + s[1] / 1000 < at]
     # A request sent up to its own length before the kill is in flight at it.
     after = [s for s in samples if at <= s[0] + s[1] / 1000 and s[0] < at + window]
@@ -146,7 +175,7 @@ for i, (at, copy) in enumerate(kills, 1):
     inflight = [s for s in after if s[0] < at]
     ran = ", ".join(f"{(at - s[0]) * 1000:.1f}+{s[1] - (at - s[0]) * 1000:.1f}" for s in inflight) or "none"
     flight.extend(s[1] - (at - s[0]) * 1000 for s in inflight)
-    print(f"{i:<5} {copy:>4} {len(before):>10} {p50:>7.1f} {wb:>9.1f} {len(after):>9} {failed:>7} {p50a:>7.1f} {wa:>9.1f} {wa - p50:>10.1f} {worst_at * 1000:>+8.0f} {then:>8} {ran:>24}")
+    print(f"{i:<5} {copy:>4} {len(before):>10} {p50:>7.1f} {wb:>9.1f} {len(after):>9} {failed:>7} {p50a:>7.1f} {wa:>9.1f} {wa - p50:>10.1f} {worst_at * 1000:>+8.0f} {then:>8} {ran:>24} {ms(seen[i - 1]):>6} {ms(resent[i - 1]):>7}")
 all_failed = sum(1 for s in samples if s[2] != 200)
 excess.sort()
 print(f"requests {len(samples)}, failed {all_failed}; worst after a kill {worst_after:.1f} ms "
@@ -156,6 +185,16 @@ if flight:
     flight.sort()
     print(f"the {len(flight)} request(s) in flight at a kill, from the kill to their answer: "
           f"median {flight[len(flight) // 2]:.1f} ms, most {flight[-1]:.1f} ms")
+seen_ms = sorted(v for v in seen if v is not None)
+resent_ms = sorted(v for v in resent if v is not None)
+if seen_ms:
+    print(f"the load balancer saw the killed process end {seen_ms[len(seen_ms) // 2]:.1f} ms after the kill at the median "
+          f"(most {seen_ms[-1]:.1f})" + (f", and sent the request in flight again {resent_ms[len(resent_ms) // 2]:.1f} ms after it "
+          f"(most {resent_ms[-1]:.1f}; {len(resent_ms)} request(s))" if resent_ms else ""))
 if all_failed:
     sys.exit("bench/failover.sh: requests failed")
+if not seen_ms:
+    # The load balancer logs each death it sees; none found means this
+    # script no longer reads api.log as the load balancer writes it.
+    sys.exit(f"bench/failover.sh: api.log ({api_log}) shows the load balancer seeing none of the {len(kills)} deaths")
 PY
