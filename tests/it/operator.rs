@@ -445,14 +445,17 @@ fn a_delete_cut_short_by_shutdown_is_finished_by_the_next_daemon() {
     holds_for(Duration::from_secs(2), "the new daemon keeps the copy draining while its session is open", || pid_alive(r));
     session.close();
     wait_gone(r, Duration::from_secs(30), "the copy to stop once its session ended");
-    wait_until(Duration::from_secs(30), "the delete finished: the app's disk and state file gone", || {
+    // The daemon removes the disk and the state file, then saves
+    // registry.json without the app, in one cycle: waited for as a whole,
+    // since a look between two of the steps sees the delete half done.
+    let registry = env.home().join("registry.json");
+    wait_until(Duration::from_secs(30), "the delete finished: the app's disk, state file and registry.json entry gone", || {
         let left = std::fs::read_dir(&scratch).map(|d| d.flatten().count()).unwrap_or(0);
-        (left == 0 && !state.exists()).then_some(())
+        let registered = std::fs::read_to_string(&registry).ok().is_none_or(|r| r.contains(&app));
+        (left == 0 && !state.exists() && !registered).then_some(())
     });
     assert!(!std::fs::read_to_string("/proc/mounts").unwrap().contains(scratch.to_str().unwrap()), "no disk of the app stays mounted");
     assert!(!env.home().join(format!("releases/default/{app}")).exists(), "its releases went");
-    let registry = std::fs::read_to_string(env.home().join("registry.json")).unwrap();
-    assert!(!registry.contains(&app), "registry.json forgets the app once the delete is done: {registry}");
     assert!(!env.ok(&["list"]).contains(&app), "no longer listed");
 }
 
