@@ -482,7 +482,7 @@ impl Env {
 
     /// Runs another shinyctl binary (another build) with this home.
     pub fn run_binary(&self, binary: &Path, args: &[&str]) -> Output {
-        let out = Command::new(binary).args(args).env("SHINYCTL_HOME", self.home()).output().expect("run shinyctl");
+        let out = output_when_not_busy(Command::new(binary).args(args).env("SHINYCTL_HOME", self.home()));
         self.note_pids();
         out
     }
@@ -1059,6 +1059,22 @@ pub fn previous_build() -> PathBuf {
     });
     assert!(path.is_file(), "the previous build {} is missing: ./test.sh builds it", path.display());
     path
+}
+
+/// Runs `cmd` to its end. A binary this process has just written (another
+/// build, a copy) can be busy for a moment (ETXTBSY): a child that another
+/// test forked while the file was open for writing holds the descriptor
+/// until it execs. Tried again for up to a second.
+fn output_when_not_busy(cmd: &mut Command) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            result => return result.expect("run shinyctl"),
+        }
+    }
 }
 
 /// A copy of the binary under test that says it is another build: the
