@@ -60,12 +60,7 @@ fn after_the_binary_is_replaced_the_daemon_still_starts_a_load_balancer() {
     let bin_dir = env.dir.join("bin");
     std::fs::create_dir_all(&bin_dir).unwrap();
     let installed = bin_dir.join("shinyctl");
-    // Copied by cp, not by this process: a write descriptor of ours would
-    // be inherited by a child another test forks at that moment, and
-    // running the binary while that child has not yet exec'd fails with
-    // ETXTBSY ("Text file busy").
-    let cp = std::process::Command::new("cp").arg(bin()).arg(&installed).output().unwrap();
-    assert!(cp.status.success(), "cp shinyctl: {}", String::from_utf8_lossy(&cp.stderr));
+    std::fs::copy(bin(), &installed).unwrap();
     let port = free_port();
     let manifest = env.app("swapped", port, "warm-replicas: 0\n");
     let out = env.run_binary(&installed, &["apply", "-f", manifest.to_str().unwrap()]);
