@@ -66,7 +66,10 @@ pub fn run(home: Home) -> anyhow::Result<()> {
 /// `shutdown --all`: every copy and the load balancer stopped (SIGTERM,
 /// SIGKILL after the grace), at once and side by side; the copies' records
 /// keep their numbers, ports and disks without a process, so the next
-/// daemon starts them anew (not as crashes).
+/// daemon starts them anew (not as crashes). Each disk is kept in its image
+/// but unmounted, and each copy's cgroup removed: nothing of shinyctl's is
+/// left in the kernel, so the home can be moved or removed, and the next
+/// start mounts the disk again, as after a reboot.
 async fn stop_everything(shared: &Shared, proxy_pid: Option<u32>) {
     tracing::info!("shinyctl serve stopping, with every copy and the load balancer (shutdown --all)");
     let mut procs: Vec<(u32, Option<u64>)> = Vec::new();
@@ -90,6 +93,21 @@ async fn stop_everything(shared: &Shared, proxy_pid: Option<u32>) {
         let _ = s.await;
     }
     finish_deletes(shared).await;
+    let detached: Vec<std::thread::JoinHandle<()>> = {
+        let d = shared.lock();
+        let mut threads = Vec::new();
+        for (name, app) in &d.apps {
+            let spec = &app.recorded.spec;
+            for rec in &app.recorded.state.copies {
+                let scratch = d.home.scratch_dir(&spec.group, &spec.name, rec.copy);
+                threads.extend(crate::sys::disk::folders(&scratch).iter().flat_map(|f| crate::sys::disk::detach_below(f)));
+                d.cgroups.remove(&crate::sys::cgroup::leaf(name, rec.copy));
+            }
+        }
+        threads
+    };
+    // The daemon exits next: what the disks cached is written back first.
+    let _ = tokio::task::spawn_blocking(move || detached.into_iter().for_each(|t| drop(t.join()))).await;
 }
 
 /// After `shutdown --all` has stopped every copy: an app being deleted is

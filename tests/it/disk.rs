@@ -197,3 +197,53 @@ fn a_daemon_that_is_not_root_stops_a_copy_past_its_disk_size_and_says_why() {
     let log = std::fs::read_to_string(env.home().join("logs").join(format!("default-{app}.log"))).unwrap_or_default();
     assert!(log.contains("(over its disk size)"), "the copy's log says why: {log}");
 }
+
+/// The cgroup folders of shinyctl's that a process is in (v1: one a
+/// controller hierarchy; v2: one).
+fn shinyctl_cgroups(pid: u32) -> Vec<PathBuf> {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    own.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            path.contains("/shinyctl-").then(|| {
+                let root = Path::new("/sys/fs/cgroup");
+                let root = if controllers.is_empty() { root.to_path_buf() } else { root.join(controllers) };
+                root.join(path.trim_start_matches('/'))
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn after_shutdown_all_nothing_is_left_mounted_and_the_next_daemon_mounts_the_same_disk() {
+    if !needs_root("loop devices and mounts") {
+        return;
+    }
+    let env = Env::new("diskdown");
+    let app = unique("diskdown");
+    let port = free_port();
+    let manifest = env.app_running(DISK_R, &app, port, "warm-replicas: 0\nidle-timeout: 0\nsandbox:\n  disk: 64M\n");
+    env.apply(&manifest);
+    env.wait_roles(&app, "1:active", Duration::from_secs(60));
+    assert_eq!(run(port, "scratch40").0, 0);
+    let r = env.pid_of(&app, 1);
+    let cgroups = shinyctl_cgroups(r);
+    env.ok(&["shutdown", "--all"]);
+    wait_gone(r, Duration::from_secs(20), "the copy to be stopped");
+    // No mount, loop device or cgroup of the copy's is left in the kernel
+    // (the home can be removed); its disk stays in its image.
+    wait_until(Duration::from_secs(30), "no mount, loop device or cgroup left", || {
+        (mounts_below(&env.home()).is_empty() && loops_below(&env.home()).is_empty() && cgroups.iter().all(|d| !d.exists())).then_some(())
+    });
+    let disk = scratch(&env, &app, 1);
+    assert!(shinyctl::sys::disk::image_path(&disk).is_file(), "the disk's image is kept");
+    // The next daemon starts the copy on the same disk, mounted again.
+    env.ok(&["serve", "-d"]);
+    env.wait_roles(&app, "1:active", Duration::from_secs(60));
+    let (status, listed) = run(port, "ls");
+    assert_eq!(status, 0, "{listed}");
+    assert!(listed.contains("big"), "the file written before the shutdown is on the disk: {listed}");
+    assert!(shinyctl::sys::disk::is_mount_point(&disk));
+    assert_ne!(run(port, "tmp40").0, 0, "its size still holds");
+}
