@@ -1,4 +1,4 @@
-//! The WebSocket pump in-process (tests/balancer_inprocess.rs's style):
+//! The WebSocket pump in-process (tests/balancer_inprocess/'s style):
 //! `proxy::Proxy` in front of a copy played by the test on a raw socket,
 //! a visitor on a raw socket too, so every byte, close and half-close is
 //! seen as it is. No R, no other process, real time.
