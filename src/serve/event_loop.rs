@@ -145,20 +145,66 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// The daemon's life: started (state loaded, copies adopted, the API and
+/// the watches running), then one turn of the loop per wait ([`next_work`],
+/// [`run_cycles`]) until a signal or `shutdown`, then its end.
 async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let listener = api::bind(&home)?;
     // The loop alone talks to the load balancer, with the daemon's lock
     // released, so status and the API answer while it starts or is slow.
     let mut proxy = proxy_ctl::ProxyCtl::new(&home)?;
+    let shared = start(&home, tx.clone(), listener, notify_socket.as_ref()).await?;
+    let mut signals = Signals::new()?;
+    let mut next_tick = tokio::time::Instant::now();
+    let mut rotating = state_files::Rotation::default();
+    while let Some(work) = next_work(&shared, &mut rx, &mut signals, &mut next_tick).await {
+        // A daemon told to stop starts nothing more, a load balancer least
+        // of all: one killed beside it would come back with no one to end it.
+        // A SIGTERM sent with the kill may reach the signal driver after the
+        // exit does: a moment's wait before the cycle that would start a new one.
+        if work.proxy_exited {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if signals.pending().await || shared.lock().shutting_down.is_some() {
+            break;
+        }
+        if work.proxy_exited {
+            proxy.forget();
+        }
+        run_cycles(&shared, &home, &mut proxy, &tx, work, &mut rotating).await;
+    }
+    crate::serve::copies::zygote_pool::stop();
+    if shared.lock().shutting_down == Some(true) {
+        stop_everything(&shared, proxy.pid()).await;
+    } else {
+        tracing::info!("shinyctl serve stopping; the copies and the load balancer keep running");
+    }
+    if let Some(socket) = &notify_socket {
+        let _ = notify::send(socket, "STOPPING=1");
+    }
+    let _ = std::fs::remove_file(home.api_sock());
+    Ok(())
+}
+
+/// The daemon made: the pool started, the load balancer's sockets taken
+/// back, the saved state loaded, copies no record named adopted or
+/// stopped; then the API, the watches, the metrics and systemd's
+/// readiness running on their own tasks.
+async fn start(
+    home: &Home,
+    events: mpsc::UnboundedSender<Event>,
+    listener: tokio::net::UnixListener,
+    notify_socket: Option<&std::ffi::OsString>,
+) -> anyhow::Result<Shared> {
     // Before any process is started: a v2 daemon moves itself into its leaf.
     let cgroups = crate::sys::cgroup::Cgroups::discover(&crate::sys::cgroup::home_tag(&home.root));
-    crate::serve::copies::zygote_pool::start(&home, &cgroups);
-    let sockets = sockets::HeldSockets::adopt(take_back_sockets(&home).await);
+    crate::serve::copies::zygote_pool::start(home, &cgroups);
+    let sockets = sockets::HeldSockets::adopt(take_back_sockets(home).await);
     let mut daemon = Daemon {
         home: home.clone(),
         apps: BTreeMap::new(),
-        events: tx.clone(),
+        events,
         proxy_pid: None,
         traffic: HashMap::new(),
         traffic_heard: false,
@@ -190,144 +236,170 @@ async fn run_async(home: Home, notify_socket: Option<std::ffi::OsString>) -> any
     crate::serve::watches::disk::spawn_watch(shared.clone());
     crate::serve::watches::cpu::spawn_sampler(shared.clone(), crate::serve::copies::zygote_pool::memory_used);
     tokio::spawn(metrics::serve_tcp_from_env(shared.clone()));
-    if let Some(socket) = notify_socket.clone() {
+    if let Some(socket) = notify_socket.cloned() {
         tokio::spawn(notify::ready_when_answering(socket, home.api_sock()));
     }
+    Ok(shared)
+}
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    let mut next_tick = tokio::time::Instant::now();
-    let mut rotating = state_files::Rotation::default();
-    loop {
-        let mut due: HashSet<String> = HashSet::new();
-        let mut all = false;
-        let mut proxy_exited = false;
-        let wake = {
-            let d = shared.lock();
-            d.next_wake(next_tick)
-        };
+/// SIGTERM and SIGINT, each of which stops the daemon.
+struct Signals {
+    /// SIGTERM (systemd's stop, `kill`).
+    term: tokio::signal::unix::Signal,
+    /// SIGINT (Ctrl-C in the foreground).
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+    }
+
+    /// True when either signal has come and not been taken yet; never waits.
+    async fn pending(&mut self) -> bool {
         tokio::select! {
-            ev = rx.recv() => {
-                let Some(ev) = ev else { break };
-                let mut d = shared.lock();
-                proxy_exited |= matches!(ev, Event::ProxyExit);
-                d.note_event(ev, &mut due, &mut all);
-                while let Ok(ev) = rx.try_recv() {
-                    proxy_exited |= matches!(ev, Event::ProxyExit);
-                    d.note_event(ev, &mut due, &mut all);
-                }
-            }
-            _ = tokio::time::sleep_until(wake) => {
-                if tokio::time::Instant::now() >= next_tick {
-                    all = true;
-                    next_tick = tokio::time::Instant::now() + TICK;
-                } else {
-                    let d = shared.lock();
-                    let now = now_ms();
-                    due.extend(d.apps.iter().filter(|(_, a)| a.tracked.wake_at_ms.is_some_and(|w| w <= now)).map(|(n, _)| n.clone()));
-                }
-            }
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            biased;
+            _ = self.term.recv() => true,
+            _ = self.int.recv() => true,
+            _ = std::future::ready(()) => false,
         }
-        // A daemon told to stop starts nothing more, a load balancer least
-        // of all: one killed beside it would come back with no one to end it.
-        // A SIGTERM sent with the kill may reach the signal driver after the
-        // exit does: a moment's wait before the cycle that would start a new one.
-        if proxy_exited {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        if stop_pending(&mut term, &mut int).await || shared.lock().shutting_down.is_some() {
-            break;
-        }
-        if proxy_exited {
-            proxy.forget();
-        }
-        // Observe, decide, record under the lock; push and the load
-        // balancer's start and figures off it; act on stops after the push.
-        if all {
-            proxy.ensure(&home, &tx).await;
-            let logs = shared.lock().log_paths();
-            rotating.start(logs);
-        }
-        // What /proc says of the due apps' processes, looked up with the
-        // lock released (`status` does not wait for it), while the load
-        // balancer is asked for its figures: the two are apart, and a wake
-        // waits for both (README, "Sleep").
-        let probes = {
-            let d = shared.lock();
-            if all {
-                due.extend(d.apps.keys().cloned());
-            }
-            d.probes(&due)
-        };
-        let looked_up = tokio::task::spawn_blocking(move || probe::ProbeFacts::find(probes));
-        let (stats, facts) = tokio::join!(proxy.stats(&home), looked_up);
-        let facts = facts.unwrap_or_default();
-        // Stops are added by the cycles alone, so whether any wait is known
-        // here, without locking again after the push.
-        let (table, generation, launches, stopping) = {
-            let mut guard = shared.lock();
-            let d = &mut *guard;
-            d.proxy_pid = proxy.pid();
-            if let Some(stats) = stats {
-                d.fold_traffic(stats);
-            }
-            if all {
-                // Again: an app applied since the lookups is cycled too
-                // (its processes looked up on the spot).
-                due.extend(d.apps.keys().cloned());
-                d.sweep_cgroups();
-            }
-            for app in due {
-                d.cycle(&app, &facts);
-            }
-            let table = d.table();
-            let generation = d.table_generations.made(&table);
-            (table, generation, d.take_launches(), !d.stops.is_empty())
-        };
-        // The launchers the cycles readied run with the lock released: a
-        // fork and exec wait on the scheduler, `status` does not.
-        if !launches.is_empty() {
-            let ran =
-                tokio::task::spawn_blocking(move || launches.into_iter().map(PendingLaunch::run).collect()).await.unwrap_or_else(|e| {
-                    // Never seen: spawning does not panic. The records still
-                    // wait for a process, so the next cycle starts them again.
-                    tracing::error!("the copies' launchers could not be run: {e}");
-                    Vec::new()
-                });
-            shared.lock().launched(ran);
-        }
-        // The sockets first: a port the apps no longer name closes before
-        // the table goes (no connection waits in a queue nobody reads);
-        // a new one waits until the table names it.
-        sync_sockets(&shared, &home, proxy.pid()).await;
-        let pushed = proxy.push(&home, table).await;
-        let pushed_ms = now_ms();
-        // What the load balancer still answers for the copies it no longer
-        // has, asked after the push: a stop waits for those answers.
-        let after = if pushed && stopping { proxy.stats(&home).await } else { None };
-        let listening = {
+    }
+}
+
+/// What one turn of the loop is for.
+struct Work {
+    /// The apps whose cycle runs (an event named them, or their timer ran out).
+    due: HashSet<String>,
+    /// The tick: every app's cycle, the load balancer ensured, logs rotated.
+    all: bool,
+    /// The load balancer's process ended.
+    proxy_exited: bool,
+}
+
+/// Waits for the next turn: events (taken all at once), an app's timer, or
+/// the tick. `None` when the daemon is to stop (a signal, or no one left
+/// to send events).
+async fn next_work(
+    shared: &Shared,
+    rx: &mut mpsc::UnboundedReceiver<Event>,
+    signals: &mut Signals,
+    next_tick: &mut tokio::time::Instant,
+) -> Option<Work> {
+    let mut work = Work { due: HashSet::new(), all: false, proxy_exited: false };
+    let wake = shared.lock().next_wake(*next_tick);
+    tokio::select! {
+        ev = rx.recv() => {
+            let ev = ev?;
             let mut d = shared.lock();
-            d.table_generations.pushed(generation);
-            d.run_stops(pushed, after.as_ref());
-            // The old load balancer goes once the new one listens on every socket.
-            d.sockets.has_been_given(proxy.pid())
-        };
-        proxy.retire_old(&home, listening).await;
-        shared.lock().resolve_wakes(pushed_ms);
+            for ev in std::iter::once(ev).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+                work.proxy_exited |= matches!(ev, Event::ProxyExit);
+                d.note_event(ev, &mut work.due, &mut work.all);
+            }
+        }
+        _ = tokio::time::sleep_until(wake) => {
+            if tokio::time::Instant::now() >= *next_tick {
+                work.all = true;
+                *next_tick = tokio::time::Instant::now() + TICK;
+            } else {
+                let d = shared.lock();
+                let now = now_ms();
+                work.due.extend(d.apps.iter().filter(|(_, a)| a.tracked.wake_at_ms.is_some_and(|w| w <= now)).map(|(n, _)| n.clone()));
+            }
+        }
+        _ = signals.term.recv() => return None,
+        _ = signals.int.recv() => return None,
     }
-    crate::serve::copies::zygote_pool::stop();
-    if shared.lock().shutting_down == Some(true) {
-        stop_everything(&shared, proxy.pid()).await;
-    } else {
-        tracing::info!("shinyctl serve stopping; the copies and the load balancer keep running");
+    Some(work)
+}
+
+/// One turn's cycles: observe, decide, record under the lock; the
+/// launchers, the sockets, the push and the load balancer's figures off
+/// it; the stops after the push; then the wakes answered.
+async fn run_cycles(
+    shared: &Shared,
+    home: &Home,
+    proxy: &mut proxy_ctl::ProxyCtl,
+    tx: &mpsc::UnboundedSender<Event>,
+    work: Work,
+    rotating: &mut state_files::Rotation,
+) {
+    let Work { mut due, all, .. } = work;
+    if all {
+        proxy.ensure(home, tx).await;
+        let logs = shared.lock().log_paths();
+        rotating.start(logs);
     }
-    if let Some(socket) = &notify_socket {
-        let _ = notify::send(socket, "STOPPING=1");
+    // What /proc says of the due apps' processes, looked up with the
+    // lock released (`status` does not wait for it), while the load
+    // balancer is asked for its figures: the two are apart, and a wake
+    // waits for both (README, "Sleep").
+    let probes = {
+        let d = shared.lock();
+        if all {
+            due.extend(d.apps.keys().cloned());
+        }
+        d.probes(&due)
+    };
+    let looked_up = tokio::task::spawn_blocking(move || probe::ProbeFacts::find(probes));
+    let (stats, facts) = tokio::join!(proxy.stats(home), looked_up);
+    let facts = facts.unwrap_or_default();
+    // Stops are added by the cycles alone, so whether any wait is known
+    // here, without locking again after the push.
+    let (table, generation, launches, stopping) = {
+        let mut guard = shared.lock();
+        let d = &mut *guard;
+        d.proxy_pid = proxy.pid();
+        if let Some(stats) = stats {
+            d.fold_traffic(stats);
+        }
+        if all {
+            // Again: an app applied since the lookups is cycled too
+            // (its processes looked up on the spot).
+            due.extend(d.apps.keys().cloned());
+            d.sweep_cgroups();
+        }
+        for app in due {
+            d.cycle(&app, &facts);
+        }
+        let table = d.table();
+        let generation = d.table_generations.made(&table);
+        (table, generation, d.take_launches(), !d.stops.is_empty())
+    };
+    run_launches(shared, launches).await;
+    // The sockets first: a port the apps no longer name closes before
+    // the table goes (no connection waits in a queue nobody reads);
+    // a new one waits until the table names it.
+    sync_sockets(shared, home, proxy.pid()).await;
+    let pushed = proxy.push(home, table).await;
+    let pushed_ms = now_ms();
+    // What the load balancer still answers for the copies it no longer
+    // has, asked after the push: a stop waits for those answers.
+    let after = if pushed && stopping { proxy.stats(home).await } else { None };
+    let listening = {
+        let mut d = shared.lock();
+        d.table_generations.pushed(generation);
+        d.run_stops(pushed, after.as_ref());
+        // The old load balancer goes once the new one listens on every socket.
+        d.sockets.has_been_given(proxy.pid())
+    };
+    proxy.retire_old(home, listening).await;
+    shared.lock().resolve_wakes(pushed_ms);
+}
+
+/// The launchers the cycles readied, run with the lock released: a fork
+/// and exec wait on the scheduler, `status` does not.
+async fn run_launches(shared: &Shared, launches: Vec<PendingLaunch>) {
+    if launches.is_empty() {
+        return;
     }
-    let _ = std::fs::remove_file(home.api_sock());
-    Ok(())
+    let ran = tokio::task::spawn_blocking(move || launches.into_iter().map(PendingLaunch::run).collect()).await.unwrap_or_else(|e| {
+        // Never seen: spawning does not panic. The records still wait for
+        // a process, so the next cycle starts them again.
+        tracing::error!("the copies' launchers could not be run: {e}");
+        Vec::new()
+    });
+    shared.lock().launched(ran);
 }
 
 /// The listening sockets of the load balancer that runs, if one does (a
@@ -383,16 +455,6 @@ async fn give_sockets(shared: &Shared, home: &Home, pid: u32, set: Vec<(sockets:
         Ok(Ok((took, _))) => tracing::warn!(pid, took, "handover.sock is served by another load balancer than the one the daemon runs"),
         Ok(Err(e)) => tracing::warn!(pid, "cannot give the load balancer its listening sockets: {e}; trying again"),
         Err(e) => tracing::warn!("cannot give the load balancer its listening sockets: {e}"),
-    }
-}
-
-/// True when SIGTERM or SIGINT has arrived and not been handled yet.
-async fn stop_pending(term: &mut tokio::signal::unix::Signal, int: &mut tokio::signal::unix::Signal) -> bool {
-    tokio::select! {
-        biased;
-        _ = term.recv() => true,
-        _ = int.recv() => true,
-        _ = std::future::ready(()) => false,
     }
 }
 
