@@ -10,6 +10,7 @@ use crate::release;
 use crate::sys::procfs;
 use crate::wire::{AppStatus, CopyStatus, CopyTraffic, Refusing, StatusReport};
 
+use crate::serve::app::AppRt;
 use crate::serve::copies::probe::{ShownCopies, ShownProcess};
 use crate::serve::error::ServeError;
 use crate::serve::now_ms;
@@ -91,8 +92,6 @@ impl Daemon {
 }
 
 /// The status of every app, or of one.
-// A little over a screen: one pass over every app and copy that fills each
-// row from the cycle's view, /proc and the load balancer's figures at once.
 pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<StatusReport, ServeError> {
     if let Some(name) = only {
         if !d.apps.contains_key(name) {
@@ -104,127 +103,7 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
         .apps
         .iter()
         .filter(|(n, _)| only.is_none_or(|o| o == n.as_str()))
-        .map(|(name, app)| {
-            let traffic = d.traffic.get(name);
-            let settings = app.recorded.spec.settings_hash();
-            let mut observed = Observed::default();
-            let copies: Vec<CopyStatus> = app
-                .recorded
-                .state
-                .copies
-                .iter()
-                .map(|rec| {
-                    let scratch = d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy);
-                    let ShownProcess { alive, report, mem_bytes, cpu_secs } =
-                        rec.pid.map(|p| shown.get(p, rec.pid_start, &scratch)).unwrap_or_default();
-                    let ready = alive && rec.pid.is_some_and(|p| app.tracked.process(p).ready);
-                    let t = traffic.and_then(|t| t.get(&rec.copy));
-                    let sessions = t.map_or(0, |t| t.sessions);
-                    if alive {
-                        observed.copies.insert(
-                            rec.copy,
-                            ObservedCopy { process: Process::Running { ready }, connections: t.map_or(0, |t| t.connections), sessions },
-                        );
-                    }
-                    let role = app.tracked.roles.iter().find(|(c, _)| *c == rec.copy).map(|(_, r)| *r).filter(|_| ready);
-                    let status = if app.recorded.state.asleep_since_ms.is_some() && !alive {
-                        "asleep"
-                    } else if rec.left_down.as_deref().is_some_and(|w| w.starts_with(crate::wire::REFUSED)) {
-                        "refused"
-                    } else if rec.left_down.is_some() {
-                        "exited"
-                    } else if rec.stop_started_ms.is_some() {
-                        "stopping"
-                    } else if rec.crashes > 0 && !ready {
-                        "crash-looping"
-                    } else if alive {
-                        "alive"
-                    } else {
-                        "starting"
-                    };
-                    CopyStatus {
-                        copy: rec.copy,
-                        role,
-                        copy_port: rec.port,
-                        pid: rec.pid.filter(|_| alive).map(|p| report.as_ref().and_then(|r| r.r_pid).unwrap_or(p)),
-                        launcher_pid: rec.pid.filter(|_| alive),
-                        status: status.to_string(),
-                        ready,
-                        // The sampler's proportional share; the resident
-                        // memory just read for a copy it has not read yet.
-                        mem_bytes: rec.pid.filter(|_| alive).and_then(|p| d.copy_mem.get(&p).copied()).or(mem_bytes),
-                        sessions,
-                        crashes: rec.crashes,
-                        started: rec.started_ms.filter(|_| alive).map(procfs::local_rfc3339),
-                        outdated: rec.revision != app.recorded.state.revision || rec.settings != settings,
-                        log: crate::serve::log_path(&d.home, &app.recorded.spec, rec.copy),
-                        release: rec.release.clone(),
-                        isolation: report.map(|r| r.isolation),
-                        started_ms: rec.started_ms.filter(|_| alive),
-                        uptime_secs: rec.started_ms.filter(|_| alive).map(|s| now.saturating_sub(s) / 1000),
-                        cpu_secs,
-                        cpu_percent: rec.pid.filter(|_| alive).and_then(|p| d.cpu_percent.get(p, rec.pid_start)),
-                        memory_limit_bytes: memory_limit(&app.recorded, rec),
-                        disk_bytes: disk_size(&app.recorded, rec),
-                        disk_own_filesystem: crate::sys::disk::is_mount_point(&d.home.scratch_dir(
-                            &app.recorded.spec.group,
-                            &app.recorded.spec.name,
-                            rec.copy,
-                        )),
-                    }
-                })
-                .collect();
-            let mut notes = reconcile::notes(&app.recorded.spec, &app.recorded.state, &observed, now, &|c| {
-                let path = d.home.copy_log(&app.recorded.spec.group, &app.recorded.spec.name, c);
-                reconcile::CopyLog { last_error: last_error_line(&path), path: path.display().to_string() }
-            });
-            notes.extend(release::notes(name, &app.recorded.state, &|r| observed.copies.contains_key(&r.copy)));
-            let fenced: Vec<(u32, &crate::wire::Isolation)> = copies.iter().filter_map(|c| Some((c.copy, c.isolation.as_ref()?))).collect();
-            notes.extend(crate::wire::launch::fences::notes(name, &app.recorded.spec.start.sandbox, &fenced));
-            if let Some(why) = &app.tracked.state_error {
-                notes.push(format!(
-                    "{name}: cannot write its state file {}: {why}; the previous one is kept and the copies keep running",
-                    app.recorded.spec.state_file.display()
-                ));
-            }
-            notes.extend(balancer_notes(name, traffic, d.refusing.get(name).map_or(&[], Vec::as_slice)));
-            let not_listening = d.sockets.failure(app.recorded.spec.route.port).map(str::to_string);
-            if let Some(why) = &not_listening {
-                notes.push(format!("{name}: port {}: not listening: {why}", app.recorded.spec.route.port));
-            }
-            notes.extend(crate::serve::watches::memory::notes(&d.cgroups, &app.recorded.spec));
-            if let Some(uid) = app.recorded.state.uid.filter(|_| crate::serve::copies::act::runs_as_own_uid(&app.recorded.spec)) {
-                notes.extend(crate::serve::views::identity_notes::writable_notes(
-                    name,
-                    &app.recorded.spec.start.sandbox.writable_paths,
-                    uid,
-                ));
-            }
-            let capacity = reconcile::capacity::status(&app.recorded.spec, &app.recorded.state, &app.tracked.roles, |c| {
-                traffic.and_then(|t| t.get(&c)).map_or(0, |t| t.sessions)
-            });
-            // The time of day of the last change, as the copies' start times show it.
-            let time_of_day = |ms: u64| procfs::local_rfc3339(ms).get(11..19).unwrap_or_default().to_string();
-            notes.extend(reconcile::capacity::note(name, app.recorded.spec.scale.replicas, &capacity, time_of_day));
-            notes.extend(app.recorded.state.held_by_memory.as_ref().map(|why| format!("{name} {why}.")));
-            AppStatus {
-                name: name.clone(),
-                group: app.recorded.spec.group.clone(),
-                port: app.recorded.spec.route.port,
-                revision: app.recorded.state.revision,
-                release: app.recorded.state.release.clone(),
-                previous_release: app.recorded.state.previous_release.clone(),
-                not_listening,
-                copies,
-                notes,
-                runs_as_root: root_note(&app.recorded.spec, nix::unistd::geteuid().is_root()),
-                uid: app.recorded.state.uid.filter(|_| crate::serve::copies::act::runs_as_own_uid(&app.recorded.spec)),
-                state: app_state(&app.recorded).to_string(),
-                replicas: app.recorded.spec.scale.replicas,
-                manifest: app.recorded.spec.manifest.display().to_string(),
-                capacity: Some(capacity),
-            }
-        })
+        .map(|(name, app)| app_status(d, name, app, shown, now))
         .collect();
     let proxy_pid = d.proxy_pid;
     Ok(StatusReport {
@@ -236,6 +115,145 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
         limits: Some(crate::serve::watches::memory::limits_report(&d.cgroups)),
         pool: Some(crate::serve::copies::zygote_pool::report()),
     })
+}
+
+/// One app's status: each copy's row, filled from the cycle's view, /proc
+/// and the load balancer's figures at once, then the lines under its table.
+fn app_status(d: &Daemon, name: &str, app: &AppRt, shown: &ShownCopies, now: u64) -> AppStatus {
+    let traffic = d.traffic.get(name);
+    let mut observed = Observed::default();
+    let copies: Vec<CopyStatus> =
+        app.recorded.state.copies.iter().map(|rec| copy_status(d, app, rec, traffic, shown, now, &mut observed)).collect();
+    let not_listening = d.sockets.failure(app.recorded.spec.route.port).map(str::to_string);
+    let capacity = reconcile::capacity::status(&app.recorded.spec, &app.recorded.state, &app.tracked.roles, |c| {
+        traffic.and_then(|t| t.get(&c)).map_or(0, |t| t.sessions)
+    });
+    let notes = app_notes(d, name, app, &observed, &copies, not_listening.as_deref(), &capacity, now);
+    AppStatus {
+        name: name.to_string(),
+        group: app.recorded.spec.group.clone(),
+        port: app.recorded.spec.route.port,
+        revision: app.recorded.state.revision,
+        release: app.recorded.state.release.clone(),
+        previous_release: app.recorded.state.previous_release.clone(),
+        not_listening,
+        copies,
+        notes,
+        runs_as_root: root_note(&app.recorded.spec, nix::unistd::geteuid().is_root()),
+        uid: app.recorded.state.uid.filter(|_| crate::serve::copies::act::runs_as_own_uid(&app.recorded.spec)),
+        state: app_state(&app.recorded).to_string(),
+        replicas: app.recorded.spec.scale.replicas,
+        manifest: app.recorded.spec.manifest.display().to_string(),
+        capacity: Some(capacity),
+    }
+}
+
+/// One copy's row; a copy whose process runs is added to `observed`, which
+/// the lines under the table read as `decide` reads it.
+fn copy_status(
+    d: &Daemon,
+    app: &AppRt,
+    rec: &crate::wire::CopyRecord,
+    traffic: Option<&HashMap<u32, CopyTraffic>>,
+    shown: &ShownCopies,
+    now: u64,
+    observed: &mut Observed,
+) -> CopyStatus {
+    let scratch = d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy);
+    let ShownProcess { alive, report, mem_bytes, cpu_secs } = rec.pid.map(|p| shown.get(p, rec.pid_start, &scratch)).unwrap_or_default();
+    let ready = alive && rec.pid.is_some_and(|p| app.tracked.process(p).ready);
+    let t = traffic.and_then(|t| t.get(&rec.copy));
+    let sessions = t.map_or(0, |t| t.sessions);
+    if alive {
+        observed
+            .copies
+            .insert(rec.copy, ObservedCopy { process: Process::Running { ready }, connections: t.map_or(0, |t| t.connections), sessions });
+    }
+    let role = app.tracked.roles.iter().find(|(c, _)| *c == rec.copy).map(|(_, r)| *r).filter(|_| ready);
+    let status = if app.recorded.state.asleep_since_ms.is_some() && !alive {
+        "asleep"
+    } else if rec.left_down.as_deref().is_some_and(|w| w.starts_with(crate::wire::REFUSED)) {
+        "refused"
+    } else if rec.left_down.is_some() {
+        "exited"
+    } else if rec.stop_started_ms.is_some() {
+        "stopping"
+    } else if rec.crashes > 0 && !ready {
+        "crash-looping"
+    } else if alive {
+        "alive"
+    } else {
+        "starting"
+    };
+    let running = rec.pid.filter(|_| alive);
+    CopyStatus {
+        copy: rec.copy,
+        role,
+        copy_port: rec.port,
+        pid: running.map(|p| report.as_ref().and_then(|r| r.r_pid).unwrap_or(p)),
+        launcher_pid: running,
+        status: status.to_string(),
+        ready,
+        // The sampler's proportional share; the resident memory just read
+        // for a copy it has not read yet.
+        mem_bytes: running.and_then(|p| d.copy_mem.get(&p).copied()).or(mem_bytes),
+        sessions,
+        crashes: rec.crashes,
+        started: rec.started_ms.filter(|_| alive).map(procfs::local_rfc3339),
+        outdated: rec.revision != app.recorded.state.revision || rec.settings != app.recorded.spec.settings_hash(),
+        log: crate::serve::log_path(&d.home, &app.recorded.spec, rec.copy),
+        release: rec.release.clone(),
+        isolation: report.map(|r| r.isolation),
+        started_ms: rec.started_ms.filter(|_| alive),
+        uptime_secs: rec.started_ms.filter(|_| alive).map(|s| now.saturating_sub(s) / 1000),
+        cpu_secs,
+        cpu_percent: running.and_then(|p| d.cpu_percent.get(p, rec.pid_start)),
+        memory_limit_bytes: memory_limit(&app.recorded, rec),
+        disk_bytes: disk_size(&app.recorded, rec),
+        disk_own_filesystem: crate::sys::disk::is_mount_point(&scratch),
+    }
+}
+
+/// The lines under an app's table: `decide`'s notes, then the releases',
+/// the fence's, the state file's, the load balancer's, the port's, the
+/// memory limits', the identity's and capacity's.
+#[allow(clippy::too_many_arguments)] // one app's whole view, each part read once
+fn app_notes(
+    d: &Daemon,
+    name: &str,
+    app: &AppRt,
+    observed: &Observed,
+    copies: &[CopyStatus],
+    not_listening: Option<&str>,
+    capacity: &crate::wire::CapacityStatus,
+    now: u64,
+) -> Vec<String> {
+    let mut notes = reconcile::notes(&app.recorded.spec, &app.recorded.state, observed, now, &|c| {
+        let path = d.home.copy_log(&app.recorded.spec.group, &app.recorded.spec.name, c);
+        reconcile::CopyLog { last_error: last_error_line(&path), path: path.display().to_string() }
+    });
+    notes.extend(release::notes(name, &app.recorded.state, &|r| observed.copies.contains_key(&r.copy)));
+    let fenced: Vec<(u32, &crate::wire::Isolation)> = copies.iter().filter_map(|c| Some((c.copy, c.isolation.as_ref()?))).collect();
+    notes.extend(crate::wire::launch::fences::notes(name, &app.recorded.spec.start.sandbox, &fenced));
+    if let Some(why) = &app.tracked.state_error {
+        notes.push(format!(
+            "{name}: cannot write its state file {}: {why}; the previous one is kept and the copies keep running",
+            app.recorded.spec.state_file.display()
+        ));
+    }
+    notes.extend(balancer_notes(name, d.traffic.get(name), d.refusing.get(name).map_or(&[], Vec::as_slice)));
+    if let Some(why) = not_listening {
+        notes.push(format!("{name}: port {}: not listening: {why}", app.recorded.spec.route.port));
+    }
+    notes.extend(crate::serve::watches::memory::notes(&d.cgroups, &app.recorded.spec));
+    if let Some(uid) = app.recorded.state.uid.filter(|_| crate::serve::copies::act::runs_as_own_uid(&app.recorded.spec)) {
+        notes.extend(crate::serve::views::identity_notes::writable_notes(name, &app.recorded.spec.start.sandbox.writable_paths, uid));
+    }
+    // The time of day of the last change, as the copies' start times show it.
+    let time_of_day = |ms: u64| procfs::local_rfc3339(ms).get(11..19).unwrap_or_default().to_string();
+    notes.extend(reconcile::capacity::note(name, app.recorded.spec.scale.replicas, capacity, time_of_day));
+    notes.extend(app.recorded.state.held_by_memory.as_ref().map(|why| format!("{name} {why}.")));
+    notes
 }
 
 /// The memory limit a copy runs under: its release's `sandbox.memory`,
