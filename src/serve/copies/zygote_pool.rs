@@ -165,77 +165,17 @@ fn keep(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) {
 
 /// Binds the zygote's socket (it listens once shiny is loaded: a claim
 /// before then is refused at once and the copy starts cold) and starts the
-/// zygote with it as fd 3.
+/// zygote with it as fd 3, in the pool's cgroup where there is one.
 fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::Result<std::process::Child> {
     let listener = bind(socket)?;
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(home.root.join("pool").join("zygote.log"))?;
-    let mut given: Vec<(std::ffi::OsString, std::ffi::OsString)> = crate::sys::users::kept_env(std::env::vars_os());
-    // No user environment file or profile: a claimed copy reads the app's.
-    given.push(("R_ENVIRON_USER".into(), "/nonexistent".into()));
-    let root = nix::unistd::geteuid().is_root();
-    let uid = if root {
-        Some(crate::sys::ids::of_app(
-            &crate::sys::ids::ids_file(),
-            (crate::sys::ids::FIRST, crate::sys::ids::LAST),
-            &home.root,
-            ".pool",
-            "zygote",
-        )?)
-    } else {
-        None
-    };
+    let log_path = home.root.join("pool").join("zygote.log");
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+    let (given, uid) = environment(home)?;
     if let Some(uid) = uid {
-        // As an app's identity has it (README, "Identities"), so R's HOME
-        // is the claimed copy's.
-        let who = crate::sys::users::of_app(uid);
-        given.retain(|(k, _)| !matches!(k.to_str(), Some("HOME" | "USER" | "LOGNAME")));
-        given.extend([
-            ("HOME".into(), who.home.into_os_string()),
-            ("USER".into(), who.name.clone().into()),
-            ("LOGNAME".into(), who.name.into()),
-        ]);
-        std::os::unix::fs::chown(home.root.join("pool").join("zygote.log"), Some(uid), Some(uid))?;
+        std::os::unix::fs::chown(&log_path, Some(uid), Some(uid))?;
     }
     let tmp = fresh_tmp(home, uid)?;
-    given.retain(|(k, _)| k != "TMPDIR");
-    given.push(("TMPDIR".into(), tmp.clone().into_os_string()));
-    let names: Vec<String> = given.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
-    let mut cmd = Command::new(POOL_R);
-    cmd.args(["--no-echo", "--no-restore", "--no-init-file", "-e", &zygote::r_expr(lib)])
-        .env_clear()
-        .envs(given)
-        .env(zygote::GIVEN_ENV, names.join(","))
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    if let Some(uid) = uid {
-        cmd.uid(uid).gid(uid);
-    }
-    let fd = listener.as_raw_fd();
-    let daemon = std::process::id() as libc::pid_t;
-    // SAFETY: only async-signal-safe calls (dup2, close_range, setsid, prctl, getppid).
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::dup2(fd, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // Nothing else the daemon holds (or was given by its starter)
-            // reaches the zygote, and so no copy claimed from it.
-            if libc::syscall(libc::SYS_close_range, 4 as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::setsid();
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            // A daemon that ended between the fork and the line above sent
-            // no signal: a zygote would be left with no one to end it.
-            if libc::getppid() != daemon {
-                return Err(std::io::Error::other("the daemon ended"));
-            }
-            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-            Ok(())
-        });
-    }
+    let mut cmd = command(lib, given, &tmp, uid, listener.as_raw_fd(), log)?;
     let memory = std::env::var(POOL_MEMORY_ENV).ok().and_then(|v| crate::manifest::parse_size(&v)).unwrap_or(DEFAULT_MEMORY);
     let n = {
         let mut s = lock();
@@ -277,6 +217,85 @@ fn spawn(home: &Home, cgroups: &Cgroups, lib: &Path, socket: &Path) -> anyhow::R
     s.off = None;
     tracing::info!(pid = child.id(), "the pool's zygote started");
     Ok(child)
+}
+
+/// Environment variables, names and values, in order.
+type Vars = Vec<(std::ffi::OsString, std::ffi::OsString)>;
+
+/// The zygote's environment, with the identity it runs as: what R needs of
+/// the daemon's (as a copy gets), no user environment file (a claimed copy
+/// reads the app's), and under a root daemon the pool's own uid with its
+/// `HOME`, `USER` and `LOGNAME` (README, "Identities"), so R's HOME is the
+/// claimed copy's.
+fn environment(home: &Home) -> anyhow::Result<(Vars, Option<u32>)> {
+    let mut given: Vars = crate::sys::users::kept_env(std::env::vars_os());
+    given.push(("R_ENVIRON_USER".into(), "/nonexistent".into()));
+    if !nix::unistd::geteuid().is_root() {
+        return Ok((given, None));
+    }
+    let ids = crate::sys::ids::ids_file();
+    let uid = crate::sys::ids::of_app(&ids, (crate::sys::ids::FIRST, crate::sys::ids::LAST), &home.root, ".pool", "zygote")?;
+    let who = crate::sys::users::of_app(uid);
+    given.retain(|(k, _)| !matches!(k.to_str(), Some("HOME" | "USER" | "LOGNAME")));
+    given.extend([
+        ("HOME".into(), who.home.into_os_string()),
+        ("USER".into(), who.name.clone().into()),
+        ("LOGNAME".into(), who.name.into()),
+    ]);
+    Ok((given, Some(uid)))
+}
+
+/// The zygote's command: R with the zygote's expression, `given` alone as
+/// its environment (and `TMPDIR` = `tmp`), its output to `log`, the
+/// socket `fd` as its fd 3 and nothing else of the daemon's open; in a
+/// session of its own, ended with the daemon, with no new privileges.
+fn command(
+    lib: &Path,
+    mut given: Vars,
+    tmp: &Path,
+    uid: Option<u32>,
+    fd: std::os::fd::RawFd,
+    log: std::fs::File,
+) -> anyhow::Result<Command> {
+    given.retain(|(k, _)| k != "TMPDIR");
+    given.push(("TMPDIR".into(), tmp.as_os_str().to_owned()));
+    let names: Vec<String> = given.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+    let mut cmd = Command::new(POOL_R);
+    cmd.args(["--no-echo", "--no-restore", "--no-init-file", "-e", &zygote::r_expr(lib)])
+        .env_clear()
+        .envs(given)
+        .env(zygote::GIVEN_ENV, names.join(","))
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    if let Some(uid) = uid {
+        cmd.uid(uid).gid(uid);
+    }
+    let daemon = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe calls (dup2, close_range, setsid, prctl, getppid).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Nothing else the daemon holds (or was given by its starter)
+            // reaches the zygote, and so no copy claimed from it.
+            if libc::syscall(libc::SYS_close_range, 4 as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::setsid();
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            // A daemon that ended between the fork and the line above sent
+            // no signal: a zygote would be left with no one to end it.
+            if libc::getppid() != daemon {
+                return Err(std::io::Error::other("the daemon ended"));
+            }
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            Ok(())
+        });
+    }
+    Ok(cmd)
 }
 
 /// A new temporary folder for the zygote's R (its `TMPDIR`, mode 0700,
