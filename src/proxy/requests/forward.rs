@@ -56,28 +56,10 @@ async fn forward(req: Request<Incoming>, client: &VisitorConnection) -> Response
 /// The answer to one request: from a copy, or a page of our own.
 async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Response<DownBody> {
     let shared = &client.shared;
-    if client.busy {
-        return pages::busy();
-    }
-    let Some(mut app) = shared.table.app(client.port) else {
-        return pages::no_app(client.port);
+    let mut app = match admit(&req, client) {
+        Ok(app) => app,
+        Err(page) => return page,
     };
-    if req.method() == Method::CONNECT {
-        return pages::not_allowed();
-    }
-    // Answered here, not by a copy, and no activity: a front proxy's check
-    // keeps no sleeping app awake.
-    if req.uri().path() == pages::HEALTH_PATH {
-        return pages::health(&app.name, !app.stopped && app.listening);
-    }
-    if websocket::is_upgrade(req.headers()) {
-        let has_body = !req.body().is_end_stream();
-        match websocket::check_handshake(req.method(), req.headers(), has_body) {
-            Ok(()) => {}
-            Err(websocket::BadHandshake::Malformed(why)) => return pages::bad_handshake(why),
-            Err(websocket::BadHandshake::Version) => return pages::websocket_version(),
-        }
-    }
     let now = now_ms();
     // Written once a millisecond at most: both workers write it.
     if app.counters.last_request_ms.load(Ordering::Relaxed) != now {
@@ -144,6 +126,35 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
             }
         };
     }
+}
+
+/// The app a request is for, or the page of our own that answers it before
+/// any copy is chosen: the connection over the cap, no app on the port,
+/// CONNECT, the health path, a WebSocket handshake that is not one.
+fn admit(req: &Request<Incoming>, client: &VisitorConnection) -> Result<Arc<LiveApp>, Response<DownBody>> {
+    if client.busy {
+        return Err(pages::busy());
+    }
+    let Some(app) = client.shared.table.app(client.port) else {
+        return Err(pages::no_app(client.port));
+    };
+    if req.method() == Method::CONNECT {
+        return Err(pages::not_allowed());
+    }
+    // Answered here, not by a copy, and no activity: a front proxy's check
+    // keeps no sleeping app awake.
+    if req.uri().path() == pages::HEALTH_PATH {
+        return Err(pages::health(&app.name, !app.stopped && app.listening));
+    }
+    if websocket::is_upgrade(req.headers()) {
+        let has_body = !req.body().is_end_stream();
+        match websocket::check_handshake(req.method(), req.headers(), has_body) {
+            Ok(()) => {}
+            Err(websocket::BadHandshake::Malformed(why)) => return Err(pages::bad_handshake(why)),
+            Err(websocket::BadHandshake::Version) => return Err(pages::websocket_version()),
+        }
+    }
+    Ok(app)
 }
 
 /// The copy the request's sticky cookie names, if any. A visitor of a
