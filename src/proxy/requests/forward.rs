@@ -58,7 +58,7 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
     let shared = &client.shared;
     let mut app = match admit(&req, client) {
         Ok(app) => app,
-        Err(page) => return page,
+        Err(page) => return *page,
     };
     let now = now_ms();
     // Written once a millisecond at most: both workers write it.
@@ -130,28 +130,29 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
 
 /// The app a request is for, or the page of our own that answers it before
 /// any copy is chosen: the connection over the cap, no app on the port,
-/// CONNECT, the health path, a WebSocket handshake that is not one.
-fn admit(req: &Request<Incoming>, client: &VisitorConnection) -> Result<Arc<LiveApp>, Response<DownBody>> {
+/// CONNECT, the health path, a WebSocket handshake that is not one (boxed:
+/// a page is the rare path, the app the common one).
+fn admit(req: &Request<Incoming>, client: &VisitorConnection) -> Result<Arc<LiveApp>, Box<Response<DownBody>>> {
     if client.busy {
-        return Err(pages::busy());
+        return Err(Box::new(pages::busy()));
     }
     let Some(app) = client.shared.table.app(client.port) else {
-        return Err(pages::no_app(client.port));
+        return Err(Box::new(pages::no_app(client.port)));
     };
     if req.method() == Method::CONNECT {
-        return Err(pages::not_allowed());
+        return Err(Box::new(pages::not_allowed()));
     }
     // Answered here, not by a copy, and no activity: a front proxy's check
     // keeps no sleeping app awake.
     if req.uri().path() == pages::HEALTH_PATH {
-        return Err(pages::health(&app.name, !app.stopped && app.listening));
+        return Err(Box::new(pages::health(&app.name, !app.stopped && app.listening)));
     }
     if websocket::is_upgrade(req.headers()) {
         let has_body = !req.body().is_end_stream();
         match websocket::check_handshake(req.method(), req.headers(), has_body) {
             Ok(()) => {}
-            Err(websocket::BadHandshake::Malformed(why)) => return Err(pages::bad_handshake(why)),
-            Err(websocket::BadHandshake::Version) => return Err(pages::websocket_version()),
+            Err(websocket::BadHandshake::Malformed(why)) => return Err(Box::new(pages::bad_handshake(why))),
+            Err(websocket::BadHandshake::Version) => return Err(Box::new(pages::websocket_version())),
         }
     }
     Ok(app)
