@@ -140,22 +140,7 @@ impl Daemon {
                 counts.started(name, copy, reason);
             }
         }
-        // A copy stopped for start-timeout: said in its own log, with the time.
-        for rec in recorded.state.copies.iter().filter(|r| r.start_timed_out.is_some()) {
-            if !before.copies.iter().any(|b| b.copy == rec.copy && b.start_timed_out.is_some()) {
-                let limit = crate::sys::fmt::duration(
-                    std::time::Duration::from_millis(rec.start_timed_out.unwrap_or_default()),
-                    crate::sys::fmt::DurationStyle::Span,
-                );
-                tracing::warn!(app = name, copy = rec.copy, pid = ?rec.pid, "copy not ready within start-timeout {limit}; stopping it");
-                let line = format!(
-                    "--- shinyctl: copy {} was not ready within start-timeout {limit}; stopping it (counted as a crash) at {} ---",
-                    rec.copy,
-                    crate::sys::procfs::local_rfc3339(now)
-                );
-                append_line(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, rec.copy), &line);
-            }
-        }
+        note_start_timeouts(&cx, recorded, &before);
         release::mark_served(&mut recorded.state, &plan.roles.iter().map(|(c, _)| *c).collect::<Vec<_>>());
         tracked.roles = plan.roles;
         tracked.wake_at_ms = plan.wake_at_ms;
@@ -165,18 +150,7 @@ impl Daemon {
             // goes ahead in a cycle now, not at the next tick.
             let _ = cx.events.send(Event::Changed { app: name.to_string() });
         }
-        // A forgotten copy's own disk goes with it, so a later copy with the
-        // same number (a redeploy, a new app of the same name) starts empty.
-        for gone in before.copies.iter().filter(|r| !recorded.state.copies.iter().any(|n| n.copy == r.copy)) {
-            drop(crate::wire::launch::remove_scratch(&cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, gone.copy)));
-        }
-        // A copy whose process is gone has its cgroups removed (made anew
-        // at its next start).
-        for rec in before.copies.iter().filter(|r| r.pid.is_some()) {
-            if !recorded.state.copies.iter().any(|n| n.copy == rec.copy && n.pid == rec.pid) {
-                cx.cgroups.remove(&crate::sys::cgroup::leaf(name, rec.copy));
-            }
-        }
+        let_go_of_ended(&cx, recorded, &before);
         release::prune(cx.home, &recorded.spec, &mut recorded.state);
         // Recorded once, after the starts are readied (their ports): each
         // save waits for the disk (fsync, 2–16 ms here), and a wake's
@@ -283,6 +257,44 @@ fn note_in_log(log: &std::path::Path, why: &str) {
 }
 
 use crate::serve::copies::copy_end::append_line;
+
+/// Says in the copy's log, with the time, that a copy this cycle stopped
+/// for start-timeout was not ready in time (once: the cycle that stopped it).
+fn note_start_timeouts(cx: &ActContext, recorded: &Recorded, before: &crate::wire::AppState) {
+    // A copy stopped for start-timeout: said in its own log, with the time.
+    for rec in recorded.state.copies.iter().filter(|r| r.start_timed_out.is_some()) {
+        if !before.copies.iter().any(|b| b.copy == rec.copy && b.start_timed_out.is_some()) {
+            let limit = crate::sys::fmt::duration(
+                std::time::Duration::from_millis(rec.start_timed_out.unwrap_or_default()),
+                crate::sys::fmt::DurationStyle::Span,
+            );
+            tracing::warn!(app = cx.name, copy = rec.copy, pid = ?rec.pid, "copy not ready within start-timeout {limit}; stopping it");
+            let line = format!(
+                "--- shinyctl: copy {} was not ready within start-timeout {limit}; stopping it (counted as a crash) at {} ---",
+                rec.copy,
+                crate::sys::procfs::local_rfc3339(cx.now)
+            );
+            append_line(&cx.home.copy_log(&recorded.spec.group, &recorded.spec.name, rec.copy), &line);
+        }
+    }
+}
+
+/// What a copy leaves when it goes: a forgotten copy's disk, a copy whose
+/// process is gone its cgroups.
+fn let_go_of_ended(cx: &ActContext, recorded: &Recorded, before: &crate::wire::AppState) {
+    // A forgotten copy's own disk goes with it, so a later copy with the
+    // same number (a redeploy, a new app of the same name) starts empty.
+    for gone in before.copies.iter().filter(|r| !recorded.state.copies.iter().any(|n| n.copy == r.copy)) {
+        drop(crate::wire::launch::remove_scratch(&cx.home.scratch_dir(&recorded.spec.group, &recorded.spec.name, gone.copy)));
+    }
+    // A copy whose process is gone has its cgroups removed (made anew
+    // at its next start).
+    for rec in before.copies.iter().filter(|r| r.pid.is_some()) {
+        if !recorded.state.copies.iter().any(|n| n.copy == rec.copy && n.pid == rec.pid) {
+            cx.cgroups.remove(&crate::sys::cgroup::leaf(cx.name, rec.copy));
+        }
+    }
+}
 
 /// What one cycle's act step works with, besides the app.
 struct ActContext<'a> {
