@@ -25,8 +25,8 @@ enum Command {
         #[arg(long)]
         now: bool,
         /// Wait until the new copies serve (exit 0), or fail or time out (non-zero, with the copy's last error); TIMEOUT defaults to 5m.
-        #[arg(long, value_name = "TIMEOUT", num_args = 0..=1, require_equals = true, default_missing_value = cli::wait::DEFAULT_TIMEOUT)]
-        wait: Option<String>,
+        #[arg(long, value_name = "TIMEOUT", num_args = 0..=1, require_equals = true, default_missing_value = cli::wait::DEFAULT_TIMEOUT, value_parser = cli::wait::timeout)]
+        wait: Option<std::time::Duration>,
     },
     /// Show every app's copies, or one app's.
     Status {
@@ -54,8 +54,8 @@ enum Command {
         #[arg(long)]
         now: bool,
         /// Wait until the new copies serve (exit 0), or fail or time out (non-zero, with the copy's last error); TIMEOUT defaults to 5m.
-        #[arg(long, value_name = "TIMEOUT", num_args = 0..=1, require_equals = true, default_missing_value = cli::wait::DEFAULT_TIMEOUT)]
-        wait: Option<String>,
+        #[arg(long, value_name = "TIMEOUT", num_args = 0..=1, require_equals = true, default_missing_value = cli::wait::DEFAULT_TIMEOUT, value_parser = cli::wait::timeout)]
+        wait: Option<std::time::Duration>,
     },
     /// Redeploy the last release that served before the current one (or --to ID), with the settings it was deployed with; the old copies drain.
     Rollback {
@@ -68,8 +68,8 @@ enum Command {
         #[arg(long)]
         now: bool,
         /// Wait until the new copies serve (exit 0), or fail or time out (non-zero, with the copy's last error); TIMEOUT defaults to 5m.
-        #[arg(long, value_name = "TIMEOUT", num_args = 0..=1, require_equals = true, default_missing_value = cli::wait::DEFAULT_TIMEOUT)]
-        wait: Option<String>,
+        #[arg(long, value_name = "TIMEOUT", num_args = 0..=1, require_equals = true, default_missing_value = cli::wait::DEFAULT_TIMEOUT, value_parser = cli::wait::timeout)]
+        wait: Option<std::time::Duration>,
     },
     /// Stop an app's copies; its port answers that it is stopped until `start`.
     Stop {
@@ -172,25 +172,20 @@ enum Shell {
     Fish,
 }
 
-/// `--wait[=TIMEOUT]` as a duration.
-fn wait_for(wait: Option<String>) -> anyhow::Result<Option<std::time::Duration>> {
-    wait.map(|w| cli::wait::timeout(&w)).transpose()
-}
-
 fn main() {
     let cli = Cli::parse();
     let home = home::Home::from_env();
     let result = match cli.command {
-        Command::Apply { file, now, wait } => wait_for(wait).and_then(|w| cli::apply::run(&home, &file, now, w)),
+        Command::Apply { file, now, wait } => cli::apply::run(&home, &file, now, wait),
         Command::Status { app, json, watch, wide } => cli::status::run(&home, app.as_deref(), json, watch, wide),
-        Command::Restart { app: Some(app), now, wait, .. } => wait_for(wait).and_then(|w| cli::restart::run(&home, &app, now, w)),
-        Command::Restart { app: None, now, wait, .. } => wait_for(wait).and_then(|w| cli::operate::restart_all(&home, now, w)),
+        Command::Restart { app: Some(app), now, wait, .. } => cli::restart::run(&home, &app, now, wait),
+        Command::Restart { app: None, now, wait, .. } => cli::operate::restart_all(&home, now, wait),
         Command::Stop { app } => cli::operate::run(&home, &app, "stop"),
         Command::Start { app } => cli::operate::run(&home, &app, "start"),
         Command::Scale { app, replicas } => cli::operate::scale(&home, &app, replicas),
         Command::List => cli::operate::list(&home),
         Command::Shutdown { all } => cli::operate::shutdown(&home, all),
-        Command::Rollback { app, to, now, wait } => wait_for(wait).and_then(|w| cli::rollback::run(&home, &app, now, to.as_deref(), w)),
+        Command::Rollback { app, to, now, wait } => cli::rollback::run(&home, &app, now, to.as_deref(), wait),
         Command::Releases { app } => cli::rollback::list(&home, &app),
         Command::Reload => cli::reload::run(&home),
         Command::Delete { app, now } => cli::delete::run(&home, &app, now),

@@ -62,20 +62,36 @@ pub fn run(home: &Home, app: &str, choice: Choice) -> anyhow::Result<()> {
         std::thread::sleep(POLL);
         if asked.elapsed() >= Duration::from_secs(1) {
             asked = Instant::now();
-            // New copies are followed from their first line.
-            if let Ok(reply) = client.logs(app) {
-                for f in chosen(reply.copies) {
-                    read_to.entry(f.copy).or_insert((f.path, 0));
+            // New copies are followed from their first line. A daemon that
+            // does not answer (an upgrade restarts it) is asked again; one
+            // that no longer knows the app ends the follow, once what its
+            // copies wrote last is printed.
+            match client.logs(app) {
+                Ok(reply) => {
+                    for f in chosen(reply.copies) {
+                        read_to.entry(f.copy).or_insert((f.path, 0));
+                    }
                 }
+                Err(e) if crate::wire::api_client::is_not_found(&e) => {
+                    print_new(&mut out, &mut read_to)?;
+                    eprintln!("shinyctl: {app} is gone ({e}); its logs are no longer followed.");
+                    return Ok(());
+                }
+                Err(_) => {}
             }
         }
-        for (copy, (path, pos)) in read_to.iter_mut() {
-            for line in new_lines(path, pos) {
-                writeln!(out, "{} {line}", prefix(*copy))?;
-            }
-        }
-        out.flush()?;
+        print_new(&mut out, &mut read_to)?;
     }
+}
+
+/// Prints what each followed log got since it was last read.
+fn print_new(out: &mut impl Write, read_to: &mut BTreeMap<u32, (String, u64)>) -> std::io::Result<()> {
+    for (copy, (path, pos)) in read_to.iter_mut() {
+        for line in new_lines(path, pos) {
+            writeln!(out, "{} {line}", prefix(*copy))?;
+        }
+    }
+    out.flush()
 }
 
 /// `copy 3 |`, the prefix of each line.

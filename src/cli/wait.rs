@@ -15,11 +15,10 @@ pub const DEFAULT_TIMEOUT: &str = "5m";
 /// How often the deploy is looked at.
 const POLL: Duration = Duration::from_millis(250);
 
-/// Parses `--wait`'s TIMEOUT (a duration as the manifest writes them).
-pub fn timeout(s: &str) -> anyhow::Result<Duration> {
-    crate::manifest::parse_duration(s)
-        .map(Duration::from_millis)
-        .ok_or_else(|| anyhow::anyhow!("--wait={s}: not a duration; write it like 90s, 5m or 1h"))
+/// Parses `--wait`'s TIMEOUT (a duration as the manifest writes them); a
+/// bad one is a usage error (exit status 2), as clap reports it.
+pub fn timeout(s: &str) -> Result<Duration, String> {
+    crate::manifest::parse_duration(s).map(Duration::from_millis).ok_or_else(|| "not a duration; write it like 90s, 5m or 1h".to_string())
 }
 
 /// Prints the command's answer; with `wait`, follows the deploy it started

@@ -230,9 +230,11 @@ pub fn decide(spec: &AppSpec, deleting: bool, state: &AppState, observed: &Obser
         }
     }
 
-    // 1b. Sleep: a settled app (every copy current, none draining or being
-    // stopped: no redeploy under way; none on its first start, unless it is
-    // stuck there past SLOW_START_MS) with no open connection sleeps
+    // 1b. Sleep: a settled app (none draining or being stopped; none on its
+    // first start, unless it is stuck there past SLOW_START_MS; every copy
+    // current, or the current version's copies all failed, each having
+    // ended before it was ready, while the version before serves: a failed
+    // deploy is no deploy under way) with no open connection sleeps
     // idle-timeout after its last activity: its last request, when it last
     // woke or was deployed, or the start of a copy that is up or starting for
     // the first time. A crash-looping copy's restarts are not activity, so an
@@ -251,7 +253,10 @@ pub fn decide(spec: &AppSpec, deleting: bool, state: &AppState, observed: &Obser
             // Idle-timeout counts from when the app is whole, not from before.
             st.awake_since_ms = Some(now_ms);
         }
-        let settled = !st.copies.is_empty() && st.copies.iter().all(|r| is_current(r) && serving(r) && !first_start(r));
+        let failed = |r: &CopyRecord| phase(r) != Phase::Ready && (r.crashes > 0 || r.left_down.is_some());
+        let current = || st.copies.iter().filter(|r| is_current(r));
+        let deployed = st.copies.iter().all(is_current) || (current().next().is_some() && current().all(failed));
+        let settled = !st.copies.is_empty() && deployed && st.copies.iter().all(|r| serving(r) && !first_start(r));
         let busy = st.copies.iter().any(|r| conns(r.copy) > 0);
         if settled && !busy {
             let counts = |r: &&CopyRecord| phase(r) == Phase::Ready || (phase(r) == Phase::Starting && r.crashes == 0);

@@ -152,11 +152,63 @@ struct Ids {
 /// file): call it off the runtime or where a file write is fine.
 pub fn of_app(file: &Path, range: (u32, u32), home: &Path, group: &str, name: &str) -> std::io::Result<u32> {
     let (first, last) = range;
+    let key = app_key(home, group, name);
+    with_ids(file, |ids| {
+        if let Some(&id) = ids.apps.get(&key) {
+            return Ok((id, false));
+        }
+        // Subordinate ids are the user's own: only ids of people and groups
+        // are stepped over there.
+        let taken = taken_ids(range == (FIRST, LAST));
+        let mut id = ids.next.max(first);
+        // Past each taken range at once, never beyond the reserved one.
+        while let Some(&(_, hi)) = taken.iter().find(|(lo, hi)| (*lo..=*hi).contains(&id)) {
+            id = hi.saturating_add(1);
+            if id > last {
+                break;
+            }
+        }
+        if id > last {
+            return Err(std::io::Error::other(format!("every id of {first}-{last} is handed out ({})", file.display())));
+        }
+        ids.apps.insert(key.clone(), id);
+        ids.next = id + 1;
+        Ok((id, true))
+    })
+}
+
+/// An app renamed (its `app-group` or `app-name` changed): the id it has
+/// goes with it to its new name, so an app that later takes the old name
+/// gets an id of its own, never the renamed app's. An id the new name had
+/// (an app of that name deleted earlier) is given up. Nothing is written
+/// when the old name has no id.
+pub fn rename_app(file: &Path, home: &Path, from: (&str, &str), to: (&str, &str)) -> std::io::Result<()> {
+    if !file.exists() {
+        return Ok(());
+    }
+    let (old, new) = (app_key(home, from.0, from.1), app_key(home, to.0, to.1));
+    with_ids(file, |ids| match ids.apps.remove(&old) {
+        Some(id) => {
+            ids.apps.insert(new.clone(), id);
+            Ok(((), true))
+        }
+        None => Ok(((), false)),
+    })
+}
+
+/// The key of an app in the ids file: `<home>:<group>/<name>`.
+fn app_key(home: &Path, group: &str, name: &str) -> String {
+    format!("{}:{group}/{name}", home.display())
+}
+
+/// Runs `change` on the ids file's contents under its lock (held until
+/// this returns), and writes them back (with fsync) when it says they
+/// changed.
+fn with_ids<T>(file: &Path, change: impl FnOnce(&mut Ids) -> std::io::Result<(T, bool)>) -> std::io::Result<T> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let mut f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(file)?;
-    // Held until this returns (the guard unlocks on drop).
     let _lock = nix::fcntl::Flock::lock(f.try_clone()?, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| std::io::Error::from(e))?;
     let mut text = String::new();
     f.read_to_string(&mut text)?;
@@ -165,32 +217,15 @@ pub fn of_app(file: &Path, range: (u32, u32), home: &Path, group: &str, name: &s
     } else {
         serde_json::from_str(&text).map_err(|e| std::io::Error::other(format!("{}: {e}", file.display())))?
     };
-    let key = format!("{}:{group}/{name}", home.display());
-    if let Some(&id) = ids.apps.get(&key) {
-        return Ok(id);
+    let (out, changed) = change(&mut ids)?;
+    if changed {
+        let bytes = serde_json::to_vec_pretty(&ids).map_err(std::io::Error::other)?;
+        f.set_len(0)?;
+        f.rewind()?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
     }
-    // Subordinate ids are the user's own: only ids of people and groups
-    // are stepped over there.
-    let taken = taken_ids(range == (FIRST, LAST));
-    let mut id = ids.next.max(first);
-    // Past each taken range at once, never beyond the reserved one.
-    while let Some(&(_, hi)) = taken.iter().find(|(lo, hi)| (*lo..=*hi).contains(&id)) {
-        id = hi.saturating_add(1);
-        if id > last {
-            break;
-        }
-    }
-    if id > last {
-        return Err(std::io::Error::other(format!("every id of {first}-{last} is handed out ({})", file.display())));
-    }
-    ids.apps.insert(key, id);
-    ids.next = id + 1;
-    let bytes = serde_json::to_vec_pretty(&ids).map_err(std::io::Error::other)?;
-    f.set_len(0)?;
-    f.rewind()?;
-    f.write_all(&bytes)?;
-    f.sync_all()?;
-    Ok(id)
+    Ok(out)
 }
 
 /// The ids and ranges of ids the machine's own files name (`subordinate`:
@@ -256,6 +291,22 @@ mod tests {
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(unique.len(), got.len(), "{got:?}");
+    }
+
+    #[test]
+    fn a_renamed_app_keeps_its_id_and_a_new_app_of_the_old_name_gets_another() {
+        let temp = tempfile::tempdir().unwrap();
+        let file = temp.path().join("ids.json");
+        let (r, home) = ((FIRST, LAST), Path::new("/h"));
+        // No file yet: nothing to move, and none made.
+        rename_app(&file, home, ("default", "a"), ("default", "b")).unwrap();
+        assert!(!file.exists());
+        let a = of_app(&file, r, home, "default", "a").unwrap();
+        let deleted_b = of_app(&file, r, home, "default", "b").unwrap();
+        rename_app(&file, home, ("default", "a"), ("team", "b")).unwrap();
+        assert_eq!(of_app(&file, r, home, "team", "b").unwrap(), a, "the id goes with the new name");
+        let new_a = of_app(&file, r, home, "default", "a").unwrap();
+        assert!(new_a != a && new_a != deleted_b, "a new app of the old name gets an id of its own: {new_a} {a} {deleted_b}");
     }
 
     #[test]

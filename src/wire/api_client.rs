@@ -240,10 +240,34 @@ impl Client {
             return Ok(bytes);
         }
         match serde_json::from_slice::<ApiError>(&bytes) {
-            Ok(e) => anyhow::bail!("{}", e.error),
+            Ok(e) => Err(Refused { status, message: e.error }.into()),
             Err(_) => anyhow::bail!("shinyctl serve answered {status}: {}", String::from_utf8_lossy(&bytes)),
         }
     }
+}
+
+/// The daemon's answer to a request it refused: its status and message
+/// (shown as the message alone), for a caller that tells a 404 (no such
+/// app) from the rest.
+#[derive(Debug)]
+pub struct Refused {
+    /// The answer's status (404: no such app or route).
+    pub status: hyper::StatusCode,
+    /// The daemon's message.
+    pub message: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// True when `e` is the daemon saying there is no such app (or route).
+pub fn is_not_found(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<Refused>().is_some_and(|r| r.status == hyper::StatusCode::NOT_FOUND)
 }
 
 /// Starts the daemon in the background (its command line is exactly

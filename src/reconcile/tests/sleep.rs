@@ -76,6 +76,37 @@ fn idle_timeout_zero_never_sleeps_and_a_busy_app_doesnt_either() {
 }
 
 #[test]
+fn after_a_failed_deploy_the_version_before_sleeps_and_wakes_the_app() {
+    // A deploy whose new copy crash-loops: the version before serves, and
+    // the app still sleeps once idle (the restarts are not activity).
+    let mut sim = Sim::new(1, 0);
+    sim.spec.scale.idle_timeout_ms = 20 * S;
+    sim.at(0).cycle().ready(&[1]).cycle();
+    sim.at(5).restart(false).cycle();
+    assert_eq!(sim.copies(), "1 2");
+    sim.at(6).cycle();
+    assert_eq!(sim.state.asleep_since_ms, None, "the new copy on its first start holds the sleep off");
+    sim.at(7).exits(2, Some(1), None).cycle();
+    assert_eq!(sim.roles(), "1:active", "the version before serves");
+    sim.at(20).cycle();
+    assert_eq!(sim.state.asleep_since_ms, None, "idle for 20 s only from the deploy");
+    sim.at(26).cycle();
+    assert!(sim.state.asleep_since_ms.is_some(), "a failed deploy does not keep the app awake");
+    // Asleep, the new version is checked once, fails, and the app keeps
+    // the version before to wake with.
+    sim.at(27).cycle().at(28).cycle();
+    let check = sim.state.copies.iter().find(|r| r.checking).map(|r| r.copy).expect("a check of the new version");
+    sim.at(29).exits(check, Some(1), None).cycle();
+    assert!(sim.record(check).left_down.is_some(), "{:?}", sim.record(check));
+    sim.at(100).wake().cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(1)], "the version before wakes");
+    sim.at(101).ready(&[1]).cycle();
+    assert_eq!(sim.roles(), "1:active");
+    sim.at(125).cycle();
+    assert!(sim.state.asleep_since_ms.is_some(), "and it sleeps again once idle");
+}
+
+#[test]
 fn a_redeploy_while_asleep_is_checked_by_one_copy_then_sleeps_on_the_new_version() {
     let mut sim = Sim::new(1, 1);
     sim.at(0).cycle().ready(&[1, 2]).cycle();

@@ -125,7 +125,9 @@ impl Daemon {
         for rec in &recorded.state.copies {
             let Some(pid) = rec.pid else { continue };
             if let Some(reconcile::Process::Exited(exit)) = observed.copies.get(&rec.copy).map(|s| s.process) {
-                let asked = tracked.process(pid).stopping || recorded.state.asleep_since_ms.is_some();
+                // Asleep, a copy that ends was put to sleep, but for the check of a
+                // version deployed meanwhile, which ends on its own only by failing.
+                let asked = tracked.process(pid).stopping || (recorded.state.asleep_since_ms.is_some() && !rec.checking);
                 crate::serve::copies::copy_end::note(cx.home, &recorded.spec, rec, &exit, asked);
             }
         }
@@ -141,7 +143,11 @@ impl Daemon {
             }
         }
         note_start_timeouts(&cx, recorded, &before);
-        release::mark_served(&mut recorded.state, &plan.roles.iter().map(|(c, _)| *c).collect::<Vec<_>>());
+        // A release served once a copy of it was ready: one with a role, or
+        // a sleeping app's check, which is stopped as soon as it is ready.
+        let ready =
+            observed.copies.iter().filter(|(_, o)| matches!(o.process, reconcile::Process::Running { ready: true })).map(|(c, _)| *c);
+        release::mark_served(&mut recorded.state, &plan.roles.iter().map(|(c, _)| *c).chain(ready).collect::<Vec<_>>());
         tracked.roles = plan.roles;
         tracked.wake_at_ms = plan.wake_at_ms;
         tracked.fold(&before, &recorded.state);

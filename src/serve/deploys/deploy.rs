@@ -244,7 +244,7 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Result<Done, ServeErro
     };
     d.save_registry().map_err(ServeError::Registry)?;
     let _ = d.events.send(Event::Changed { app: spec.name.clone() });
-    let revision = d.apps.get(&spec.name).map(|a| a.recorded.state.revision).filter(|_| deployed_now);
+    let revision = d.apps.get(&spec.name).map(|a| a.recorded.state.revision).filter(|_| deployed_now && !is_stopped(&d, &spec.name));
     Ok(Done::deployed(message, revision))
 }
 
@@ -275,20 +275,33 @@ fn update(
     if !crate::serve::same_path(&app.recorded.spec.state_file, &spec.state_file) {
         state_files::remove_state(&app.recorded.spec.state_file);
     }
+    let (old_group, old_name) = (app.recorded.spec.group.clone(), app.recorded.spec.name.clone());
+    let renamed = (old_group.as_str(), old_name.as_str()) != (spec.group.as_str(), spec.name.as_str());
+    if renamed {
+        super::rename::move_app(home, (&old_group, &old_name), (&spec.group, &spec.name), &app.recorded.state);
+    }
     app.recorded.spec = spec.clone();
     app.recorded.state.stop_now = now;
     let asleep = app.recorded.state.asleep_since_ms.is_some();
+    let stopped = app.recorded.state.stopped_since_ms.is_some();
     state_files::record(&app.recorded, &mut app.tracked);
     d.apps.insert(spec.name.clone(), app);
     let name = &spec.name;
+    let old_go = if now { "the old ones stop as soon as the new ones are ready" } else { "the old ones drain" };
     let line = if same {
         format!("{name}: unchanged.")
+    } else if stopped && (restarts || renamed) {
+        format!("{name}: changed how it starts, {STOPPED}.")
     } else if was_rolled_back && !asleep {
-        format!("{name}: deploys the manifest again in place of the rolled-back release; new copies start and the old ones drain. Watch: shinyctl status {name}")
+        format!("{name}: deploys the manifest again in place of the rolled-back release; new copies start and {old_go}. Watch: shinyctl status {name}")
+    } else if renamed && asleep {
+        format!("{name}: renamed from {old_group}/{old_name}; {}. Watch: shinyctl status {name}", ASLEEP_CHECK.trim_start_matches("but "))
+    } else if renamed {
+        format!("{name}: renamed from {old_group}/{old_name}; new copies start and {old_go}, their disks and logs now under the new name. Watch: shinyctl status {name}")
     } else if restarts && asleep {
         format!("{name}: changed how it starts; {}. Watch: shinyctl status {name}", ASLEEP_CHECK.trim_start_matches("but "))
     } else if restarts {
-        format!("{name}: changed how it starts; new copies start and the old ones drain. Watch: shinyctl status {name}")
+        format!("{name}: changed how it starts; new copies start and {old_go}. Watch: shinyctl status {name}")
     } else {
         format!("{name}: updated without restarting any copy.")
     };
@@ -312,6 +325,7 @@ fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<TakenRelease>)
             spec.state_file.display()
         )));
     }
+    super::rename::clear_stale(&home.app_scratch(&spec.group, &spec.name));
     d.apps.insert(spec.name.clone(), AppRt::new(spec.clone(), state));
     let n = spec.scale.replicas + spec.scale.warm_replicas;
     let line = format!(
@@ -384,10 +398,12 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Result<Done, Ser
     }
     app.recorded.spec = spec;
     let (rev, how) = redeploy(&mut d, name, now)?;
-    Ok(Done::deployed(
-        with_release(format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}"), Some(&rel)),
-        Some(rev),
-    ))
+    let line = if is_stopped(&d, name) {
+        format!("{name}: revision {rev} recorded, {how}.")
+    } else {
+        format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}")
+    };
+    Ok(Done::deployed(with_release(line, Some(&rel)), Some(rev).filter(|_| !is_stopped(&d, name))))
 }
 
 /// The end of restart and rollback, with the app's spec and release in
@@ -399,12 +415,15 @@ fn redeploy(d: &mut Daemon, name: &str, now: bool) -> Result<(u64, &'static str)
     app.recorded.state.stop_now = now;
     let rev = app.recorded.state.revision;
     let asleep = app.recorded.state.asleep_since_ms.is_some();
+    let stopped = app.recorded.state.stopped_since_ms.is_some();
     state_files::record(&app.recorded, &mut app.tracked);
     d.save_registry().map_err(ServeError::Registry)?;
     let _ = d.events.send(Event::Changed { app: name.to_string() });
     Ok((
         rev,
-        if asleep {
+        if stopped {
+            STOPPED
+        } else if asleep {
             ASLEEP_CHECK
         } else if now {
             "the old ones stop as soon as the new ones are ready"
@@ -412,6 +431,15 @@ fn redeploy(d: &mut Daemon, name: &str, now: bool) -> Result<(u64, &'static str)
             "the old ones drain"
         },
     ))
+}
+
+/// What a redeploy of a stopped app does, as the command says it.
+const STOPPED: &str = "but the app is stopped (shinyctl stop): no copy starts, and `shinyctl start` runs this version";
+
+/// True when the app is stopped (`shinyctl stop`): a deploy is recorded and
+/// starts nothing, so `--wait` has nothing to wait for.
+fn is_stopped(d: &Daemon, name: &str) -> bool {
+    d.apps.get(name).is_some_and(|a| a.recorded.state.stopped_since_ms.is_some())
 }
 
 /// What a redeploy of a sleeping app does, as the command says it.
@@ -427,12 +455,17 @@ pub async fn rollback(shared: &Shared, name: &str, now: bool, to: Option<&str>) 
     let rel = release::roll_back(&mut app.recorded.state, name, to)?;
     app.recorded.spec = app.recorded.spec.with_start(&rel.deployed);
     let (rev, how) = redeploy(&mut d, name, now)?;
-    Ok(Done::deployed(
+    let taken = crate::sys::procfs::local_rfc3339(rel.taken_ms);
+    let line = if is_stopped(&d, name) {
         format!(
-            "{name}: rolling back to release {} (taken {}) with the settings it was deployed with, at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}",
-            rel.id,
-            crate::sys::procfs::local_rfc3339(rel.taken_ms)
-        ),
-        Some(rev),
-    ))
+            "{name}: rolled back to release {} (taken {taken}) with the settings it was deployed with, at revision {rev}, {how}.",
+            rel.id
+        )
+    } else {
+        format!(
+            "{name}: rolling back to release {} (taken {taken}) with the settings it was deployed with, at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}",
+            rel.id
+        )
+    };
+    Ok(Done::deployed(line, Some(rev).filter(|_| !is_stopped(&d, name))))
 }

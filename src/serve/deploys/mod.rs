@@ -5,4 +5,5 @@
 pub(super) mod deploy;
 pub(super) mod operate;
 pub(super) mod reload;
+mod rename;
 pub(super) mod sockets;

@@ -81,7 +81,13 @@ impl Daemon {
     /// and its copies stop (drained, or at once with `now`); forgotten once
     /// they are gone. Deleting again with `now` hurries a delete that drains.
     pub(in crate::serve) fn delete(&mut self, name: &str, now: bool) -> Result<Done, ServeError> {
-        let app = self.apps.get_mut(name).filter(|a| !a.recorded.deleting || now).ok_or_else(|| ServeError::NoSuchApp(name.to_string()))?;
+        let app = self.apps.get_mut(name).ok_or_else(|| ServeError::NoSuchApp(name.to_string()))?;
+        if app.recorded.deleting && !now {
+            let running = app.recorded.state.copies.iter().filter(|r| r.pid.is_some()).count();
+            return Ok(Done::said(format!(
+                "{name}: already being deleted; {running} of its copies still run until their sessions end (`shinyctl delete {name} --now` stops them now)."
+            )));
+        }
         app.recorded.deleting = true;
         app.recorded.state.stop_now = now;
         let copies = app.recorded.state.copies.len();

@@ -1,0 +1,59 @@
+//! An app renamed in its manifest (its `app-name` or `app-group` changed,
+//! the same manifest file): what the daemon keeps under the app's name
+//! moves with it. Its copies' disks and logs and its own id stay its own,
+//! so the copies of the old name drain as any redeploy's do and are removed
+//! under the new one, and an app that later takes the old name starts from
+//! nothing of the renamed app's (README, "The manifest").
+
+use std::path::{Path, PathBuf};
+
+use crate::home::Home;
+use crate::wire::AppState;
+
+/// Moves what the app `from` (group, name) has under its name to `to`:
+/// the folder of its copies' disks whole (a mounted disk moves with its
+/// folder), each copy's log and the part rotation kept of it, and its id
+/// in the ids file. Blocking but short: renames, and the ids file's lock.
+/// What cannot be moved is logged and left where it was.
+pub(super) fn move_app(home: &Home, from: (&str, &str), to: (&str, &str), state: &AppState) {
+    let (old, new) = (home.app_scratch(from.0, from.1), home.app_scratch(to.0, to.1));
+    clear_stale(&new);
+    if old.exists() {
+        if let Err(e) = std::fs::rename(&old, &new) {
+            tracing::warn!(app = to.1, "the copies' disks stay in {}: {e}", old.display());
+        }
+    }
+    for rec in &state.copies {
+        let (old, new) = (home.copy_log(from.0, from.1, rec.copy), home.copy_log(to.0, to.1, rec.copy));
+        for (old, new) in [(old.clone(), new.clone()), (rotated(&old), rotated(&new))] {
+            match std::fs::rename(&old, &new) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    tracing::warn!(app = to.1, copy = rec.copy, "the copy's log stays in {}: {e}", old.display());
+                }
+                _ => {}
+            }
+        }
+    }
+    if state.uid.is_some() {
+        if let Err(e) = crate::sys::ids::rename_app(&crate::sys::ids::ids_file(), &home.root, from, to) {
+            tracing::warn!(app = to.1, "the app's id stays recorded under {}/{}: {e}", from.0, from.1);
+        }
+    }
+}
+
+/// Removes a folder of copies' disks that no app of the daemon's has (left
+/// by a daemon that ended before it removed it), its disks unmounted first:
+/// a new app, or a renamed one, never finds another's files there.
+pub(super) fn clear_stale(scratch: &Path) {
+    if scratch.exists() {
+        drop(crate::sys::disk::detach_below(scratch));
+        drop(crate::home::remove_later(scratch));
+    }
+}
+
+/// Where rotation keeps the older part of a log (`<log>.1`).
+fn rotated(log: &Path) -> PathBuf {
+    let mut p = log.as_os_str().to_owned();
+    p.push(".1");
+    PathBuf::from(p)
+}
