@@ -247,3 +247,65 @@ fn after_shutdown_all_nothing_is_left_mounted_and_the_next_daemon_mounts_the_sam
     assert!(shinyctl::sys::disk::is_mount_point(&disk));
     assert_ne!(run(port, "tmp40").0, 0, "its size still holds");
 }
+
+/// The app's own uid, as status --json gives it.
+fn uid_of_app(env: &Env, app: &str) -> Option<u64> {
+    let v = env.status();
+    v["apps"].as_array()?.iter().find(|a| a["name"] == app)?["uid"].as_u64()
+}
+
+#[test]
+fn a_renamed_app_takes_its_disks_logs_and_id_and_a_new_app_of_the_old_name_starts_empty() {
+    if !needs_root("loop devices and mounts") {
+        return;
+    }
+    let env = Env::new("diskrename");
+    let (old, new) = (unique("rena"), unique("renb"));
+    let port = free_port();
+    let extra = "warm-replicas: 0\nidle-timeout: 0\nsandbox:\n  disk: 64M\n";
+    let manifest = env.app_running(DISK_R, &old, port, extra);
+    env.apply(&manifest);
+    env.wait_roles(&old, "1:active", Duration::from_secs(60));
+    assert_eq!(run(port, "scratch40").0, 0);
+    let uid = uid_of_app(&env, &old).expect("a root daemon gives the app a uid of its own");
+    let first = env.pid_of(&old, 1);
+
+    // The same manifest file with another app-name: the app is renamed.
+    std::fs::write(&manifest, format!("app-name: {new}\nport: {port}\n{extra}")).unwrap();
+    let out = env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--now"]);
+    assert!(out.contains(&format!("renamed from default/{old}")), "{out}");
+    env.wait_roles(&new, "2:active", Duration::from_secs(60));
+    wait_gone(first, Duration::from_secs(30), "the copy of the old name to stop");
+    assert_eq!(uid_of_app(&env, &new), Some(uid), "the renamed app keeps its uid");
+    let (old_scratch, new_scratch) = (env.home().join(format!("scratch/default-{old}")), env.home().join(format!("scratch/default-{new}")));
+    wait_until(Duration::from_secs(30), "nothing left under the old name's disks", || {
+        (!old_scratch.exists() && mounts_below(&old_scratch).is_empty()).then_some(())
+    });
+    // The old copy's disk, moved with the app, goes once the copy is forgotten.
+    wait_until(Duration::from_secs(30), "the new copy's disk alone", || (mounts_below(&new_scratch).len() == 3).then_some(()));
+    assert!(!new_scratch.join("1").exists(), "{:?}", mounts_below(&env.home()));
+    let logs = env.home().join("logs");
+    assert!(!logs.join(format!("default-{old}.log")).exists(), "copy 1's log went with the app");
+    let moved = std::fs::read_to_string(logs.join(format!("default-{new}.log"))).unwrap_or_default();
+    assert!(moved.contains(&format!("copy 1 of {old} (revision 1) starting")), "{moved}");
+
+    // A new app of the old name: a uid of its own and an empty disk.
+    let again = free_port();
+    let other = env.dir.join("again");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("app.R"), DISK_R).unwrap();
+    std::fs::write(other.join("app.yaml"), format!("app-name: {old}\nport: {again}\n{extra}")).unwrap();
+    env.apply(&other.join("app.yaml"));
+    env.wait_roles(&old, "1:active", Duration::from_secs(60));
+    let (status, listed) = run(again, "ls");
+    assert_eq!(status, 0, "{listed}");
+    assert!(!listed.contains("big"), "the new app's disk is its own: {listed}");
+    let new_uid = uid_of_app(&env, &old).expect("a uid");
+    assert_ne!(new_uid, uid, "two apps never share a uid");
+
+    env.ok(&["delete", &old, "--now"]);
+    env.ok(&["delete", &new, "--now"]);
+    wait_until(Duration::from_secs(30), "no mount and no loop device left", || {
+        (mounts_below(&env.home()).is_empty() && loops_below(&env.home()).is_empty()).then_some(())
+    });
+}

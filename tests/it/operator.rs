@@ -43,26 +43,44 @@ fn a_broken_edit_deployed_to_a_sleeping_app_never_reaches_a_visitor_and_wait_say
     let status = env.ok(&["status", &app]);
     assert!(status.contains("never got ready") && status.contains("asleep"), "{status}");
 
-    // The next visitor wakes the version before.
-    assert_eq!(version_served(port), "v1", "a broken edit never reaches a visitor");
+    // The check's end was a crash, not a stop of shinyctl's.
+    let check_log = std::fs::read_to_string(env.home().join(format!("logs/default-{app}@2.log"))).unwrap_or_default();
+    assert!(check_log.contains("(crash)") && !check_log.contains("stopped by shinyctl"), "{check_log}");
 
-    // The fix, deployed the same way, serves.
+    // The next visitor wakes the version before, and the app, idle, sleeps
+    // again: the failed deploy does not keep it awake.
+    assert_eq!(version_served(port), "v1", "a broken edit never reaches a visitor");
+    env.wait_asleep(&app, Duration::from_secs(90));
+
+    // The fix, deployed the same way, is checked and the app sleeps on it.
     std::fs::write(&app_r, versioned("v2")).unwrap();
     let out = env.ok(&["restart", &app, "--wait=90s"]);
-    assert!(out.contains(" serves (1 active)"), "{out}");
-    assert_eq!(version_served(port), "v2");
+    assert!(out.contains("the app sleeps on it"), "{out}");
+    assert_eq!(version_served(port), "v2", "it wakes with the checked version");
 
-    // Asleep again, a good edit is checked by one copy and the app sleeps on it.
+    // Asleep again, another good edit, checked the same way; and one more
+    // while it sleeps on that one, never woken in between.
     env.wait_asleep(&app, Duration::from_secs(90));
     std::fs::write(&app_r, versioned("v3")).unwrap();
     let out = env.ok(&["restart", &app, "--wait=90s"]);
     assert!(out.contains("the app sleeps on it"), "{out}");
     assert!(env.copies(&app).iter().all(|c| c.status == "asleep"), "asleep after the check");
-    assert_eq!(version_served(port), "v3", "it wakes with the checked version");
+    std::fs::write(&app_r, versioned("v4")).unwrap();
+    let out = env.ok(&["restart", &app, "--wait=90s"]);
+    assert!(out.contains("the app sleeps on it"), "{out}");
 
     // An apply that changes nothing has nothing to wait for.
     let out = env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait"]);
     assert!(out.contains("nothing to wait for"), "{out}");
+
+    // A check that was ready served, though no visitor saw it: each kept
+    // release served (the broken one is past keep-releases), and a
+    // rollback goes back to v3.
+    let releases = env.ok(&["releases", &app]);
+    assert!(!releases.contains("never ready"), "{releases}");
+    let out = env.ok(&["rollback", &app, "--wait=90s"]);
+    assert!(out.contains("serves") || out.contains("the app sleeps on it"), "{out}");
+    assert_eq!(version_served(port), "v3", "rolled back to the release that served before");
 }
 
 /// The copies `proxy/table.json` (what the load balancer was last given)
