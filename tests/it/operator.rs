@@ -554,3 +554,64 @@ fn a_prerendered_r_markdown_document_runs() {
     let page = wait_http_ok(port, Duration::from_secs(60)).body;
     assert!(page.contains("The prerendered-marker paragraph."), "the document, prerendered: {page}");
 }
+
+#[test]
+fn a_deploy_to_a_stopped_app_starts_nothing_and_has_nothing_to_wait_for() {
+    let env = Env::new("opstopped");
+    let app = unique("opstopped");
+    let port = free_port();
+    let manifest = env.app_running(&versioned("v1"), &app, port, "warm-replicas: 0\nidle-timeout: 0\n");
+    env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait=90s"]);
+    assert_eq!(version_served(port), "v1");
+    env.ok(&["stop", &app]);
+    wait_until(Duration::from_secs(30), "every copy stopped", || env.copies(&app).iter().all(|c| c.pid.is_none()).then_some(()));
+
+    // restart, apply and rollback of a stopped app: recorded, nothing starts,
+    // and --wait returns at once (exit 0) instead of running to its limit.
+    let app_r = manifest.with_file_name("app.R");
+    std::fs::write(&app_r, versioned("v2")).unwrap();
+    let began = std::time::Instant::now();
+    let out = env.ok(&["restart", &app, "--wait=60s"]);
+    assert!(out.contains("the app is stopped") && out.contains("nothing to wait for"), "{out}");
+    std::fs::write(&manifest, format!("app-name: {app}\nport: {port}\nwarm-replicas: 0\nidle-timeout: 0\nenv:\n  EDITED: \"1\"\n"))
+        .unwrap();
+    let out = env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait=60s"]);
+    assert!(out.contains("the app is stopped") && out.contains("nothing to wait for"), "{out}");
+    assert!(began.elapsed() < Duration::from_secs(30), "no wait ran to its limit: {:?}", began.elapsed());
+    holds_for(Duration::from_secs(3), "no copy to start while stopped", || env.copies(&app).iter().all(|c| c.pid.is_none()));
+
+    // start runs the version deployed meanwhile.
+    env.ok(&["start", &app]);
+    assert_eq!(version_served(port), "v2");
+}
+
+#[test]
+fn a_delete_said_twice_says_so_and_followed_logs_end_with_the_app() {
+    let env = Env::new("opdelete");
+    let app = unique("opdelete");
+    let port = env.started(&app, "warm-replicas: 0\nidle-timeout: 0\n", "1:active");
+    let cookie = get(port, "/", &[]).unwrap().cookie().expect("a sticky cookie");
+    let session = Session::open(port, &cookie);
+    let mut follow = std::process::Command::new(bin())
+        .args(["logs", &app, "-f"])
+        .env("SHINYCTL_HOME", env.home())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    env.track(follow.id());
+
+    let out = env.ok(&["delete", &app]);
+    assert!(out.contains("stops once its sessions end"), "{out}");
+    // Said again while the open session keeps it: not "no app named".
+    let out = env.ok(&["delete", &app]);
+    assert!(out.contains("already being deleted") && out.contains("--now"), "{out}");
+    assert!(follow.try_wait().unwrap().is_none(), "logs -f follows while the app drains");
+
+    env.ok(&["delete", &app, "--now"]);
+    let status = wait_until(Duration::from_secs(30), "logs -f to end once the app is gone", || follow.try_wait().unwrap());
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut follow.stderr.take().unwrap(), &mut said).unwrap();
+    assert!(status.success() && said.contains("is gone"), "{status:?} {said}");
+    drop(session);
+}
