@@ -286,6 +286,7 @@ fn a_renamed_app_takes_its_disks_logs_and_id_and_a_new_app_of_the_old_name_start
     assert!(!new_scratch.join("1").exists(), "{:?}", mounts_below(&env.home()));
     let logs = env.home().join("logs");
     assert!(!logs.join(format!("default-{old}.log")).exists(), "copy 1's log went with the app");
+    assert!(!env.home().join(format!("releases/default/{old}")).exists(), "so did its releases");
     let moved = std::fs::read_to_string(logs.join(format!("default-{new}.log"))).unwrap_or_default();
     assert!(moved.contains(&format!("copy 1 of {old} (revision 1) starting")), "{moved}");
 
@@ -302,6 +303,12 @@ fn a_renamed_app_takes_its_disks_logs_and_id_and_a_new_app_of_the_old_name_start
     assert!(!listed.contains("big"), "the new app's disk is its own: {listed}");
     let new_uid = uid_of_app(&env, &old).expect("a uid");
     assert_ne!(new_uid, uid, "two apps never share a uid");
+    // The renamed app's releases are its own still: the one from before the
+    // rename is there to roll back to.
+    let releases = env.ok(&["releases", &new]);
+    assert_eq!(releases.lines().count(), 3, "a header and two releases: {releases}");
+    let out = env.ok(&["rollback", &new, "--wait=60s"]);
+    assert!(out.contains("serves"), "{out}");
 
     env.ok(&["delete", &old, "--now"]);
     env.ok(&["delete", &new, "--now"]);

@@ -278,7 +278,7 @@ fn update(
     let (old_group, old_name) = (app.recorded.spec.group.clone(), app.recorded.spec.name.clone());
     let renamed = (old_group.as_str(), old_name.as_str()) != (spec.group.as_str(), spec.name.as_str());
     if renamed {
-        super::rename::move_app(home, (&old_group, &old_name), (&spec.group, &spec.name), &app.recorded.state);
+        super::rename::move_app(home, (&old_group, &old_name), (&spec.group, &spec.name), &mut app.recorded.state);
     }
     app.recorded.spec = spec.clone();
     app.recorded.state.stop_now = now;
