@@ -6,14 +6,29 @@ use crate::home::Home;
 use crate::manifest::AppSpec;
 use crate::wire::{CopyRecord, Exit};
 
-/// Why a copy ended, as its log says it.
-pub fn reason(rec: &CopyRecord, exit: &Exit, asked: bool) -> &'static str {
+/// What an operator asked of the whole app, which ends its copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppStop {
+    /// `shinyctl stop`.
+    Stop,
+    /// `shinyctl delete`.
+    Delete,
+}
+
+/// Why a copy ended, as its log says it. `app`: the app is stopped or
+/// being deleted, which says why a copy shinyctl ended went.
+pub fn reason(rec: &CopyRecord, exit: &Exit, asked: bool, app: Option<AppStop>) -> &'static str {
+    let by_shinyctl = asked || rec.stop_started_ms.is_some() || rec.drain_started_ms.is_some();
     if exit.memory.is_some() {
         "over its memory limit"
     } else if exit.disk.is_some() {
         "over its disk size"
     } else if exit.start_timeout_ms.is_some() || rec.start_timed_out.is_some() {
         "not ready within start-timeout"
+    } else if by_shinyctl && app == Some(AppStop::Stop) {
+        "stopped by shinyctl stop"
+    } else if by_shinyctl && app == Some(AppStop::Delete) {
+        "stopped by shinyctl delete"
     } else if rec.drain_started_ms.is_some() {
         "drained"
     } else if asked || rec.stop_started_ms.is_some() {
@@ -24,9 +39,10 @@ pub fn reason(rec: &CopyRecord, exit: &Exit, asked: bool) -> &'static str {
 }
 
 /// Writes the end of copy `rec` (whose launcher's end is `exit`; `asked`:
-/// shinyctl stopped it) to its log and the daemon's.
-pub fn note(home: &Home, spec: &AppSpec, rec: &CopyRecord, exit: &Exit, asked: bool) {
-    let why = reason(rec, exit, asked);
+/// shinyctl stopped it; `app`: the app is stopped or being deleted) to its
+/// log and the daemon's.
+pub fn note(home: &Home, spec: &AppSpec, rec: &CopyRecord, exit: &Exit, asked: bool, app: Option<AppStop>) {
+    let why = reason(rec, exit, asked, app);
     let launcher = rec.pid.unwrap_or_default();
     let scratch = home.scratch_dir(&spec.group, &spec.name, rec.copy);
     // The launcher's report names R; a copy without one is R itself.
@@ -61,13 +77,16 @@ mod tests {
     fn an_end_nobody_asked_for_is_a_crash_and_the_rest_say_why() {
         let rec = CopyRecord::default();
         let exit = Exit { signal: Some(9), ..Exit::default() };
-        assert_eq!(reason(&rec, &exit, false), "crash");
-        assert_eq!(reason(&rec, &exit, true), "stopped by shinyctl");
+        assert_eq!(reason(&rec, &exit, false, None), "crash");
+        assert_eq!(reason(&rec, &exit, true, None), "stopped by shinyctl");
         let drained = CopyRecord { drain_started_ms: Some(1), ..CopyRecord::default() };
-        assert_eq!(reason(&drained, &exit, true), "drained");
+        assert_eq!(reason(&drained, &exit, true, None), "drained");
+        assert_eq!(reason(&drained, &exit, false, Some(AppStop::Stop)), "stopped by shinyctl stop");
+        assert_eq!(reason(&rec, &exit, true, Some(AppStop::Delete)), "stopped by shinyctl delete");
+        assert_eq!(reason(&rec, &exit, false, Some(AppStop::Delete)), "crash", "a copy that crashed meanwhile");
         let timed = Exit { start_timeout_ms: Some(60_000), ..exit };
-        assert_eq!(reason(&rec, &timed, true), "not ready within start-timeout");
+        assert_eq!(reason(&rec, &timed, true, None), "not ready within start-timeout");
         let memory = Exit { memory: Some(crate::wire::MemoryStop { used: 2, limit: 1 }), ..exit };
-        assert_eq!(reason(&rec, &memory, true), "over its memory limit");
+        assert_eq!(reason(&rec, &memory, true, None), "over its memory limit");
     }
 }

@@ -128,7 +128,10 @@ impl Daemon {
                 // Asleep, a copy that ends was put to sleep, but for the check of a
                 // version deployed meanwhile, which ends on its own only by failing.
                 let asked = tracked.process(pid).stopping || (recorded.state.asleep_since_ms.is_some() && !rec.checking);
-                crate::serve::copies::copy_end::note(cx.home, &recorded.spec, rec, &exit, asked);
+                use crate::serve::copies::copy_end::{note, AppStop};
+                let app_stop =
+                    if recorded.deleting { Some(AppStop::Delete) } else { recorded.state.stopped_since_ms.map(|_| AppStop::Stop) };
+                note(cx.home, &recorded.spec, rec, &exit, asked, app_stop);
             }
         }
         let plan = reconcile::decide(&recorded.spec, recorded.deleting, &recorded.state, &observed, now);
@@ -274,7 +277,12 @@ fn note_start_timeouts(cx: &ActContext, recorded: &Recorded, before: &crate::wir
                 std::time::Duration::from_millis(rec.start_timed_out.unwrap_or_default()),
                 crate::sys::fmt::DurationStyle::Span,
             );
-            tracing::warn!(app = cx.name, copy = rec.copy, pid = ?rec.pid, "copy not ready within start-timeout {limit}; stopping it");
+            tracing::warn!(
+                app = cx.name,
+                copy = rec.copy,
+                pid = rec.pid.unwrap_or_default(),
+                "copy not ready within start-timeout {limit}; stopping it"
+            );
             let line = format!(
                 "--- shinyctl: copy {} was not ready within start-timeout {limit}; stopping it (counted as a crash) at {} ---",
                 rec.copy,
