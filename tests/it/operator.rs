@@ -565,6 +565,8 @@ fn a_deploy_to_a_stopped_app_starts_nothing_and_has_nothing_to_wait_for() {
     assert_eq!(version_served(port), "v1");
     env.ok(&["stop", &app]);
     wait_until(Duration::from_secs(30), "every copy stopped", || env.copies(&app).iter().all(|c| c.pid.is_none()).then_some(()));
+    let log = std::fs::read_to_string(env.home().join(format!("logs/default-{app}.log"))).unwrap_or_default();
+    assert!(log.contains("(stopped by shinyctl stop)"), "the copy's log says why it ended: {log}");
 
     // restart, apply and rollback of a stopped app: recorded, nothing starts,
     // and --wait returns at once (exit 0) instead of running to its limit.
