@@ -332,6 +332,8 @@ fn logs_follow_the_app_across_a_redeploy_and_say_how_copies_ended() {
     assert!(!live.lines().any(|l| l.starts_with("copy 1 |")), "only the live copies: {live}");
     let all = env.ok(&["logs", &app, "--all"]);
     assert!(all.lines().any(|l| l.starts_with("copy 1 |") && l.contains("ended at") && l.contains("(drained)")), "{all}");
+    let first = |copy: &str| all.lines().position(|l| l.starts_with(copy)).unwrap_or(usize::MAX);
+    assert!(first("copy 1 |") < first("copy 2 |"), "in start order, the copy that ended first: {all}");
     assert!(pid_alive(serve));
 }
 

@@ -1,6 +1,8 @@
-//! Which log files an app's copies have (README, "Logs"): its copies now,
-//! oldest start first, then the copies that ended, whose logs are still on
-//! disk (`logs/<group>-<app>.log` for copy 1, `…@N.log` for copy N).
+//! Which log files an app's copies have (README, "Logs"), in start order:
+//! the copies that ended, whose logs are still on disk, by number (a copy's
+//! number is never given again, so the lower started first), then its
+//! copies now, oldest start first (`logs/<group>-<app>.log` for copy 1,
+//! `…@N.log` for copy N).
 
 use crate::home::Home;
 use crate::manifest::AppSpec;
@@ -10,15 +12,15 @@ use crate::wire::{AppState, CopyLogFile};
 pub fn of_app(home: &Home, spec: &AppSpec, state: &AppState) -> Vec<CopyLogFile> {
     let mut live: Vec<_> = state.copies.iter().collect();
     live.sort_by_key(|r| (r.started_ms.unwrap_or(u64::MAX), r.copy));
-    let mut out: Vec<CopyLogFile> =
-        live.iter().map(|r| CopyLogFile { copy: r.copy, path: crate::serve::log_path(home, spec, r.copy), live: true }).collect();
     let names = std::fs::read_dir(home.logs_dir())
         .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect::<Vec<_>>())
         .unwrap_or_default();
     let mut ended: Vec<u32> =
         names.iter().filter_map(|n| copy_of(n, &spec.group, &spec.name)).filter(|c| !state.copies.iter().any(|r| r.copy == *c)).collect();
     ended.sort_unstable();
-    out.extend(ended.into_iter().map(|copy| CopyLogFile { copy, path: crate::serve::log_path(home, spec, copy), live: false }));
+    let mut out: Vec<CopyLogFile> =
+        ended.into_iter().map(|copy| CopyLogFile { copy, path: crate::serve::log_path(home, spec, copy), live: false }).collect();
+    out.extend(live.iter().map(|r| CopyLogFile { copy: r.copy, path: crate::serve::log_path(home, spec, r.copy), live: true }));
     out
 }
 
