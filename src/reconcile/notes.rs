@@ -53,6 +53,18 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
         ));
         // A version deployed while asleep that failed its check.
         out.extend(state.copies.iter().filter_map(|rec| Some(left_down_note(name, rec.copy, rec.left_down.as_deref()?, log_of))));
+        // A wake that failed: the copy's last start ended before it was ready.
+        for rec in state.copies.iter().filter(|r| r.left_down.is_none() && r.crashes > 0 && !r.ever_ready) {
+            let Some(exit) = rec.last_exit else { continue };
+            let log = log_of(rec.copy);
+            let error = log.last_error.map(|e| format!(" Its last error: \"{e}\".")).unwrap_or_default();
+            out.push(format!(
+                "{name}: its last wake failed: copy {} {} before it was ready; the next request tries again.{error} Its log: {}",
+                rec.copy,
+                exit.describe(),
+                log.path
+            ));
+        }
         return out;
     }
     let redeploying = state

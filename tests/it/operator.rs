@@ -540,6 +540,12 @@ fn a_wake_whose_copy_is_not_ready_within_start_timeout_answers_503() {
     assert_eq!(r.status, 503, "the wake failed: {r:?}");
     assert!(took < Duration::from_secs(25), "answered at start-timeout, not at request-timeout: {took:?}");
     assert!(env.status_text(Some(&app)).contains("not ready within start-timeout 4s"), "status says why");
+    // Asleep again, status still says the last wake failed, and why.
+    let text = wait_until(Duration::from_secs(60), "asleep again, the failed wake said", || {
+        let t = env.status_text(Some(&app));
+        (t.contains("asleep for") && t.contains("its last wake failed")).then_some(t)
+    });
+    assert!(text.contains("start-timeout"), "{text}");
 }
 
 /// A prerendered document (`runtime: shinyrmd`), fenced: rendered into the
