@@ -45,6 +45,7 @@ async fn start(copy_port: u16) -> Rig {
             },
             asleep: false,
             stopped: false,
+            down: false,
             listening: true,
             max_sessions: None,
             max_replicas: 0,

@@ -73,6 +73,7 @@ fn the_copies_table_keeps_the_form_the_previous_load_balancer_reads() {
         asleep: false,
         listening: true,
         stopped: false,
+        down: false,
         max_sessions: spec.scale.max_sessions,
         max_replicas: spec.scale.max_active(),
         copies: Vec::new(),

@@ -68,6 +68,12 @@ pub struct ProxyApp {
     /// so (503, Retry-After), at once; no wake.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
+    /// Every copy is left down (its restart-policy started it no more, or
+    /// the fence refused it), and nothing will start one until an operator
+    /// does: a request gets the page that says so (503) at once, not the
+    /// hold for a copy that comes back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub down: bool,
     /// `max-sessions`: the sessions that make a copy full; none: no limit
     /// (README, "Capacity").
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,6 +104,7 @@ impl ProxyApp {
             },
             asleep: false,
             listening: true,
+            down: false,
             stopped: false,
             max_sessions: None,
             max_replicas: 0,

@@ -66,3 +66,23 @@ async fn past_the_15_s_hold_a_request_gets_the_restarting_page() {
     assert_eq!(a.header("retry-after"), Some("5"));
     assert!(t.elapsed() < Duration::from_millis(15_500), "answered at 15 s: {:?}", t.elapsed());
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_app_whose_copies_are_all_left_down_is_said_down_at_once_not_held() {
+    // restart-policy `never` after every copy exited, or the fence refusing
+    // each: nothing will bring a copy, so no hold.
+    let mut down = table(0, LbPolicy::LeastConn, false, 30_000, &[]);
+    down.apps[0].down = true;
+    let rig = start(|port| {
+        down.apps[0].route.port = port;
+        down
+    })
+    .await;
+    let t = Instant::now();
+    let a = get(rig.port, None).await;
+    assert_eq!(a.status, 503, "{a:?}");
+    assert!(a.body.contains("is down"), "{a:?}");
+    assert!(t.elapsed() < Duration::from_secs(1), "at once: {:?}", t.elapsed());
+    let h = get_path(rig.port, "/.shinyctl/health", "").await;
+    assert_eq!(h.status, 503, "a front proxy's check sees it down: {h:?}");
+}

@@ -46,6 +46,7 @@ pub(crate) fn table(port: u16, policy: LbPolicy, asleep: bool, request_timeout_m
             },
             asleep,
             stopped: false,
+            down: false,
             listening: true,
             max_sessions: None,
             max_replicas: 0,

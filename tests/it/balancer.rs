@@ -258,24 +258,56 @@ fn without_a_spare_a_request_waits_for_the_app_to_come_back() {
 }
 
 #[test]
-fn with_no_copy_to_come_back_a_request_gets_the_restarting_page_after_15_s() {
+fn with_no_copy_back_within_15_s_a_request_gets_the_restarting_page() {
     let env = Env::new("restarting");
+    let port = free_port();
+    // Its disk is kept through restarts: the second start finds the mark
+    // and hangs, so the copy comes back, but not within the hold.
+    let app_r = "mark <- file.path(Sys.getenv('SHINYCTL_SCRATCH'), 'started-once')\n\
+                 if (file.exists(mark)) Sys.sleep(3600)\n\
+                 writeLines('x', mark)\n\
+                 shiny::shinyApp(shiny::fluidPage('up'), function(input, output) {})\n";
+    env.apply(&env.app_running(app_r, "slow", port, "warm-replicas: 0\nidle-timeout: 0\n"));
+    env.wait_roles("slow", "1:active", Duration::from_secs(60));
+    let r = env.pid_of("slow", 1);
+    signal(r, 9);
+    wait_until(Duration::from_secs(20), "the copy to start again", || {
+        env.copies("slow").iter().any(|c| c.pid.is_some_and(|p| p != r)).then_some(())
+    });
+    let asked = std::time::Instant::now();
+    let resp = get(port, "/", &[]).unwrap();
+    let held = asked.elapsed();
+    assert_eq!(resp.status, 503);
+    assert!(resp.header("retry-after").is_some(), "{resp:?}");
+    assert!(resp.body.contains("restarting"), "a page saying the app is restarting: {}", resp.body);
+    assert!(resp.body.contains("refresh") || resp.body.contains("reload"), "which reloads itself: {}", resp.body);
+    // README, "Staying up": a request waits up to 15 seconds for the app to
+    // come back; after that the visitor gets a page saying it is restarting.
+    let spec_hold = Duration::from_secs(15);
+    assert!(held >= spec_hold && held < spec_hold + Duration::from_secs(10), "held 15 s first, was {held:?}");
+}
+
+#[test]
+fn with_every_copy_left_down_a_request_is_told_the_app_is_down_at_once() {
+    let env = Env::new("leftdown");
     let port = env.started("down", "warm-replicas: 0\nrestart-policy: never\n", "1:active");
     signal(env.pid_of("down", 1), 9);
     wait_until(Duration::from_secs(5), "the copy to be left down", || {
         env.copies("down").iter().any(|c| c.status == "exited").then_some(())
     });
-    let asked = std::time::Instant::now();
-    let r = get(port, "/", &[]).unwrap();
-    let held = asked.elapsed();
-    assert_eq!(r.status, 503);
-    assert!(r.header("retry-after").is_some(), "{r:?}");
-    assert!(r.body.contains("restarting"), "a page saying the app is restarting: {}", r.body);
-    assert!(r.body.contains("refresh") || r.body.contains("reload"), "which reloads itself: {}", r.body);
-    // README, "Staying up": a request waits up to 15 seconds for the app to
-    // come back; after that the visitor gets a page saying it is restarting.
-    let spec_hold = Duration::from_secs(15);
-    assert!(held >= spec_hold && held < spec_hold + Duration::from_secs(10), "held 15 s first, was {held:?}");
+    // Nothing will bring a copy back until its operator acts: no hold, and
+    // no page promising a restart.
+    let resp = wait_until(Duration::from_secs(10), "the table saying the app is down", || {
+        let asked = std::time::Instant::now();
+        let resp = get(port, "/", &[]).ok()?;
+        (asked.elapsed() < Duration::from_secs(2)).then_some(resp)
+    });
+    assert_eq!(resp.status, 503, "{resp:?}");
+    assert!(resp.body.contains("is down") && !resp.body.contains("restarting"), "{}", resp.body);
+    assert_eq!(get(port, "/.shinyctl/health", &[]).unwrap().status, 503);
+    // A restart brings it back.
+    env.ok(&["restart", "down", "--wait=60s"]);
+    assert_eq!(wait_http_ok(port, Duration::from_secs(10)).status, 200);
 }
 
 #[test]

@@ -109,6 +109,9 @@ pub struct LiveApp {
     pub asleep: bool,
     /// Stopped by `shinyctl stop`: a request gets the page that says so.
     pub stopped: bool,
+    /// Every copy left down, none to come back: a request gets the page
+    /// that says so at once.
+    pub down: bool,
     /// Its port is listened on; an app being deleted is not, but keeps
     /// carrying (and counting) the connections it has.
     pub listening: bool,
@@ -256,6 +259,7 @@ impl Table {
                 hold,
                 asleep: app.asleep,
                 stopped: app.stopped,
+                down: app.down,
                 listening: app.listening,
                 wake_hold,
                 cookie_name: cookie::name(app.route.port).into(),

@@ -145,7 +145,7 @@ fn admit(req: &Request<Incoming>, client: &VisitorConnection) -> Result<Arc<Live
     // Answered here, not by a copy, and no activity: a front proxy's check
     // keeps no sleeping app awake.
     if req.uri().path() == pages::HEALTH_PATH {
-        return Err(Box::new(pages::health(&app.name, !app.stopped && app.listening)));
+        return Err(Box::new(pages::health(&app.name, !app.stopped && !app.down && app.listening)));
     }
     if websocket::is_upgrade(req.headers()) {
         let has_body = !req.body().is_end_stream();
@@ -195,6 +195,9 @@ async fn wait_for_copy(
             Chosen::Copy(i) => return Ok((app, i, false)),
             Chosen::Spare(i) => return Ok((app, i, true)),
             Chosen::Busy | Chosen::None => {}
+        }
+        if app.down {
+            return Err(pages::down(&app.name));
         }
         let mut changes = shared.table.subscribe();
         // A swap between the look above and subscribe() would be missed.

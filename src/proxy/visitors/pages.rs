@@ -62,6 +62,20 @@ pub fn stopped(app: &str) -> Response<DownBody> {
     resp
 }
 
+/// 503 for an app whose every copy is left down, none to come back until
+/// its operator acts: said at once, not after a hold.
+pub fn down(app: &str) -> Response<DownBody> {
+    let app = escape(app);
+    let html = format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{app} is down</title></head>\n\
+         <body><h1>{app} is down</h1><p>Its copies ended and none is started again on its own. \
+         Its owner can see why with <code>shinyctl status {app}</code>.</p></body></html>\n"
+    );
+    let mut resp = page(StatusCode::SERVICE_UNAVAILABLE, html);
+    resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+    resp
+}
+
 /// 503 when the daemon could not wake a sleeping app.
 pub fn wake_failed(app: &str) -> Response<DownBody> {
     let app = escape(app);

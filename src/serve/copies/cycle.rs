@@ -206,6 +206,10 @@ impl Daemon {
                 asleep: a.recorded.state.asleep_since_ms.is_some(),
                 listening: !a.recorded.deleting,
                 stopped: a.recorded.state.stopped_since_ms.is_some(),
+                down: a.recorded.state.asleep_since_ms.is_none()
+                    && !a.recorded.deleting
+                    && !a.recorded.state.copies.is_empty()
+                    && a.recorded.state.copies.iter().all(|r| r.pid.is_none() && r.left_down.is_some()),
                 max_sessions: a.recorded.spec.scale.max_sessions,
                 max_replicas: a.recorded.spec.scale.max_active(),
                 copies: a
