@@ -37,7 +37,8 @@ pub fn app_busy(app: &str) -> Response<DownBody> {
 
 /// The path on every app's port that the load balancer answers itself,
 /// for a front proxy's health check: 200 while the app serves or can be
-/// woken, 503 once it is stopped or being deleted. It wakes nothing.
+/// woken, 503 once it is stopped, being deleted, or down (every copy left
+/// down). It wakes nothing.
 pub const HEALTH_PATH: &str = "/.shinyctl/health";
 
 /// The answer on [`HEALTH_PATH`].
