@@ -625,3 +625,26 @@ fn a_delete_said_twice_says_so_and_followed_logs_end_with_the_app() {
     assert!(status.success() && said.contains("is gone"), "{status:?} {said}");
     drop(session);
 }
+
+#[test]
+fn status_names_r_s_pid_or_none_never_the_launcher_s() {
+    let env = Env::new("oppid");
+    let app = unique("oppid");
+    let port = free_port();
+    // A start that takes a while, so status is read while it goes on.
+    let app_r = "Sys.sleep(3)\nshiny::shinyApp(shiny::fluidPage('up'), function(input, output) {})\n";
+    env.apply(&env.app_running(app_r, &app, port, "warm-replicas: 0\nidle-timeout: 0\npool: false\n"));
+    let mut seen = Vec::new();
+    wait_until(Duration::from_secs(60), "the copy ready", || {
+        let v = env.status();
+        let c = v["apps"][0]["copies"][0].clone();
+        if let Some(pid) = c["pid"].as_u64() {
+            seen.push((pid as u32, c["launcher_pid"].as_u64()));
+        }
+        c["ready"].as_bool().unwrap_or(false).then_some(())
+    });
+    assert!(!seen.is_empty());
+    for (pid, launcher) in &seen {
+        assert!(is_copy_r(*pid) && Some(u64::from(*pid)) != *launcher, "PID {pid} is R's, not the launcher's {launcher:?}");
+    }
+}

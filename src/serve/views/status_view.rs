@@ -190,7 +190,9 @@ fn copy_status(
         copy: rec.copy,
         role,
         copy_port: rec.port,
-        pid: running.map(|p| report.as_ref().and_then(|r| r.r_pid).unwrap_or(p)),
+        // R's, once its launcher has reported it (every launcher forks R):
+        // none while the copy is still being made.
+        pid: running.and_then(|_| report.as_ref().and_then(|r| r.r_pid)),
         launcher_pid: running,
         status: status.to_string(),
         ready,
