@@ -138,18 +138,25 @@ fn a_root_daemon_gives_a_copy_a_disk_of_its_size_emptied_by_a_redeploy_and_gone_
     });
 }
 
+/// Starts app `name` (DISK_R, one copy, a 64M disk, `idle` as its
+/// idle-timeout) and fills 40M of its disk: its name, port and manifest.
+fn started_with_40m_written(env: &Env, name: &str, idle: &str) -> (String, u16, PathBuf) {
+    let app = unique(name);
+    let port = free_port();
+    let manifest = env.app_running(DISK_R, &app, port, &format!("warm-replicas: 0\nidle-timeout: {idle}\nsandbox:\n  disk: 64M\n"));
+    env.apply(&manifest);
+    env.wait_roles(&app, "1:active", Duration::from_secs(60));
+    assert_eq!(run(port, "scratch40").0, 0);
+    (app, port, manifest)
+}
+
 #[test]
 fn a_root_daemon_keeps_a_copy_s_disk_through_a_sleep() {
     if !needs_root("loop devices and mounts") {
         return;
     }
     let env = Env::new("disksleep");
-    let app = unique("disksleep");
-    let port = free_port();
-    let manifest = env.app_running(DISK_R, &app, port, "warm-replicas: 0\nidle-timeout: 20s\nsandbox:\n  disk: 64M\n");
-    env.apply(&manifest);
-    env.wait_roles(&app, "1:active", Duration::from_secs(60));
-    assert_eq!(run(port, "scratch40").0, 0);
+    let (app, port, _) = started_with_40m_written(&env, "disksleep", "20s");
     let before = env.pid_of(&app, 1);
     env.wait_asleep(&app, Duration::from_secs(60));
     wait_gone(before, Duration::from_secs(20), "the copy to be stopped");
@@ -221,12 +228,7 @@ fn after_shutdown_all_nothing_is_left_mounted_and_the_next_daemon_mounts_the_sam
         return;
     }
     let env = Env::new("diskdown");
-    let app = unique("diskdown");
-    let port = free_port();
-    let manifest = env.app_running(DISK_R, &app, port, "warm-replicas: 0\nidle-timeout: 0\nsandbox:\n  disk: 64M\n");
-    env.apply(&manifest);
-    env.wait_roles(&app, "1:active", Duration::from_secs(60));
-    assert_eq!(run(port, "scratch40").0, 0);
+    let (app, port, _) = started_with_40m_written(&env, "diskdown", "0");
     let r = env.pid_of(&app, 1);
     let cgroups = shinyctl_cgroups(r);
     env.ok(&["shutdown", "--all"]);
@@ -260,13 +262,9 @@ fn a_renamed_app_takes_its_disks_logs_and_id_and_a_new_app_of_the_old_name_start
         return;
     }
     let env = Env::new("diskrename");
-    let (old, new) = (unique("rena"), unique("renb"));
-    let port = free_port();
+    let (old, port, manifest) = started_with_40m_written(&env, "rena", "0");
+    let new = unique("renb");
     let extra = "warm-replicas: 0\nidle-timeout: 0\nsandbox:\n  disk: 64M\n";
-    let manifest = env.app_running(DISK_R, &old, port, extra);
-    env.apply(&manifest);
-    env.wait_roles(&old, "1:active", Duration::from_secs(60));
-    assert_eq!(run(port, "scratch40").0, 0);
     let uid = uid_of_app(&env, &old).expect("a root daemon gives the app a uid of its own");
     let first = env.pid_of(&old, 1);
 
