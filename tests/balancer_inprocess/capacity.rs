@@ -85,23 +85,14 @@ async fn body_backend() -> u16 {
 
 /// A copy that answers every request with bytes that are no HTTP answer.
 async fn garbage_backend() -> (u16, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = Arc::new(AtomicUsize::new(0));
-    let counter = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let mut b = [0; 4096];
-                if stream.read(&mut b).await.unwrap_or(0) > 0 {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    let _ = stream.write_all(b"SPDY/9 what\r\n\r\n").await;
-                }
-            });
+    raw_backend(|mut stream, counter| async move {
+        let mut b = [0; 4096];
+        if stream.read(&mut b).await.unwrap_or(0) > 0 {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let _ = stream.write_all(b"SPDY/9 what\r\n\r\n").await;
         }
-    });
-    (port, seen)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -139,32 +130,23 @@ async fn a_copy_whose_answer_does_not_read_is_passed_over_for_a_get_and_a_post_g
 /// open and silent for a minute (`hold: true`: a long answer still coming).
 /// Counts the requests it read.
 async fn cut_backend(declared: usize, sent: usize, hold: bool) -> (u16, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = Arc::new(AtomicUsize::new(0));
-    let counter = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(k) => head.extend_from_slice(&buf[..k]),
-                    }
-                }
-                counter.fetch_add(1, Ordering::SeqCst);
-                let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {declared}\r\n\r\n{}", "x".repeat(sent));
-                let _ = stream.write_all(answer.as_bytes()).await;
-                if hold {
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                }
-            });
+    raw_backend(move |mut stream, counter| async move {
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(k) => head.extend_from_slice(&buf[..k]),
+            }
         }
-    });
-    (port, seen)
+        counter.fetch_add(1, Ordering::SeqCst);
+        let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {declared}\r\n\r\n{}", "x".repeat(sent));
+        let _ = stream.write_all(answer.as_bytes()).await;
+        if hold {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+    })
+    .await
 }
 
 #[tokio::test]

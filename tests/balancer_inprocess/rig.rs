@@ -316,3 +316,22 @@ pub(crate) async fn closed_within(stream: &mut tokio::net::TcpStream, within: Du
         }
     }
 }
+
+/// A copy of raw sockets: each connection is served by `serve` on a task
+/// of its own, with the counter it may count requests with (returned).
+pub(crate) async fn raw_backend<F, Fut>(serve: F) -> (u16, Arc<AtomicUsize>)
+where
+    F: Fn(tokio::net::TcpStream, Arc<AtomicUsize>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(serve(stream, counter.clone()));
+        }
+    });
+    (port, seen)
+}
