@@ -31,6 +31,7 @@ pub fn table(rows: &[ReleaseRow]) -> String {
     for r in rows {
         let mut state = match r.served {
             Some(true) | None => "served".to_string(),
+            Some(false) if r.current && r.failed => "failed (never ready; the release before serves)".to_string(),
             Some(false) if r.current => "starting (not ready yet)".to_string(),
             Some(false) => "failed (never ready; no rollback target)".to_string(),
         };

@@ -169,6 +169,10 @@ pub fn rows(state: &AppState) -> Vec<crate::wire::ReleaseRow> {
             bytes: r.bytes,
             served: r.served,
             current: state.release.as_ref() == Some(&r.id),
+            failed: r.served == Some(false) && {
+                let mut of_it = state.copies.iter().filter(|c| c.release.as_ref() == Some(&r.id)).peekable();
+                of_it.peek().is_some() && of_it.all(|c| c.left_down.is_some() || (c.crashes > 0 && !c.ever_ready))
+            },
             running: state.copies.iter().filter(|c| c.pid.is_some() && c.release.as_ref() == Some(&r.id)).map(|c| c.copy).collect(),
         })
         .collect()

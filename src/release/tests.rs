@@ -207,3 +207,25 @@ fn a_release_leaves_out_the_state_file_and_its_second_name() {
         assert!(src.leave_out.contains(&dir.join(name)), "{name}: {:?}", src.leave_out);
     }
 }
+
+#[test]
+fn a_current_release_whose_copies_all_failed_is_listed_failed_not_starting() {
+    let dir = Path::new("/r");
+    let (mut old, mut new) = (rel("a", dir), rel("b", dir));
+    old.served = Some(true);
+    new.served = Some(false);
+    let mut broken = copy(2, Some("b"), None);
+    broken.crashes = 2;
+    let mut state = AppState {
+        releases: vec![old, new],
+        release: Some("b".into()),
+        copies: vec![copy(1, Some("a"), Some(10)), broken],
+        ..AppState::default()
+    };
+    let failed = |s: &AppState| rows(s).iter().find(|r| r.id == "b").map(|r| (r.current, r.failed));
+    assert_eq!(failed(&state), Some((true, true)), "its copy crashed before it was ready");
+    state.copies[1].ever_ready = true;
+    assert_eq!(failed(&state), Some((true, false)), "ready once: a crash after is no failed deploy");
+    state.copies[1] = copy(2, Some("b"), Some(11));
+    assert_eq!(failed(&state), Some((true, false)), "still starting");
+}

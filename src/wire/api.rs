@@ -126,6 +126,10 @@ pub struct ReleaseRow {
     pub served: Option<bool>,
     /// It is the release new copies run.
     pub current: bool,
+    /// It never served and its copies each ended before they were ready (a
+    /// failed deploy; the release before still serves).
+    #[serde(default)]
+    pub failed: bool,
     /// The copies that run it now.
     pub running: Vec<u32>,
 }

@@ -496,6 +496,11 @@ fn rollback_never_goes_to_a_release_that_never_served_and_releases_lists_them() 
     std::fs::write(&app_r, format!("{}stop(\"broken edit\")\n", versioned("v2b"))).unwrap();
     assert!(!env.run(&["restart", &app, "--wait=60s"]).status.success(), "the broken edit fails");
     assert_eq!(version_served(port), "v2", "v2 kept serving");
+    let listed = wait_until(Duration::from_secs(20), "the failed deploy listed failed", || {
+        let listed = env.ok(&["releases", &app]);
+        listed.contains("current, failed (never ready; the release before serves)").then_some(listed)
+    });
+    assert!(!listed.contains("starting (not ready yet)"), "{listed}");
     std::fs::write(&app_r, versioned("v3")).unwrap();
     env.ok(&["restart", &app, "--now", "--wait=60s"]);
     assert_eq!(version_served(port), "v3");
