@@ -169,6 +169,11 @@ fn a_visitors_forwarded_headers_never_reach_the_app_and_a_trusted_proxys_do() {
     assert_eq!(r.status, 200, "{r:?}");
     assert!(!r.body.contains("6.6.6.6") && !r.body.contains("evil.example") && !r.body.contains("203.0.113.9"), "{}", r.body);
     assert!(r.body.contains("HTTP_X_FORWARDED_FOR=127.0.0.1\n") && r.body.contains("HTTP_X_REAL_IP=127.0.0.1\n"), "{}", r.body);
+    // R's web server reads `_` as `-`: the underscore spellings are dropped.
+    let underscored = [("X_Forwarded_For", "6.6.6.6"), ("X-Real_IP", "6.6.6.6"), ("X_Forwarded-Proto", "https")];
+    let r = get(port, "/echo", &underscored).unwrap();
+    assert!(!r.body.contains("6.6.6.6") && !r.body.contains("PROTO=https"), "{}", r.body);
+    assert!(r.body.contains("HTTP_X_FORWARDED_FOR=127.0.0.1\n") && r.body.contains("HTTP_X_REAL_IP=127.0.0.1\n"), "{}", r.body);
     let pid = env.pid_of("fwd", 1);
 
     // Trusting this machine's proxies changes no copy.

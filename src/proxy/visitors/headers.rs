@@ -38,6 +38,7 @@ pub struct Sender<'a> {
 pub fn for_copy(parts: &mut request::Parts, from: &Sender, upgrade: bool) {
     let h = &mut parts.headers;
     strip_hop_by_hop(h, upgrade);
+    drop_underscored(h);
     if upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     }
@@ -51,6 +52,21 @@ pub fn for_copy(parts: &mut request::Parts, from: &Sender, upgrade: bool) {
     if parts.uri.authority().is_some() {
         // Absolute-form from a visitor: copies expect origin-form.
         parts.uri = parts.uri.path_and_query().map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
+    }
+}
+
+/// Drops every header whose name holds `_`. R's web server (httpuv) reads
+/// `_` and `-` alike, so a visitor's `X_Forwarded_For` or `X-Real_IP`
+/// would reach the app as the forwarded header this load balancer sets or
+/// removes; nginx drops such names by default for the same reason
+/// (`underscores_in_headers off`). No allocation unless one is there.
+fn drop_underscored(h: &mut HeaderMap) {
+    if !h.keys().any(|n| n.as_str().contains('_')) {
+        return;
+    }
+    let names: Vec<header::HeaderName> = h.keys().filter(|n| n.as_str().contains('_')).cloned().collect();
+    for name in names {
+        h.remove(&name);
     }
 }
 
@@ -206,6 +222,17 @@ mod tests {
         for gone in [FORWARDED, X_FORWARDED_HOST, X_FORWARDED_PORT] {
             assert!(!h.contains_key(&gone), "{gone} reached the copy");
         }
+    }
+
+    #[test]
+    fn header_names_with_an_underscore_are_dropped() {
+        let mut h = spoofed();
+        h.insert("x_forwarded_for", HeaderValue::from_static("6.6.6.6"));
+        h.insert("x-real_ip", HeaderValue::from_static("6.6.6.6"));
+        let before = h.len();
+        drop_underscored(&mut h);
+        assert_eq!(h.len(), before - 2);
+        assert!(h.keys().all(|n| !n.as_str().contains('_')), "{h:?}");
     }
 
     #[test]
