@@ -76,7 +76,7 @@ fn read_synced(path: &Path) -> anyhow::Result<AppState> {
 pub fn save_state(path: &Path, state: &AppState, durable: bool) -> io::Result<()> {
     let synced = synced_path(path);
     let durability = if durable { Durability::Synced(Some(&synced)) } else { Durability::Renamed };
-    let result = serde_json::to_vec_pretty(state).map_err(io::Error::other).and_then(|b| write_replacing(path, &b, 0o644, durability));
+    let result = serde_json::to_vec_pretty(state).map_err(io::Error::other).and_then(|b| write_replacing(path, &b, 0o600, durability));
     if let Err(e) = &result {
         tracing::error!(file = %path.display(), "cannot record state: {e}");
     }
@@ -268,6 +268,19 @@ impl Daemon {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_file_is_its_owners_alone_for_the_env_it_holds() {
+        use std::os::unix::fs::PermissionsExt;
+        let temp = tempfile::tempdir().unwrap();
+        let path = temp.path().join("state.json");
+        fs::write(&path, "{}").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        save_state(&path, &AppState::default(), true).unwrap();
+        for p in [path.clone(), synced_path(&path)] {
+            assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600, "{}", p.display());
+        }
+    }
 
     #[test]
     fn rotation_copies_and_truncates_and_the_writer_goes_on() {
