@@ -174,6 +174,15 @@ enum Shell {
 
 fn main() {
     let cli = Cli::parse();
+    // The commands a person pipes (`status --watch | head`) end quietly when
+    // the reader goes, as other command-line tools do, instead of panicking
+    // on the write (Rust ignores SIGPIPE). The daemon, the load balancer and
+    // the launcher keep ignoring it: a closed socket or pipe is an error
+    // they handle.
+    if !matches!(cli.command, Command::Serve { .. } | Command::Proxy | Command::Launch { .. } | Command::Reclaim { .. }) {
+        // SAFETY: before any thread is started; SIG_DFL is a valid disposition.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let home = home::Home::from_env();
     let result = match cli.command {
         Command::Apply { file, now, wait } => cli::apply::run(&home, &file, now, wait),

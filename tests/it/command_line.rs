@@ -332,3 +332,22 @@ fn a_root_daemon_says_its_copies_run_as_root_in_status_json_not_under_every_tabl
     let fenced = app("fencedapp");
     assert!(fenced["runs_as_root"].is_null() && fenced["uid"].as_u64().is_some(), "a fenced app runs as its own uid: {fenced}");
 }
+
+#[test]
+fn a_command_whose_reader_goes_ends_quietly_rather_than_panicking() {
+    use std::os::unix::process::ExitStatusExt;
+    // `shinyctl status --watch | head -3`: the reader closes early. The
+    // bash completion script is longer than a pipe holds.
+    let mut child = std::process::Command::new(bin())
+        .args(["completions", "bash"])
+        .env("SHINYCTL_HOME", "/nonexistent")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "ended by SIGPIPE, as `yes | head` is: {:?}", out.status);
+}
