@@ -88,6 +88,7 @@ pub fn run(mut init: Init) -> ! {
             std::process::exit(EXIT_LAUNCH_FAILED);
         }
     };
+    rearm_parent_death();
     // The way the listener of R's bind and listen comes back (`ports`).
     let (sup, sup_child) = match supervision_pair() {
         Ok(p) => p,
@@ -127,6 +128,16 @@ pub fn run(mut init: Init) -> ! {
 /// mounts, so what is made is theirs), the hostname, and the root built
 /// from `sources` (which it closes). Returns the folders as the copy sees
 /// them; an error is a copy that must not start.
+/// Sets the init's parent-death signal again once `world` has made it the
+/// copy's user: a change of credentials clears it (prctl(2)), and without
+/// it an init whose launcher (or, claimed, the zygote's fork) is killed
+/// outright (the daemon's memory or disk watch, `kill -9`) would outlive
+/// it, with nobody to end it.
+pub(super) fn rearm_parent_death() {
+    // SAFETY: prctl with constant arguments.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+}
+
 pub(super) fn world(
     launch: &Launch,
     plan: &RootPlan,

@@ -257,6 +257,7 @@ fn init(conn: OwnedFd, claim: Claim, launch: Launch, sources: Vec<(PathBuf, Owne
         Ok(seen) => seen,
         Err(e) => fail(&e),
     };
+    super::init::rearm_parent_death();
     let (sup, sup_child) = match super::init::supervision_pair() {
         Ok(p) => p,
         Err(e) => fail(&format!("no socket pair for the copy's init: {e}")),

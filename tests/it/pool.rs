@@ -239,3 +239,33 @@ fn the_daemons_environment_switches_the_pool_off() {
     assert_eq!(start_of(&env, app, 1), "cold: the pool is off (SHINYCTL_POOL=off)");
     wait_http_ok(port, slow(Duration::from_secs(10)));
 }
+
+#[test]
+fn a_copy_whose_launcher_is_killed_outright_leaves_no_process_claimed_or_cold() {
+    // The daemon's memory and disk watch SIGKILL a copy's launcher and its
+    // group; so may an operator. The copy's init and R must go with it,
+    // though the init took the app's own (subordinate) uid, which clears a
+    // parent-death signal: a daemon that is not root.
+    let user = TestUser::create(None);
+    let env = Env::new("poolkill");
+    let (uid, gid) = (user.id("-u"), user.id("-g"));
+    let claimed = env.app("claimedkill", free_port(), "warm-replicas: 0\nidle-timeout: 0\n");
+    let cold = env.app("coldkill", free_port(), "warm-replicas: 0\nidle-timeout: 0\npool: false\n");
+    assert!(Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(&env.dir).status().unwrap().success());
+    let mut cmd = Command::new("setpriv");
+    cmd.args([&format!("--reuid={uid}"), &format!("--regid={gid}"), "--init-groups"]).args([bin(), "serve"]).env("HOME", &env.dir);
+    env.start_daemon(cmd);
+    wait_pool_ready(&env);
+    env.apply(&claimed);
+    env.apply(&cold);
+    for (app, how) in [("claimedkill", "claimed from the pool"), ("coldkill", "cold")] {
+        let (r, launcher) = running(&env, app);
+        assert!(start_of(&env, app, 1).starts_with(how), "{app}: {}", start_of(&env, app, 1));
+        let init = parent(r);
+        assert!(init != launcher && init > 1, "{app}: R's parent is the copy's init, not its launcher");
+        signal_group(launcher, libc::SIGKILL);
+        for (pid, what) in [(launcher, "the launcher"), (init, "the copy's init"), (r, "R")] {
+            wait_gone(pid, Duration::from_secs(15), &format!("{app}: {what} to go"));
+        }
+    }
+}
