@@ -100,11 +100,6 @@ pub struct TrackedProcess {
     /// The disk watch stopped it, with what its disk held: its exit
     /// carries it.
     pub disk_stop: Option<DiskStop>,
-    /// Measured once by the disk watch; `Some(true)` when its disk already
-    /// held more than its size then (files kept from a build before
-    /// `sandbox.disk`, or a size made smaller): it is not stopped for them,
-    /// only its next deploy (an empty disk) is held to it.
-    pub disk_measured: Option<bool>,
     /// When its port was first seen held by a socket outside the copy
     /// (ms); the copy moves only once that is still so a while later.
     pub port_taken_since: Option<u64>,
@@ -331,13 +326,11 @@ mod tests {
             let p = tracked.process_mut(pid);
             p.ready = true;
             p.watched = true;
-            p.disk_measured = Some(false);
         }
         tracked.process_mut(20).exit = Some(exit);
         // 20 exited, 30 is no longer named; 10 runs on.
         tracked.fold(&state(&[10, 20, 30]), &state(&[10, 20]));
         assert!(tracked.process(10).ready && tracked.process(10).watched, "a process still named keeps what is known of it");
-        assert_eq!(tracked.process(10).disk_measured, Some(false));
         assert!(!tracked.processes.contains_key(&20), "an exit folded in: forgotten whole");
         assert!(!tracked.processes.contains_key(&30), "no longer named: forgotten whole");
         assert!(tracked.unready(10) && !tracked.process(10).ready, "unready reports that it was ready");

@@ -210,6 +210,14 @@ pub struct CopyRecord {
     /// many ms): its end is a crash, said so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_timed_out: Option<u64>,
+    /// What the disk watch lets this copy's disk hold beyond `sandbox.disk`,
+    /// in bytes, fixed at its first measure and never raised: what its disk
+    /// already held then (files kept from a build before `sandbox.disk`),
+    /// `0` for a disk within its size. A copy the watch stopped starts again
+    /// on the same disk and is held to the same bound, not to what it wrote
+    /// meanwhile. None: not measured yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_allowance: Option<u64>,
     /// Its current process has been ready once. Only a process that never
     /// was is held to `start-timeout`: one that lost its readiness later,
     /// or one a restarted daemon adopts before its probe answers, is not.

@@ -203,6 +203,13 @@ fn a_daemon_that_is_not_root_stops_a_copy_past_its_disk_size_and_says_why() {
     assert_eq!(state["last_exit"]["disk"]["limit"], 20u64 << 20, "state.json records why: {state}");
     let log = std::fs::read_to_string(env.home().join("logs").join(format!("default-{app}.log"))).unwrap_or_default();
     assert!(log.contains("(over its disk size)"), "the copy's log says why: {log}");
+    // It starts again on the same disk, still past its size: held to it all
+    // the same (stopped again), not let off for what it wrote before.
+    let second = wait_until(Duration::from_secs(60), "the copy to start again", || {
+        env.copies(&app).iter().find(|c| c.copy == 1).and_then(|c| c.pid).filter(|&p| p != first)
+    });
+    wait_gone(second, Duration::from_secs(30), "the copy started on its full disk to be stopped again");
+    assert!(env.record(&app, 1).unwrap()["crashes"].as_u64().unwrap_or(0) >= 2, "{:?}", env.record(&app, 1));
 }
 
 /// The cgroup folders of shinyctl's that a process is in (v1: one a

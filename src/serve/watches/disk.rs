@@ -38,7 +38,7 @@ impl Daemon {
     /// keeps, that the watch has not stopped and nothing else is stopping.
     fn disk_watched(&self) -> Vec<Watched> {
         self.fenced_running()
-            .filter(|c| c.process.disk_stop.is_none() && c.process.disk_measured != Some(true))
+            .filter(|c| c.process.disk_stop.is_none())
             .filter_map(|c| {
                 let scratch = self.home.scratch_dir(&c.spec.group, &c.spec.name, c.rec.copy);
                 Some(Watched {
@@ -55,28 +55,31 @@ impl Daemon {
     }
 
     /// Takes one measure of a watched copy (`before`: the bytes of files
-    /// written before its process started): a process whose disk held
-    /// more than its size before it started is exempt (see
-    /// `TrackedProcess::disk_measured`); one past its size otherwise is stopped.
+    /// written before its process started). Its copy's allowance beyond its
+    /// size is fixed at the copy's first measure (see
+    /// `CopyRecord::disk_allowance`); a copy past its size and allowance is
+    /// stopped.
     fn measured(&mut self, w: &Watched, stop: DiskStop, before: u64) {
         let Some(app) = self.apps.get_mut(&w.app) else { return };
-        let over = stop.used > stop.limit;
-        let process = app.tracked.process_mut(w.pid);
-        if process.disk_measured.is_none() {
-            let exempt = before > stop.limit;
-            process.disk_measured = Some(exempt);
-            if exempt {
-                tracing::warn!(
-                    app = w.app,
-                    copy = w.copy,
-                    "copy {}'s disk already holds more than sandbox.disk at its start ({}); it is not stopped for it, and its next deploy starts on an empty disk held to its size",
-                    w.copy,
-                    stop.describe()
-                );
-                return;
+        let Some(rec) = app.recorded.state.copies.iter_mut().find(|r| r.copy == w.copy && r.pid == Some(w.pid)) else { return };
+        let allowance = match rec.disk_allowance {
+            Some(a) => a,
+            None => {
+                let a = if before > stop.limit { before - stop.limit } else { 0 };
+                rec.disk_allowance = Some(a);
+                if a > 0 {
+                    tracing::warn!(
+                        app = w.app,
+                        copy = w.copy,
+                        "copy {}'s disk already holds more than sandbox.disk at its first start ({}); it may hold that much but no more, and its next deploy starts on an empty disk held to its size",
+                        w.copy,
+                        stop.describe()
+                    );
+                }
+                a
             }
-        }
-        if over {
+        };
+        if stop.used > stop.limit.saturating_add(allowance) {
             self.stop_for_disk(w, stop);
         }
     }
