@@ -182,7 +182,7 @@ pub(super) fn run_as(cx: &KeyContext, v: &Value) -> Result<String, ManifestError
     }
     match nix::unistd::User::from_name(name) {
         Ok(Some(u)) if u.uid.is_root() => Err(cx.err(format!(
-            "{name} is root (uid 0): a copy run as root would have every capability and read every file, which the fence exists to prevent; leave run-as out (each app then runs as a uid of its own) or name another user"
+            "{name} is uid 0: a copy run as root would have every capability and read every file, which the fence exists to prevent; leave run-as out (each app then runs as a uid of its own) or name another user"
         ))),
         Ok(Some(_)) => Ok(name.to_string()),
         Ok(None) => Err(cx.err(format!("there is no user {name:?} on this machine; allowed: {RUN_AS_ALLOWED}"))),

@@ -122,7 +122,7 @@ fn unknown_sandbox_keys_get_a_suggestion() {
 fn run_as_names_a_user_of_this_machine() {
     let d = TestDir::new();
     assert_eq!(d.parse(&format!("{MIN}run-as: nobody\n")).unwrap().start.run_as.as_deref(), Some("nobody"));
-    d.refused(&format!("{MIN}run-as: root\n"), 3, "run-as", &["root (uid 0)", "leave run-as out"]);
+    d.refused(&format!("{MIN}run-as: root\n"), 3, "run-as", &["root is uid 0", "leave run-as out"]);
     d.refused(&format!("{MIN}run-as: Not A User\n"), 3, "run-as", &["not a user name", "lowercase letters"]);
     d.refused(&format!("{MIN}run-as: no-such-user-here\n"), 3, "run-as", &["there is no user \"no-such-user-here\""]);
     d.refused(&format!("{MIN}run-as:\n"), 3, "run-as", &["empty value", "user on this machine"]);

@@ -65,7 +65,7 @@ impl Daemon {
         let allowance = match rec.disk_allowance {
             Some(a) => a,
             None => {
-                let a = if before > stop.limit { before - stop.limit } else { 0 };
+                let a = before.saturating_sub(stop.limit);
                 rec.disk_allowance = Some(a);
                 if a > 0 {
                     tracing::warn!(
