@@ -16,7 +16,7 @@ use super::completions::visible;
 const README: &str = include_str!("../../README.md");
 
 /// The variables shinyctl reads, and those it gives an app's copies.
-const ENVIRONMENT: [(&str, &str); 11] = [
+const ENVIRONMENT: [(&str, &str); 12] = [
     ("SHINYCTL_HOME", "The home folder: its daemon, apps, logs and releases (default ~/.shinyctl). Every command talks to the daemon of this home."),
     ("HOME", "Where ~/.shinyctl is, when SHINYCTL_HOME is not set."),
     ("SHINYCTL_LOG", "How much api.log says (default info): a level such as debug, or module=level pairs such as info,shinyctl::proxy=debug. Read by shinyctl serve; the load balancer it starts inherits it."),
@@ -24,6 +24,7 @@ const ENVIRONMENT: [(&str, &str); 11] = [
     ("SHINYCTL_MAX_MEMORY", "A size such as 8G: shinyctl serve grows no app (max-replicas) past it, counting every copy it runs; default 80% of the machine's memory."),
     ("SHINYCTL_CGROUPS", "off: shinyctl serve gives the copies no cgroup; it watches their memory itself, and sandbox.tasks is not kept."),
     ("SHINYCTL_POOL", "off: shinyctl serve keeps no pool; every copy starts R cold (see pool in MANIFEST)."),
+    ("SHINYCTL_IDS", "The file that records each app's own uid (default /var/lib/shinyctl/ids.json for a root daemon, ~/.local/state/shinyctl/ids.json otherwise)."),
     ("SHINYCTL_POOL_MEMORY", "A size such as 512M: the memory limit of the pool's zygote (its cgroup), default 1G."),
     ("NOTIFY_SOCKET", "Set by systemd for a Type=notify unit: shinyctl serve sends READY=1 there once its API answers, and STOPPING=1 when it stops."),
     ("SHINYCTL_COPY", "Given to each copy of an app: its copy number, from 1."),
