@@ -87,3 +87,30 @@ fn at_max_replicas_with_every_copy_full_a_new_visitor_is_held_then_gets_the_busy
     assert_eq!((served.status, served.copy()), (200, Some(1)), "{}", served.body);
     assert!(t.elapsed() < Duration::from_secs(3), "served once the place freed: {:?}", t.elapsed());
 }
+
+#[test]
+fn an_app_grows_no_copy_past_shinyctl_max_memory_and_status_says_so() {
+    // A bound no copy fits under: the app stays at `replicas`, its spare
+    // taking the visitors past max-sessions, and is not given another.
+    let env = Env::new("capmem");
+    let mut cmd = std::process::Command::new(bin());
+    cmd.arg("serve").env("SHINYCTL_MAX_MEMORY", "16M");
+    env.start_daemon(cmd);
+    let extra = "replicas: 1\nwarm-replicas: 1\nmax-replicas: 3\nmax-sessions: 1\nscale-at: 1\n";
+    let port = env.started("bound", extra, "1:active 2:warm");
+    // The sampler has read both copies (their CPU share needs two of its
+    // readings; their memory, which the bound counts, comes with the first).
+    wait_until(Duration::from_secs(30), "the copies sampled", || {
+        let v = env.status();
+        let copies = v["apps"][0]["copies"].as_array().cloned().unwrap_or_default();
+        (copies.len() == 2 && copies.iter().all(|c| c["cpu_percent"].is_number())).then_some(())
+    });
+    let sessions: Vec<Session> = (0..3).map(|_| Session::open(port, "")).collect();
+    let text = wait_until(Duration::from_secs(30), "the line saying the memory bound holds it", || {
+        let text = env.ok(&["status", "bound"]);
+        text.contains("does not grow past").then_some(text)
+    });
+    assert!(text.contains("SHINYCTL_MAX_MEMORY"), "{text}");
+    holds_for(Duration::from_secs(8), "no third copy to start", || env.copies("bound").len() <= 2);
+    drop(sessions);
+}
