@@ -60,9 +60,10 @@ pub struct CopyState {
     /// its process looks for threads then (`liveness.rs`).
     pub first_answer: tokio::sync::Notify,
     /// When visitors were placed on it ([`crate::sys::clock::mono_ms`]), oldest
-    /// first, whose WebSocket has not opened yet: each counts toward
+    /// first, whose WebSocket has not opened yet, with the address each came
+    /// from (none: through a trusted proxy): each counts toward
     /// `max-sessions` until then, or for [`PLACED_FOR_MS`].
-    placements: std::sync::Mutex<std::collections::VecDeque<u64>>,
+    placements: std::sync::Mutex<std::collections::VecDeque<(u64, Option<std::net::IpAddr>)>>,
     /// How many `placements` holds, so a copy with none (every copy of an
     /// app without `max-sessions`) is looked at without the lock.
     placed_len: AtomicU64,
@@ -73,12 +74,23 @@ pub struct CopyState {
 /// who left).
 pub const PLACED_FOR_MS: u64 = 30_000;
 
+/// The placements one address may hold on a copy at once: more page loads
+/// from it, with no WebSocket opened, are served but not counted, so one
+/// client sending cookieless requests cannot fill every copy's
+/// `max-sessions` and hold every other visitor out. Visitors through a
+/// trusted proxy share its address and are not so limited.
+pub const PLACED_PER_ADDRESS: usize = 2;
+
 impl CopyState {
-    /// A new visitor was placed on the copy at `now` (mono ms).
-    pub fn place(&self, now: u64) {
+    /// A new visitor was placed on the copy at `now` (mono ms), from
+    /// address `from` (none: through a trusted proxy).
+    pub fn place(&self, now: u64, from: Option<std::net::IpAddr>) {
         let mut p = self.placements.lock().unwrap_or_else(|e| e.into_inner());
         expire(&mut p, now);
-        p.push_back(now);
+        if from.is_some() && p.iter().filter(|(_, f)| *f == from).count() >= PLACED_PER_ADDRESS {
+            return;
+        }
+        p.push_back((now, from));
         self.placed_len.store(p.len() as u64, Ordering::Relaxed);
     }
 
@@ -103,8 +115,8 @@ impl CopyState {
 }
 
 /// Drops the placements older than [`PLACED_FOR_MS`] at `now`.
-fn expire(p: &mut std::collections::VecDeque<u64>, now: u64) {
-    while p.front().is_some_and(|&t| now.saturating_sub(t) >= PLACED_FOR_MS) {
+fn expire(p: &mut std::collections::VecDeque<(u64, Option<std::net::IpAddr>)>, now: u64) {
+    while p.front().is_some_and(|&(t, _)| now.saturating_sub(t) >= PLACED_FOR_MS) {
         p.pop_front();
     }
 }
@@ -213,6 +225,25 @@ fn is_down(down_at: u64, now: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_address_holds_at_most_two_placements_a_trusted_proxy_any() {
+        let c = CopyState::default();
+        let (a, b): (std::net::IpAddr, std::net::IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        for _ in 0..5 {
+            c.place(1_000, Some(a));
+        }
+        assert_eq!(c.placed(1_000), 2, "five cookieless loads from one address count as two");
+        c.place(1_000, Some(b));
+        assert_eq!(c.placed(1_000), 3, "another address counts");
+        for _ in 0..3 {
+            c.place(1_000, None);
+        }
+        assert_eq!(c.placed(1_000), 6, "visitors through a trusted proxy all count");
+        assert_eq!(c.placed(1_000 + PLACED_FOR_MS), 0, "and each for 30 s at most");
+        c.place(1_000 + PLACED_FOR_MS, Some(a));
+        assert_eq!(c.placed(1_000 + PLACED_FOR_MS), 1, "the address may be placed again once its placements went");
+    }
 
     #[test]
     fn a_copy_is_silent_while_a_request_waits_unanswered() {

@@ -99,7 +99,7 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
         }
         if app.capacity.is_some() && claimed != Some(copy.copy) && client_upgrade.is_none() && attempt.sends == 0 {
             // Counts toward the copy's max-sessions until its WebSocket opens.
-            copy.state.place(mono_ms());
+            copy.state.place(mono_ms(), (!app.trusts(client.peer)).then_some(client.peer));
         }
         // Told now rather than once the stand-in answers: a slow answer
         // must not delay the daemon making it active.
