@@ -50,18 +50,44 @@ impl Daemon {
             return None;
         }
         let bound = bound()?;
-        // Read by the sampler off the lock (`cpu.rs`), not here under it.
-        let size = |pid: Option<u32>| pid.and_then(|p| self.copy_mem.get(&p).copied()).unwrap_or(0);
-        // The pool's zygote counts too: it holds R and shiny for the next wake.
-        let used = self.apps.values().flat_map(|a| &a.recorded.state.copies).map(|r| size(r.pid)).sum::<u64>() + self.pool_mem;
-        let per_copy = self.apps.get(name)?.recorded.state.copies.iter().map(|r| size(r.pid)).max().filter(|&n| n > 0)?;
-        Some(MemoryRoom { used, bound, per_copy })
+        // Read by the sampler off the lock (`cpu.rs`), not here under it:
+        // none yet for a copy started since its last round.
+        let size = |pid: u32| self.copy_mem.get(&pid).copied();
+        let running = |a: &crate::serve::app::AppRt| a.recorded.state.copies.iter().filter_map(|r| r.pid).map(size).collect::<Vec<_>>();
+        let all: Vec<Option<u64>> = self.apps.values().flat_map(running).collect();
+        room(&running(self.apps.get(name)?), &all, self.pool_mem, bound)
     }
+}
+
+/// The room from the copies' sizes (`app`: this app's running copies;
+/// `all`: every app's, this one's among them; none: not sampled yet), the
+/// pool's zygote's memory (it holds R and shiny for the next wake) and the
+/// bound. A copy not sampled yet counts as big as the app's largest (else
+/// any app's largest, else the zygote), so the copies a grow just started
+/// are not taken for free before the sampler's next round; none when no
+/// size at all is known.
+pub fn room(app: &[Option<u64>], all: &[Option<u64>], pool_mem: u64, bound: u64) -> Option<MemoryRoom> {
+    let largest = |sizes: &[Option<u64>]| sizes.iter().flatten().copied().max().filter(|&n| n > 0);
+    let per_copy = largest(app).or_else(|| largest(all)).or(Some(pool_mem).filter(|&n| n > 0))?;
+    let used = all.iter().map(|s| s.unwrap_or(per_copy)).sum::<u64>() + pool_mem;
+    Some(MemoryRoom { used, bound, per_copy })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_not_sampled_yet_counts_as_big_as_the_largest() {
+        let mb = |n: u64| n << 20;
+        // Two copies sampled, one just started: counted at 100M, not 0.
+        let r = room(&[Some(mb(100)), None], &[Some(mb(100)), None, Some(mb(80))], mb(20), mb(300)).unwrap();
+        assert_eq!((r.used, r.per_copy), (mb(300), mb(100)), "{r:?}");
+        // No copy of the app sampled yet: another app's largest, else the zygote.
+        assert_eq!(room(&[None], &[None, Some(mb(90))], mb(20), mb(300)).unwrap().per_copy, mb(90));
+        assert_eq!(room(&[None], &[None], mb(20), mb(300)).unwrap().used, mb(40));
+        assert!(room(&[None], &[None], 0, mb(300)).is_none(), "nothing known at all");
+    }
 
     #[test]
     fn the_machines_memory_is_read_from_meminfo() {
