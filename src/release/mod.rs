@@ -327,11 +327,7 @@ pub fn forget(home: &Home, spec: &AppSpec, state: &AppState) {
         crate::home::remove_later(&rel.dir);
     }
     crate::home::remove_later(&app_dir);
-    // Its copies' disks of their own are unmounted first (their loop
-    // devices go with the last mount).
-    let scratch = home.app_scratch(&spec.group, &spec.name);
-    drop(crate::sys::disk::detach_below(&scratch));
-    crate::home::remove_later(&scratch);
+    crate::wire::launch::remove_app_scratch(&home.app_scratch(&spec.group, &spec.name));
 }
 
 /// Release folders in an app's releases folder that no state names (left

@@ -100,7 +100,7 @@ async fn stop_everything(shared: &Shared, proxy_pid: Option<u32>) {
             let spec = &app.recorded.spec;
             for rec in &app.recorded.state.copies {
                 let scratch = d.home.scratch_dir(&spec.group, &spec.name, rec.copy);
-                threads.extend(crate::sys::disk::folders(&scratch).iter().flat_map(|f| crate::sys::disk::detach_below(f)));
+                threads.extend(crate::wire::launch::detach_disk(&scratch));
                 d.cgroups.remove(&crate::sys::cgroup::leaf(name, rec.copy));
             }
         }

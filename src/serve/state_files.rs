@@ -168,7 +168,14 @@ pub enum StateFileRefused {
     Unwritable(PathBuf, io::Error),
 }
 
-/// When the file is larger than `limit`, copies it to `<file>.1` and
+/// Where rotation keeps the older part of a log: `<file>.1`.
+pub fn rotated(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".1");
+    PathBuf::from(p)
+}
+
+/// When the file is larger than `limit`, copies it to [`rotated`] and
 /// truncates it in place. The writer keeps its O_APPEND descriptor, so it
 /// goes on writing at the new end and nothing it writes is lost.
 pub fn rotate_if_larger(path: &Path, limit: u64) -> io::Result<bool> {
@@ -180,8 +187,7 @@ pub fn rotate_if_larger(path: &Path, limit: u64) -> io::Result<bool> {
     if len <= limit {
         return Ok(false);
     }
-    let mut old = path.as_os_str().to_owned();
-    old.push(".1");
+    let old = rotated(path);
     // A disk too full for the copy loses the old lines, not the copy: the
     // log is emptied all the same, so the copy's writes find room again.
     let copied = fs::copy(path, &old);

@@ -261,13 +261,9 @@ fn without_a_spare_a_request_waits_for_the_app_to_come_back() {
 fn with_no_copy_back_within_15_s_a_request_gets_the_restarting_page() {
     let env = Env::new("restarting");
     let port = free_port();
-    // Its disk is kept through restarts: the second start finds the mark
-    // and hangs, so the copy comes back, but not within the hold.
-    let app_r = "mark <- file.path(Sys.getenv('SHINYCTL_SCRATCH'), 'started-once')\n\
-                 if (file.exists(mark)) Sys.sleep(3600)\n\
-                 writeLines('x', mark)\n\
-                 shiny::shinyApp(shiny::fluidPage('up'), function(input, output) {})\n";
-    env.apply(&env.app_running(app_r, "slow", port, "warm-replicas: 0\nidle-timeout: 0\n"));
+    // Its disk is kept through restarts: the second start hangs, so the
+    // copy comes back, but not within the hold.
+    env.apply(&env.app_running(&second_start("Sys.sleep(3600)"), "slow", port, "warm-replicas: 0\nidle-timeout: 0\n"));
     env.wait_roles("slow", "1:active", Duration::from_secs(60));
     let r = env.pid_of("slow", 1);
     signal(r, 9);

@@ -173,14 +173,9 @@ fn a_daemon_that_is_not_root_stops_a_copy_past_its_disk_size_and_says_why() {
     let user = TestUser::create(None);
     let env = Env::new("diskuser");
     let app = unique("diskuser");
-    let (uid, gid) = (user.id("-u"), user.id("-g"));
     let port = free_port();
     let manifest = env.app_running(DISK_R, &app, port, "warm-replicas: 0\nidle-timeout: 0\nsandbox:\n  disk: 20M\n");
-    let chown = std::process::Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(&env.dir).status().unwrap();
-    assert!(chown.success());
-    let mut cmd = std::process::Command::new("setpriv");
-    cmd.args([&format!("--reuid={uid}"), &format!("--regid={gid}"), "--init-groups"]).args([bin(), "serve"]).env("HOME", &env.dir);
-    env.start_daemon(cmd);
+    env.start_daemon_as(&user);
     env.apply(&manifest);
     env.wait_roles(&app, "1:active", Duration::from_secs(60));
     let first = env.pid_of(&app, 1);

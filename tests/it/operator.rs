@@ -531,12 +531,9 @@ fn a_wake_whose_copy_is_not_ready_within_start_timeout_answers_503() {
     let env = Env::new("opwaketo");
     let app = unique("wakehang");
     let port = free_port();
-    // Its disk is kept through sleep: the second start finds the mark.
-    let app_r = "mark <- file.path(Sys.getenv('SHINYCTL_SCRATCH'), 'started-once')\n\
-                 if (file.exists(mark)) Sys.sleep(3600)\n\
-                 writeLines('x', mark)\n\
-                 shiny::shinyApp(shiny::fluidPage('up'), function(input, output) {})\n";
-    let manifest = env.app_running(app_r, &app, port, "warm-replicas: 0\nidle-timeout: 3s\nstart-timeout: 4s\nrequest-timeout: 30s\n");
+    // Its disk is kept through sleep: the second start hangs.
+    let app_r = second_start("Sys.sleep(3600)");
+    let manifest = env.app_running(&app_r, &app, port, "warm-replicas: 0\nidle-timeout: 3s\nstart-timeout: 4s\nrequest-timeout: 30s\n");
     env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait=60s"]);
     env.wait_asleep(&app, Duration::from_secs(60));
     let asked = std::time::Instant::now();

@@ -248,13 +248,9 @@ fn a_copy_whose_launcher_is_killed_outright_leaves_no_process_claimed_or_cold() 
     // parent-death signal: a daemon that is not root.
     let user = TestUser::create(None);
     let env = Env::new("poolkill");
-    let (uid, gid) = (user.id("-u"), user.id("-g"));
     let claimed = env.app("claimedkill", free_port(), "warm-replicas: 0\nidle-timeout: 0\n");
     let cold = env.app("coldkill", free_port(), "warm-replicas: 0\nidle-timeout: 0\npool: false\n");
-    assert!(Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(&env.dir).status().unwrap().success());
-    let mut cmd = Command::new("setpriv");
-    cmd.args([&format!("--reuid={uid}"), &format!("--regid={gid}"), "--init-groups"]).args([bin(), "serve"]).env("HOME", &env.dir);
-    env.start_daemon(cmd);
+    env.start_daemon_as(&user);
     wait_pool_ready(&env);
     env.apply(&claimed);
     env.apply(&cold);

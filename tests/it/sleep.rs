@@ -124,12 +124,9 @@ fn a_wakes_held_request_goes_to_the_copy_the_moment_r_listens() {
     // what asks R first, as with R alone.
     let env = Env::new("wakeword");
     let app = &unique("word");
-    let busy = "mark <- file.path(Sys.getenv('SHINYCTL_SCRATCH'), 'started-once')\n\
-                if (file.exists(mark)) later::later(function() Sys.sleep(4), 0)\n\
-                writeLines('x', mark)\n\
-                shiny::shinyApp(shiny::fluidPage('up'), function(input, output) {})\n";
+    let busy = second_start("later::later(function() Sys.sleep(4), 0)");
     let port = free_port();
-    env.apply(&env.app_running(busy, app, port, &format!("{IDLE}warm-replicas: 0\n")));
+    env.apply(&env.app_running(&busy, app, port, &format!("{IDLE}warm-replicas: 0\n")));
     env.wait_roles(app, "1:active", START);
     wait_http_ok(port, Duration::from_secs(10));
 
@@ -182,19 +179,6 @@ fn requests_that_arrive_together_share_one_wake() {
     assert_eq!(env.starts(log).len(), 2, "one wake started the copy once");
 }
 
-/// An app that starts well the first time and, woken, fails (it finds a
-/// mark its first start left on its disk, which is kept through sleep) or
-/// hangs. (A version deployed while asleep that fails no longer reaches a
-/// wake: it is checked first; operator::a_broken_edit_deployed_to_a_…)
-fn wakes_badly(how: &str) -> String {
-    format!(
-        "mark <- file.path(Sys.getenv('SHINYCTL_SCRATCH'), 'started-once')\n\
-         if (file.exists(mark)) {how}\n\
-         writeLines('x', mark)\n\
-         shiny::shinyApp(shiny::fluidPage('up'), function(input, output) {{}})\n"
-    )
-}
-
 #[test]
 fn a_wake_that_fails_is_a_503_and_one_that_takes_too_long_a_504() {
     let env = Env::new("badwake");
@@ -204,7 +188,7 @@ fn a_wake_that_fails_is_a_503_and_one_that_takes_too_long_a_504() {
     let cases = [("fails", "30s", "stop('broken when woken')", 503), ("slow", "3s", "Sys.sleep(600)", 504)];
     for (name, timeout, how, status) in cases {
         let port = free_port();
-        let manifest = env.app_running(&wakes_badly(how), name, port, &format!("{IDLE}warm-replicas: 0\nrequest-timeout: {timeout}\n"));
+        let manifest = env.app_running(&second_start(how), name, port, &format!("{IDLE}warm-replicas: 0\nrequest-timeout: {timeout}\n"));
         env.apply(&manifest);
         env.wait_roles(name, "1:active", START);
         wait_http_ok(port, Duration::from_secs(10));

@@ -325,7 +325,9 @@ fn add(d: &mut Daemon, home: &Home, spec: &AppSpec, taken: Option<TakenRelease>)
             spec.state_file.display()
         )));
     }
-    super::rename::clear_stale(&home.app_scratch(&spec.group, &spec.name));
+    // A new app never finds another's files (left by a daemon that ended
+    // before it removed them).
+    crate::wire::launch::remove_app_scratch(&home.app_scratch(&spec.group, &spec.name));
     d.apps.insert(spec.name.clone(), AppRt::new(spec.clone(), state));
     let n = spec.scale.replicas + spec.scale.warm_replicas;
     let line = format!(
@@ -398,12 +400,13 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Result<Done, Ser
     }
     app.recorded.spec = spec;
     let (rev, how) = redeploy(&mut d, name, now)?;
-    let line = if is_stopped(&d, name) {
+    let stopped = is_stopped(&d, name);
+    let line = if stopped {
         format!("{name}: revision {rev} recorded, {how}.")
     } else {
         format!("{name}: restarting at revision {rev}; new copies start, {how}. Watch: shinyctl status {name}")
     };
-    Ok(Done::deployed(with_release(line, Some(&rel)), Some(rev).filter(|_| !is_stopped(&d, name))))
+    Ok(Done::deployed(with_release(line, Some(&rel)), Some(rev).filter(|_| !stopped)))
 }
 
 /// The end of restart and rollback, with the app's spec and release in
@@ -456,7 +459,8 @@ pub async fn rollback(shared: &Shared, name: &str, now: bool, to: Option<&str>) 
     app.recorded.spec = app.recorded.spec.with_start(&rel.deployed);
     let (rev, how) = redeploy(&mut d, name, now)?;
     let taken = crate::sys::procfs::local_rfc3339(rel.taken_ms);
-    let line = if is_stopped(&d, name) {
+    let stopped = is_stopped(&d, name);
+    let line = if stopped {
         format!(
             "{name}: rolled back to release {} (taken {taken}) with the settings it was deployed with, at revision {rev}, {how}.",
             rel.id
@@ -467,5 +471,5 @@ pub async fn rollback(shared: &Shared, name: &str, now: bool, to: Option<&str>) 
             rel.id
         )
     };
-    Ok(Done::deployed(line, Some(rev).filter(|_| !is_stopped(&d, name))))
+    Ok(Done::deployed(line, Some(rev).filter(|_| !stopped)))
 }

@@ -5,9 +5,8 @@
 //! under the new one, and an app that later takes the old name starts from
 //! nothing of the renamed app's (README, "The manifest").
 
-use std::path::{Path, PathBuf};
-
 use crate::home::Home;
+use crate::serve::state_files::rotated;
 use crate::wire::AppState;
 
 /// Moves what the app `from` (group, name) has under its name to `to`:
@@ -19,7 +18,7 @@ use crate::wire::AppState;
 /// lock. What cannot be moved is logged and left where it was.
 pub(super) fn move_app(home: &Home, from: (&str, &str), to: (&str, &str), state: &mut AppState) {
     let (old, new) = (home.app_scratch(from.0, from.1), home.app_scratch(to.0, to.1));
-    clear_stale(&new);
+    crate::wire::launch::remove_app_scratch(&new);
     if old.exists() {
         if let Err(e) = std::fs::rename(&old, &new) {
             tracing::warn!(app = to.1, "the copies' disks stay in {}: {e}", old.display());
@@ -40,7 +39,7 @@ pub(super) fn move_app(home: &Home, from: (&str, &str), to: (&str, &str), state:
     let _ = std::fs::remove_dir(&old);
     for rec in &state.copies {
         let (old, new) = (home.copy_log(from.0, from.1, rec.copy), home.copy_log(to.0, to.1, rec.copy));
-        for (old, new) in [(old.clone(), new.clone()), (rotated(&old), rotated(&new))] {
+        for (old, new) in [(rotated(&old), rotated(&new)), (old, new)] {
             match std::fs::rename(&old, &new) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     tracing::warn!(app = to.1, copy = rec.copy, "the copy's log stays in {}: {e}", old.display());
@@ -54,21 +53,4 @@ pub(super) fn move_app(home: &Home, from: (&str, &str), to: (&str, &str), state:
             tracing::warn!(app = to.1, "the app's id stays recorded under {}/{}: {e}", from.0, from.1);
         }
     }
-}
-
-/// Removes a folder of copies' disks that no app of the daemon's has (left
-/// by a daemon that ended before it removed it), its disks unmounted first:
-/// a new app, or a renamed one, never finds another's files there.
-pub(super) fn clear_stale(scratch: &Path) {
-    if scratch.exists() {
-        drop(crate::sys::disk::detach_below(scratch));
-        drop(crate::home::remove_later(scratch));
-    }
-}
-
-/// Where rotation keeps the older part of a log (`<log>.1`).
-fn rotated(log: &Path) -> PathBuf {
-    let mut p = log.as_os_str().to_owned();
-    p.push(".1");
-    PathBuf::from(p)
 }

@@ -120,15 +120,14 @@ pub fn report(d: &Daemon, only: Option<&str>, shown: &ShownCopies) -> Result<Sta
 /// One app's status: each copy's row, filled from the cycle's view, /proc
 /// and the load balancer's figures at once, then the lines under its table.
 fn app_status(d: &Daemon, name: &str, app: &AppRt, shown: &ShownCopies, now: u64) -> AppStatus {
-    let traffic = d.traffic.get(name);
+    let view = AppView { d, name, app, traffic: d.traffic.get(name), settings: app.recorded.spec.settings_hash(), now };
     let mut observed = Observed::default();
-    let copies: Vec<CopyStatus> =
-        app.recorded.state.copies.iter().map(|rec| copy_status(d, app, rec, traffic, shown, now, &mut observed)).collect();
+    let copies: Vec<CopyStatus> = app.recorded.state.copies.iter().map(|rec| copy_status(&view, rec, shown, &mut observed)).collect();
     let not_listening = d.sockets.failure(app.recorded.spec.route.port).map(str::to_string);
     let capacity = reconcile::capacity::status(&app.recorded.spec, &app.recorded.state, &app.tracked.roles, |c| {
-        traffic.and_then(|t| t.get(&c)).map_or(0, |t| t.sessions)
+        view.traffic.and_then(|t| t.get(&c)).map_or(0, |t| t.sessions)
     });
-    let notes = app_notes(d, name, app, &observed, &copies, not_listening.as_deref(), &capacity, now);
+    let notes = app_notes(&view, &observed, &copies, not_listening.as_deref(), &capacity);
     AppStatus {
         name: name.to_string(),
         group: app.recorded.spec.group.clone(),
@@ -148,17 +147,22 @@ fn app_status(d: &Daemon, name: &str, app: &AppRt, shown: &ShownCopies, now: u64
     }
 }
 
+/// What an app's rows and lines are made from, read once for the app.
+struct AppView<'a> {
+    d: &'a Daemon,
+    name: &'a str,
+    app: &'a AppRt,
+    /// The load balancer's figures for its copies.
+    traffic: Option<&'a HashMap<u32, CopyTraffic>>,
+    /// How it starts now (`settings_hash`): a copy started otherwise is outdated.
+    settings: String,
+    now: u64,
+}
+
 /// One copy's row; a copy whose process runs is added to `observed`, which
 /// the lines under the table read as `decide` reads it.
-fn copy_status(
-    d: &Daemon,
-    app: &AppRt,
-    rec: &crate::wire::CopyRecord,
-    traffic: Option<&HashMap<u32, CopyTraffic>>,
-    shown: &ShownCopies,
-    now: u64,
-    observed: &mut Observed,
-) -> CopyStatus {
+fn copy_status(view: &AppView, rec: &crate::wire::CopyRecord, shown: &ShownCopies, observed: &mut Observed) -> CopyStatus {
+    let AppView { d, app, traffic, now, .. } = *view;
     let scratch = d.home.scratch_dir(&app.recorded.spec.group, &app.recorded.spec.name, rec.copy);
     let ShownProcess { alive, report, mem_bytes, cpu_secs } = rec.pid.map(|p| shown.get(p, rec.pid_start, &scratch)).unwrap_or_default();
     let ready = alive && rec.pid.is_some_and(|p| app.tracked.process(p).ready);
@@ -202,7 +206,7 @@ fn copy_status(
         sessions,
         crashes: rec.crashes,
         started: rec.started_ms.filter(|_| alive).map(procfs::local_rfc3339),
-        outdated: rec.revision != app.recorded.state.revision || rec.settings != app.recorded.spec.settings_hash(),
+        outdated: rec.revision != app.recorded.state.revision || rec.settings != view.settings,
         log: crate::serve::log_path(&d.home, &app.recorded.spec, rec.copy),
         release: rec.release.clone(),
         isolation: report.map(|r| r.isolation),
@@ -219,17 +223,14 @@ fn copy_status(
 /// The lines under an app's table: `decide`'s notes, then the releases',
 /// the fence's, the state file's, the load balancer's, the port's, the
 /// memory limits', the identity's and capacity's.
-#[allow(clippy::too_many_arguments)] // one app's whole view, each part read once
 fn app_notes(
-    d: &Daemon,
-    name: &str,
-    app: &AppRt,
+    view: &AppView,
     observed: &Observed,
     copies: &[CopyStatus],
     not_listening: Option<&str>,
     capacity: &crate::wire::CapacityStatus,
-    now: u64,
 ) -> Vec<String> {
+    let AppView { d, name, app, traffic, now, .. } = *view;
     let mut notes = reconcile::notes(&app.recorded.spec, &app.recorded.state, observed, now, &|c| {
         let path = d.home.copy_log(&app.recorded.spec.group, &app.recorded.spec.name, c);
         reconcile::CopyLog { last_error: last_error_line(&path), path: path.display().to_string() }
@@ -243,7 +244,7 @@ fn app_notes(
             app.recorded.spec.state_file.display()
         ));
     }
-    notes.extend(balancer_notes(name, d.traffic.get(name), d.refusing.get(name).map_or(&[], Vec::as_slice)));
+    notes.extend(balancer_notes(name, traffic, d.refusing.get(name).map_or(&[], Vec::as_slice)));
     if let Some(why) = not_listening {
         notes.push(format!("{name}: port {}: not listening: {why}", app.recorded.spec.route.port));
     }

@@ -158,14 +158,30 @@ pub enum BadLaunchArgs {
 /// gigabytes must not hold up the daemon's cycle, which calls this under
 /// its lock. The returned threads are for tests to wait on.
 pub fn remove_scratch(scratch: &Path) -> Vec<std::thread::JoinHandle<()>> {
-    let beside = [scratch.to_path_buf(), disk::tmp_path(scratch), disk::shm_path(scratch)];
     // A disk of its own is unmounted first (a mount point cannot be
     // renamed); its image goes with the rest.
-    let mut threads: Vec<_> = beside.iter().flat_map(|p| disk::detach_below(p)).collect();
+    let mut threads = detach_disk(scratch);
     threads.extend(
-        beside.iter().cloned().chain([report_path(scratch), disk::image_path(scratch)]).filter_map(|p| crate::home::remove_later(&p)),
+        disk::folders(scratch)
+            .into_iter()
+            .chain([report_path(scratch), disk::image_path(scratch)])
+            .filter_map(|p| crate::home::remove_later(&p)),
     );
     threads
+}
+
+/// Unmounts a copy's disk of its own (its scratch folder, /tmp and
+/// /dev/shm), keeping its image: [`disk::detach_below`] of each.
+pub fn detach_disk(scratch: &Path) -> Vec<std::thread::JoinHandle<()>> {
+    disk::folders(scratch).iter().flat_map(|p| disk::detach_below(p)).collect()
+}
+
+/// Removes an app's folder of its copies' disks (`scratch/<group>-<name>`)
+/// without holding up the caller, their disks unmounted first (their loop
+/// devices go with the last mount): a deleted app's, or one no app has.
+pub fn remove_app_scratch(dir: &Path) {
+    drop(disk::detach_below(dir));
+    drop(crate::home::remove_later(dir));
 }
 
 /// Quotes a string for an R single-quoted literal.

@@ -235,6 +235,17 @@ impl Env {
         self.start_daemon_to(cmd, std::process::Stdio::null())
     }
 
+    /// A daemon that is not root: `user`'s, with this test's folder (its
+    /// home and the apps written so far) given to it and `HOME` there, as
+    /// `user` would start it. Returns its PID once its API answers.
+    pub fn start_daemon_as(&self, user: &TestUser) -> u32 {
+        let (uid, gid) = (user.id("-u"), user.id("-g"));
+        assert!(Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(&self.dir).status().unwrap().success());
+        let mut cmd = Command::new("setpriv");
+        cmd.args([&format!("--reuid={uid}"), &format!("--regid={gid}"), "--init-groups"]).args([bin(), "serve"]).env("HOME", &self.dir);
+        self.start_daemon(cmd)
+    }
+
     /// [`Env::start_daemon`] with the daemon's stderr to a file.
     pub fn start_daemon_with_stderr(&self, cmd: Command, stderr: &Path) -> u32 {
         self.start_daemon_to(cmd, std::fs::File::create(stderr).unwrap().into())

@@ -172,6 +172,19 @@ pub fn is_copy_r(pid: u32) -> bool {
     cmd.ends_with(&format!("/R {}", shinyctl::launcher::R_ARGS.join(" ")))
 }
 
+/// An app that starts well the first time and then, at every later start
+/// (a wake, a restart after a crash), runs `how` first: it finds a mark its
+/// first start left on its disk, which is kept through sleep and restarts
+/// (`Sys.sleep(3600)`: it hangs; `stop(...)`: it fails).
+pub fn second_start(how: &str) -> String {
+    format!(
+        "mark <- file.path(Sys.getenv('SHINYCTL_SCRATCH'), 'started-once')\n\
+         if (file.exists(mark)) {how}\n\
+         writeLines('x', mark)\n\
+         shiny::shinyApp(shiny::fluidPage('up'), function(input, output) {{}})\n"
+    )
+}
+
 /// Sends a signal to a process by PID.
 pub fn signal(pid: u32, sig: i32) {
     // SAFETY: kill(2) with a PID this test started.
