@@ -284,6 +284,7 @@ impl Claimed {
     /// once R's fences are in, and ends the way R ended.
     pub(super) fn wait(self, launch: &Launch, mut report: Option<Writer>, who: Option<&Identity>) -> ! {
         use nix::sys::signalfd::{SfdFlags, SignalFd};
+        super::log_pump::start();
         if let Some(r) = report.as_mut() {
             r.claimed(self.fork);
         }

@@ -63,6 +63,7 @@ pub fn run(launch: &Launch, report: Option<Writer>, plan: RootPlan, who: Option<
             return super::direct(launch, report, fences, who.as_ref());
         }
     };
+    super::log_pump::start();
     let Pipes { go, ready, done } = pipes;
     drop((go.0, ready.1, done.1));
     if flags.contains(CloneFlags::CLONE_NEWUSER) {
@@ -276,6 +277,7 @@ fn children() -> Vec<Pid> {
 /// Ends this process the way R ended (`told` by the init: `exit N` or
 /// `signal N`), else the way the init ended.
 pub fn mirror(told: &str, init_end: WaitStatus) -> ! {
+    super::log_pump::finish(super::log_pump::FINISH_WAIT);
     let (code, sig) = match (told.split_once(' '), init_end) {
         (Some(("exit", n)), _) => (n.parse().ok(), None),
         (Some(("signal", n)), _) => (None, n.parse().ok()),

@@ -64,6 +64,9 @@ pub fn run(mut init: Init) -> ! {
     // SAFETY: prctl(PR_SET_PDEATHSIG) with a signal number: if the host-side
     // launcher is killed, the init goes, and the whole namespace with it.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    // The log and the pipe's read end are the launcher's: R could reach
+    // the init's descriptors.
+    super::log_pump::forget();
     for fd in init.theirs {
         let _ = nix::unistd::close(fd);
     }

@@ -30,6 +30,7 @@ mod fds;
 mod host;
 mod init;
 mod landlock;
+mod log_pump;
 mod mount;
 mod plan;
 mod ports;
@@ -84,10 +85,20 @@ pub struct CopyFolders {
 /// `shinyctl launch ARGS`: prepares the copy's world and starts R; returns
 /// only on failure, with the exit status to use (a fenced copy's launcher
 /// ends the way R ended).
+/// The launcher's entry: runs it, then lets the copy's last output reach
+/// its log (`log_pump`) before the launcher's exit status is returned.
 pub fn main(args: &[OsString]) -> i32 {
     // Before anything is opened: what the daemon's starter leaked stays
     // out of the init and R (see `fds`).
     fds::close_inherited();
+    log_pump::install();
+    let code = launch(args);
+    log_pump::finish(log_pump::FINISH_WAIT);
+    code
+}
+
+/// Starts the copy: through the pool, else cold (the module's comment).
+fn launch(args: &[OsString]) -> i32 {
     let launch = match Launch::parse(args) {
         Ok(l) => l,
         Err(e) => return fail(&format!("bad arguments: {e}")),
@@ -303,6 +314,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
     // anything; it execs R or exits.
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
+            log_pump::forget();
             drop(fences_in);
             signals::unblock_signals();
             if let Some(who) = who {
@@ -326,6 +338,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
             std::process::exit(code)
         }
         Ok(ForkResult::Parent { child }) => {
+            log_pump::start();
             drop((fences_out, sup_child));
             let listener = ports::receive(&sup);
             drop(sup);

@@ -248,11 +248,15 @@ fn fds_of(a: &BTreeMap<String, String>, key: &str) -> BTreeMap<i32, String> {
     list.split(',').filter_map(|e| e.split_once('~')).map(|(n, t)| (n.parse().unwrap(), t.to_string())).collect()
 }
 
-/// Checks that R has 0, 1 and 2 and nothing of the leak.
+/// Checks that R has 0, 1 and 2 (its output a pipe) and nothing of the leak.
 fn assert_only_stdio_inherited(a: &BTreeMap<String, String>, leak: &Leak, what: &str) {
     let fds = fds_of(a, "fds");
     for n in 0..3 {
         assert!(fds.contains_key(&n), "{what}: R has fd {n}: {fds:?}");
+    }
+    // The launcher's pipe, never the log file (README, "Logs").
+    for n in [1, 2] {
+        assert!(fds[&n].starts_with("pipe:["), "{what}: R's fd {n} is a pipe the launcher reads: {fds:?}");
     }
     assert!(!fds.contains_key(&LEAKED_FD), "{what}: fd {LEAKED_FD} does not reach R: {fds:?}");
     assert!(!fds.values().any(|t| *t == leak.target), "{what}: the leaked pipe {} is not in R: {fds:?}", leak.target);

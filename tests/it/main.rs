@@ -19,6 +19,7 @@ mod identity;
 mod launcher;
 mod limits;
 mod listeners;
+mod logs;
 mod metrics;
 mod operator;
 mod pool;
