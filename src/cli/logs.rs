@@ -43,17 +43,17 @@ pub fn run(home: &Home, app: &str, choice: Choice) -> anyhow::Result<()> {
             None => {}
         }
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = Out { to: std::io::stdout().lock(), terminal: std::io::IsTerminal::is_terminal(&std::io::stdout()) };
     // Where each followed log was read to.
     let mut read_to: BTreeMap<u32, (String, u64)> = BTreeMap::new();
     for f in &files {
         let (lines, end) = last_lines(&f.path, choice.tail);
         for line in lines {
-            writeln!(out, "{} {line}", prefix(f.copy))?;
+            out.line(f.copy, &line)?;
         }
         read_to.insert(f.copy, (f.path.clone(), end));
     }
-    out.flush()?;
+    out.to.flush()?;
     if !choice.follow {
         return Ok(());
     }
@@ -85,18 +85,34 @@ pub fn run(home: &Home, app: &str, choice: Choice) -> anyhow::Result<()> {
 }
 
 /// Prints what each followed log got since it was last read.
-fn print_new(out: &mut impl Write, read_to: &mut BTreeMap<u32, (String, u64)>) -> std::io::Result<()> {
+fn print_new(out: &mut Out<impl Write>, read_to: &mut BTreeMap<u32, (String, u64)>) -> std::io::Result<()> {
     for (copy, (path, pos)) in read_to.iter_mut() {
         for line in new_lines(path, pos) {
-            writeln!(out, "{} {line}", prefix(*copy))?;
+            out.line(*copy, &line)?;
         }
     }
-    out.flush()
+    out.to.flush()
 }
 
-/// `copy 3 |`, the prefix of each line.
-fn prefix(copy: u32) -> String {
-    format!("copy {copy} |")
+/// Where the lines go.
+struct Out<W: Write> {
+    /// Standard output.
+    to: W,
+    /// It is a terminal: what the app wrote is shown with its control
+    /// characters written out (`crate::sys::fmt::printable`); into a pipe
+    /// or a file it goes as written.
+    terminal: bool,
+}
+
+impl<W: Write> Out<W> {
+    /// One line, `copy 3 | ` before it.
+    fn line(&mut self, copy: u32, line: &str) -> std::io::Result<()> {
+        if self.terminal {
+            writeln!(self.to, "copy {copy} | {}", crate::sys::fmt::printable(line))
+        } else {
+            writeln!(self.to, "copy {copy} | {line}")
+        }
+    }
 }
 
 /// The last `n` lines of a file, and its length (where following starts).
@@ -104,24 +120,29 @@ pub fn last_lines(path: &str, n: usize) -> (Vec<String>, u64) {
     let Ok(mut file) = std::fs::File::open(path) else { return (Vec::new(), 0) };
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     // Read back from the end in blocks until n lines are in hand, so a log
-    // of a gigabyte costs what its tail costs.
+    // of a gigabyte costs what its tail costs; and no further back than n
+    // lines of the longest a copy writes (the launcher ends a line at
+    // 64 KiB), so a huge line from before costs no more than that.
+    let most = (n as u64 + 1) * (64 << 10) + (64 << 10);
     let mut start = len;
-    let mut buf: Vec<u8> = Vec::new();
-    while start > 0 && buf.iter().filter(|&&b| b == b'\n').count() <= n {
+    let (mut blocks, mut newlines) = (Vec::new(), 0);
+    while start > 0 && newlines <= n && len - start < most {
         let step = start.min(64 << 10);
         start -= step;
         let mut block = vec![0u8; step as usize];
         if file.seek(SeekFrom::Start(start)).is_err() || file.read_exact(&mut block).is_err() {
             break;
         }
-        block.extend_from_slice(&buf);
-        buf = block;
+        newlines += block.iter().filter(|&&b| b == b'\n').count();
+        blocks.push(block);
     }
+    blocks.reverse();
+    let buf = blocks.concat();
     let text = String::from_utf8_lossy(&buf);
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    if start > 0 && !lines.is_empty() {
-        lines.remove(0); // cut mid-line by the block's start
-    }
+    // A first line cut by the block's start is dropped with those before
+    // the last n; it stays only where the reading stopped at its most,
+    // the end of a line longer than that.
     let skip = lines.len().saturating_sub(n);
     (lines.split_off(skip), len)
 }
@@ -175,5 +196,21 @@ mod tests {
         assert_eq!(new_lines(p, &mut pos), vec!["after rotation"], "a rotated log is read from its start");
         assert_eq!(last_lines(p, 0).0, Vec::<String>::new());
         assert_eq!(last_lines("/nonexistent/x.log", 5).0, Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_tail_of_a_log_with_a_huge_line_is_read_from_its_end_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.log");
+        let mut text = b"first\n".to_vec();
+        text.extend(std::iter::repeat_n(b'B', 50 << 20));
+        text.extend(b"\nlast\n");
+        std::fs::write(&path, &text).unwrap();
+        let (lines, end) = last_lines(path.to_str().unwrap(), 2);
+        assert_eq!(end, text.len() as u64);
+        assert_eq!(lines.len(), 2, "the end of the huge line, then the last");
+        // Read from the end, at most n + 2 blocks of 64 KiB: not the whole line.
+        assert!(lines[0].bytes().all(|b| b == b'B') && lines[0].len() <= 4 << 16, "{}", lines[0].len());
+        assert_eq!(lines[1], "last");
     }
 }

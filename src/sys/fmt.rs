@@ -10,6 +10,30 @@ use jiff::tz::{Offset, TimeZone};
 use jiff::Timestamp;
 
 // ---------------------------------------------------------------------------
+// What an app wrote, shown to the operator
+// ---------------------------------------------------------------------------
+
+/// `text` with every control character but the tab written out (`\x1b`,
+/// `\u{9b}`), so what an app wrote to its log can neither clear the
+/// operator's screen, set the terminal's title nor hide what follows it
+/// (as journalctl shows such bytes). Unchanged when there is none.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\t') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\t' => out.push(c),
+            c if c.is_control() && (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+// ---------------------------------------------------------------------------
 // Sizes
 // ---------------------------------------------------------------------------
 
@@ -280,5 +304,14 @@ mod tests {
             .expect("run the test binary");
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success() && text.contains("1 passed"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    #[test]
+    fn what_an_app_wrote_cannot_drive_the_terminal() {
+        assert!(matches!(printable("Error: plain\ttext é"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(
+            printable("Error: \x1b]0;PWNED\x07\x1b[2J\x1b[8m\u{9b}31m\r"),
+            "Error: \\x1b]0;PWNED\\x07\\x1b[2J\\x1b[8m\\u{9b}31m\\x0d"
+        );
     }
 }

@@ -47,3 +47,27 @@ fn a_copy_can_neither_stretch_nor_empty_its_log_and_a_huge_line_is_cut() {
     let tail = env.ok(&["logs", &app, "-n", "3"]);
     assert!(tail.contains("copy 1 | after-the-stretch\n"), "{tail:.300}");
 }
+
+/// An app that fails at start with an error full of terminal controls: a
+/// title, a cleared screen, a fake all-clear and hidden text after it.
+const CONTROLS_R: &str = r#"
+stop("\033]0;PWNED\007\033[2J\033[H\033[32mAll apps healthy\033[0m\033[8m")
+"#;
+
+#[test]
+fn what_an_app_writes_cannot_drive_the_operators_terminal() {
+    let env = Env::new("logcontrols");
+    let app = unique("controls");
+    let port = free_port();
+    let manifest = env.app_running(CONTROLS_R, &app, port, "warm-replicas: 0\n");
+    let out = env.run(&["apply", "-f", manifest.to_str().unwrap(), "--wait=60s"]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "the deploy fails: {said}");
+    let written_out = r"\x1b]0;PWNED\x07\x1b[2J\x1b[H\x1b[32mAll apps healthy\x1b[0m\x1b[8m";
+    assert!(said.contains(written_out) && !said.contains('\x1b'), "apply --wait writes the controls out: {said}");
+    let status = env.status_text(Some(&app));
+    assert!(status.contains(written_out) && !status.contains('\x1b'), "so does status: {status}");
+    // Into a pipe, `logs` gives the bytes as written (for grep and files).
+    let logs = env.ok(&["logs", &app, "--all"]);
+    assert!(logs.contains("\x1b]0;PWNED\x07"), "{logs}");
+}

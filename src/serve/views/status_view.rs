@@ -299,7 +299,8 @@ fn balancer_notes(name: &str, traffic: Option<&HashMap<u32, CopyTraffic>>, refus
 
 /// The last line of R's in a copy's log that reads as an error (R writes
 /// `Error…` / `Error in …`) or the launcher's line for a copy it could not
-/// launch, from the log's last 16 KiB; long lines are cut.
+/// launch, from the log's last 16 KiB; long lines are cut, control
+/// characters written out.
 fn last_error_line(path: &std::path::Path) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(path).ok()?;
@@ -310,6 +311,8 @@ fn last_error_line(path: &std::path::Path) -> Option<String> {
     let text = String::from_utf8_lossy(&tail);
     // The launcher's own refusal (`mode: strict`, a mount that failed) too.
     let line = text.lines().rev().find(|l| l.starts_with("Error") || l.starts_with(crate::wire::launch::LAUNCH_FAILED_LINE))?.trim();
+    // What the app wrote, shown in status and by `apply --wait`.
+    let line = crate::sys::fmt::printable(line);
     Some(if line.chars().count() > 200 { line.chars().take(200).chain("…".chars()).collect() } else { line.to_string() })
 }
 
