@@ -78,7 +78,17 @@ pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<RootPl
     let mut writable = Vec::new();
     for w in &launch.start.sandbox.writable_paths {
         match std::fs::canonicalize(w) {
-            Ok(p) => writable.push(p),
+            // Bound after the covers, it would show what they hide (the
+            // apply refuses one in SHINYCTL_HOME; the secrets and
+            // hidden-paths are caught here).
+            Ok(p) => match hidden.iter().find(|h| p.starts_with(h) || h.starts_with(&p)) {
+                Some(h) => super::log(&format!(
+                    "--- shinyctl: the writable path {} is left out: it is in or holds {}, which the copy has hidden ---",
+                    w.display(),
+                    h.display()
+                )),
+                None => writable.push(p),
+            },
             Err(e) => super::log(&format!("--- shinyctl: the writable path {} is left out: {e} ---", w.display())),
         }
     }

@@ -336,13 +336,35 @@ fn writable_and_hidden_paths_and_mode_off_turns_the_fence_off() {
     let hidden = f.user_home.0.join("secrets");
     std::fs::create_dir_all(&hidden).unwrap();
     std::fs::write(hidden.join("secret"), "s").unwrap();
-    let extra =
-        format!("warm-replicas: 0\nsandbox:\n  writable-paths: [\"{}\"]\n  hidden-paths: [\"{}\"]\n", writable.display(), hidden.display());
+    // The second writable path holds the hidden one: bound after the
+    // cover, it would show it, so it is left out.
+    let extra = format!(
+        "warm-replicas: 0\nsandbox:\n  writable-paths: [\"{}\", \"{}\"]\n  hidden-paths: [\"{}\"]\n",
+        writable.display(),
+        f.user_home.0.display(),
+        hidden.display()
+    );
     let more_env = format!("  WRITABLE: \"{}\"\n  HIDDEN: \"{}\"\n", writable.display(), hidden.display());
     let port = f.deployed(&app, &extra, &more_env, "1:active");
     let a = answers(&wait_http_ok(port, Duration::from_secs(10)).body);
     assert_eq!((a["writable"].as_str(), a["release"].as_str(), a["hidden"].as_str()), ("yes", "no", "no"), "{a:?}");
     assert!(writable.join("from-copy-1").exists(), "written on the host");
+    let log = std::fs::read_to_string(f.env.home().join(format!("logs/default-{app}.log"))).unwrap();
+    // (It holds the secrets' cover too, `.ssh`, found first.)
+    let left_out = format!("the writable path {} is left out: it is in or holds {}/", f.user_home.0.display(), f.user_home.0.display());
+    assert!(log.contains(&left_out), "{log}");
+    // One in shinyctl's home is refused at apply, naming the line.
+    let in_home = f.env.app(
+        &unique("fenceinhome"),
+        free_port(),
+        &format!("sandbox:\n  writable-paths: [\"{}\"]\n", f.env.home().join("proxy").display()),
+    );
+    let out = f.env.run(&["apply", "-f", in_home.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("app.yaml:3: sandbox: writable-paths: ") && said.contains("/proxy is in shinyctl's home"),
+        "{said}"
+    );
 
     // mode: off: a plain process, as before the fence. Nothing is killed:
     // the PIDs it is given are ones the test made for it.

@@ -97,6 +97,9 @@ fn check(d: &Daemon, spec: &AppSpec, lines: &manifest::KeyLines) -> Result<Optio
     if let Some(why) = run_as_unreachable(d, spec) {
         return Err(ServeError::Invalid(here("run-as", why)));
     }
+    if let Some(why) = writable_in_home(&d.home.root, &spec.start.sandbox.writable_paths) {
+        return Err(ServeError::Invalid(here("sandbox", why)));
+    }
     let existing = d
         .apps
         .iter()
@@ -154,6 +157,32 @@ fn run_as_unreachable(d: &Daemon, spec: &AppSpec) -> Option<String> {
         "{user} with sandbox.mode: off cannot work under a root daemon: such a copy runs as {user} without a mount namespace, and {user} cannot reach its release and disk in shinyctl's home ({}, mode 0700, root's); use sandbox.mode: on (the default), where the copy sees them through its own namespace, and still runs as {user}",
         d.home.root.display()
     ))
+}
+
+/// Why a `writable-paths` entry cannot be: it is in shinyctl's home (or is
+/// it, or holds it), which every copy has hidden (it holds the cookie key,
+/// every app's state, releases and control sockets); a writable mount
+/// there would undo the cover.
+fn writable_in_home(home: &std::path::Path, writable: &[std::path::PathBuf]) -> Option<String> {
+    let real = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let home = real(home);
+    writable.iter().find_map(|w| {
+        let real_w = real(w);
+        let how = if real_w == home {
+            "is"
+        } else if real_w.starts_with(&home) {
+            "is in"
+        } else if home.starts_with(&real_w) {
+            "holds"
+        } else {
+            return None;
+        };
+        Some(format!(
+            "writable-paths: {} {how} shinyctl's home ({}), which every copy has hidden (it holds the cookie key, every app's state and the control sockets); give a path outside it",
+            w.display(),
+            home.display()
+        ))
+    })
 }
 
 /// The app's listening socket, bound now when the daemon does not hold it
