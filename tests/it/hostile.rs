@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use crate::helpers::*;
 
 /// The test app: the usual page (`copy=N;`), plus `/echo` (the request's
-/// headers, one `HTTP_…=value` a line), `/crash` (the copy kills itself
+/// headers, one `HTTP_…=value` a line), `/plant` (sets a sticky cookie of
+/// another port's name), `/crash` (the copy kills itself
 /// mid-request) and `/post` (says so in the copy's log, then kills itself).
 const HOSTILE_R: &str = r#"
 library(shiny)
@@ -22,6 +23,10 @@ shiny:::handlerManager$addHandler(function(req) {
     hs <- ls(req, pattern = "^HTTP_")
     lines <- vapply(hs, function(h) paste0(h, "=", get(h, envir = req)), "")
     return(httpResponse(200, "text/plain", paste0("copy=", Sys.getenv("SHINYCTL_COPY"), ";\n", paste(lines, collapse = "\n"), "\n")))
+  }
+  if (identical(path, "/plant")) {
+    return(httpResponse(200, "text/plain", "planted\n",
+      headers = list("Set-Cookie" = "lb_1=1.0123456789abcdef; Path=/", "X-Also" = "kept")))
   }
   if (identical(path, "/crash")) tools::pskill(Sys.getpid(), tools::SIGKILL)
   if (identical(path, "/post")) {
@@ -175,6 +180,14 @@ fn a_visitors_forwarded_headers_never_reach_the_app_and_a_trusted_proxys_do() {
     assert!(!r.body.contains("6.6.6.6") && !r.body.contains("PROTO=https"), "{}", r.body);
     assert!(r.body.contains("HTTP_X_FORWARDED_FOR=127.0.0.1\n") && r.body.contains("HTTP_X_REAL_IP=127.0.0.1\n"), "{}", r.body);
     let pid = env.pid_of("fwd", 1);
+    // An app cannot place its visitors on a copy, its own or another app's:
+    // its Set-Cookie of a sticky cookie's name is dropped (a browser sends
+    // a host's cookies to every port).
+    let r = get(port, "/plant", &[]).unwrap();
+    assert_eq!((r.status, r.body.as_str(), r.header("x-also")), (200, "planted\n", Some("kept")), "{r:?}");
+    let planted: Vec<&(String, String)> =
+        r.headers.iter().filter(|(k, v)| k.eq_ignore_ascii_case("set-cookie") && v.starts_with("lb_1=")).collect();
+    assert!(planted.is_empty(), "{r:?}");
 
     // Trusting this machine's proxies changes no copy.
     std::fs::write(&manifest, format!("app-name: fwd\nport: {port}\nwarm-replicas: 0\ntrusted-proxies: [127.0.0.1]\n")).unwrap();

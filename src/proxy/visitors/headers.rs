@@ -76,12 +76,30 @@ fn drop_underscored(h: &mut HeaderMap) {
 pub fn for_visitor(parts: &mut response::Parts, switching: bool, place: Option<&HeaderValue>) {
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers, switching);
+    drop_placements(&mut parts.headers);
     if let Some(set_cookie) = place {
         parts.headers.append(header::SET_COOKIE, set_cookie.clone());
         // A shared cache must not hand one visitor's placement to everyone.
         if !switching && !parts.headers.contains_key(header::CACHE_CONTROL) {
             parts.headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
         }
+    }
+}
+
+/// Drops an app's own `Set-Cookie` of a sticky cookie's name (`lb_…`, any
+/// port: a browser sends a host's cookies to each of its ports), so one
+/// app cannot place its visitors on a copy of another app, nor on a copy
+/// of its own that this load balancer did not choose. No allocation
+/// unless the answer sets a cookie.
+fn drop_placements(h: &mut HeaderMap) {
+    let ours = |v: &HeaderValue| v.as_bytes().trim_ascii_start().starts_with(b"lb_");
+    if !h.get_all(header::SET_COOKIE).iter().any(ours) {
+        return;
+    }
+    let kept: Vec<HeaderValue> = h.get_all(header::SET_COOKIE).iter().filter(|v| !ours(v)).cloned().collect();
+    h.remove(header::SET_COOKIE);
+    for v in kept {
+        h.append(header::SET_COOKIE, v);
     }
 }
 
@@ -170,6 +188,23 @@ fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_apps_own_sticky_cookies_are_dropped_and_ours_and_its_others_kept() {
+        let mut parts = hyper::Response::builder()
+            .header(header::SET_COOKIE, "session=1; Path=/")
+            .header(header::SET_COOKIE, "lb_40101=1.abc; Path=/")
+            .header(header::SET_COOKIE, " lb_40103=2.def")
+            .header(header::SET_COOKIE, "theme=dark")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        let place = HeaderValue::from_static("lb_40103=1.fff; Path=/; HttpOnly");
+        for_visitor(&mut parts, false, Some(&place));
+        let set: Vec<&str> = parts.headers.get_all(header::SET_COOKIE).iter().map(|v| v.to_str().unwrap()).collect();
+        assert_eq!(set, ["session=1; Path=/", "theme=dark", "lb_40103=1.fff; Path=/; HttpOnly"]);
+    }
 
     #[test]
     fn hop_by_hop_headers_are_stripped() {
