@@ -54,6 +54,12 @@ pub(super) fn under(base: &str, p: &Path) -> PathBuf {
 /// The folders below a user's home that a copy never sees.
 pub const SECRETS: [&str; 3] = [".ssh", ".gnupg", ".aws"];
 
+/// Every user's runtime folders, covered too: a user's session bus
+/// (`/run/user/UID/bus`) starts any program as that user outside the fence
+/// (`systemd-run --user`), and a `run-as` copy, or one that runs as the
+/// daemon's user, is that user; its agents' sockets live there as well.
+pub const SESSIONS: [&str; 1] = ["/run/user"];
+
 /// The copy's root for `launch`, run by `who` (a root daemon's run-as).
 pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<RootPlan> {
     let app_dir = std::fs::canonicalize(&launch.app_dir)
@@ -70,6 +76,7 @@ pub fn resolve(launch: &Launch, who: Option<&Identity>) -> anyhow::Result<RootPl
     let secrets = homes.iter().flat_map(|h| SECRETS.iter().chain([&crate::home::DEFAULT_DIR]).map(move |s| h.join(s)));
     let mut hidden: Vec<PathBuf> = std::iter::once(launch.home.clone())
         .chain(secrets)
+        .chain(SESSIONS.iter().map(PathBuf::from))
         .chain(launch.start.sandbox.hidden_paths.iter().cloned())
         .filter_map(|p| std::fs::canonicalize(p).ok())
         .collect();

@@ -78,6 +78,17 @@ show("devfd", lambda: len(os.listdir("/dev/fd")))
 show("stdout", lambda: os.readlink("/dev/stdout"))
 show("devs", devs)
 
+def userbus():
+    # The user's session bus, where one exists: systemd-run --user through it
+    # would start anything as that user, outside the fence.
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        c.connect(f"/run/user/{os.getuid()}/bus")
+    finally:
+        c.close()
+
+show("userbus", userbus)
+
 def tcp(family=socket.AF_INET):
     return socket.socket(family, socket.SOCK_STREAM)
 
@@ -243,6 +254,31 @@ fn page_of_deployed(env: &Env, name: &str, manifest: &std::path::Path, port: u16
 
 /// Descriptors from the page (`key`: `fds` for R's, `initfds` for PID
 /// 1's): number → what it is.
+/// `/run/user/UID/bus` of a test user, listening, as systemd makes it;
+/// removed on drop.
+struct SessionBus {
+    dir: PathBuf,
+    _listening: std::os::unix::net::UnixListener,
+}
+
+impl SessionBus {
+    fn listen(user: &TestUser) -> SessionBus {
+        let uid = user.id("-u");
+        let dir = PathBuf::from(format!("/run/user/{uid}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bus = std::os::unix::net::UnixListener::bind(dir.join("bus")).unwrap();
+        std::os::unix::fs::chown(&dir, Some(uid), Some(user.id("-g"))).unwrap();
+        std::os::unix::fs::chown(dir.join("bus"), Some(uid), Some(user.id("-g"))).unwrap();
+        SessionBus { dir, _listening: bus }
+    }
+}
+
+impl Drop for SessionBus {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn fds_of(a: &BTreeMap<String, String>, key: &str) -> BTreeMap<i32, String> {
     let list = a.get(key).unwrap_or_else(|| panic!("no {key} on the page: {a:?}"));
     list.split(',').filter_map(|e| e.split_once('~')).map(|(n, t)| (n.parse().unwrap(), t.to_string())).collect()
@@ -370,7 +406,11 @@ fn a_root_daemons_copy_writes_nothing_of_the_host_and_listens_only_on_its_port()
         // Made first, so they go last: after the test's processes have ended.
         let home = crate::fence::UserHome::new("rofsrunas");
         let user = TestUser::create(Some(&home.0));
+        // The user's session bus, as a logged-in (or lingering) user has one.
+        let bus = SessionBus::listen(&user);
         let a = page_of(&env, "rofsrunas", &format!("run-as: {}\n", user.name));
+        assert_eq!(a["userbus"], "ENOENT", "a run-as copy cannot reach its user's session bus: {a:?}");
+        drop(bus);
         assert_only_stdio_inherited(&a, &leak, "a run-as copy");
         assert_read_only_host(&a, "a run-as copy");
         assert_listens_only_on_its_port(&a, "a run-as copy");
