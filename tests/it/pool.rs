@@ -265,3 +265,36 @@ fn a_copy_whose_launcher_is_killed_outright_leaves_no_process_claimed_or_cold() 
         }
     }
 }
+
+#[test]
+fn a_claimed_copy_still_starting_outlives_a_restart_of_the_daemon() {
+    // An upgrade (`shinyctl shutdown`, then `shinyctl serve`) while a copy
+    // claimed from the pool is still starting: once R listens, the copy's
+    // init tells the daemon that was, whose end of the pipe is closed. The
+    // init, a fork of the zygote's R, must not take the SIGPIPE as R
+    // would ("ignoring SIGPIPE signal"), which ended the copy.
+    let env = Env::new("poolupgrade");
+    let app = unique("slowclaim");
+    let manifest = env.app_running(
+        "Sys.sleep(4)\nlibrary(shiny)\nshinyApp(fluidPage('slow'), function(input, output) {})\n",
+        &app,
+        free_port(),
+        "warm-replicas: 0\nidle-timeout: 0\n",
+    );
+    let daemon = serve(&env);
+    wait_pool_ready(&env);
+    env.apply(&manifest);
+    let r = wait_until(slow(Duration::from_secs(30)), "the claimed copy's R", || env.copies(&app).first().and_then(|c| c.pid));
+    assert!(start_of(&env, &app, 1).starts_with("claimed from the pool"), "{}", start_of(&env, &app, 1));
+    env.ok(&["shutdown"]);
+    wait_gone(daemon, Duration::from_secs(15), "the daemon to stop");
+    // R's Sys.sleep ends and it listens while no daemon runs.
+    wait_until(slow(Duration::from_secs(30)), "R to listen with no daemon running", || {
+        std::fs::read_to_string(env.home().join(format!("logs/default-{app}.log"))).ok()?.contains("Listening on").then_some(())
+    });
+    serve(&env);
+    env.wait_roles(&app, "1:active", slow(Duration::from_secs(30)));
+    assert_eq!(env.pid_of(&app, 1), r, "the same R, adopted");
+    let log = std::fs::read_to_string(env.home().join(format!("logs/default-{app}.log"))).unwrap();
+    assert!(!log.contains("SIGPIPE") && !log.contains("ended at"), "{log}");
+}
