@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::manifest::{AppSpec, RestartPolicy, ScaleSpec};
-use crate::wire::{AppState, CopyRecord, Exit, Role};
+use crate::wire::{AppState, CopyRecord, Exit, HeldVersion, Role};
 
 pub mod capacity;
 mod notes;
@@ -206,6 +206,26 @@ pub fn decide(spec: &AppSpec, deleting: bool, state: &AppState, observed: &Obser
     let is_current = |rec: &CopyRecord| rec.revision == revision && rec.settings == settings;
     // Copies still in play: not being stopped and not draining.
     let serving = |rec: &CopyRecord| rec.stop_started_ms.is_none() && rec.drain_started_ms.is_none();
+
+    // 1. (cont.) A stop during a deploy that has not taken over remembers
+    // the version that served, and the start after it runs that version
+    // again beside the deployed one, which takes over once ready (step 2):
+    // a broken deploy stays out of the visitors' way across stop and start.
+    if state.stopped_since_ms.is_some() && !deleting {
+        if st.held_version.is_none() {
+            st.held_version = st.copies.iter().find(|r| !is_current(r) && serving(r) && phase(r) == Phase::Ready).map(|r| HeldVersion {
+                revision: r.revision,
+                settings: r.settings.clone(),
+                release: r.release.clone(),
+            });
+        }
+    } else if let Some(held) = st.held_version.take().filter(|_| !deleting) {
+        for _ in 0..spec.scale.replicas.max(1) {
+            let copy = new_copy(&mut st, &held.settings);
+            let rec = st.copies.iter_mut().find(|r| r.copy == copy).expect("just made");
+            (rec.revision, rec.release) = (held.revision, held.release.clone());
+        }
+    }
 
     // 1a. A copy not ready within start-timeout is stopped; its end is a
     // crash (fold_observation), so it comes back after a backoff, or a wake

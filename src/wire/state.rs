@@ -9,6 +9,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::manifest::AppSpec;
 
+/// A version of an app's copies: what a copy record says it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct HeldVersion {
+    /// Its revision.
+    pub revision: u64,
+    /// Its settings' hash.
+    pub settings: String,
+    /// Its release.
+    pub release: Option<String>,
+}
+
 /// An app's `state.json`: what happened, never what should happen.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AppState {
@@ -53,6 +64,12 @@ pub struct AppState {
     /// its port answers that it is stopped, until `shinyctl start`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_since_ms: Option<u64>,
+    /// The version that served when `shinyctl stop` came during a deploy
+    /// that had not taken over (a broken one, or one still starting): `start`
+    /// runs it beside the deployed one, which takes over only once ready,
+    /// as before the stop (README, "Commands").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_version: Option<HeldVersion>,
     /// The app's own uid (and gid) on the machine, which its copies run as
     /// under a root daemon without `run-as` (README, "Identities"); given at
     /// its first copy's start, kept for good.

@@ -699,3 +699,40 @@ fn a_copy_that_was_ready_is_never_stopped_for_start_timeout() {
     let old: CopyRecord = serde_json::from_str(r#"{"copy":1,"pid":5,"pid_start":9,"port":20001,"revision":1,"settings":"s","started_ms":1,"crashes":0,"last_exit":null,"drain_started_ms":null,"stop_started_ms":null,"left_down":null}"#).unwrap();
     assert!(old.ever_ready, "an adopted copy of the previous build counts as ready once");
 }
+
+#[test]
+fn a_stop_and_start_during_a_broken_deploy_run_the_version_that_served_beside_it() {
+    // README, "Commands": `start` runs the version deployed; while that one
+    // never took over (broken, or still starting), the version that served
+    // at the stop serves again until it does.
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle();
+    let served = sim.state.revision;
+    sim.at(5).restart(false).cycle();
+    sim.at(7).exits(2, Some(1), None).cycle();
+    assert_eq!(sim.roles(), "1:active", "the broken deploy: the version before serves");
+    sim.state.stopped_since_ms = Some(sim.now);
+    sim.at(8).cycle();
+    assert_eq!(sim.actions(), vec![Action::Stop(1)]);
+    assert_eq!(sim.state.held_version.as_ref().map(|h| h.revision), Some(served));
+    sim.at(9).kill(1).cycle();
+    assert_eq!(sim.copies(), "", "stopped: nothing runs");
+    sim.state.stopped_since_ms = None;
+    sim.at(20).cycle();
+    assert_eq!(sim.actions(), vec![Action::Start(3), Action::Start(4)]);
+    assert_eq!(
+        (sim.record(3).revision, sim.record(4).revision),
+        (served, sim.state.revision),
+        "the version that served, and the deployed one"
+    );
+    assert_eq!(sim.state.held_version, None, "taken");
+    sim.at(22).ready(&[3]).exits(4, Some(1), None).cycle();
+    assert_eq!(sim.roles(), "3:active", "the broken version still never serves");
+    // A stop and start once the deployed version serves run it alone.
+    sim.at(30).cycle();
+    sim.at(40).ready(&[4]).cycle();
+    assert_eq!(sim.roles(), "4:active 3:draining", "the deployed version took over once ready");
+    sim.state.stopped_since_ms = Some(sim.now);
+    sim.at(41).cycle();
+    assert_eq!(sim.state.held_version, None, "nothing older served");
+}
