@@ -659,9 +659,12 @@ fn stop_and_start_after_a_failed_deploy_serve_the_version_that_served() {
     let manifest = env.app_running(&versioned("v1"), &app, port, "warm-replicas: 0\nidle-timeout: 0\n");
     env.ok(&["apply", "-f", manifest.to_str().unwrap(), "--wait=90s"]);
     let app_r = manifest.with_file_name("app.R");
-    std::fs::write(&app_r, format!("{}stop(\"broken edit\")\n", versioned("v2"))).unwrap();
+    // A message long enough that R puts it on the line after `Error in …`.
+    let why = "broken edit: the database at db.example:5432 refused the connection after three tries";
+    std::fs::write(&app_r, format!("{}stop(\"{why}\")\n", versioned("v2"))).unwrap();
     let out = env.run(&["restart", &app, "--wait=90s"]);
-    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains(why), "--wait quotes the error whole: {said}");
     assert_eq!(version_served(port), "v1");
     env.ok(&["stop", &app]);
     wait_until(Duration::from_secs(30), "the app's copies to stop", || env.copies(&app).iter().all(|c| c.pid.is_none()).then_some(()));
@@ -669,5 +672,5 @@ fn stop_and_start_after_a_failed_deploy_serve_the_version_that_served() {
     // Not a 503 "restarting" after 15 s: the version that served comes back.
     assert_eq!(version_served(port), "v1", "a broken deploy stays out of the visitors' way across stop and start");
     let status = env.ok(&["status", &app]);
-    assert!(status.contains("broken edit"), "the deployed version is still tried, and said: {status}");
+    assert!(status.contains(why), "the deployed version is still tried, and said: {status}");
 }

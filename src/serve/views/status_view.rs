@@ -309,10 +309,15 @@ fn last_error_line(path: &std::path::Path) -> Option<String> {
     let mut tail = Vec::new();
     f.read_to_end(&mut tail).ok()?;
     let text = String::from_utf8_lossy(&tail);
+    let lines: Vec<&str> = text.lines().collect();
     // The launcher's own refusal (`mode: strict`, a mount that failed) too.
-    let line = text.lines().rev().find(|l| l.starts_with("Error") || l.starts_with(crate::wire::launch::LAUNCH_FAILED_LINE))?.trim();
+    let at = lines.iter().rposition(|l| l.starts_with("Error") || l.starts_with(crate::wire::launch::LAUNCH_FAILED_LINE))?;
+    // R puts a long message on the lines after `Error in f(…) :`, indented
+    // (`  cannot open the connection`): they are the error's point.
+    let more = lines[at + 1..].iter().take_while(|l| l.starts_with(' ') && !l.trim().is_empty()).take(3).map(|l| l.trim());
+    let line = std::iter::once(lines[at].trim()).chain(more).collect::<Vec<_>>().join(" ");
     // What the app wrote, shown in status and by `apply --wait`.
-    let line = crate::sys::fmt::printable(line);
+    let line = crate::sys::fmt::printable(&line);
     Some(if line.chars().count() > 200 { line.chars().take(200).chain("…".chars()).collect() } else { line.to_string() })
 }
 
@@ -325,6 +330,14 @@ mod tests {
         let log = dir.join("a.log");
         std::fs::write(&log, "--- shinyctl: copy 1 ---\nError in f(): first\nok\nError: boom\nExecution halted\n").unwrap();
         assert_eq!(super::last_error_line(&log).as_deref(), Some("Error: boom"));
+        // R's message on the next lines, indented, is the error's point; a
+        // parse error's code context after it is not.
+        let parse = "Error in sourceUTF8(fullpath, envir = new.env(parent = sharedEnv)) : \n  /shinyctl/app/app.R:7:0: unexpected end of input\n5: \n6: shinyApp(ui, server\n  ^\nExecution halted\n";
+        std::fs::write(&log, parse).unwrap();
+        assert_eq!(
+            super::last_error_line(&log).as_deref(),
+            Some("Error in sourceUTF8(fullpath, envir = new.env(parent = sharedEnv)) : /shinyctl/app/app.R:7:0: unexpected end of input")
+        );
         let refused = "--- shinyctl: the copy could not be launched: sandbox mode strict and fences are missing: pid-ns (x) ---";
         std::fs::write(&log, format!("{refused}\n")).unwrap();
         assert_eq!(super::last_error_line(&log).as_deref(), Some(refused));
