@@ -220,6 +220,36 @@ fn an_app_that_sets_tz_starts_cold_and_status_says_why() {
     running(&env, app);
     assert_eq!(start_of(&env, app, 1), "cold: its env sets TZ, which R reads only when it starts");
     wait_http_ok(port, slow(Duration::from_secs(10)));
+
+    // The same set in the app folder's .Renviron: R would not take its
+    // library path from a claim's reading of the file.
+    let lib = std::path::PathBuf::from(format!("/var/tmp/{}", unique("poollib")));
+    std::fs::create_dir_all(&lib).unwrap();
+    let _gone = Removed(lib.clone());
+    let app = &unique("poolrenviron");
+    let port = free_port();
+    let manifest = env.app_running(
+        "library(shiny)\nshinyApp(fluidPage(tags$p(paste0('libs=', paste(.libPaths(), collapse = ','), ';'))), function(input, output) {})\n",
+        app,
+        port,
+        "warm-replicas: 0\n",
+    );
+    std::fs::write(manifest.with_file_name(".Renviron"), format!("# the app's own library\nR_LIBS_USER={}\n", lib.display())).unwrap();
+    env.apply(&manifest);
+    running(&env, app);
+    assert_eq!(start_of(&env, app, 1), "cold: its .Renviron sets R_LIBS_USER, which R reads only when it starts");
+    let page = wait_http_ok(port, slow(Duration::from_secs(10))).body;
+    let libs = between(&page, "libs=", ";").unwrap_or_default();
+    assert!(libs.split(',').any(|l| l == lib.to_str().unwrap()), "R took the library path: {page}");
+}
+
+/// Removes a folder on drop.
+struct Removed(std::path::PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 #[test]

@@ -376,6 +376,10 @@ pub enum ColdStart {
     /// The app's env sets a variable R reads only at its start.
     #[error("its env sets {0}, which R reads only when it starts")]
     ReadAtStart(String),
+    /// The `.Renviron` the copy reads sets a variable R reads only when it
+    /// starts (R would not take it from a claim's reading of the file).
+    #[error("its .Renviron sets {0}, which R reads only when it starts")]
+    RenvironSets(String),
     /// The app uses renv.
     #[error("it uses renv, whose library may hold another shiny than the pool's")]
     Renv,
@@ -406,10 +410,32 @@ pub fn route(spec: &AppSpec, dir: &Path) -> Result<PathBuf, ColdStart> {
     if dir.join("renv.lock").exists() || dir.join("renv").is_dir() {
         return Err(ColdStart::Renv);
     }
+    if let Some(name) = renviron_of(dir).as_deref().and_then(renviron_sets) {
+        return Err(ColdStart::RenvironSets(name));
+    }
     if s.zygote.is_none() {
         return Err(ColdStart::NoZygote);
     }
     Ok(s.socket.clone())
+}
+
+/// The `.Renviron` a claimed copy reads (`claim::r_program`, as R does):
+/// the app folder's, else the home's of the daemon's user.
+fn renviron_of(dir: &Path) -> Option<String> {
+    std::fs::read_to_string(dir.join(".Renviron"))
+        .ok()
+        .or_else(|| std::fs::read_to_string(Path::new(&std::env::var_os("HOME")?).join(".Renviron")).ok())
+}
+
+/// The first variable R reads only at its start ([`read_at_start`]) that an
+/// `.Renviron` sets (`NAME=value` lines; `#` comments).
+pub fn renviron_sets(text: &str) -> Option<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('=').map(|(name, _)| name.trim()))
+        .find(|name| read_at_start(name))
+        .map(str::to_string)
 }
 
 /// The pool as status and metrics show it.
@@ -461,5 +487,11 @@ mod tests {
         for name in ["HOME", "DB_URL", "R_CONFIG_ACTIVE", "LANGUAGE_X"] {
             assert!(!read_at_start(name), "{name}");
         }
+    }
+
+    #[test]
+    fn an_renviron_that_sets_what_r_reads_at_start_is_found() {
+        assert_eq!(renviron_sets("# a comment\nDB_URL=x\n  R_LIBS_USER = /var/tmp/lib\nTZ=Asia/Tokyo\n").as_deref(), Some("R_LIBS_USER"));
+        assert_eq!(renviron_sets("DB_URL=postgres://x?a=b\n#TZ=UTC\nnot a line\n"), None);
     }
 }
