@@ -86,3 +86,28 @@ async fn an_app_whose_copies_are_all_left_down_is_said_down_at_once_not_held() {
     let h = get_path(rig.port, "/.shinyctl/health", "").await;
     assert_eq!(h.status, 503, "a front proxy's check sees it down: {h:?}");
 }
+
+#[tokio::test]
+async fn the_health_check_says_down_while_no_copy_can_take_a_new_visitor() {
+    // README, "Several machines": a front load balancer sends visitors to
+    // another host while this one's app has no copy for them (starting,
+    // crash-looping); a sleeping app is up (a request wakes it).
+    let cases: [(bool, &[(u32, u16, Role)], u16); 5] = [
+        (false, &[], 503),
+        (true, &[], 200),
+        (false, &[(1, 1, Role::Active)], 200),
+        (false, &[(1, 1, Role::Warm)], 200),
+        (false, &[(1, 1, Role::Draining)], 503),
+    ];
+    for (asleep, copies, want) in cases {
+        let t = table(0, LbPolicy::LeastConn, asleep, 30_000, copies);
+        let rig = start(|port| {
+            let mut t = t;
+            t.apps[0].route.port = port;
+            t
+        })
+        .await;
+        let h = get_path(rig.port, "/.shinyctl/health", "").await;
+        assert_eq!(h.status, want, "asleep {asleep}, copies {copies:?}: {h:?}");
+    }
+}

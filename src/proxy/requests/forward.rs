@@ -128,6 +128,19 @@ async fn route(mut req: Request<Incoming>, client: &VisitorConnection) -> Respon
     }
 }
 
+/// What `/.shinyctl/health` says (README, "Several machines"): up while the
+/// app sleeps (a request wakes it) or has a copy that can take a new
+/// visitor; down when it is stopped, being deleted, left down, or has no
+/// such copy (still starting, crash-looping), so a front load balancer
+/// sends its visitors to another host meanwhile.
+fn can_serve(app: &LiveApp) -> bool {
+    let now = crate::sys::clock::now_ms();
+    let serving = |c: &crate::proxy::copies::table::LiveCopy| {
+        matches!(c.role, Role::Active | Role::Warm) && !c.state.gone.load(Ordering::Relaxed) && !c.state.is_down(now)
+    };
+    !app.stopped && !app.down && app.listening && (app.asleep || app.copies.iter().any(serving))
+}
+
 /// The app a request is for, or the page of our own that answers it before
 /// any copy is chosen: the connection over the cap, no app on the port,
 /// CONNECT, the health path, a WebSocket handshake that is not one (boxed:
@@ -145,7 +158,7 @@ fn admit(req: &Request<Incoming>, client: &VisitorConnection) -> Result<Arc<Live
     // Answered here, not by a copy, and no activity: a front proxy's check
     // keeps no sleeping app awake.
     if req.uri().path() == pages::HEALTH_PATH {
-        return Err(Box::new(pages::health(&app.name, !app.stopped && !app.down && app.listening)));
+        return Err(Box::new(pages::health(&app.name, can_serve(&app))));
     }
     if websocket::is_upgrade(req.headers()) {
         let has_body = !req.body().is_end_stream();
