@@ -92,7 +92,9 @@ async fn the_health_check_says_down_while_no_copy_can_take_a_new_visitor() {
     // README, "Several machines": a front load balancer sends visitors to
     // another host while this one's app has no copy for them (starting,
     // crash-looping); a sleeping app is up (a request wakes it).
-    let cases: [(bool, &[(u32, u16, Role)], u16); 5] = [
+    // (asleep, copies, the check's status)
+    type Case = (bool, &'static [(u32, u16, Role)], u16);
+    let cases: [Case; 5] = [
         (false, &[], 503),
         (true, &[], 200),
         (false, &[(1, 1, Role::Active)], 200),
