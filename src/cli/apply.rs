@@ -12,7 +12,7 @@ use crate::wire::ApplyRequest;
 pub fn run(home: &Home, file: &Path, now: bool, wait: Option<std::time::Duration>) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: cannot read the manifest: {e}", file.display()))?;
     let path = std::path::absolute(file)?;
-    let req = ApplyRequest { path: path.to_string_lossy().into_owned(), text, now };
+    let req = ApplyRequest { path: path.to_string_lossy().into_owned(), text, now, keep_rollback: false };
     // Over the API's limit: said before anything else, the daemon unstarted.
     req.check_size(serde_json::to_vec(&req)?.len())?;
     let spec = crate::manifest::parse(&path, &req.text)?;

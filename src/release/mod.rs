@@ -41,23 +41,41 @@ fn random_u16() -> u16 {
 
 /// What a release of this app is taken from, and what it leaves out
 /// besides the names in [`snapshot::LEFT_OUT_NAMES`]: the state-file and its
-/// second name (the daemon writes them all the time) and the home folder when it lies inside
-/// working-dir.
-pub fn source(spec: &AppSpec, home: &Home) -> snapshot::Source {
-    snapshot::Source {
-        dir: spec.start.working_dir.clone(),
-        leave_out: vec![spec.state_file.clone(), crate::wire::state::synced_path(&spec.state_file), home.root.clone()],
-    }
+/// second name (the daemon writes them all the time), those of the other
+/// apps (`state_files`: each holds its app's env, secrets included), and
+/// the home folder, when they lie inside working-dir.
+pub fn source(spec: &AppSpec, home: &Home, state_files: &[std::path::PathBuf]) -> snapshot::Source {
+    let states = std::iter::once(&spec.state_file).chain(state_files);
+    let mut leave_out: Vec<std::path::PathBuf> = states.flat_map(|s| [s.clone(), crate::wire::state::synced_path(s)]).collect();
+    leave_out.push(home.root.clone());
+    snapshot::Source { dir: spec.start.working_dir.clone(), leave_out }
 }
 
 /// Makes `release` the current one; the current one becomes the one before
 /// it. Clears a rollback: what runs is the manifest again.
 pub fn record(state: &mut AppState, release: Release) {
+    let made_current = next_made_current(state);
     state.previous_release = state.release.take();
     state.release = Some(release.id.clone());
     state.releases.retain(|r| r.id != release.id);
-    state.releases.push(release);
+    state.releases.push(Release { made_current, ..release });
     state.rolled_back = false;
+}
+
+/// The count the next release made current gets.
+fn next_made_current(state: &AppState) -> u64 {
+    state.releases.iter().map(|r| r.made_current).max().unwrap_or(0) + 1
+}
+
+/// The kept releases other than the current one, the last made current
+/// first: deploy order, which a rollback changes (the list itself is in the
+/// order taken; a release from before `made_current` was kept counts by
+/// that order).
+fn before_current(state: &AppState) -> Vec<&Release> {
+    let mut others: Vec<(usize, &Release)> =
+        state.releases.iter().enumerate().filter(|(_, r)| Some(&r.id) != state.release.as_ref()).collect();
+    others.sort_by_key(|(i, r)| std::cmp::Reverse((r.made_current, *i)));
+    others.into_iter().map(|(_, r)| r).collect()
 }
 
 /// A kept release by id.
@@ -119,7 +137,9 @@ pub enum RollbackError {
 }
 
 /// Makes a kept release current again (`to`), or, without `to`, the last
-/// release that served deployed before the current one; the current one
+/// release that served deployed (made current) before the current one and
+/// not rolled away from, marking the current one rolled away from (so
+/// `rollback` again goes further back); the current one
 /// becomes the one before it. Returns the release now current, or why there
 /// is none to go back to.
 pub fn roll_back(state: &mut AppState, name: &str, to: Option<&str>) -> Result<Release, RollbackError> {
@@ -131,9 +151,9 @@ pub fn roll_back(state: &mut AppState, name: &str, to: Option<&str>) -> Result<R
             RollbackError::NotKept { name: name.clone(), id: id.to_string(), kept: kept.join(", ") }
         })?,
         None => {
-            let at = state.releases.iter().position(|r| Some(&r.id) == current.as_ref()).unwrap_or(state.releases.len());
-            let Some(rel) = state.releases[..at].iter().rev().find(|r| served(r)).cloned() else {
-                let never = state.releases[..at].iter().any(|r| !served(r));
+            let before: Vec<&Release> = before_current(state).into_iter().filter(|r| !r.rolled_away).collect();
+            let Some(rel) = before.iter().find(|r| served(r)).map(|r| (*r).clone()) else {
+                let never = !before.is_empty();
                 return Err(if never {
                     RollbackError::NeverServed { name }
                 } else {
@@ -155,6 +175,14 @@ pub fn roll_back(state: &mut AppState, name: &str, to: Option<&str>) -> Result<R
     // the same second sort by their random part.
     state.rolled_back = state.releases.last().map(|r| &r.id) != Some(&rel.id);
     state.release = Some(rel.id.clone());
+    let made_current = next_made_current(state);
+    for r in state.releases.iter_mut() {
+        if r.id == rel.id {
+            (r.made_current, r.rolled_away) = (made_current, false);
+        } else if to.is_none() && state.previous_release.as_ref() == Some(&r.id) {
+            r.rolled_away = true;
+        }
+    }
     Ok(rel)
 }
 
@@ -203,16 +231,16 @@ pub fn note_copies(state: &mut AppState) {
 }
 
 /// The ids that must stay: the current release, every release a recorded
-/// copy runs, the newest `keep` by deploy order (`keep-releases`, the
+/// copy runs, the newest `keep` by deploy order (last made current) (`keep-releases`, the
 /// current one among them; a failed one too, so `releases` shows it), and
 /// always the newest that served before the current one, so a rollback
 /// target survives a run of failed deploys.
 pub fn kept_ids(state: &AppState, keep: u32) -> HashSet<String> {
     let mut ids: HashSet<String> = state.release.iter().chain(state.copies.iter().filter_map(|r| r.release.as_ref())).cloned().collect();
     let others = (keep as usize).saturating_sub(1);
-    ids.extend(state.releases.iter().rev().filter(|r| Some(&r.id) != state.release.as_ref()).take(others).map(|r| r.id.clone()));
-    let at = state.releases.iter().position(|r| Some(&r.id) == state.release.as_ref()).unwrap_or(state.releases.len());
-    ids.extend(state.releases[..at].iter().rev().find(|r| served(r)).map(|r| r.id.clone()));
+    let before = before_current(state);
+    ids.extend(before.iter().take(others).map(|r| r.id.clone()));
+    ids.extend(before.iter().find(|r| served(r) && !r.rolled_away).map(|r| r.id.clone()));
     ids
 }
 

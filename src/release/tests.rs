@@ -86,6 +86,31 @@ fn rollback_goes_to_the_last_release_that_served_before_the_current_one() {
 }
 
 #[test]
+fn rollback_follows_the_deploy_order_a_rollback_made_not_the_order_taken() {
+    // A, B, rollback to A, then C: the release deployed before C is A, and
+    // B (which the operator rolled away from) is no target. Pruning keeps
+    // by the same order.
+    let tmp_dir = tempfile::tempdir().unwrap();
+    let dir = tmp_dir.path().to_path_buf();
+    let mut st = AppState::default();
+    for id in ["a", "b", "c"] {
+        std::fs::create_dir_all(dir.join(id)).unwrap();
+    }
+    record(&mut st, rel("a", &dir));
+    record(&mut st, rel("b", &dir));
+    roll_back(&mut st, "hello", None).unwrap();
+    assert_eq!(st.release.as_deref(), Some("a"));
+    record(&mut st, rel("c", &dir));
+    assert_eq!(kept_ids(&st, 2), HashSet::from(["c".to_string(), "a".to_string()]), "the newest two by deploy order: c, then a");
+    roll_back(&mut st, "hello", None).unwrap();
+    assert_eq!(st.release.as_deref(), Some("a"), "back to what served before c, not to b");
+    assert!(roll_back(&mut st, "hello", None).is_err(), "and no further: b and c were rolled away from");
+    roll_back(&mut st, "hello", Some("b")).unwrap();
+    roll_back(&mut st, "hello", None).unwrap();
+    assert_eq!(st.release.as_deref(), Some("a"), "b, made current again with --to, rolls back to a");
+}
+
+#[test]
 fn a_rollback_between_two_releases_of_the_same_second_is_a_rollback() {
     // The second deploy's random part sorts before the first's.
     let tmp_dir = tempfile::tempdir().unwrap();
@@ -197,14 +222,16 @@ fn a_state_json_from_before_releases_reads_as_one_with_none() {
 }
 
 #[test]
-fn a_release_leaves_out_the_state_file_and_its_second_name() {
+fn a_release_leaves_out_the_state_files_of_every_app_and_their_second_names() {
     let tmp_dir = tempfile::tempdir().unwrap();
     let dir = tmp_dir.path().join("app");
     let spec = spec(&dir);
     let home = crate::home::Home { root: tmp_dir.path().join("home") };
-    let src = source(&spec, &home);
-    for name in ["state.json", "state.json.synced"] {
-        assert!(src.leave_out.contains(&dir.join(name)), "{name}: {:?}", src.leave_out);
+    // Another app applied from a folder inside this one's working-dir.
+    let other = dir.join("other/state.json");
+    let src = source(&spec, &home, std::slice::from_ref(&other));
+    for path in [dir.join("state.json"), dir.join("state.json.synced"), other.clone(), dir.join("other/state.json.synced")] {
+        assert!(src.leave_out.contains(&path), "{}: {:?}", path.display(), src.leave_out);
     }
 }
 

@@ -38,6 +38,11 @@ pub struct ApplyRequest {
     /// Stop what is replaced or removed at once, without draining.
     #[serde(default)]
     pub now: bool,
+    /// A rolled-back app whose manifest is unchanged stays on its
+    /// rolled-back release (`reload`: an unchanged app is left as it is);
+    /// `apply` deploys the manifest again.
+    #[serde(default)]
+    pub keep_rollback: bool,
 }
 
 impl ApplyRequest {

@@ -162,6 +162,22 @@ pub struct Release {
     /// have served). One that never served is no rollback target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served: Option<bool>,
+    /// When it was last made current, as a count of the app's deploys and
+    /// rollbacks (`release::record`, `release::roll_back`): the deploy
+    /// order, which a rollback changes and the order taken does not. 0 for
+    /// a release recorded before this was kept (then the order taken).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub made_current: u64,
+    /// A rollback left it (`shinyctl rollback` from it, no `--to`): no
+    /// later rollback goes back to it, so `rollback` again goes further
+    /// back; made current again (`--to`), it is a target again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rolled_away: bool,
+}
+
+/// For serde: a count left out of the file while 0.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How a `left_down` reason begins when `sandbox.mode: strict` refused the

@@ -519,8 +519,19 @@ fn rollback_never_goes_to_a_release_that_never_served_and_releases_lists_them() 
     let status = env.ok(&["status", &app]);
     assert!(status.contains(&format!("runs the rolled-back release {}", id(lines[1]))), "{status}");
 
-    env.ok(&["rollback", &app, "--to", &id(lines[0]), "--wait=60s"]);
-    assert_eq!(version_served(port), "v1", "--to: any kept release");
+    // A reload (the unit's ExecReload) leaves a rolled-back app whose
+    // manifest is unchanged as it is.
+    let out = env.ok(&["reload"]);
+    assert!(out.contains(&format!("{app}: unchanged")), "{out}");
+    assert_eq!(version_served(port), "v2", "still the rolled-back release");
+
+    // rollback again goes one further back (past the broken one), not to
+    // v3, which was rolled away from.
+    let out = env.ok(&["rollback", &app, "--wait=60s"]);
+    assert!(out.contains(&format!("rolling back to release {}", id(lines[0]))), "to v1's release: {out}");
+    assert_eq!(version_served(port), "v1");
+    env.ok(&["rollback", &app, "--to", &id(lines[3]), "--wait=60s"]);
+    assert_eq!(version_served(port), "v3", "--to: any kept release, forward too");
 }
 
 /// start-timeout applies to a wake too: an app that starts well the first

@@ -50,6 +50,7 @@ impl TakenRelease {
             deployed: self.deployed,
             copies: Vec::new(),
             served: Some(false),
+            ..Release::default()
         };
         release::record(state, rel.clone());
         for orphan in release::orphans(&home.app_releases(&spec.group, &spec.name), state) {
@@ -71,11 +72,17 @@ fn taken_line(rel: &Release) -> String {
 }
 
 /// Takes a release of the spec's working-dir, off the daemon's lock.
-async fn take(home: &Home, spec: &AppSpec) -> Result<TakenRelease, ServeError> {
+async fn take(shared: &Shared, spec: &AppSpec) -> Result<TakenRelease, ServeError> {
+    // Every app's state file, the others' too: one in this working-dir
+    // holds that app's env, secrets included, which this app must not get.
+    let (home, state_files) = {
+        let d = shared.lock();
+        (d.home.clone(), d.apps.values().map(|a| a.recorded.spec.state_file.clone()).collect::<Vec<_>>())
+    };
     let taken_ms = now_ms();
     let id = release::new_id(taken_ms);
     let dest = home.release_dir(&spec.group, &spec.name, &id);
-    let source = release::source(spec, home);
+    let source = release::source(spec, &home, &state_files);
     let copied = tokio::task::spawn_blocking(move || snapshot::take(&source, &dest, release::LIMIT_BYTES)).await;
     let refused = |why: String| {
         ServeError::Invalid(format!("{}: cannot take a release, so nothing was deployed and nothing that runs changed: {why}", spec.name))
@@ -231,9 +238,9 @@ async fn claim(
 
 /// True when applying `spec` to the app deploys it: it changes how the app
 /// starts, or the app runs a rolled-back release (the manifest is what runs
-/// again after an apply).
-fn deploys(app: Option<&AppRt>, spec: &AppSpec) -> bool {
-    app.is_none_or(|a| a.recorded.spec.settings_hash() != spec.settings_hash() || a.recorded.state.rolled_back)
+/// again after an apply; not after a reload, `keep_rollback`).
+fn deploys(app: Option<&AppRt>, spec: &AppSpec, keep_rollback: bool) -> bool {
+    app.is_none_or(|a| a.recorded.spec.settings_hash() != spec.settings_hash() || (a.recorded.state.rolled_back && !keep_rollback))
 }
 
 /// `POST /v1/apply`: parse and validate the manifest whole, check it
@@ -253,14 +260,14 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Result<Done, ServeErro
     let (home, needs) = {
         let d = shared.lock();
         let existing = check(&d, &spec, &lines)?;
-        (d.home.clone(), deploys(existing.and_then(|n| d.apps.get(&n)), &spec))
+        (d.home.clone(), deploys(existing.and_then(|n| d.apps.get(&n)), &spec, req.keep_rollback))
     };
     let socket = claim(shared, &spec, &lines).await?;
-    let taken = if needs { Some(take(&home, &spec).await?) } else { None };
+    let taken = if needs { Some(take(shared, &spec).await?) } else { None };
     let mut d = shared.lock();
     // The world may have changed while the release was copied.
     let existing = check(&d, &spec, &lines)?;
-    if taken.is_none() && deploys(existing.as_ref().and_then(|n| d.apps.get(n)), &spec) {
+    if taken.is_none() && deploys(existing.as_ref().and_then(|n| d.apps.get(n)), &spec, req.keep_rollback) {
         return Err(ServeError::Clash(format!("{}: changed while this apply ran; apply again", spec.name)));
     }
     if let Some((addr, socket)) = socket {
@@ -268,7 +275,7 @@ pub async fn apply(shared: &Shared, req: ApplyRequest) -> Result<Done, ServeErro
     }
     let deployed_now = taken.is_some();
     let message = match existing {
-        Some(old_name) => update(&mut d, &home, old_name, &spec, taken, req.now)?,
+        Some(old_name) => update(&mut d, &home, old_name, &spec, taken, &req)?,
         None => add(&mut d, &home, &spec, taken)?,
     };
     d.save_registry().map_err(ServeError::Registry)?;
@@ -285,10 +292,11 @@ fn update(
     old_name: String,
     spec: &AppSpec,
     taken: Option<TakenRelease>,
-    now: bool,
+    req: &ApplyRequest,
 ) -> Result<String, ServeError> {
+    let now = req.now;
     let mut app = d.apps.remove(&old_name).expect("checked above");
-    let was_rolled_back = app.recorded.state.rolled_back;
+    let was_rolled_back = app.recorded.state.rolled_back && !req.keep_rollback;
     let restarts = app.recorded.spec.settings_hash() != spec.settings_hash() || was_rolled_back;
     let same = app.recorded.spec == *spec && !restarts;
     let rel = match taken.map(|t| t.record(home, spec, &mut app.recorded.state)).transpose() {
@@ -409,7 +417,7 @@ pub async fn restart(shared: &Shared, name: &str, now: bool) -> Result<Done, Ser
     }
     check(&shared.lock(), &spec, &lines)?;
     let socket = claim(shared, &spec, &lines).await?;
-    let taken = take(&home, &spec).await?;
+    let taken = take(shared, &spec).await?;
     let mut d = shared.lock();
     match check(&d, &spec, &lines) {
         Ok(Some(existing)) if existing == name => {}

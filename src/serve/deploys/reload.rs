@@ -20,7 +20,7 @@ pub async fn reload(shared: &Shared) -> ReloadReply {
     for (app, path) in apps {
         let outcome = match tokio::fs::read_to_string(&path).await {
             Ok(text) => {
-                let req = ApplyRequest { path: path.display().to_string(), text, now: false };
+                let req = ApplyRequest { path: path.display().to_string(), text, now: false, keep_rollback: true };
                 crate::serve::deploys::deploy::apply(shared, req).await.map(|done| done.message).map_err(|e| e.to_string())
             }
             Err(e) => Err(format!("cannot read {} ({e}); if it moved, apply it from where it is now", path.display())),
