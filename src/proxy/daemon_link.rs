@@ -86,26 +86,45 @@ impl DaemonLink {
         let name = app.to_string();
         tracing::info!(app = %name, "asking the daemon to wake {name}");
         tokio::spawn(async move {
-            let path = crate::wire::api_client::routes::wake(&name);
-            // The daemon answers by the app's request-timeout itself; the
-            // margins only cover it being slow to.
-            let ask = crate::wire::uds::request(&sock, Method::POST, &path, None, limit + Duration::from_secs(5));
-            let outcome = match tokio::time::timeout(limit + Duration::from_secs(1), ask).await {
-                Ok(Ok((status, _))) if status.is_success() => WakeAnswer::Awake,
-                Ok(Ok((StatusCode::GATEWAY_TIMEOUT, _))) => WakeAnswer::TimedOut,
-                Ok(Ok((status, body))) => {
-                    tracing::warn!(app = %name, "the daemon could not wake it ({status}): {}", String::from_utf8_lossy(&body));
-                    WakeAnswer::Failed
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(app = %name, "cannot ask the daemon for a wake: {e:#}");
-                    WakeAnswer::Failed
-                }
-                Err(_) => WakeAnswer::TimedOut,
-            };
+            let outcome = ask_until_answered(&sock, &name, limit).await;
             tx.send_replace(Some(outcome));
         });
         rx
+    }
+}
+
+/// How often a wake is asked again while the daemon does not answer.
+const ASK_AGAIN: Duration = Duration::from_millis(200);
+
+/// Asks the daemon for the wake of `name` and waits for its answer, up to
+/// `limit`. A daemon that does not answer at all (an upgrade restarts it:
+/// its socket is gone or refuses) is asked again until then, so a visitor
+/// who comes meanwhile is held, not told the app could not be woken.
+async fn ask_until_answered(sock: &std::path::Path, name: &str, limit: Duration) -> WakeAnswer {
+    let path = crate::wire::api_client::routes::wake(name);
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        // The daemon answers by the app's request-timeout itself; the
+        // margins only cover it being slow to.
+        let ask = crate::wire::uds::request(sock, Method::POST, &path, None, left + Duration::from_secs(5));
+        match tokio::time::timeout(left + Duration::from_secs(1), ask).await {
+            Ok(Ok((status, _))) if status.is_success() => return WakeAnswer::Awake,
+            Ok(Ok((StatusCode::GATEWAY_TIMEOUT, _))) => return WakeAnswer::TimedOut,
+            Ok(Ok((status, body))) => {
+                tracing::warn!(app = %name, "the daemon could not wake it ({status}): {}", String::from_utf8_lossy(&body));
+                return WakeAnswer::Failed;
+            }
+            Ok(Err(e)) if left > ASK_AGAIN => {
+                tracing::debug!(app = %name, "the daemon does not answer a wake ({e:#}); asking again");
+                tokio::time::sleep(ASK_AGAIN).await;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(app = %name, "cannot ask the daemon for a wake: {e:#}");
+                return WakeAnswer::TimedOut;
+            }
+            Err(_) => return WakeAnswer::TimedOut,
+        }
     }
 }
 

@@ -52,3 +52,24 @@ async fn a_wake_that_fails_is_a_503() {
     assert_eq!(a.status, 503, "{a:?}");
     assert!(a.body.contains("web did not start"), "{a:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_wake_asked_while_the_daemon_restarts_waits_for_it() {
+    // An upgrade restarts shinyctl-api: for a moment nothing answers on its
+    // socket. A visitor waking the app then is held, not sent away with
+    // "could not be woken", and the wake is asked again until it answers.
+    let mut rig = start(|port| table(port, LbPolicy::LeastConn, true, 30_000, &[])).await;
+    let sock = rig._dir.path().join("api.sock");
+    std::fs::remove_file(&sock).unwrap();
+    let held = tokio::spawn(get(rig.port, None));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!held.is_finished(), "held while no daemon answers");
+    rig.daemon = Daemon::serve(&sock);
+    let wake = rig.daemon.next().await;
+    assert_eq!(wake.path, "/v1/apps/web/wake");
+    let (one, _) = backend(1).await;
+    rig.proxy.push(table(rig.port, LbPolicy::LeastConn, false, 30_000, &[(1, one, Role::Active)])).await;
+    wake.answer.send(StatusCode::OK).unwrap();
+    let a = held.await.unwrap();
+    assert_eq!((a.status, a.copy()), (200, 1), "{a:?}");
+}
