@@ -25,7 +25,7 @@ use std::time::Duration;
 
 /// Past this size the copy's output is dropped until the daemon rotates
 /// the log (it rotates at `LOG_ROTATE_BYTES`, every few seconds).
-pub const LOG_MAX_BYTES: u64 = 2 * crate::serve::LOG_ROTATE_BYTES;
+pub const LOG_MAX_BYTES: u64 = 2 * crate::wire::launch::LOG_ROTATE_BYTES;
 
 /// A line longer than this is ended there; the rest is the next line.
 pub const LINE_MAX_BYTES: usize = 64 * 1024;

@@ -59,8 +59,7 @@ pub use event_loop::run;
 
 /// How often the cycle runs when nothing happens.
 pub const TICK: Duration = Duration::from_secs(5);
-/// Copy logs rotate past this size.
-pub const LOG_ROTATE_BYTES: u64 = 1 << 30;
+pub use crate::wire::launch::LOG_ROTATE_BYTES;
 
 /// Something happened: the cycle runs at once for the app it names.
 #[derive(Debug)]

@@ -6,6 +6,7 @@
 //! daemon stops the copy past it.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::helpers::*;
@@ -21,7 +22,11 @@ lines <- c(
   hidden40 = "mkdir -m 0700 \"$SHINYCTL_SCRATCH/hidden\" && dd if=/dev/zero of=\"$SHINYCTL_SCRATCH/hidden/big\" bs=1M count=40 conv=fsync 2>&1",
   tmp40 = "dd if=/dev/zero of=/tmp/big bs=1M count=40 conv=fsync 2>&1",
   shm40 = "rm -f /tmp/big; dd if=/dev/zero of=/dev/shm/big bs=1M count=40 conv=fsync 2>&1",
-  ls = "ls -A \"$SHINYCTL_SCRATCH\" /tmp /dev/shm"
+  ls = "ls -A \"$SHINYCTL_SCRATCH\" /tmp /dev/shm",
+  # Written, deleted and held open by a process left running: no path reaches it.
+  unlinked40 = "(exec 3>/tmp/gone; dd if=/dev/zero bs=1M count=40 conv=fsync >&3 2>/dev/null; rm -f /tmp/gone; exec sleep 600) >/dev/null 2>&1 &",
+  # 300 MB in a memfd, written 10 MB at a time, never mapped: in no resident set.
+  memfd300 = "/usr/bin/python3 -c 'import os, time\nf = os.memfd_create(\"m\")\nfor _ in range(30): os.write(f, bytes(10 << 20))\ntime.sleep(600)' >/dev/null 2>&1 &"
 )
 ui <- function(req) {
   what <- parseQueryString(req$QUERY_STRING)$run
@@ -205,6 +210,41 @@ fn a_daemon_that_is_not_root_stops_a_copy_past_its_disk_size_and_says_why() {
     });
     wait_gone(second, Duration::from_secs(30), "the copy started on its full disk to be stopped again");
     assert!(env.record(&app, 1).unwrap()["crashes"].as_u64().unwrap_or(0) >= 2, "{:?}", env.record(&app, 1));
+}
+
+#[test]
+fn a_daemon_that_is_not_root_counts_what_a_copy_deleted_but_holds_and_its_memfds() {
+    // Without a filesystem or a cgroup of the copy's own the watches keep
+    // the limits; a file deleted while held open, and a memfd, are in no
+    // folder's walk and no process's resident memory. A daemon without
+    // subordinate ids (nobody): its copies run as its own user, whose
+    // descriptors it may read. (With subordinate ids it may not: README,
+    // "Limits".)
+    let env = Env::new("diskheld");
+    let (disk_app, mem_app) = (unique("diskheld"), unique("memfdheld"));
+    let (disk_port, mem_port) = (free_port(), free_port());
+    let disk = env.app_running(DISK_R, &disk_app, disk_port, "warm-replicas: 0\nidle-timeout: 0\nsandbox:\n  disk: 20M\n");
+    let mem = env.app_running(DISK_R, &mem_app, mem_port, "warm-replicas: 0\nidle-timeout: 0\nsandbox:\n  memory: 400M\n");
+    assert!(Command::new("chown").args(["-R", "65534:65534"]).arg(&env.dir).status().unwrap().success());
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin(), "serve"]);
+    env.start_daemon(cmd);
+    env.apply(&disk);
+    env.apply(&mem);
+    for (app, port, what, why) in
+        [(&disk_app, disk_port, "unlinked40", "(over its disk size)"), (&mem_app, mem_port, "memfd300", "(over its memory limit)")]
+    {
+        env.wait_roles(app, "1:active", Duration::from_secs(60));
+        let first = env.pid_of(app, 1);
+        let (status, out) = run(port, what);
+        assert_eq!(status, 0, "{what}: {out}");
+        wait_gone(first, Duration::from_secs(30), &format!("{app}: the copy past its limit through {what} to be stopped"));
+        let log = wait_until(Duration::from_secs(10), "the copy's log to say why", || {
+            let log = std::fs::read_to_string(env.home().join("logs").join(format!("default-{app}.log"))).ok()?;
+            log.contains(why).then_some(log)
+        });
+        assert!(log.contains(why), "{log}");
+    }
 }
 
 /// The cgroup folders of shinyctl's that a process is in (v1: one a

@@ -2,7 +2,8 @@
 //! daemon that is not root, or a root daemon that could not give a copy a
 //! filesystem of its own; README, "The fence"): every [`WATCH_EVERY`] the
 //! watched copies' scratch, /tmp and /dev/shm folders are summed off the
-//! lock, on a blocking thread, and a copy past its size is stopped. Its exit
+//! lock, on a blocking thread, with the files its processes deleted and
+//! hold open, and a copy past its size is stopped. Its exit
 //! carries the stop, so status and the copy's log say why.
 
 use std::path::PathBuf;
@@ -112,6 +113,9 @@ pub fn spawn_watch(shared: Shared) {
                 _ => None,
             };
             let over = tokio::task::spawn_blocking(move || {
+                // Files the copy deleted while it holds them open take disk
+                // that no walk of its folders finds.
+                let processes = crate::sys::procfs::Processes::read();
                 watched
                     .into_iter()
                     .filter(|w| !crate::sys::disk::is_mount_point(&w.folders[0]))
@@ -119,7 +123,8 @@ pub fn spawn_watch(shared: Shared) {
                         let u = subordinate
                             .and_then(|r| crate::wire::reclaim::measure(&w.folders, w.started_ms, r).ok())
                             .unwrap_or_else(|| usage(&w.folders, w.started_ms));
-                        (DiskStop { used: u.used, limit: w.limit }, u.before, w)
+                        let hidden = processes.tree_held(w.pid).deleted_bytes;
+                        (DiskStop { used: u.used + hidden, limit: w.limit }, u.before, w)
                     })
                     .collect::<Vec<_>>()
             })

@@ -244,11 +244,14 @@ fn over_limit(cgroups: &Cgroups, watched: Vec<Watched>) -> Vec<(Watched, MemoryS
 /// The memory of copy `pid`'s process tree as the watch counts it: its
 /// resident memory while that is within `limit` (0.02 ms a process, read
 /// every [`WATCH_EVERY`]), else its proportional share, which is never
-/// more (about 1 ms a process: read only for a copy that may be over).
+/// more (about 1 ms a process: read only for a copy that may be over);
+/// and in both, its memfds, which no process's resident memory shows
+/// until mapped (`procfs::Held`).
 fn tree_memory(processes: &procfs::Processes, pid: u32, limit: u64) -> Option<u64> {
-    match processes.tree_rss_bytes(pid)? {
-        rss if rss <= limit => Some(rss),
-        _ => processes.tree_mem_bytes(pid),
+    let memfds = processes.tree_held(pid).memfd_bytes;
+    match processes.tree_rss_bytes(pid)? + memfds {
+        used if used <= limit => Some(used),
+        _ => Some(processes.tree_mem_bytes(pid)? + memfds),
     }
 }
 

@@ -290,9 +290,11 @@ impl Processes {
     }
 }
 
+mod held;
 mod mounts;
 mod sockets;
 
+pub use held::Held;
 pub use mounts::{mounts, parse_mountinfo, Mount};
 pub use sockets::{listening, listening_by_port, listening_inodes, owner_among, port_holders, port_owned_by, Holder, Listening, PortOwner};
 #[cfg(test)]

@@ -10,6 +10,10 @@
 //! this binary with it (`Launch::command`), and reads back what the
 //! launcher wrote.
 
+/// Copy logs rotate past this size (the daemon); the launcher's pump drops
+/// a copy's output past twice it (README, "Logs").
+pub const LOG_ROTATE_BYTES: u64 = 1 << 30;
+
 pub mod fences;
 mod legacy;
 pub mod report;
