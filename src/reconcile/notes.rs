@@ -67,10 +67,15 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
         }
         return out;
     }
-    let redeploying = state
-        .copies
-        .iter()
-        .any(|r| (r.revision != state.revision || r.settings != settings) && r.drain_started_ms.is_none() && r.stop_started_ms.is_none());
+    let old_copies = || {
+        state.copies.iter().filter(|r| {
+            (r.revision != state.revision || r.settings != settings) && r.drain_started_ms.is_none() && r.stop_started_ms.is_none()
+        })
+    };
+    let redeploying = old_copies().next().is_some();
+    // Whether the version before serves: one of its copies is ready.
+    let old_serving =
+        old_copies().any(|r| matches!(observed.copies.get(&r.copy).map(|s| s.process), Some(Process::Running { ready: true })));
     for rec in &state.copies {
         let seen = observed.copies.get(&rec.copy);
         let ready = matches!(seen.map(|s| s.process), Some(Process::Running { ready: true }));
@@ -110,7 +115,8 @@ pub fn notes(spec: &AppSpec, state: &AppState, observed: &Observed, now_ms: u64,
         } else if rec.crashes > 0 && !ready {
             let exit = rec.last_exit.map(|e| e.describe()).unwrap_or_else(|| "exited".into());
             let lead = if current && redeploying {
-                format!("{name}: copy {} doesn't start: it {exit} ({times}); the old copies keep serving.", rec.copy)
+                let meanwhile = if old_serving { "the old copies keep serving" } else { "no version serves meanwhile" };
+                format!("{name}: copy {} doesn't start: it {exit} ({times}); {meanwhile}.", rec.copy)
             } else {
                 format!("{name}: copy {} is crash-looping: it {exit} ({times}).", rec.copy)
             };

@@ -57,6 +57,14 @@ fn a_broken_edit_deployed_to_a_sleeping_app_never_reaches_a_visitor_and_wait_say
     let out = env.ok(&["restart", &app, "--wait=90s"]);
     assert!(out.contains("the app sleeps on it"), "{out}");
     assert_eq!(version_served(port), "v2", "it wakes with the checked version");
+    // Stopped while asleep: no copy to stop, and it says so.
+    env.wait_asleep(&app, Duration::from_secs(90));
+    wait_until(Duration::from_secs(30), "the sleeping copies' processes to end", || {
+        env.copies(&app).iter().all(|c| c.pid.is_none()).then_some(())
+    });
+    let out = env.ok(&["stop", &app]);
+    assert!(out.contains(&format!("{app}: asleep, no copy runs; port {port} stays held")), "{out}");
+    env.ok(&["start", &app]);
 
     // Asleep again, another good edit, checked the same way; and one more
     // while it sleeps on that one, never woken in between.

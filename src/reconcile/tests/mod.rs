@@ -736,3 +736,18 @@ fn a_stop_and_start_during_a_broken_deploy_run_the_version_that_served_beside_it
     sim.at(41).cycle();
     assert_eq!(sim.state.held_version, None, "nothing older served");
 }
+
+#[test]
+fn a_broken_deploy_while_the_version_before_is_down_says_none_serves() {
+    // The old copy crashed too: "the old copies keep serving" would be a
+    // promise nobody keeps.
+    let mut sim = Sim::new(1, 0);
+    sim.at(0).cycle().ready(&[1]).cycle();
+    sim.at(10).restart(false).cycle();
+    sim.at(11).exits(2, Some(1), None).kill(1).cycle();
+    let notes = sim.notes();
+    assert!(
+        notes.iter().any(|n| n.starts_with("hello: copy 2 doesn't start: it exited with status 1 (once); no version serves meanwhile.")),
+        "{notes:?}"
+    );
+}

@@ -33,15 +33,20 @@ impl Daemon {
         if app.recorded.state.stopped_since_ms.is_some() {
             return Ok(Done::said(format!("{name}: already stopped; `shinyctl start {name}` starts it.")));
         }
+        let asleep = app.recorded.state.asleep_since_ms.is_some();
         app.recorded.state.stopped_since_ms = Some(crate::serve::now_ms());
         app.recorded.state.stop_now = true;
         let copies = app.recorded.state.copies.iter().filter(|r| r.pid.is_some()).count();
         state_files::record(&app.recorded, &mut app.tracked);
         let port = app.recorded.spec.route.port;
         self.changed(name);
+        let what = match copies {
+            0 if asleep => "asleep, no copy runs".to_string(),
+            1 => "stopping 1 copy".to_string(),
+            n => format!("stopping {n} copies"),
+        };
         Ok(Done::said(format!(
-            "{name}: stopping {copies} {}; port {port} stays held and answers that {name} is stopped. `shinyctl start {name}` starts it again.",
-            if copies == 1 { "copy" } else { "copies" }
+            "{name}: {what}; port {port} stays held and answers that {name} is stopped. `shinyctl start {name}` starts it again."
         )))
     }
 
@@ -82,11 +87,13 @@ impl Daemon {
     /// they are gone. Deleting again with `now` hurries a delete that drains.
     pub(in crate::serve) fn delete(&mut self, name: &str, now: bool) -> Result<Done, ServeError> {
         let app = self.apps.get_mut(name).ok_or_else(|| ServeError::NoSuchApp(name.to_string()))?;
-        if app.recorded.deleting && !now {
+        if app.recorded.deleting && (!now || app.recorded.state.stop_now) {
             let running = app.recorded.state.copies.iter().filter(|r| r.pid.is_some()).count();
-            return Ok(Done::said(format!(
-                "{name}: already being deleted; {running} of its copies still run until their sessions end (`shinyctl delete {name} --now` stops them now)."
-            )));
+            return Ok(Done::said(if app.recorded.state.stop_now {
+                format!("{name}: already being deleted; {running} of its copies are being stopped now.")
+            } else {
+                format!("{name}: already being deleted; {running} of its copies still run until their sessions end (`shinyctl delete {name} --now` stops them now).")
+            }));
         }
         app.recorded.deleting = true;
         app.recorded.state.stop_now = now;

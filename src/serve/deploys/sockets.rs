@@ -191,6 +191,11 @@ fn shinyctl_role(cmdline: &str) -> Option<&'static str> {
 /// another shinyctl home by its SHINYCTL_HOME, its load balancer first,
 /// or each other program by PID and command line.
 fn in_use(port: u16, holders: &[procfs::Holder]) -> String {
+    if holders.is_empty() && nix::unistd::geteuid().is_root() {
+        return format!(
+            "port {port} is already in use (`ss -ltnp 'sport = :{port}'` names what holds it). Pick another port, or stop that program"
+        );
+    }
     if holders.is_empty() {
         return format!(
             "port {port} is already in use by a process of another user, which this user cannot see \
