@@ -132,7 +132,7 @@ pub fn take(src: &Source, dest: &Path, limit: u64) -> Result<Pending, SnapshotEr
     if !root.is_dir() {
         return Err(SnapshotError::NotAFolder(src.dir.clone()));
     }
-    let walk = Walk { leave_out: src.leave_out.iter().map(|p| canonical_or_same(p)).collect() };
+    let walk = Walk { leave_out: src.leave_out.iter().map(|p| canonical_or_same(p)).collect(), root: root.clone() };
     let sizes = walk.top_sizes(&root)?;
     let total: u64 = sizes.iter().map(|(_, s)| s).sum();
     if total > limit {
@@ -190,6 +190,8 @@ struct Count {
 struct Walk {
     /// Canonical paths left out.
     leave_out: HashSet<PathBuf>,
+    /// working-dir, canonical.
+    root: PathBuf,
 }
 
 impl Walk {
@@ -255,6 +257,22 @@ impl Walk {
         }
     }
 
+    /// What symlink `link` (pointing at `target`) points at in the release:
+    /// the same, unless it is relative and leads out of working-dir (a
+    /// shared folder beside the app, `../shared`), which the release's own
+    /// place would break: then the absolute path it leads to now, as R
+    /// started in working-dir would have found it. A link that leads
+    /// nowhere stays as it is.
+    fn link_in_release(&self, link: &Path, target: PathBuf) -> PathBuf {
+        if target.is_absolute() {
+            return target;
+        }
+        match fs::canonicalize(link) {
+            Ok(real) if !real.starts_with(&self.root) => real,
+            _ => target,
+        }
+    }
+
     /// Copies a folder's release entries into `dst` (created here), then
     /// gives `dst` the mode of `src` (last, so a read-only folder can be
     /// filled first).
@@ -270,6 +288,7 @@ impl Walk {
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                     Err(e) => return Err(io_error("read the symlink", &path)(e)),
                 };
+                let target = self.link_in_release(&path, target);
                 std::os::unix::fs::symlink(&target, &to).map_err(io_error("create the symlink", &to))?;
                 count.files += 1;
             } else if t.is_file() {
@@ -329,6 +348,21 @@ mod tests {
     }
 
     #[test]
+    fn a_relative_symlink_out_of_working_dir_points_where_it_led() {
+        // `app/shared -> ../shared`: from the release's own place it would
+        // lead nowhere; R started in working-dir would have found it.
+        let t = Tmp::new("linkout");
+        let app = t.0.join("app");
+        fs::create_dir_all(&app).unwrap();
+        fs::create_dir_all(t.0.join("shared")).unwrap();
+        fs::write(t.0.join("shared/data.csv"), "x,y").unwrap();
+        std::os::unix::fs::symlink("../shared", app.join("shared")).unwrap();
+        let dir = take(&source(&app, &[]), &t.0.join("releases/r1"), 1 << 20).unwrap().commit().unwrap();
+        assert_eq!(fs::read_link(dir.join("shared")).unwrap(), t.0.join("shared").canonicalize().unwrap());
+        assert_eq!(fs::read_to_string(dir.join("shared/data.csv")).unwrap(), "x,y");
+    }
+
+    #[test]
     fn copies_files_and_folders_keeps_symlinks_and_leaves_out_vcs_and_the_state_file() {
         let t = Tmp::new("copy");
         let app = t.0.join("app");
@@ -359,6 +393,7 @@ mod tests {
             "a dangling symlink is kept as it is"
         );
         assert_eq!(fs::read_to_string(dir.join("helpers.R")).unwrap(), "h", "a relative symlink points inside the release");
+        assert_eq!(fs::read_link(dir.join("helpers.R")).unwrap(), Path::new("R/helpers.R"), "and stays relative");
         assert_eq!(fs::metadata(dir.join("app.R")).unwrap().permissions().mode() & 0o777, 0o640);
 
         fs::write(app.join("app.R"), "v2").unwrap();

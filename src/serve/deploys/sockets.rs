@@ -162,7 +162,7 @@ fn short_reason(e: &io::Error) -> String {
 /// low port, the addresses for one not on this machine.
 pub fn explain(host: &str, port: u16, e: &io::Error) -> String {
     match e.raw_os_error() {
-        Some(libc::EADDRINUSE) => in_use(port, &procfs::port_holders(port)),
+        Some(libc::EADDRINUSE) => in_use(port, &procfs::port_holders(port), nix::unistd::geteuid().is_root()),
         Some(libc::EACCES) | Some(libc::EPERM) => low_port(port),
         Some(libc::EADDRNOTAVAIL) => format!(
             "host {host} is not an address of this machine, so nothing can listen on {host}:{port}. \
@@ -187,11 +187,12 @@ fn shinyctl_role(cmdline: &str) -> Option<&'static str> {
     }
 }
 
-/// Port `port` is in use by `holders` (as far as /proc lets this user see):
+/// Port `port` is in use by `holders` (as far as /proc lets this user see;
+/// `root` sees every process):
 /// another shinyctl home by its SHINYCTL_HOME, its load balancer first,
 /// or each other program by PID and command line.
-fn in_use(port: u16, holders: &[procfs::Holder]) -> String {
-    if holders.is_empty() && nix::unistd::geteuid().is_root() {
+fn in_use(port: u16, holders: &[procfs::Holder], root: bool) -> String {
+    if holders.is_empty() && root {
         return format!(
             "port {port} is already in use (`ss -ltnp 'sport = :{port}'` names what holds it). Pick another port, or stop that program"
         );
@@ -300,6 +301,7 @@ mod tests {
                 h(11, "/usr/bin/shinyctl proxy", Some("/srv/a")),
                 h(12, "nginx: master", None),
             ],
+            false,
         );
         assert_eq!(
             text,
@@ -307,7 +309,9 @@ mod tests {
              (pid 11, /usr/bin/shinyctl proxy) and its daemon (pid 10, /usr/bin/shinyctl serve); pid 12 (nginx: master) \
              listens on it. Pick another port, or remove the app that has it there (`SHINYCTL_HOME=/srv/a shinyctl status` lists it)"
         );
-        assert!(in_use(8080, &[]).contains("another user"));
+        assert!(in_use(8080, &[], false).contains("another user"));
+        // Root sees every process: none found is no other user's.
+        assert!(!in_use(8080, &[], true).contains("another user"));
     }
 
     #[test]
