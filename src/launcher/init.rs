@@ -4,14 +4,15 @@
 //! child, answers the copy's `bind` and `listen` (`ports.rs`: the process
 //! that becomes R sends it the filter's listener), and when R ends tells
 //! the host-side launcher how (R's wait status, through a pipe) and exits.
-//! The kernel ends whatever is left in the namespace when it exits.
+//! The kernel ends whatever is left in the namespace when it exits. It
+//! ends R, and itself, when the launcher goes (`launcher_gone`).
 //!
 //! The process that becomes R sets its user (run-as), takes the filter's
 //! fences (the marked spot in [`become_r`]), sends the fences to the
 //! host-side launcher and execs R.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -91,7 +92,9 @@ pub fn run(mut init: Init) -> ! {
             std::process::exit(EXIT_LAUNCH_FAILED);
         }
     };
-    rearm_parent_death();
+    if !rearm_parent_death(done.as_fd()) {
+        std::process::exit(EXIT_LAUNCH_FAILED);
+    }
     // The way the listener of R's bind and listen comes back (`ports`).
     let (sup, sup_child) = match supervision_pair() {
         Ok(p) => p,
@@ -116,7 +119,7 @@ pub fn run(mut init: Init) -> ! {
     drop((ready, sup_child));
     let listener = super::ports::receive(&sup);
     drop(sup);
-    let end = wait_for(r, listener, init.launch.port);
+    let end = wait_for(r, listener, init.launch.port, Some(done.as_fd()));
     let mut done = std::fs::File::from(done);
     let _ = done.write_all(end.as_bytes());
     std::process::exit(match end.split_once(' ') {
@@ -126,21 +129,38 @@ pub fn run(mut init: Init) -> ! {
     })
 }
 
+/// Sets the init's parent-death signal again once `world` has made it the
+/// copy's user: a change of credentials clears it (prctl(2)), and without
+/// it an init whose launcher (or, claimed, the zygote's fork) is killed
+/// outright (the daemon's memory or disk watch, `kill -9`) would outlive
+/// it, with nobody to end it. `false` when the launcher is already gone
+/// (`link`: see [`launcher_gone`]): its end, and the fork's, came while the
+/// signal was cleared, so none will come, and the init must end itself.
+pub(super) fn rearm_parent_death(link: BorrowedFd) -> bool {
+    // SAFETY: prctl with constant arguments.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    // Set first, then looked: a launcher that ends after the look ends the
+    // parent after the signal is set (the fork goes only once the
+    // launcher has; a cold init's parent is the launcher).
+    !launcher_gone(link)
+}
+
+/// Whether the copy's launcher has ended, however it ended: `link` is the
+/// init's end of what joins them (a claimed copy's connection to its
+/// launcher, a hang-up once the launcher's end is closed; a cold copy's
+/// `done` pipe, broken once its one reader, the launcher, is gone).
+pub(super) fn launcher_gone(link: BorrowedFd) -> bool {
+    let mut pfd = libc::pollfd { fd: link.as_raw_fd(), events: 0, revents: 0 };
+    // SAFETY: poll on one pollfd, without waiting.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0
+}
+
 /// Makes the copy's world inside its new namespaces, in its PID 1 (the
 /// init, or a claimed copy's init, `claim`): the run-as user (before the
 /// mounts, so what is made is theirs), the hostname, and the root built
 /// from `sources` (which it closes). Returns the folders as the copy sees
 /// them; an error is a copy that must not start.
-/// Sets the init's parent-death signal again once `world` has made it the
-/// copy's user: a change of credentials clears it (prctl(2)), and without
-/// it an init whose launcher (or, claimed, the zygote's fork) is killed
-/// outright (the daemon's memory or disk watch, `kill -9`) would outlive
-/// it, with nobody to end it.
-pub(super) fn rearm_parent_death() {
-    // SAFETY: prctl with constant arguments.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-}
-
 pub(super) fn world(
     launch: &Launch,
     plan: &RootPlan,
@@ -189,20 +209,26 @@ pub fn supervision_pair() -> nix::Result<(OwnedFd, OwnedFd)> {
 
 /// Forwards signals to R, reaps every child until R ends and, with a
 /// `listener`, answers the copy's `bind` and `listen` (`ports`, for the
-/// copy on `port`); returns R's end as `exit N` or `signal N`.
-pub fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16) -> String {
+/// copy on `port`); returns R's end as `exit N` or `signal N`. With a
+/// `link` to the launcher (an init's, see [`launcher_gone`]), R is killed
+/// once the launcher has ended: the init's parent-death signal alone may
+/// never come (see [`rearm_parent_death`]), and a copy nobody supervises
+/// must not run on.
+pub fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16, link: Option<BorrowedFd>) -> String {
     let mut told = false;
     let set = super::signals::forwarded_signals();
-    // Signals through a descriptor, so one poll waits for both.
-    let mut signals = nix::sys::signalfd::SignalFd::with_flags(&set, nix::sys::signalfd::SfdFlags::SFD_CLOEXEC).ok();
+    // Signals through a descriptor, so one poll waits for all.
+    let signals = nix::sys::signalfd::SignalFd::with_flags(&set, nix::sys::signalfd::SfdFlags::SFD_CLOEXEC).ok();
     loop {
-        let sig = match (&listener, &mut signals) {
-            (Some(l), Some(sfd)) => match ready(l, sfd) {
+        let sig = match &signals {
+            Some(sfd) => match ready(listener.as_ref(), sfd, link) {
                 Ready::Call => {
-                    match super::ports::answer(l, port) {
-                        super::ports::Answered::Gone => listener = None,
-                        super::ports::Answered::Listening => tell_listening(&mut told),
-                        super::ports::Answered::Call => {}
+                    if let Some(l) = &listener {
+                        match super::ports::answer(l, port) {
+                            super::ports::Answered::Gone => listener = None,
+                            super::ports::Answered::Listening => tell_listening(&mut told),
+                            super::ports::Answered::Call => {}
+                        }
                     }
                     continue;
                 }
@@ -210,6 +236,7 @@ pub fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16) -> String {
                     listener = None;
                     continue;
                 }
+                Ready::LauncherGone => return without_launcher(r),
                 Ready::Signal => match sfd.read_signal() {
                     Ok(Some(info)) => match Signal::try_from(info.ssi_signo as i32) {
                         Ok(s) => s,
@@ -218,9 +245,10 @@ pub fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16) -> String {
                     _ => continue,
                 },
             },
-            _ => match set.wait() {
-                Ok(s) => s,
-                Err(_) => continue,
+            None => match wait_a_second(&set) {
+                Some(s) => s,
+                None if link.is_some_and(launcher_gone) => return without_launcher(r),
+                None => continue,
             },
         };
         if sig != Signal::SIGCHLD {
@@ -274,6 +302,22 @@ fn tell_listening(told: &mut bool) {
     let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&before), None);
 }
 
+/// R's end when the launcher is gone: killed at once (the init's exit, as
+/// its PID namespace's PID 1, would end it too).
+fn without_launcher(r: Pid) -> String {
+    let _ = kill(r, Signal::SIGKILL);
+    format!("signal {}", Signal::SIGKILL as i32)
+}
+
+/// Waits up to a second for one of `set` (blocked), where no signalfd
+/// could be had: `None` when none came, so the launcher is looked at.
+fn wait_a_second(set: &nix::sys::signal::SigSet) -> Option<Signal> {
+    let timeout = libc::timespec { tv_sec: 1, tv_nsec: 0 };
+    // SAFETY: sigtimedwait with a valid set, no info wanted, and a timeout.
+    let n = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &timeout) };
+    Signal::try_from(n).ok()
+}
+
 /// What woke the init.
 enum Ready {
     /// A `bind` or `listen` waits for its answer.
@@ -282,16 +326,21 @@ enum Ready {
     Signal,
     /// No process is under the filter any more.
     Gone,
+    /// The launcher has ended (see [`launcher_gone`]).
+    LauncherGone,
 }
 
-/// Waits until the listener or the signals have something.
-fn ready(listener: &OwnedFd, signals: &nix::sys::signalfd::SignalFd) -> Ready {
+/// Waits until the listener (if any), the signals or the link to the
+/// launcher (if any) have something.
+fn ready(listener: Option<&OwnedFd>, signals: &nix::sys::signalfd::SignalFd, link: Option<BorrowedFd>) -> Ready {
+    // poll skips an entry whose fd is negative.
     let mut fds = [
-        libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: listener.map_or(-1, |l| l.as_raw_fd()), events: libc::POLLIN, revents: 0 },
         libc::pollfd { fd: signals.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: link.map_or(-1, |l| l.as_raw_fd()), events: 0, revents: 0 },
     ];
     loop {
-        // SAFETY: poll on two pollfds of the array passed.
+        // SAFETY: poll on the pollfds of the array passed.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
         if n < 0 {
             continue;
@@ -299,6 +348,9 @@ fn ready(listener: &OwnedFd, signals: &nix::sys::signalfd::SignalFd) -> Ready {
         // Signals first: R's end must not wait behind a stream of calls.
         if fds[1].revents & libc::POLLIN != 0 {
             return Ready::Signal;
+        }
+        if fds[2].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+            return Ready::LauncherGone;
         }
         if fds[0].revents & libc::POLLIN != 0 {
             return Ready::Call;

@@ -348,7 +348,7 @@ fn direct(launch: &Launch, report: Option<report::Writer>, mut fences: Fences, w
                 let isolation = isolation_of(&told.fences, launch.start.sandbox.mode, host::user_name(who));
                 report.write(&isolation, u32::try_from(child.as_raw()).ok(), told.refused.as_deref());
             }
-            let told = init::wait_for(child, listener, launch.port);
+            let told = init::wait_for(child, listener, launch.port, None);
             host::end_orphans();
             host::mirror(&told, nix::sys::wait::WaitStatus::Exited(child, EXIT_LAUNCH_FAILED))
         }

@@ -12,9 +12,11 @@
 //! (`init::world`) and forks the copy's R: the process that takes the
 //! copy's user, fences and environment ([`super::finish`]) and returns to
 //! R, which runs the app (`claim::r_program`). The fork stays the init's
-//! parent and goes, killing the copy, if the launcher goes.
+//! parent and goes, killing the copy, if the launcher goes; the init also
+//! watches the connection itself (`init::launcher_gone`), for a launcher
+//! that goes while its parent-death signal is cleared.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
 use nix::sys::signal::{SigSet, SigmaskHow};
@@ -257,7 +259,12 @@ fn init(conn: OwnedFd, claim: Claim, launch: Launch, sources: Vec<(PathBuf, Owne
         Ok(seen) => seen,
         Err(e) => fail(&e),
     };
-    super::init::rearm_parent_death();
+    // The launcher gone while the world was made (the disk or memory
+    // watch's kill, soon after a start): its fork went without a signal
+    // to the init, and nothing else would end this copy.
+    if !super::init::rearm_parent_death(conn.as_fd()) {
+        end(EXIT_LAUNCH_FAILED);
+    }
     let (sup, sup_child) = match super::init::supervision_pair() {
         Ok(p) => p,
         Err(e) => fail(&format!("no socket pair for the copy's init: {e}")),
@@ -272,7 +279,7 @@ fn init(conn: OwnedFd, claim: Claim, launch: Launch, sources: Vec<(PathBuf, Owne
             drop(sup_child);
             let listener = super::ports::receive(&sup);
             drop(sup);
-            let how = super::init::wait_for(child, listener, launch.port);
+            let how = super::init::wait_for(child, listener, launch.port, Some(conn.as_fd()));
             let _ = claim::send(conn.as_raw_fd(), &Msg::End { how: how.clone() }, &[]);
             end(match how.split_once(' ') {
                 Some(("exit", n)) => n.parse().unwrap_or(EXIT_LAUNCH_FAILED),
