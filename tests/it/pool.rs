@@ -327,4 +327,196 @@ fn a_claimed_copy_still_starting_outlives_a_restart_of_the_daemon() {
     assert_eq!(env.pid_of(&app, 1), r, "the same R, adopted");
     let log = std::fs::read_to_string(env.home().join(format!("logs/default-{app}.log"))).unwrap();
     assert!(!log.contains("SIGPIPE") && !log.contains("ended at"), "{log}");
+
+/// The children of `pid`, of any of its threads (the zygote is R, with
+/// threads of its own).
+fn children(pid: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default();
+    tasks
+        .iter()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// The real uid of process `pid`.
+fn uid_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
+}
+
+/// The launcher of a copy of `app`: the child of the `daemon` whose
+/// command line names it (a cold copy's init, a child of the launcher, has
+/// the same command line).
+fn launcher_of(daemon: u32, app: &str) -> Option<u32> {
+    let app_arg = format!("\"app\":\"{app}\"");
+    children(daemon).into_iter().find(|&p| {
+        let c = cmdline(p);
+        c.contains(" launch ") && c.contains(&app_arg)
+    })
+}
+
+/// A copy's init caught while it makes the copy's world: a child of one of
+/// `parents()` (the zygote's forks; a cold copy's launcher) that has taken
+/// the app's own uid (which clears its parent-death signal) and has not
+/// forked R yet. It is held there ([`hold`]), and returned with its
+/// parent; `Err(init)` when R was forked before it could be (the init goes
+/// on).
+fn init_stopped_in_world(parents: &dyn Fn() -> Vec<u32>, daemon_uid: u32) -> Result<(u32, u32), u32> {
+    let deadline = std::time::Instant::now() + slow(Duration::from_secs(60));
+    while std::time::Instant::now() < deadline {
+        for parent in parents() {
+            for init in children(parent) {
+                if uid_of(init).is_none_or(|u| u == daemon_uid) {
+                    continue;
+                }
+                if !children(init).is_empty() {
+                    return Err(init);
+                }
+                let held = hold(init);
+                if held && children(init).is_empty() {
+                    return Ok((parent, init));
+                }
+                if held {
+                    release(init);
+                }
+                return Err(init);
+            }
+        }
+    }
+    panic!("no copy's init was seen making its world");
+}
+
+/// Holds process `pid` where it is: ptrace's interrupt, not SIGSTOP, whose
+/// stop would have the kernel send SIGHUP to the process once its group is
+/// orphaned (its leader, the launcher or the fork, killed), which would end
+/// R by accident. Called from the test's own thread, as [`release`] is.
+fn hold(pid: u32) -> bool {
+    let pid = pid as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: ptrace and waitpid on a process of this test's; the results are checked.
+    unsafe {
+        libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) == 0
+            && libc::ptrace(libc::PTRACE_INTERRUPT, pid, 0, 0) == 0
+            && libc::waitpid(pid, &mut status, libc::__WALL) == pid
+    }
+}
+
+/// Lets a process [`hold`] held go on (and reaps its end, when it ended
+/// held: the test, its tracer, is told first).
+fn release(pid: u32) {
+    let pid = pid as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: ptrace and waitpid on a process this thread traces.
+    unsafe {
+        libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0);
+        libc::waitpid(pid, &mut status, libc::__WALL | libc::WNOHANG);
+    }
+}
+
+/// Duplicates into the test the launcher's descriptors of the pipe its
+/// copy writes its log into (the init's standard error), so the pipe
+/// outlives the launcher: without a reader R would end at its first line
+/// (SIGPIPE), by accident, where another R (one that writes nothing, or
+/// whose output is held by a process of its own) runs on.
+fn hold_log_pipe(launcher: u32, init: u32) -> Vec<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let pipe = std::fs::read_link(format!("/proc/{init}/fd/2")).expect("the init's standard error");
+    // SAFETY: pidfd_open of a live process of this test's; the result is checked.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, launcher as libc::c_long, 0 as libc::c_long) } as i32;
+    assert!(pidfd >= 0, "pidfd_open of the launcher: {}", std::io::Error::last_os_error());
+    // SAFETY: a descriptor pidfd_open just gave us.
+    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(pidfd) };
+    let fds: Vec<i32> = std::fs::read_dir(format!("/proc/{launcher}/fd"))
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == pipe))
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    let held: Vec<_> = fds
+        .iter()
+        .filter_map(|&fd| {
+            use std::os::fd::AsRawFd;
+            // SAFETY: pidfd_getfd with a pidfd we hold; the result is checked.
+            let got =
+                unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd() as libc::c_long, fd as libc::c_long, 0 as libc::c_long) }
+                    as i32;
+            // SAFETY: a descriptor pidfd_getfd just gave us.
+            (got >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(got) })
+        })
+        .collect();
+    assert!(held.len() >= 2, "the launcher holds both ends of its copy's log pipe {pipe:?}: {fds:?}");
+    held
+}
+
+/// Kills `app`'s launcher (`kill`) while its init, a child of one of
+/// `parents()`, makes the copy's world, and checks the init ends rather
+/// than start R. The init is held ([`hold`]) in that window, between the
+/// change of uid that clears its parent-death signal and the signal set
+/// again, so the kill lands there every time; a start whose init is not
+/// caught in time is killed (outside the window, which the parent-death
+/// signal covers) and starts again.
+fn launcher_killed_while_the_world_is_made(
+    env: &Env,
+    app: &str,
+    (daemon, daemon_uid): (u32, u32),
+    parents: &dyn Fn() -> Vec<u32>,
+    kill: fn(u32),
+) {
+    let (parent, init, launcher) = (0..5)
+        .find_map(|_| {
+            let caught = init_stopped_in_world(parents, daemon_uid);
+            let launcher = wait_until(slow(Duration::from_secs(10)), "the copy's launcher", || launcher_of(daemon, app));
+            match caught {
+                Ok((parent, init)) => Some((parent, init, launcher)),
+                Err(init) => {
+                    signal_group(launcher, libc::SIGKILL);
+                    wait_gone(launcher, Duration::from_secs(15), &format!("{app}: the launcher of a start not caught to go"));
+                    wait_gone(init, Duration::from_secs(15), &format!("{app}: the init of a start not caught to go"));
+                    None
+                }
+            }
+        })
+        .unwrap_or_else(|| panic!("{app}: no init caught making its world in 5 starts"));
+    // Ended with the test, whatever happens.
+    env.track(init);
+    let _log = hold_log_pipe(launcher, init);
+    kill(launcher);
+    wait_gone(launcher, Duration::from_secs(15), &format!("{app}: the launcher to go"));
+    // A claimed copy's fork goes once its launcher has.
+    wait_gone(parent, Duration::from_secs(15), &format!("{app}: the init's parent to go"));
+    release(init);
+    wait_gone(init, Duration::from_secs(15), &format!("{app}: the copy's init to end, its launcher gone, rather than start R"));
+}
+
+#[test]
+fn a_copy_whose_launcher_is_killed_while_its_init_makes_the_world_leaves_no_process() {
+    // The disk watch of a daemon that is not root stops a copy past its
+    // disk size at its first look, 0 to 2 s after its start (the files are
+    // still there when it starts again): SIGKILL to the launcher's group,
+    // which may come while a claimed copy's init makes its world, after
+    // the app's own uid has cleared its parent-death signal and before it
+    // is set again. The fork then goes, and no signal reaches the init.
+    // A cold copy's init is in its launcher's group, but not when the
+    // launcher alone is killed.
+    let user = TestUser::create(None);
+    assert!(!user.subordinate_ids().is_empty(), "the daemon's user has subordinate ids");
+    let env = Env::new("poolwindow");
+    let claimed = env.app("claimedwindow", free_port(), "warm-replicas: 0\nidle-timeout: 0\n");
+    let cold = env.app("coldwindow", free_port(), "warm-replicas: 0\nidle-timeout: 0\npool: false\n");
+    let daemon = (env.start_daemon_as(&user), user.id("-u"));
+    let zygote = wait_pool_ready(&env);
+    env.apply(&claimed);
+    let forks = move || children(zygote);
+    launcher_killed_while_the_world_is_made(&env, "claimedwindow", daemon, &forks, |l| signal_group(l, libc::SIGKILL));
+    env.ok(&["stop", "claimedwindow"]);
+    env.apply(&cold);
+    let launchers = move || launcher_of(daemon.0, "coldwindow").into_iter().collect();
+    launcher_killed_while_the_world_is_made(&env, "coldwindow", daemon, &launchers, |l| signal(l, libc::SIGKILL));
 }
