@@ -327,6 +327,7 @@ fn a_claimed_copy_still_starting_outlives_a_restart_of_the_daemon() {
     assert_eq!(env.pid_of(&app, 1), r, "the same R, adopted");
     let log = std::fs::read_to_string(env.home().join(format!("logs/default-{app}.log"))).unwrap();
     assert!(!log.contains("SIGPIPE") && !log.contains("ended at"), "{log}");
+}
 
 /// The children of `pid`, of any of its threads (the zygote is R, with
 /// threads of its own).
