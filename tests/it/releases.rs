@@ -251,14 +251,15 @@ fn rollback_brings_the_previous_version_back_with_no_failed_request() {
     wait_version(port, "v2");
     let text = env.ok(&["status", "rb"]);
     assert!(!text.contains("rolled-back"), "{text}");
-    // keep-releases: 2: the current release and the newest other that
-    // served (v2, deployed after v1); v1 goes.
+    // keep-releases: 2: the current release and the newest other by deploy
+    // order: v1, which the rollback deployed after v2 (v2, rolled away
+    // from, goes; it is no rollback target either).
     wait_until(Duration::from_secs(30), "the unneeded release to be deleted", || {
         (listing(&app_releases_dir(&env, "rb")).len() == 2).then_some(())
     });
     let kept = listing(&app_releases_dir(&env, "rb"));
     let v2: Vec<&String> = dirs_before.iter().filter(|d| !v1.contains(d)).collect();
-    assert!(!kept.contains(&v1[0]) && kept.contains(v2[0]), "v1 {v1:?} deleted and v2 {v2:?} kept: {kept:?}");
+    assert!(kept.contains(&v1[0]) && !kept.contains(v2[0]), "v1 {v1:?} kept and v2 {v2:?} deleted: {kept:?}");
 }
 
 #[test]
