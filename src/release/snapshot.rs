@@ -152,6 +152,57 @@ pub fn take(src: &Source, dest: &Path, limit: u64) -> Result<Pending, SnapshotEr
     Ok(pending)
 }
 
+/// Copies one file: `std::fs::copy` (copy_file_range, mode and all), but a
+/// sparse file (fewer blocks than its length takes) by its data alone, so
+/// its holes stay holes: copy_file_range writes them out as zeros on most
+/// filesystems, and a 1.5 GB sparse file with 51 MB of data took 1.6 GB a
+/// release. Returns the file's length, as `fs::copy` does.
+fn copy_file(from: &Path, to: &Path) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(from)?;
+    if meta.blocks() * 512 >= meta.len() {
+        return fs::copy(from, to);
+    }
+    let src = fs::File::open(from)?;
+    let mut dst = fs::File::create(to)?;
+    dst.set_len(meta.len())?;
+    let mut at: i64 = 0;
+    let len = meta.len() as i64;
+    while at < len {
+        // The next run of data, and where it ends (ENXIO: no data after).
+        let data = match nix::unistd::lseek(src.as_raw_fd(), at, nix::unistd::Whence::SeekData) {
+            Ok(d) => d,
+            Err(nix::errno::Errno::ENXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let hole = nix::unistd::lseek(src.as_raw_fd(), data, nix::unistd::Whence::SeekHole)?;
+        copy_range(&src, &mut dst, data as u64, (hole - data) as u64)?;
+        at = hole;
+    }
+    dst.set_permissions(meta.permissions())?;
+    Ok(meta.len())
+}
+
+/// Copies `n` bytes at `offset` of `src` to the same offset of `dst`.
+fn copy_range(src: &fs::File, dst: &mut fs::File, offset: u64, n: u64) -> io::Result<()> {
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut done = 0;
+    dst.seek(SeekFrom::Start(offset))?;
+    while done < n {
+        let want = (n - done).min(buf.len() as u64) as usize;
+        let got = src.read_at(&mut buf[..want], offset + done)?;
+        if got == 0 {
+            break;
+        }
+        dst.write_all(&buf[..got])?;
+        done += got as u64;
+    }
+    Ok(())
+}
+
 /// The refusal of a working-dir over the limit.
 fn too_large(dir: &Path, total: u64, limit: u64, mut sizes: Vec<(String, u64)>) -> String {
     sizes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -292,7 +343,7 @@ impl Walk {
                 std::os::unix::fs::symlink(&target, &to).map_err(io_error("create the symlink", &to))?;
                 count.files += 1;
             } else if t.is_file() {
-                match fs::copy(&path, &to) {
+                match copy_file(&path, &to) {
                     Ok(n) => {
                         count.bytes += n;
                         count.files += 1;
@@ -345,6 +396,25 @@ mod tests {
         walk(dir, dir, &mut out);
         out.sort();
         out
+    }
+
+    #[test]
+    fn a_sparse_file_stays_sparse_in_the_release() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let t = Tmp::new("sparse");
+        let app = t.0.join("app");
+        fs::create_dir_all(&app).unwrap();
+        let f = fs::File::create(app.join("big.db")).unwrap();
+        f.set_len(200 << 20).unwrap();
+        f.write_all_at(b"head", 0).unwrap();
+        f.write_all_at(b"middle", 100 << 20).unwrap();
+        f.write_all_at(b"tail", (200 << 20) - 4).unwrap();
+        drop(f);
+        let dir = take(&source(&app, &[]), &t.0.join("releases/r1"), 1 << 30).unwrap().commit().unwrap();
+        let (src, copy) = (fs::read(app.join("big.db")).unwrap(), fs::read(dir.join("big.db")).unwrap());
+        assert!(src == copy, "the same bytes");
+        let used = fs::metadata(dir.join("big.db")).unwrap().blocks() * 512;
+        assert!(used < 4 << 20, "its holes stay holes: {used} bytes on disk");
     }
 
     #[test]
