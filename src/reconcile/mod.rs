@@ -602,12 +602,16 @@ fn fold_observation(
                 rec.left_down = Some(crate::wire::refused(why));
                 return true;
             }
-            rec.crashes += 1;
             let comes_back = match policy {
                 RestartPolicy::Always => true,
                 RestartPolicy::OnFailure => !exit.success(),
                 RestartPolicy::Never => false,
             };
+            // A clean exit that stays down is no crash; one that comes back
+            // counts, for its backoff (an app exiting 0 in a loop).
+            if comes_back || !exit.success() {
+                rec.crashes += 1;
+            }
             if !comes_back {
                 rec.left_down = Some(format!("it {} and restart-policy is {}", exit.describe(), policy.as_str()));
             }

@@ -296,6 +296,9 @@ fn restart_policy_decides_whether_a_copy_comes_back() {
         let restarted = sim.actions().contains(&Action::Start(1));
         assert_eq!(restarted, comes_back, "{policy:?} after code {code:?} signal {signal:?}");
         assert_eq!(sim.record(1).left_down.is_some(), !comes_back);
+        // A clean exit left down is no crash; every other end counts.
+        let crash = comes_back || code != Some(0);
+        assert_eq!(sim.record(1).crashes, u32::from(crash), "{policy:?} after code {code:?}: crashes");
         assert_eq!(sim.copies(), "1", "a copy left down is not replaced");
         if !comes_back {
             let notes = sim.notes();

@@ -33,6 +33,9 @@ pub fn reason(rec: &CopyRecord, exit: &Exit, asked: bool, app: Option<AppStop>) 
         "drained"
     } else if asked || rec.stop_started_ms.is_some() {
         "stopped by shinyctl"
+    } else if exit.success() {
+        // R ended by itself with status 0 (`stopApp()`, `quit()`).
+        "exited on its own"
     } else {
         "crash"
     }
@@ -48,7 +51,7 @@ pub fn note(home: &Home, spec: &AppSpec, rec: &CopyRecord, exit: &Exit, asked: b
     // The launcher's report names R; a copy without one is R itself.
     let r_pid = crate::wire::launch::report::read_report(&scratch, launcher).and_then(|r| r.r_pid).unwrap_or(launcher);
     let how = exit.describe();
-    if why == "crash" {
+    if why == "crash" || why == "exited on its own" {
         tracing::warn!(app = spec.name, copy = rec.copy, r_pid, launcher, "copy {} {how} ({why})", rec.copy);
     } else {
         tracing::info!(app = spec.name, copy = rec.copy, r_pid, launcher, "copy {} {how} ({why})", rec.copy);
@@ -78,6 +81,8 @@ mod tests {
         let rec = CopyRecord::default();
         let exit = Exit { signal: Some(9), ..Exit::default() };
         assert_eq!(reason(&rec, &exit, false, None), "crash");
+        let clean = Exit { code: Some(0), signal: None, ..Exit::default() };
+        assert_eq!(reason(&rec, &clean, false, None), "exited on its own", "status 0, nobody asked: no crash");
         assert_eq!(reason(&rec, &exit, true, None), "stopped by shinyctl");
         let drained = CopyRecord { drain_started_ms: Some(1), ..CopyRecord::default() };
         assert_eq!(reason(&drained, &exit, true, None), "drained");
