@@ -283,23 +283,13 @@ pub fn wait_for(r: Pid, mut listener: Option<OwnedFd>, port: u16, link: Option<B
 /// and the copy with it; so SIGPIPE is blocked around the write and a
 /// pending one taken.
 fn tell_listening(told: &mut bool) {
-    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
     if *told {
         return;
     }
     *told = true;
-    let pipe = SigSet::from(Signal::SIGPIPE);
-    let mut before = SigSet::empty();
-    let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&pipe), Some(&mut before));
+    let _held = crate::sys::sigpipe::Held::new();
     // SAFETY: write(2) of one byte from a live buffer to fd 0.
-    let wrote = unsafe { libc::write(0, b"l".as_ptr().cast(), 1) };
-    if wrote < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPIPE) {
-        let none = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: sigtimedwait on a live set, no info wanted, zero timeout:
-        // takes the SIGPIPE this write raised, if it is pending.
-        unsafe { libc::sigtimedwait(pipe.as_ref(), std::ptr::null_mut(), &none) };
-    }
-    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&before), None);
+    let _ = unsafe { libc::write(0, b"l".as_ptr().cast(), 1) };
 }
 
 /// R's end when the launcher is gone: killed at once (the init's exit, as

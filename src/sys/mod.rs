@@ -12,6 +12,7 @@ pub mod ids;
 pub mod peer;
 pub mod pidfd;
 pub mod procfs;
+pub mod sigpipe;
 pub mod sockdiag;
 pub mod spawn;
 pub mod users;

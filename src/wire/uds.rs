@@ -83,6 +83,9 @@ pub fn request_blocking(
     timeout: Duration,
 ) -> anyhow::Result<(StatusCode, Bytes)> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // The command dies of SIGPIPE on its own output (see main.rs); a daemon
+    // that closes the connection early (restarting) is an error to say.
+    let _held = crate::sys::sigpipe::Held::new();
     rt.block_on(request(sock, method, path, body, timeout))
 }
 
