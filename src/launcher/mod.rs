@@ -82,11 +82,9 @@ pub struct CopyFolders {
     pub r_libs_user: Option<String>,
 }
 
-/// `shinyctl launch ARGS`: prepares the copy's world and starts R; returns
-/// only on failure, with the exit status to use (a fenced copy's launcher
-/// ends the way R ended).
-/// The launcher's entry: runs it, then lets the copy's last output reach
-/// its log (`log_pump`) before the launcher's exit status is returned.
+/// `shinyctl launch ARGS`: runs the launcher ([`launch`]), then lets the
+/// copy's last output reach its log (`log_pump`) before the launcher's
+/// exit status is returned.
 pub fn main(args: &[OsString]) -> i32 {
     // Before anything is opened: what the daemon's starter leaked stays
     // out of the init and R (see `fds`).
@@ -97,7 +95,9 @@ pub fn main(args: &[OsString]) -> i32 {
     code
 }
 
-/// Starts the copy: through the pool, else cold (the module's comment).
+/// Prepares the copy's world and starts R, through the pool, else cold
+/// (the module's comment); returns only on failure, with the exit status
+/// to use (a fenced copy's launcher ends the way R ended).
 fn launch(args: &[OsString]) -> i32 {
     let launch = match Launch::parse(args) {
         Ok(l) => l,

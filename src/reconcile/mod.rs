@@ -221,9 +221,7 @@ pub fn decide(spec: &AppSpec, deleting: bool, state: &AppState, observed: &Obser
         }
     } else if let Some(held) = st.held_version.take().filter(|_| !deleting) {
         for _ in 0..spec.scale.replicas.max(1) {
-            let copy = new_copy(&mut st, &held.settings);
-            let rec = st.copies.iter_mut().find(|r| r.copy == copy).expect("just made");
-            (rec.revision, rec.release) = (held.revision, held.release.clone());
+            new_copy_of(&mut st, held.clone());
         }
     }
 
@@ -536,15 +534,16 @@ fn decide_asleep(
 /// Adds a record for a new copy of the current version (its revision and
 /// release, started with `settings`); returns its number.
 fn new_copy(st: &mut AppState, settings: &str) -> u32 {
+    let current = HeldVersion { revision: st.revision, settings: settings.to_string(), release: st.release.clone() };
+    new_copy_of(st, current)
+}
+
+/// Adds a record for a new copy of `version`; returns its number.
+fn new_copy_of(st: &mut AppState, version: HeldVersion) -> u32 {
     let copy = st.next_copy;
     st.next_copy += 1;
-    st.copies.push(CopyRecord {
-        copy,
-        revision: st.revision,
-        settings: settings.to_string(),
-        release: st.release.clone(),
-        ..CopyRecord::default()
-    });
+    let HeldVersion { revision, settings, release } = version;
+    st.copies.push(CopyRecord { copy, revision, settings, release, ..CopyRecord::default() });
     copy
 }
 

@@ -78,6 +78,12 @@ fn before_current(state: &AppState) -> Vec<&Release> {
     others.into_iter().map(|(_, r)| r).collect()
 }
 
+/// True when a rollback without `--to` may go to `rel`: it served and no
+/// rollback left it since it was last made current.
+fn rollback_target(rel: &Release) -> bool {
+    served(rel) && !rel.rolled_away
+}
+
 /// A kept release by id.
 pub fn find<'a>(state: &'a AppState, id: &str) -> Option<&'a Release> {
     state.releases.iter().find(|r| r.id == id)
@@ -151,9 +157,11 @@ pub fn roll_back(state: &mut AppState, name: &str, to: Option<&str>) -> Result<R
             RollbackError::NotKept { name: name.clone(), id: id.to_string(), kept: kept.join(", ") }
         })?,
         None => {
-            let before: Vec<&Release> = before_current(state).into_iter().filter(|r| !r.rolled_away).collect();
-            let Some(rel) = before.iter().find(|r| served(r)).map(|r| (*r).clone()) else {
-                let never = !before.is_empty();
+            let before = before_current(state);
+            let Some(rel) = before.iter().find(|r| rollback_target(r)).map(|r| (*r).clone()) else {
+                // Left only releases that never served (rolled-away ones
+                // are no candidates at all).
+                let never = before.iter().any(|r| !r.rolled_away);
                 return Err(if never {
                     RollbackError::NeverServed { name }
                 } else {
@@ -240,7 +248,7 @@ pub fn kept_ids(state: &AppState, keep: u32) -> HashSet<String> {
     let others = (keep as usize).saturating_sub(1);
     let before = before_current(state);
     ids.extend(before.iter().take(others).map(|r| r.id.clone()));
-    ids.extend(before.iter().find(|r| served(r) && !r.rolled_away).map(|r| r.id.clone()));
+    ids.extend(before.iter().find(|r| rollback_target(r)).map(|r| r.id.clone()));
     ids
 }
 

@@ -165,7 +165,7 @@ fn copy_file(from: &Path, to: &Path) -> io::Result<u64> {
         return fs::copy(from, to);
     }
     let src = fs::File::open(from)?;
-    let mut dst = fs::File::create(to)?;
+    let dst = fs::File::create(to)?;
     dst.set_len(meta.len())?;
     let mut at: i64 = 0;
     let len = meta.len() as i64;
@@ -177,7 +177,7 @@ fn copy_file(from: &Path, to: &Path) -> io::Result<u64> {
             Err(e) => return Err(e.into()),
         };
         let hole = nix::unistd::lseek(src.as_raw_fd(), data, nix::unistd::Whence::SeekHole)?;
-        copy_range(&src, &mut dst, data as u64, (hole - data) as u64)?;
+        copy_range(&src, &dst, data as u64, (hole - data) as u64)?;
         at = hole;
     }
     dst.set_permissions(meta.permissions())?;
@@ -185,19 +185,17 @@ fn copy_file(from: &Path, to: &Path) -> io::Result<u64> {
 }
 
 /// Copies `n` bytes at `offset` of `src` to the same offset of `dst`.
-fn copy_range(src: &fs::File, dst: &mut fs::File, offset: u64, n: u64) -> io::Result<()> {
-    use std::io::{Seek, SeekFrom, Write};
+fn copy_range(src: &fs::File, dst: &fs::File, offset: u64, n: u64) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0;
-    dst.seek(SeekFrom::Start(offset))?;
     while done < n {
         let want = (n - done).min(buf.len() as u64) as usize;
         let got = src.read_at(&mut buf[..want], offset + done)?;
         if got == 0 {
             break;
         }
-        dst.write_all(&buf[..got])?;
+        dst.write_all_at(&buf[..got], offset + done)?;
         done += got as u64;
     }
     Ok(())

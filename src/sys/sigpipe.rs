@@ -47,8 +47,8 @@ mod tests {
 
     #[test]
     fn a_write_to_a_pipe_whose_reader_went_fails_and_the_process_lives() {
-        // The test harness ignores SIGPIPE anyway; the point is the mask
-        // restored and nothing left pending.
+        // The test harness ignores SIGPIPE anyway; the point is the write's
+        // EPIPE and the thread's mask as it was.
         let (r, w) = nix::unistd::pipe().unwrap();
         drop(r);
         let mut w = std::fs::File::from(w);

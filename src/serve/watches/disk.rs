@@ -114,8 +114,10 @@ pub fn spawn_watch(shared: Shared) {
             };
             let over = tokio::task::spawn_blocking(move || {
                 // Files the copy deleted while it holds them open take disk
-                // that no walk of its folders finds.
-                let processes = crate::sys::procfs::Processes::read();
+                // that no walk of its folders finds. One scan of every
+                // process for the round, and only if a copy is walked (a
+                // copy with a disk of its own is the kernel's to hold).
+                let processes = std::cell::OnceCell::new();
                 watched
                     .into_iter()
                     .filter(|w| !crate::sys::disk::is_mount_point(&w.folders[0]))
@@ -123,7 +125,7 @@ pub fn spawn_watch(shared: Shared) {
                         let u = subordinate
                             .and_then(|r| crate::wire::reclaim::measure(&w.folders, w.started_ms, r).ok())
                             .unwrap_or_else(|| usage(&w.folders, w.started_ms));
-                        let hidden = processes.tree_held(w.pid).deleted_bytes;
+                        let hidden = processes.get_or_init(crate::sys::procfs::Processes::read).tree_held(w.pid).deleted_bytes;
                         (DiskStop { used: u.used + hidden, limit: w.limit }, u.before, w)
                     })
                     .collect::<Vec<_>>()
